@@ -1,0 +1,34 @@
+# Thin wrapper over CMake so that a newcomer needs two commands:
+#   make demo   install dependencies, build, plan the example model
+#   make test   install dependencies, build, run every test through CTest
+# Plain CMake works as well: cmake -S . -B build && cmake --build build.
+
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+DEMO_MODEL ?= examples/gpt-1.3b.json
+
+.PHONY: all deps build demo test asan clean
+
+all: build
+
+deps:
+	@sh scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	./$(BUILD)/autopar graph $(DEMO_MODEL)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Every test again under AddressSanitizer and UndefinedBehaviorSanitizer.
+asan:
+	@$(MAKE) --no-print-directory test BUILD=build-asan \
+	  CMAKE_FLAGS="-DAP_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)"
+
+clean:
+	rm -rf build build-asan

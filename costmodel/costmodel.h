@@ -1,0 +1,185 @@
+/* costmodel.h -- what compute, communication and memory cost on a cluster.
+ *
+ * A cluster is nodes x GPUs per node with per-GPU peak FLOP/s, HBM capacity
+ * and bandwidth, and the bandwidth and latency of the intra-node and
+ * inter-node links. It comes from a preset (datasheet numbers and documented
+ * achievable efficiencies, each with its source in docs/cluster-format.md) or
+ * from a cluster file, which may carry tables measured by `autopar profile`;
+ * measured tables override the analytic model wherever they cover a query.
+ *
+ * Units: seconds, bytes, FLOP/s, bytes/s throughout.
+ *
+ * Ownership: the caller owns an ap_cluster and releases it with
+ * ap_cluster_free(), which frees the measured tables inside it.
+ */
+#ifndef AP_COSTMODEL_H
+#define AP_COSTMODEL_H
+
+#include "graph/graph.h"
+
+#define AP_NDTYPES 6 /* entries of ap_dtype */
+
+/* One measured GEMM: C[m,n] = A[m,k] B[k,n] in dtype, median seconds. */
+typedef struct {
+    ap_dtype dtype;
+    double m, n, k;
+    double seconds;
+} ap_gemm_sample;
+
+typedef enum {
+    AP_COLL_ALLREDUCE,
+    AP_COLL_ALLGATHER,
+    AP_COLL_REDUCESCATTER,
+    AP_COLL_ALLTOALL,
+    AP_COLL_SENDRECV,
+    AP_NCOLL
+} ap_coll;
+
+/* One measured collective: op over `ranks` GPUs that span `nodes` nodes, on a
+ * buffer of `bytes` (the nccl-tests "size": the full buffer for all-reduce,
+ * the gathered output for all-gather, the input for reduce-scatter), median
+ * seconds. */
+typedef struct {
+    ap_coll op;
+    int ranks, nodes;
+    double bytes;
+    double seconds;
+} ap_coll_sample;
+
+typedef struct {
+    char name[64];          /* preset name or the detected GPU */
+    char source[256];       /* file or "preset"; for messages */
+    int nodes, gpus_per_node;
+
+    double peak_flops[AP_NDTYPES]; /* dense tensor-core peak by dtype */
+    double gemm_eff;   /* fraction of peak a large GEMM reaches */
+    double hbm_bytes;  /* capacity per GPU */
+    double hbm_bw;     /* peak bytes/s */
+    double hbm_eff;    /* fraction of peak a streaming kernel reaches */
+    double kernel_floor; /* seconds; the least time any kernel takes */
+
+    double intra_bw, intra_lat; /* achievable bus bandwidth per GPU, latency */
+    double inter_bw, inter_lat; /* per GPU across nodes */
+
+    double mem_reserved; /* bytes per GPU not available to the model
+                            (CUDA context, NCCL buffers, allocator slack) */
+
+    int ngemm;
+    ap_gemm_sample *gemm; /* measured, may be NULL */
+    int ncoll;
+    ap_coll_sample *coll; /* measured, may be NULL */
+} ap_cluster;
+
+/* Presets: "a100-80g", "h100-sxm", "h200", "b200", "h800". Fills *c for
+ * `gpus` GPUs in nodes of `gpus_per_node` (0 = the preset's default). */
+int ap_cluster_preset(const char *name, int gpus, int gpus_per_node,
+                      ap_cluster *c, char *err);
+/* A comma-separated list of the preset names, for messages. */
+const char *ap_cluster_preset_names(void);
+/* Loads a cluster file (docs/cluster-format.md). `gpus` and `gpus_per_node`,
+ * when non-zero, override the file's counts. */
+int ap_cluster_load(const char *path, int gpus, int gpus_per_node,
+                    ap_cluster *c, char *err);
+/* A preset name or a path: tries the preset first. */
+int ap_cluster_resolve(const char *name_or_path, int gpus, int gpus_per_node,
+                       ap_cluster *c, char *err);
+/* Serialises a cluster, measured tables included; the caller frees it. */
+char *ap_cluster_to_json(const ap_cluster *c);
+void ap_cluster_free(ap_cluster *c);
+int ap_cluster_gpus(const ap_cluster *c);
+/* Memory a GPU offers the model: HBM less mem_reserved. */
+double ap_cluster_usable_bytes(const ap_cluster *c);
+
+/* Compute. A GEMM's time comes from the measured table when it has samples
+ * of the dtype (interpolated in log space over FLOPs), else from the
+ * roofline with tile-quantisation efficiency; never below kernel_floor. */
+double ap_cost_gemm(const ap_cluster *c, ap_dtype dt, double m, double n,
+                    double k);
+/* Batched GEMM (attention scores, experts): `batch` independent GEMMs. */
+double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
+                     double n, double k);
+/* A memory-bound kernel: max(flops / peak_fp32, bytes / (hbm_bw*hbm_eff)). */
+double ap_cost_memop(const ap_cluster *c, double flops, double bytes);
+/* Fused attention forward (flash): b*n heads, s queries, t keys, head dims
+ * d (scores) and e (values); causal halves the work. */
+double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,
+                         double t, double d, double e, int causal);
+
+/* Communication, alpha-beta with the nccl-tests bus-bandwidth conventions:
+ *   all-reduce       t = alpha + 2(n-1)/n * bytes / busbw
+ *   all-gather       t = alpha +  (n-1)/n * bytes / busbw
+ *   reduce-scatter   t = alpha +  (n-1)/n * bytes / busbw
+ *   all-to-all       t = alpha +  (n-1)/n * bytes / busbw
+ *   send/recv        t = alpha +            bytes / busbw
+ * where busbw is the intra-node bandwidth when the group lies in one node
+ * (nodes == 1) and the inter-node bandwidth otherwise. A measured table for
+ * the same op, ranks and nodes is interpolated instead. n == 1 costs 0. */
+double ap_cost_collective(const ap_cluster *c, ap_coll op, int ranks, int nodes,
+                          double bytes);
+double ap_cost_allreduce(const ap_cluster *c, int ranks, int nodes, double bytes);
+double ap_cost_allgather(const ap_cluster *c, int ranks, int nodes, double bytes);
+double ap_cost_reducescatter(const ap_cluster *c, int ranks, int nodes, double bytes);
+double ap_cost_alltoall(const ap_cluster *c, int ranks, int nodes, double bytes);
+double ap_cost_sendrecv(const ap_cluster *c, int nodes, double bytes);
+const char *ap_coll_name(ap_coll op);
+
+/* Model states per GPU in bytes for `params` parameters of one replica held by
+ * this GPU, under mixed-precision Adam (bf16 params and grads, fp32 master,
+ * m and v: 16 bytes per parameter unsharded) and a ZeRO stage over `dp`
+ * data-parallel ranks: 0 none, 1 optimizer states (Megatron's distributed
+ * optimizer), 2 + gradients, 3 + parameters. */
+typedef enum { AP_ZERO_NONE, AP_ZERO_1, AP_ZERO_2, AP_ZERO_3 } ap_zero;
+typedef struct {
+    double params, grads, optimizer, total;
+} ap_model_states;
+ap_model_states ap_mem_model_states(double params, int dp, ap_zero zero);
+
+/* Korthikanti et al. (2022) activation bytes per transformer layer, the
+ * reference the graph-derived numbers are tested against:
+ *   none      sbh(34 + 5as/h)
+ *   tp        sbh(10 + 24/t + 5as/(ht))
+ *   tp + sp   sbh(34/t + 5as/(ht))
+ *   selective recomputation or flash attention drops the 5as/h term;
+ *   full recomputation keeps only the layer input, 2sbh (/t with sp). */
+typedef enum { AP_RECOMPUTE_NONE, AP_RECOMPUTE_SELECTIVE, AP_RECOMPUTE_FULL } ap_recompute;
+double ap_mem_activation_ref(double s, double b, double h, double a, int t,
+                             int sp, ap_recompute rc);
+
+/* Pipeline schedules, simulated event by event. */
+typedef enum { AP_SCHED_GPIPE, AP_SCHED_1F1B, AP_SCHED_INTERLEAVED } ap_schedule;
+
+typedef struct {
+    int stage;    /* physical stage */
+    int chunk;    /* model chunk (interleaved), 0 otherwise */
+    int micro;    /* micro-batch */
+    int backward; /* 0 forward, 1 backward */
+    double start, end;
+} ap_pipe_event;
+
+typedef struct {
+    ap_schedule schedule;
+    int nstages;      /* p */
+    int nmicro;       /* m */
+    int vchunks;      /* v: chunks per stage (interleaved), else 1 */
+    const double *fwd;  /* [p*v] forward time of one micro-batch per chunk,
+                           chunk c of stage i at index c*p + i */
+    const double *bwd;  /* [p*v] backward time likewise */
+    const double *p2p;  /* [p] activation send time from stage i to i+1 (the
+                           last entry unused); may be NULL for none */
+} ap_pipe_spec;
+
+typedef struct {
+    double step;          /* makespan of the schedule */
+    double bubble;        /* fraction of stage-time idle: 1 - busy/(p*step) */
+    double *inflight;     /* [p] most micro-batches whose activations a stage
+                             holds at once; under interleaving a chunk's
+                             micro-batch counts 1/v */
+    int nevents;
+    ap_pipe_event *events; /* ordered by stage, then start time */
+} ap_pipe_result;
+
+/* Simulates the schedule; the caller frees with ap_pipe_result_free(). */
+int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err);
+void ap_pipe_result_free(ap_pipe_result *r);
+
+#endif

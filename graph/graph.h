@@ -1,0 +1,209 @@
+/* graph.h -- the operator DAG of one training step.
+ *
+ * A model declares named dimensions, each a single-character label with a
+ * size (b = batch, s = sequence, h = hidden, ...). A tensor's shape is a
+ * string of labels ("bsh"); an op's iteration space follows from the labels
+ * of its tensors, so sharding strategies are derived from labels alone.
+ *
+ * A graph is built in memory (ap_graph_new, ap_graph_add_*), then sealed by
+ * ap_graph_finalize(), which validates it and computes every derived
+ * quantity: forward FLOPs, bytes moved, bytes saved for backward, the
+ * topological order and the layer classes. Only a finalized graph may be
+ * handed to costmodel/ or planner/.
+ *
+ * Errors: every function that can fail returns AP_OK (0) or an ap_status and
+ * writes a message into the caller's buffer `err` of AP_ERR_LEN bytes. Input
+ * errors (AP_EINPUT) name the file and JSON path where one is known.
+ *
+ * Ownership: the graph owns every string and array inside it; the caller owns
+ * the graph and frees it with ap_graph_free(). Pointers into a graph stay valid
+ * until the graph is freed, except that ap_graph_add_* may move the arrays
+ * until ap_graph_finalize() is called.
+ */
+#ifndef AP_GRAPH_H
+#define AP_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define AP_ERR_LEN 512
+#define AP_MAX_RANK 8  /* labels per tensor */
+#define AP_MAX_IO 8    /* inputs or outputs per op */
+#define AP_MAX_DIMS 52 /* a-z, A-Z */
+#define AP_NAME_LEN 128
+
+/* Status codes double as the process exit codes of the command-line tool. */
+typedef enum {
+    AP_OK = 0,
+    AP_EINTERNAL = 1, /* out of memory, solver failure, a bug */
+    AP_EINPUT = 2     /* the user's input is wrong; the message says where */
+} ap_status;
+
+typedef enum { AP_BF16, AP_FP16, AP_FP32, AP_FP8, AP_INT32, AP_INT64 } ap_dtype;
+
+typedef enum { AP_TENSOR_INPUT, AP_TENSOR_PARAM, AP_TENSOR_ACT } ap_role;
+
+/* What a dimension means; the planner and the exports need to know which
+ * label is the batch (micro-batch size, data parallel), the sequence
+ * (sequence and context parallel), the heads (tensor parallel attention) and
+ * the experts (expert parallel). */
+typedef enum {
+    AP_DIM_OTHER,
+    AP_DIM_BATCH,
+    AP_DIM_SEQ,
+    AP_DIM_HIDDEN,
+    AP_DIM_FFN,
+    AP_DIM_HEADS,
+    AP_DIM_KV_HEADS,
+    AP_DIM_HEAD_DIM,
+    AP_DIM_VOCAB,
+    AP_DIM_EXPERTS,
+    AP_DIM_CAPACITY /* tokens per expert; scales with the batch */
+} ap_dim_kind;
+
+typedef enum {
+    AP_OP_MATMUL,    /* einsum over labels, optional bias as third input */
+    AP_OP_UNARY,     /* sub: ap_unary */
+    AP_OP_BINARY,    /* sub: ap_binary; inputs broadcast by label */
+    AP_OP_NORM,      /* sub: ap_norm; inputs x [, weight [, bias]] */
+    AP_OP_SOFTMAX,   /* over the last label */
+    AP_OP_DROPOUT,   /* attr p */
+    AP_OP_ATTENTION, /* q[b,s,n,d] k[b,s,g,d] v[b,s,g,e] -> o[b,s,n,e] */
+    AP_OP_EMBEDDING, /* ids[b,s], table[v,h] -> [b,s,h] */
+    AP_OP_LOSS,      /* cross entropy: logits[b,s,v], labels[b,s] -> scalar */
+    AP_OP_RESHAPE,   /* sub: ap_layout; reshape, transpose, split, concat */
+    AP_OP_ROUTER,    /* MoE gate: x[b,s,h], w[h,e] -> probs[b,s,e]; attr top_k */
+    AP_OP_DISPATCH,  /* x[b,s,h], probs[b,s,e] -> [e,c,h] (tokens to experts) */
+    AP_OP_COMBINE    /* y[e,c,h], probs[b,s,e] -> [b,s,h] (weighted sum back) */
+} ap_op_kind;
+
+typedef enum { AP_UNARY_GELU, AP_UNARY_SILU, AP_UNARY_RELU, AP_UNARY_SCALE } ap_unary;
+typedef enum { AP_BINARY_ADD, AP_BINARY_MUL } ap_binary;
+typedef enum { AP_NORM_LAYER, AP_NORM_RMS } ap_norm;
+typedef enum { AP_LAYOUT_RESHAPE, AP_LAYOUT_TRANSPOSE, AP_LAYOUT_SPLIT, AP_LAYOUT_CONCAT } ap_layout;
+
+typedef struct {
+    char label; /* the single character used in shapes */
+    char name[AP_NAME_LEN];
+    ap_dim_kind kind;
+    int64_t size;
+} ap_dim;
+
+typedef struct {
+    char *name;
+    char shape[AP_MAX_RANK + 1]; /* labels, NUL-terminated; "" for a scalar */
+    int rank;
+    ap_dtype dtype;
+    ap_role role;
+    int producer;  /* op index, or -1 for inputs and parameters */
+    int layer;     /* layer of the producer (activations) or first consumer */
+    int64_t elems; /* product of the label sizes */
+    int64_t bytes;
+} ap_tensor;
+
+typedef struct {
+    char *name;
+    ap_op_kind kind;
+    int sub; /* ap_unary, ap_binary, ap_norm or ap_layout by kind, else 0 */
+    int layer; /* transformer block index, or -1 (embedding, head, loss) */
+    int ninputs, noutputs;
+    int inputs[AP_MAX_IO];  /* tensor indices */
+    int outputs[AP_MAX_IO]; /* tensor indices */
+
+    /* Attributes; meaningful only for the kinds named. */
+    int causal;       /* attention */
+    int flash;        /* attention: fused kernel that saves no s x s matrix */
+    double dropout_p; /* dropout, and attention's internal dropout */
+    int top_k;        /* router, dispatch, combine */
+
+    /* Derived by ap_graph_finalize(), at the batch size the graph declares. */
+    char iter[AP_MAX_DIMS + 1]; /* labels of the iteration space, sorted */
+    char contracted[AP_MAX_DIMS + 1]; /* iteration labels in no output */
+    double flops;       /* forward FLOPs; matmul-like work counts 2 per MAC */
+    double bytes_moved; /* forward bytes read plus written (views move none) */
+    double saved_bytes; /* bytes this op adds to what backward keeps; a tensor
+                           saved by several ops is counted at the first */
+    double param_count; /* elements of the parameters this op owns (first use) */
+} ap_op;
+
+typedef struct {
+    char name[AP_NAME_LEN];
+    char source[AP_NAME_LEN * 2]; /* file it came from, for messages */
+    ap_dtype dtype;               /* default for tensors without their own */
+
+    int ndims;
+    ap_dim dims[AP_MAX_DIMS];
+    int ntensors, cap_tensors;
+    ap_tensor *tensors;
+    int nops, cap_ops;
+    ap_op *ops;
+
+    /* Derived by ap_graph_finalize(). */
+    int finalized;
+    int *topo;       /* op indices in a topological order (stable: by index) */
+    int nlayers;     /* 1 + the largest layer index, 0 if untagged */
+    int *layer_class;/* per layer: the smallest layer index with an identical
+                        block (same kinds, shapes, attributes and wiring) */
+    double total_flops, total_params, total_param_bytes, total_saved_bytes;
+} ap_graph;
+
+/* Construction. Each add returns the new item's index (>= 0), or -1 with `err`
+ * filled when the name is a duplicate, a label is unknown or a size is bad. */
+ap_graph *ap_graph_new(const char *name);
+void ap_graph_free(ap_graph *g);
+int ap_graph_add_dim(ap_graph *g, char label, const char *name, ap_dim_kind kind,
+                     int64_t size, char *err);
+int ap_graph_add_tensor(ap_graph *g, const char *name, const char *shape,
+                        ap_dtype dtype, ap_role role, char *err);
+/* Adds an op reading and writing tensors by name. Attributes are set on the
+ * returned op afterwards (g->ops[i].causal = 1, ...) before finalizing. */
+int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
+                    int layer, const char *const *inputs, int ninputs,
+                    const char *const *outputs, int noutputs, char *err);
+
+/* Validates shapes against each op's kind, single producers, no cycles, no
+ * unused or undefined activations; then computes the derived fields. Returns
+ * AP_EINPUT with the offending op or tensor named in `err`. */
+int ap_graph_finalize(ap_graph *g, char *err);
+
+/* Loads a model: the project's JSON format, or a Hugging Face config.json
+ * (recognised by "model_type") built with `opt`. The caller owns *out. */
+typedef struct {
+    int64_t seq;        /* sequence length; 0 = the config's default */
+    int64_t batch;      /* batch size the graph is built at; 0 = 1 */
+    int flash;          /* 1 (default) or 0 */
+    int dropout;        /* 1: dropout after attention and MLP (p = 0.1) */
+} ap_build_opts;
+void ap_build_opts_default(ap_build_opts *o);
+int ap_graph_load(const char *path, const ap_build_opts *opt, ap_graph **out,
+                  char *err);
+int ap_graph_parse_json(const char *text, size_t len, const char *source,
+                        ap_graph **out, char *err);
+int ap_graph_from_hf(const char *text, size_t len, const char *source,
+                     const ap_build_opts *opt, ap_graph **out, char *err);
+/* Writes a finalized graph in the project's JSON format. The caller frees the
+ * returned string with free(). */
+char *ap_graph_to_json(const ap_graph *g);
+
+/* Lookups; -1 when absent. */
+int ap_graph_dim_index(const ap_graph *g, char label);
+const ap_dim *ap_graph_dim(const ap_graph *g, char label);
+int ap_graph_find_tensor(const ap_graph *g, const char *name);
+int ap_graph_find_op(const ap_graph *g, const char *name);
+/* The label of the first dimension of a kind, or 0 if the model has none. */
+char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind);
+
+/* Names, for messages and JSON. */
+const char *ap_dtype_name(ap_dtype t);
+int ap_dtype_from_name(const char *s, ap_dtype *out);
+size_t ap_dtype_size(ap_dtype t);
+const char *ap_op_kind_name(const ap_op *op); /* "matmul", "gelu", "rmsnorm" ... */
+const char *ap_dim_kind_name(ap_dim_kind k);
+int ap_dim_kind_from_name(const char *s, ap_dim_kind *out);
+
+/* Reads a whole file, refusing files over AP_MAX_FILE_BYTES. The caller frees
+ * *text. */
+#define AP_MAX_FILE_BYTES (64u << 20)
+int ap_read_file(const char *path, char **text, size_t *len, char *err);
+
+#endif
