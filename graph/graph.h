@@ -124,6 +124,10 @@ typedef struct {
     double saved_bytes; /* bytes this op adds to what backward keeps; a tensor
                            saved by several ops is counted at the first */
     double param_count; /* elements of the parameters this op owns (first use) */
+    unsigned saves_in;  /* bit i: inputs[i] is saved here (first saver only) */
+    unsigned saves_out; /* bit i: outputs[i] is saved here (first saver only) */
+    double saved_extra; /* saved bytes that are no tensor of the graph: dropout
+                           masks, softmax statistics, s x s matrices */
 } ap_op;
 
 typedef struct {
