@@ -202,6 +202,8 @@ const char *ap_dtype_name(ap_dtype t);
 int ap_dtype_from_name(const char *s, ap_dtype *out);
 size_t ap_dtype_size(ap_dtype t);
 const char *ap_op_kind_name(const ap_op *op); /* "matmul", "gelu", "rmsnorm" ... */
+/* The inverse: a JSON kind name to kind and sub; AP_EINPUT if unknown. */
+int ap_op_kind_from_name(const char *s, ap_op_kind *kind, int *sub);
 const char *ap_dim_kind_name(ap_dim_kind k);
 int ap_dim_kind_from_name(const char *s, ap_dim_kind *out);
 

@@ -1,0 +1,558 @@
+/* graph.c -- building the operator graph, names and lookups, and reading
+ * model files. Validation and the derived quantities are in finalize.c.
+ *
+ * Messages name items by their position (`tensors[3]`, `ops[12].inputs[1]`)
+ * because the JSON loader adds items in file order: the same path then points
+ * into the user's file. */
+#include "graph/graph.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Writes "source: message" into err; the source prefix is left out for
+ * graphs built in memory. */
+static void fail(const ap_graph *g, char *err, const char *fmt, ...)
+{
+    if (!err)
+        return;
+    size_t n = 0;
+    if (g && g->source[0]) {
+        int k = snprintf(err, AP_ERR_LEN, "%s: ", g->source);
+        n = k < 0 ? 0 : (size_t)k;
+        if (n >= AP_ERR_LEN)
+            return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + n, AP_ERR_LEN - n, fmt, ap);
+    va_end(ap);
+}
+
+/* Names. */
+
+static const char *const dtype_names[] = {"bf16", "fp16", "fp32",
+                                          "fp8",  "int32", "int64"};
+static const size_t dtype_sizes[] = {2, 2, 4, 1, 4, 8};
+#define NDTYPES (int)(sizeof dtype_names / sizeof dtype_names[0])
+
+const char *ap_dtype_name(ap_dtype t)
+{
+    return (int)t >= 0 && (int)t < NDTYPES ? dtype_names[t] : "?";
+}
+
+int ap_dtype_from_name(const char *s, ap_dtype *out)
+{
+    for (int i = 0; s && i < NDTYPES; i++)
+        if (!strcmp(s, dtype_names[i])) {
+            *out = (ap_dtype)i;
+            return AP_OK;
+        }
+    return AP_EINPUT;
+}
+
+size_t ap_dtype_size(ap_dtype t)
+{
+    return (int)t >= 0 && (int)t < NDTYPES ? dtype_sizes[t] : 0;
+}
+
+static const char *const dim_kind_names[] = {
+    "other", "batch",    "seq",      "hidden",  "ffn",     "heads",
+    "kv_heads", "head_dim", "vocab", "experts", "capacity"};
+#define NDIMKINDS (int)(sizeof dim_kind_names / sizeof dim_kind_names[0])
+
+const char *ap_dim_kind_name(ap_dim_kind k)
+{
+    return (int)k >= 0 && (int)k < NDIMKINDS ? dim_kind_names[k] : "?";
+}
+
+int ap_dim_kind_from_name(const char *s, ap_dim_kind *out)
+{
+    for (int i = 0; s && i < NDIMKINDS; i++)
+        if (!strcmp(s, dim_kind_names[i])) {
+            *out = (ap_dim_kind)i;
+            return AP_OK;
+        }
+    return AP_EINPUT;
+}
+
+static const struct {
+    const char *name;
+    ap_op_kind kind;
+    int sub;
+} op_names[] = {
+    {"matmul", AP_OP_MATMUL, 0},
+    {"gelu", AP_OP_UNARY, AP_UNARY_GELU},
+    {"silu", AP_OP_UNARY, AP_UNARY_SILU},
+    {"relu", AP_OP_UNARY, AP_UNARY_RELU},
+    {"scale", AP_OP_UNARY, AP_UNARY_SCALE},
+    {"add", AP_OP_BINARY, AP_BINARY_ADD},
+    {"mul", AP_OP_BINARY, AP_BINARY_MUL},
+    {"layernorm", AP_OP_NORM, AP_NORM_LAYER},
+    {"rmsnorm", AP_OP_NORM, AP_NORM_RMS},
+    {"softmax", AP_OP_SOFTMAX, 0},
+    {"dropout", AP_OP_DROPOUT, 0},
+    {"attention", AP_OP_ATTENTION, 0},
+    {"embedding", AP_OP_EMBEDDING, 0},
+    {"cross_entropy", AP_OP_LOSS, 0},
+    {"reshape", AP_OP_RESHAPE, AP_LAYOUT_RESHAPE},
+    {"transpose", AP_OP_RESHAPE, AP_LAYOUT_TRANSPOSE},
+    {"split", AP_OP_RESHAPE, AP_LAYOUT_SPLIT},
+    {"concat", AP_OP_RESHAPE, AP_LAYOUT_CONCAT},
+    {"router", AP_OP_ROUTER, 0},
+    {"dispatch", AP_OP_DISPATCH, 0},
+    {"combine", AP_OP_COMBINE, 0},
+};
+#define NOPNAMES (int)(sizeof op_names / sizeof op_names[0])
+
+/* The number of sub-kinds of a kind; 0 for kinds without any. */
+static int sub_count(ap_op_kind k)
+{
+    switch (k) {
+    case AP_OP_UNARY: return 4;
+    case AP_OP_BINARY: return 2;
+    case AP_OP_NORM: return 2;
+    case AP_OP_RESHAPE: return 4;
+    default: return 0;
+    }
+}
+
+const char *ap_op_kind_name(const ap_op *op)
+{
+    for (int i = 0; i < NOPNAMES; i++)
+        if (op_names[i].kind == op->kind &&
+            (!sub_count(op->kind) || op_names[i].sub == op->sub))
+            return op_names[i].name;
+    return "?";
+}
+
+int ap_op_kind_from_name(const char *s, ap_op_kind *kind, int *sub)
+{
+    for (int i = 0; s && i < NOPNAMES; i++)
+        if (!strcmp(s, op_names[i].name)) {
+            *kind = op_names[i].kind;
+            *sub = op_names[i].sub;
+            return AP_OK;
+        }
+    return AP_EINPUT;
+}
+
+void ap_build_opts_default(ap_build_opts *o)
+{
+    o->seq = 0;
+    o->batch = 0;
+    o->flash = 1;
+    o->dropout = 0;
+}
+
+/* Lookups. Linear scans: graphs hold thousands of items, not millions, and
+ * lookups happen while building, not while planning. */
+
+int ap_graph_dim_index(const ap_graph *g, char label)
+{
+    for (int i = 0; i < g->ndims; i++)
+        if (g->dims[i].label == label)
+            return i;
+    return -1;
+}
+
+const ap_dim *ap_graph_dim(const ap_graph *g, char label)
+{
+    int i = ap_graph_dim_index(g, label);
+    return i < 0 ? NULL : &g->dims[i];
+}
+
+int ap_graph_find_tensor(const ap_graph *g, const char *name)
+{
+    for (int i = 0; name && i < g->ntensors; i++)
+        if (!strcmp(g->tensors[i].name, name))
+            return i;
+    return -1;
+}
+
+int ap_graph_find_op(const ap_graph *g, const char *name)
+{
+    for (int i = 0; name && i < g->nops; i++)
+        if (!strcmp(g->ops[i].name, name))
+            return i;
+    return -1;
+}
+
+char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind)
+{
+    for (int i = 0; i < g->ndims; i++)
+        if (g->dims[i].kind == kind)
+            return g->dims[i].label;
+    return 0;
+}
+
+/* Construction. */
+
+ap_graph *ap_graph_new(const char *name)
+{
+    ap_graph *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    snprintf(g->name, sizeof g->name, "%s", name ? name : "");
+    g->dtype = AP_BF16;
+    return g;
+}
+
+void ap_graph_free(ap_graph *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < g->ntensors; i++)
+        free(g->tensors[i].name);
+    for (int i = 0; i < g->nops; i++)
+        free(g->ops[i].name);
+    free(g->tensors);
+    free(g->ops);
+    free(g->topo);
+    free(g->layer_class);
+    free(g);
+}
+
+static int is_label(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* Adding to a sealed graph would silently leave the derived fields stale. */
+static int check_open(const ap_graph *g, char *err)
+{
+    if (g->finalized) {
+        fail(g, err, "graph \"%s\" is finalized; nothing can be added",
+             g->name);
+        return -1;
+    }
+    return 0;
+}
+
+int ap_graph_add_dim(ap_graph *g, char label, const char *name,
+                     ap_dim_kind kind, int64_t size, char *err)
+{
+    if (check_open(g, err))
+        return -1;
+    if (!is_label(label)) {
+        fail(g, err, "dims: label '%c' is not a letter a-z or A-Z",
+             label ? label : '?');
+        return -1;
+    }
+    if (ap_graph_dim_index(g, label) >= 0) {
+        fail(g, err, "dims.%c: duplicate label", label);
+        return -1;
+    }
+    if (g->ndims >= AP_MAX_DIMS) {
+        fail(g, err, "dims.%c: more than %d dimensions", label, AP_MAX_DIMS);
+        return -1;
+    }
+    if (!name || !name[0] || strlen(name) >= AP_NAME_LEN) {
+        fail(g, err, "dims.%c.name: must have 1 to %d characters", label,
+             AP_NAME_LEN - 1);
+        return -1;
+    }
+    if ((int)kind < 0 || (int)kind >= NDIMKINDS) {
+        fail(g, err, "dims.%c.kind: unknown kind %d", label, (int)kind);
+        return -1;
+    }
+    if (size < 1) {
+        fail(g, err, "dims.%c.size: must be >= 1, got %lld", label,
+             (long long)size);
+        return -1;
+    }
+    ap_dim *d = &g->dims[g->ndims];
+    d->label = label;
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->kind = kind;
+    d->size = size;
+    return g->ndims++;
+}
+
+static int grow(void **arr, int *cap, int n, size_t item)
+{
+    if (n < *cap)
+        return 0;
+    int ncap = *cap ? *cap * 2 : 64;
+    void *p = realloc(*arr, (size_t)ncap * item);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+static char *dupstr(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+/* Checks a shape's labels and computes its element count; -1 on error with
+ * err naming `what` (a path such as "tensors[3].shape"). */
+static int shape_elems(const ap_graph *g, const char *shape, const char *what,
+                       int64_t *elems, char *err)
+{
+    size_t rank = strlen(shape);
+    if (rank > AP_MAX_RANK) {
+        fail(g, err, "%s: \"%s\" has %zu labels, more than %d", what, shape,
+             rank, AP_MAX_RANK);
+        return -1;
+    }
+    int64_t n = 1;
+    for (size_t i = 0; i < rank; i++) {
+        const ap_dim *d = ap_graph_dim(g, shape[i]);
+        if (!d) {
+            fail(g, err, "%s: unknown label '%c' in \"%s\"", what,
+                 is_label(shape[i]) ? shape[i] : '?', shape);
+            return -1;
+        }
+        if (memchr(shape, shape[i], i)) {
+            fail(g, err, "%s: label '%c' appears twice in \"%s\"", what,
+                 shape[i], shape);
+            return -1;
+        }
+        if (n > INT64_MAX / d->size) {
+            fail(g, err, "%s: \"%s\" has more than 2^63 elements", what,
+                 shape);
+            return -1;
+        }
+        n *= d->size;
+    }
+    *elems = n;
+    return 0;
+}
+
+int ap_graph_add_tensor(ap_graph *g, const char *name, const char *shape,
+                        ap_dtype dtype, ap_role role, char *err)
+{
+    int idx = g->ntensors;
+    char what[64];
+    if (check_open(g, err))
+        return -1;
+    if (!name || !name[0]) {
+        fail(g, err, "tensors[%d].name: must not be empty", idx);
+        return -1;
+    }
+    int dup = ap_graph_find_tensor(g, name);
+    if (dup >= 0) {
+        fail(g, err, "tensors[%d].name: \"%s\" is already tensors[%d]", idx,
+             name, dup);
+        return -1;
+    }
+    if ((int)dtype < 0 || (int)dtype >= NDTYPES) {
+        fail(g, err, "tensors[%d].dtype: unknown dtype %d", idx, (int)dtype);
+        return -1;
+    }
+    if ((int)role < AP_TENSOR_INPUT || (int)role > AP_TENSOR_ACT) {
+        fail(g, err, "tensors[%d].role: unknown role %d", idx, (int)role);
+        return -1;
+    }
+    if (!shape)
+        shape = "";
+    int64_t elems;
+    snprintf(what, sizeof what, "tensors[%d].shape", idx);
+    if (shape_elems(g, shape, what, &elems, err))
+        return -1;
+    int64_t size = (int64_t)ap_dtype_size(dtype);
+    if (elems > INT64_MAX / size) {
+        fail(g, err, "%s: \"%s\" has more than 2^63 bytes", what, shape);
+        return -1;
+    }
+    if (grow((void **)&g->tensors, &g->cap_tensors, g->ntensors,
+             sizeof *g->tensors)) {
+        fail(g, err, "out of memory");
+        return -1;
+    }
+    ap_tensor *t = &g->tensors[idx];
+    memset(t, 0, sizeof *t);
+    if (!(t->name = dupstr(name))) {
+        fail(g, err, "out of memory");
+        return -1;
+    }
+    memcpy(t->shape, shape, strlen(shape) + 1);
+    t->rank = (int)strlen(shape);
+    t->dtype = dtype;
+    t->role = role;
+    t->producer = -1;
+    t->layer = -1;
+    t->elems = elems;
+    t->bytes = elems * size;
+    return g->ntensors++;
+}
+
+/* Resolves an op's tensor names; the op does not exist yet, so messages use
+ * the index it would get. */
+static int resolve(const ap_graph *g, const char *field,
+                   const char *const *names, int n, int *out, char *err)
+{
+    for (int i = 0; i < n; i++) {
+        int t = ap_graph_find_tensor(g, names ? names[i] : NULL);
+        if (t < 0) {
+            fail(g, err, "ops[%d].%s[%d]: unknown tensor \"%s\"", g->nops,
+                 field, i, names && names[i] ? names[i] : "(null)");
+            return -1;
+        }
+        out[i] = t;
+    }
+    return 0;
+}
+
+/* An op may only write activations, each at most once in the whole graph. */
+static int check_outputs(const ap_graph *g, const int *out, int n, char *err)
+{
+    for (int i = 0; i < n; i++) {
+        const ap_tensor *t = &g->tensors[out[i]];
+        if (t->role != AP_TENSOR_ACT) {
+            fail(g, err,
+                 "ops[%d].outputs[%d]: tensor \"%s\" is a%s, which no op "
+                 "can produce",
+                 g->nops, i, t->name,
+                 t->role == AP_TENSOR_INPUT ? "n input" : " parameter");
+            return -1;
+        }
+        int twice = 0;
+        for (int j = 0; j < i; j++)
+            twice |= out[j] == out[i];
+        if (t->producer >= 0 || twice) {
+            fail(g, err,
+                 "ops[%d].outputs[%d]: tensor \"%s\" is already produced by "
+                 "op \"%s\"",
+                 g->nops, i, t->name,
+                 twice ? "(this op)" : g->ops[t->producer].name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
+                    int layer, const char *const *inputs, int ninputs,
+                    const char *const *outputs, int noutputs, char *err)
+{
+    int idx = g->nops;
+    int in[AP_MAX_IO], out[AP_MAX_IO];
+    if (check_open(g, err))
+        return -1;
+    if (!name || !name[0]) {
+        fail(g, err, "ops[%d].name: must not be empty", idx);
+        return -1;
+    }
+    int dup = ap_graph_find_op(g, name);
+    if (dup >= 0) {
+        fail(g, err, "ops[%d].name: \"%s\" is already ops[%d]", idx, name,
+             dup);
+        return -1;
+    }
+    if ((int)kind < AP_OP_MATMUL || (int)kind > AP_OP_COMBINE ||
+        sub < 0 || sub >= (sub_count(kind) ? sub_count(kind) : 1)) {
+        fail(g, err, "ops[%d].kind: unknown kind %d (sub %d)", idx,
+             (int)kind, sub);
+        return -1;
+    }
+    if (layer < -1) {
+        fail(g, err, "ops[%d].layer: must be >= 0, got %d", idx, layer);
+        return -1;
+    }
+    if (ninputs < 0 || ninputs > AP_MAX_IO) {
+        fail(g, err, "ops[%d].inputs: %d tensors; at most %d allowed", idx,
+             ninputs, AP_MAX_IO);
+        return -1;
+    }
+    if (noutputs < 1 || noutputs > AP_MAX_IO) {
+        fail(g, err, "ops[%d].outputs: %d tensors; 1 to %d allowed", idx,
+             noutputs, AP_MAX_IO);
+        return -1;
+    }
+    if (resolve(g, "inputs", inputs, ninputs, in, err) ||
+        resolve(g, "outputs", outputs, noutputs, out, err) ||
+        check_outputs(g, out, noutputs, err))
+        return -1;
+    if (grow((void **)&g->ops, &g->cap_ops, g->nops, sizeof *g->ops)) {
+        fail(g, err, "out of memory");
+        return -1;
+    }
+    ap_op *op = &g->ops[idx];
+    memset(op, 0, sizeof *op);
+    if (!(op->name = dupstr(name))) {
+        fail(g, err, "out of memory");
+        return -1;
+    }
+    op->kind = kind;
+    op->sub = sub_count(kind) ? sub : 0;
+    op->layer = layer;
+    op->ninputs = ninputs;
+    op->noutputs = noutputs;
+    memcpy(op->inputs, in, sizeof(int) * (size_t)ninputs);
+    memcpy(op->outputs, out, sizeof(int) * (size_t)noutputs);
+    for (int i = 0; i < noutputs; i++)
+        g->tensors[out[i]].producer = idx;
+    return g->nops++;
+}
+
+/* Files. */
+
+int ap_read_file(const char *path, char **text, size_t *len, char *err)
+{
+    *text = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, AP_ERR_LEN, "%s: cannot open: %s", path,
+                 strerror(errno));
+        return AP_EINPUT;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, AP_ERR_LEN, "%s: not a regular file", path);
+        fclose(f);
+        return AP_EINPUT;
+    }
+    /* Read one byte past the limit so that a file that grew after the stat,
+     * or a size the stat did not know, is still refused. */
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        if (n == cap) {
+            size_t ncap = cap * 2 > (size_t)AP_MAX_FILE_BYTES + 1
+                              ? (size_t)AP_MAX_FILE_BYTES + 1
+                              : cap * 2;
+            char *p = realloc(buf, ncap + 1);
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p;
+            cap = ncap;
+        }
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (k == 0 || n > AP_MAX_FILE_BYTES)
+            break;
+    }
+    int rerr = ferror(f);
+    fclose(f);
+    if (n > AP_MAX_FILE_BYTES) {
+        snprintf(err, AP_ERR_LEN, "%s: file is over the limit of %u MiB",
+                 path, AP_MAX_FILE_BYTES >> 20);
+        free(buf);
+        return AP_EINPUT;
+    }
+    if (!buf || rerr) {
+        snprintf(err, AP_ERR_LEN, "%s: %s", path,
+                 buf ? "read error" : "out of memory");
+        free(buf);
+        return buf ? AP_EINPUT : AP_EINTERNAL;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return AP_OK;
+}
