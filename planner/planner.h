@@ -74,4 +74,44 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
 /* Writes "b@0 f@1 rs:s" style text for a strategy, for plans and reports. */
 void ap_strategy_format(const ap_strategy *s, char *buf, size_t len);
 
+/* The intra-op ILP in index form: node u picks one of nstrat[u] choices at
+ * cost[u][i] and memory mem[u][i]; an edge (u, v) adds cost[i*nstrat[v] + j]
+ * when u picks i and v picks j. Minimise the total subject to the memory row
+ * (when mem_limit > 0). The quadratic edge term is linearised with one
+ * continuous variable per pair and marginal constraints, which are exact
+ * once the node choices are integral and keep the LP relaxation tight. */
+typedef struct {
+    int u, v;
+    const double *cost;
+} ap_ilp_edge;
+
+typedef struct {
+    int nnodes;
+    const int *nstrat;
+    const double *const *cost;
+    const double *const *mem;
+    int nedges;
+    const ap_ilp_edge *edges;
+    double mem_limit;
+    double time_limit_s; /* <= 0: none */
+    double gap;          /* relative MIP gap accepted, e.g. 1e-4 */
+} ap_ilp;
+
+typedef enum { AP_ILP_OPTIMAL, AP_ILP_FEASIBLE, AP_ILP_INFEASIBLE } ap_ilp_status;
+
+typedef struct {
+    ap_ilp_status status;
+    double objective;
+    double gap;   /* relative gap of a feasible (not proven optimal) answer */
+    double memory;
+    int rows, cols;
+} ap_ilp_result;
+
+/* Solves with GLPK; choice[u] receives node u's pick. A GLPK error becomes
+ * AP_EINTERNAL with its message, never an abort. Thread-safe: each call keeps
+ * its GLPK state to itself (Debian's GLPK environment is thread-local). */
+int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err);
+/* For tests: make the next ap_ilp_solve in this thread hit a GLPK error. */
+void ap_ilp_inject_fault(void);
+
 #endif

@@ -1,0 +1,235 @@
+/* ilp.c -- the intra-op ILP, solved with GLPK's branch and cut.
+ *
+ * GLPK reports internal errors by calling an error hook and then aborting;
+ * the hook installed here long-jumps back instead, after which the only safe
+ * step is glp_free_env(), which frees this thread's GLPK state. Each solve
+ * therefore creates and frees its own problem object and nothing else lives
+ * in the thread's environment. */
+#include <glpk.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner.h"
+
+typedef struct {
+    jmp_buf jump;
+} guard;
+
+static _Thread_local int inject_fault;
+
+void ap_ilp_inject_fault(void) { inject_fault = 1; }
+
+static void on_glpk_error(void *info)
+{
+    guard *g = info;
+    longjmp(g->jump, 1);
+}
+
+static int silence(void *info, const char *s)
+{
+    (void)info;
+    (void)s;
+    return 1; /* keep GLPK's terminal output off our stdout */
+}
+
+/* Column index of node u's choice i; GLPK numbers from 1. */
+static int *node_base(const ap_ilp *p, int *ncols)
+{
+    int *base = malloc(sizeof *base * (size_t)(p->nnodes + 1));
+    if (!base)
+        return NULL;
+    int n = 1;
+    for (int u = 0; u < p->nnodes; u++) {
+        base[u] = n;
+        n += p->nstrat[u];
+    }
+    base[p->nnodes] = n;
+    *ncols = n - 1;
+    return base;
+}
+
+typedef struct {
+    int n, cap;
+    int *ia, *ja;
+    double *ar;
+} triplets;
+
+static int push(triplets *t, int i, int j, double v)
+{
+    if (t->n + 1 >= t->cap) {
+        int cap = t->cap ? t->cap * 2 : 1024;
+        int *ia = realloc(t->ia, sizeof *ia * (size_t)cap);
+        if (!ia)
+            return -1;
+        t->ia = ia;
+        int *ja = realloc(t->ja, sizeof *ja * (size_t)cap);
+        if (!ja)
+            return -1;
+        t->ja = ja;
+        double *ar = realloc(t->ar, sizeof *ar * (size_t)cap);
+        if (!ar)
+            return -1;
+        t->ar = ar;
+        t->cap = cap;
+    }
+    t->n++;
+    t->ia[t->n] = i; /* GLPK's arrays start at index 1 */
+    t->ja[t->n] = j;
+    t->ar[t->n] = v;
+    return 0;
+}
+
+static int build(glp_prob *lp, const ap_ilp *p, const int *base, int ncols,
+                 triplets *t)
+{
+    int nedgecols = 0;
+    for (int e = 0; e < p->nedges; e++)
+        nedgecols += p->nstrat[p->edges[e].u] * p->nstrat[p->edges[e].v];
+    glp_set_obj_dir(lp, GLP_MIN);
+    glp_add_cols(lp, ncols + nedgecols);
+    for (int u = 0; u < p->nnodes; u++)
+        for (int i = 0; i < p->nstrat[u]; i++) {
+            int col = base[u] + i;
+            glp_set_col_kind(lp, col, GLP_BV);
+            glp_set_obj_coef(lp, col, p->cost[u][i]);
+        }
+    int row = glp_add_rows(lp, p->nnodes);
+    for (int u = 0; u < p->nnodes; u++) {
+        glp_set_row_bnds(lp, row + u, GLP_FX, 1, 1);
+        for (int i = 0; i < p->nstrat[u]; i++)
+            if (push(t, row + u, base[u] + i, 1))
+                return -1;
+    }
+    int col = ncols + 1;
+    for (int e = 0; e < p->nedges; e++) {
+        const ap_ilp_edge *ed = &p->edges[e];
+        int nu = p->nstrat[ed->u], nv = p->nstrat[ed->v];
+        int ru = glp_add_rows(lp, nu), rv = glp_add_rows(lp, nv);
+        for (int i = 0; i < nu; i++) {
+            glp_set_row_bnds(lp, ru + i, GLP_FX, 0, 0);
+            if (push(t, ru + i, base[ed->u] + i, -1))
+                return -1;
+        }
+        for (int j = 0; j < nv; j++) {
+            glp_set_row_bnds(lp, rv + j, GLP_FX, 0, 0);
+            if (push(t, rv + j, base[ed->v] + j, -1))
+                return -1;
+        }
+        for (int i = 0; i < nu; i++)
+            for (int j = 0; j < nv; j++, col++) {
+                glp_set_col_bnds(lp, col, GLP_DB, 0, 1);
+                glp_set_obj_coef(lp, col, ed->cost[i * nv + j]);
+                if (push(t, ru + i, col, 1) || push(t, rv + j, col, 1))
+                    return -1;
+            }
+    }
+    if (p->mem_limit > 0) {
+        int r = glp_add_rows(lp, 1);
+        glp_set_row_bnds(lp, r, GLP_UP, 0, p->mem_limit);
+        for (int u = 0; u < p->nnodes; u++)
+            for (int i = 0; i < p->nstrat[u]; i++)
+                if (p->mem[u][i] != 0 && push(t, r, base[u] + i, p->mem[u][i]))
+                    return -1;
+    }
+    if (inject_fault) {
+        inject_fault = 0;
+        glp_set_col_kind(lp, ncols + nedgecols + 7, GLP_BV); /* out of range */
+    }
+    glp_load_matrix(lp, t->n, t->ia, t->ja, t->ar);
+    return 0;
+}
+
+static void read_choice(glp_prob *lp, const ap_ilp *p, const int *base,
+                        int *choice, ap_ilp_result *res)
+{
+    res->memory = 0;
+    for (int u = 0; u < p->nnodes; u++) {
+        choice[u] = 0;
+        for (int i = 0; i < p->nstrat[u]; i++)
+            if (glp_mip_col_val(lp, base[u] + i) > 0.5) {
+                choice[u] = i;
+                break;
+            }
+        if (p->mem)
+            res->memory += p->mem[u][choice[u]];
+    }
+    res->objective = glp_mip_obj_val(lp);
+}
+
+static int solve(glp_prob *lp, const ap_ilp *p, ap_ilp_result *res, char *err)
+{
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.mip_gap = p->gap > 0 ? p->gap : 1e-6;
+    if (p->time_limit_s > 0)
+        parm.tm_lim = (int)(p->time_limit_s * 1000);
+    int rc = glp_intopt(lp, &parm);
+    int st = glp_mip_status(lp);
+    if (st == GLP_NOFEAS || rc == GLP_ENOPFS) {
+        res->status = AP_ILP_INFEASIBLE;
+        return AP_OK;
+    }
+    if (st != GLP_OPT && st != GLP_FEAS) {
+        snprintf(err, AP_ERR_LEN, "GLPK found no solution (glp_intopt returned %d)", rc);
+        return AP_EINTERNAL;
+    }
+    res->status = st == GLP_OPT && rc == 0 ? AP_ILP_OPTIMAL : AP_ILP_FEASIBLE;
+    return AP_OK;
+}
+
+int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err)
+{
+    memset(res, 0, sizeof *res);
+    int ncols;
+    int *base = node_base(p, &ncols);
+    triplets t = {0};
+    if (!base) {
+        snprintf(err, AP_ERR_LEN, "out of memory building the ILP");
+        return AP_EINTERNAL;
+    }
+    volatile int status = AP_OK;
+    guard g;
+    glp_prob *volatile lp = NULL;
+    glp_term_hook(silence, NULL);
+    glp_error_hook(on_glpk_error, &g);
+    if (setjmp(g.jump)) {
+        /* GLPK's state is unusable after an error: drop all of it. */
+        glp_free_env();
+        snprintf(err, AP_ERR_LEN, "GLPK failed while solving the sharding ILP");
+        free(base);
+        free(t.ia);
+        free(t.ja);
+        free(t.ar);
+        return AP_EINTERNAL;
+    }
+    lp = glp_create_prob();
+    if (build(lp, p, base, ncols, &t)) {
+        snprintf(err, AP_ERR_LEN, "out of memory building the ILP");
+        status = AP_EINTERNAL;
+    } else {
+        res->rows = glp_get_num_rows(lp);
+        res->cols = glp_get_num_cols(lp);
+        status = solve(lp, p, res, err);
+        if (status == AP_OK && res->status != AP_ILP_INFEASIBLE) {
+            read_choice(lp, p, base, choice, res);
+            double bound = glp_get_obj_val(lp);
+            res->gap = res->status == AP_ILP_OPTIMAL || res->objective == 0
+                           ? 0
+                           : (res->objective - bound) / res->objective;
+            if (res->gap < 0)
+                res->gap = 0;
+        }
+    }
+    glp_delete_prob(lp);
+    glp_error_hook(NULL, NULL);
+    glp_term_hook(NULL, NULL);
+    free(base);
+    free(t.ia);
+    free(t.ja);
+    free(t.ar);
+    return status;
+}
