@@ -1,0 +1,942 @@
+/* finalize.c -- sealing a graph: validation against each op kind's shape
+ * rules, the topological order, and the derived quantities (FLOPs, bytes
+ * moved, bytes saved for backward, parameter counts, layer classes).
+ *
+ * Messages name ops and tensors by position (`ops[7].inputs[1]`), which is
+ * also their JSON path when the graph came from a model file. */
+#include "graph/graph.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void fail(const ap_graph *g, char *err, const char *fmt, ...)
+{
+    size_t n = 0;
+    if (g->source[0]) {
+        int k = snprintf(err, AP_ERR_LEN, "%s: ", g->source);
+        n = k < 0 ? 0 : (size_t)k;
+        if (n >= AP_ERR_LEN)
+            return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + n, AP_ERR_LEN - n, fmt, ap);
+    va_end(ap);
+}
+
+/* Validation of one op: `where` is "" or ".inputs[1]" and so on. */
+typedef struct {
+    const ap_graph *g;
+    const ap_op *op;
+    int index;
+    char *err;
+} check;
+
+static int bad(const check *c, const char *where, const char *fmt, ...)
+{
+    char msg[AP_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fail(c->g, c->err, "ops[%d]%s: %s \"%s\": %s", c->index, where,
+         ap_op_kind_name(c->op), c->op->name, msg);
+    return -1;
+}
+
+static const ap_tensor *in(const check *c, int i)
+{
+    return &c->g->tensors[c->op->inputs[i]];
+}
+
+static const ap_tensor *out(const check *c, int i)
+{
+    return &c->g->tensors[c->op->outputs[i]];
+}
+
+static int64_t size_of(const ap_graph *g, char label)
+{
+    const ap_dim *d = ap_graph_dim(g, label);
+    return d ? d->size : 1;
+}
+
+/* A set of labels as bits by dimension index. */
+static uint64_t labels(const ap_graph *g, const char *shape)
+{
+    uint64_t m = 0;
+    for (; *shape; shape++)
+        m |= (uint64_t)1 << ap_graph_dim_index(g, *shape);
+    return m;
+}
+
+static int is_int(ap_dtype t)
+{
+    return t == AP_INT32 || t == AP_INT64;
+}
+
+static int check_arity(const check *c, int min_in, int max_in, int min_out,
+                       int max_out)
+{
+    const ap_op *op = c->op;
+    if (op->ninputs < min_in || op->ninputs > max_in) {
+        if (min_in == max_in)
+            return bad(c, ".inputs", "takes %d input%s, got %d", min_in,
+                       min_in == 1 ? "" : "s", op->ninputs);
+        return bad(c, ".inputs", "takes %d to %d inputs, got %d", min_in,
+                   max_in, op->ninputs);
+    }
+    if (op->noutputs < min_out || op->noutputs > max_out) {
+        if (min_out == max_out)
+            return bad(c, ".outputs", "has %d output%s, got %d", min_out,
+                       min_out == 1 ? "" : "s", op->noutputs);
+        return bad(c, ".outputs", "has %d to %d outputs, got %d", min_out,
+                   max_out, op->noutputs);
+    }
+    return 0;
+}
+
+static int check_rank(const check *c, const ap_tensor *t, const char *where,
+                      int rank, const char *what)
+{
+    if (t->rank != rank)
+        return bad(c, where, "%s \"%s\" must have %d labels, has \"%s\"",
+                   what, t->name, rank, t->shape);
+    return 0;
+}
+
+static int check_matmul(const check *c)
+{
+    const ap_graph *g = c->g;
+    if (check_arity(c, 2, 3, 1, 1))
+        return -1;
+    uint64_t a = labels(g, in(c, 0)->shape), b = labels(g, in(c, 1)->shape);
+    uint64_t o = labels(g, out(c, 0)->shape);
+    if (o & ~(a | b))
+        return bad(c, ".outputs[0]",
+                   "output \"%s\" has a label in neither input (\"%s\", "
+                   "\"%s\")",
+                   out(c, 0)->shape, in(c, 0)->shape, in(c, 1)->shape);
+    if (!((a | b) & ~o))
+        return bad(c, "", "contracts no label: \"%s,%s->%s\"",
+                   in(c, 0)->shape, in(c, 1)->shape, out(c, 0)->shape);
+    if (c->op->ninputs == 3 && (labels(g, in(c, 2)->shape) & ~o))
+        return bad(c, ".inputs[2]",
+                   "bias \"%s\" has a label not in the output \"%s\"",
+                   in(c, 2)->shape, out(c, 0)->shape);
+    return 0;
+}
+
+static int check_elementwise(const check *c)
+{
+    if (check_arity(c, 1, 1, 1, 1))
+        return -1;
+    if (in(c, 0)->role != AP_TENSOR_ACT)
+        return bad(c, ".inputs[0]", "input \"%s\" must be an activation",
+                   in(c, 0)->name);
+    if (strcmp(in(c, 0)->shape, out(c, 0)->shape))
+        return bad(c, ".outputs[0]",
+                   "output shape \"%s\" differs from the input's \"%s\"",
+                   out(c, 0)->shape, in(c, 0)->shape);
+    if (c->op->kind == AP_OP_DROPOUT &&
+        !(c->op->dropout_p >= 0 && c->op->dropout_p < 1))
+        return bad(c, ".p", "dropout probability %g is not in [0, 1)",
+                   c->op->dropout_p);
+    return 0;
+}
+
+static int check_binary(const check *c)
+{
+    if (check_arity(c, 2, 2, 1, 1))
+        return -1;
+    uint64_t a = labels(c->g, in(c, 0)->shape);
+    uint64_t b = labels(c->g, in(c, 1)->shape);
+    uint64_t o = labels(c->g, out(c, 0)->shape);
+    for (int i = 0; i < 2; i++)
+        if (labels(c->g, in(c, i)->shape) & ~o)
+            return bad(c, i ? ".inputs[1]" : ".inputs[0]",
+                       "input \"%s\" has a label not in the output \"%s\"",
+                       in(c, i)->shape, out(c, 0)->shape);
+    if (o & ~(a | b))
+        return bad(c, ".outputs[0]",
+                   "output \"%s\" has a label in neither input",
+                   out(c, 0)->shape);
+    return 0;
+}
+
+static int check_norm(const check *c)
+{
+    if (check_arity(c, 1, 3, 1, 1))
+        return -1;
+    const ap_tensor *x = in(c, 0);
+    if (x->rank < 1)
+        return bad(c, ".inputs[0]", "input \"%s\" is a scalar", x->name);
+    char last[2] = {x->shape[x->rank - 1], 0};
+    for (int i = 1; i < c->op->ninputs; i++)
+        if (strcmp(in(c, i)->shape, last)) {
+            char where[32];
+            snprintf(where, sizeof where, ".inputs[%d]", i);
+            return bad(c, where,
+                       "%s \"%s\" must have shape \"%s\" (the input's last "
+                       "label), has \"%s\"",
+                       i == 1 ? "weight" : "bias", in(c, i)->name, last,
+                       in(c, i)->shape);
+        }
+    if (strcmp(x->shape, out(c, 0)->shape))
+        return bad(c, ".outputs[0]",
+                   "output shape \"%s\" differs from the input's \"%s\"",
+                   out(c, 0)->shape, x->shape);
+    return 0;
+}
+
+static int check_attention(const check *c)
+{
+    if (check_arity(c, 3, 3, 1, 1))
+        return -1;
+    const ap_tensor *q = in(c, 0), *k = in(c, 1), *v = in(c, 2),
+                    *o = out(c, 0);
+    if (check_rank(c, q, ".inputs[0]", 4, "q [b,s,n,d]") ||
+        check_rank(c, k, ".inputs[1]", 4, "k [b,s,g,d]") ||
+        check_rank(c, v, ".inputs[2]", 4, "v [b,s,g,e]") ||
+        check_rank(c, o, ".outputs[0]", 4, "output [b,s,n,e]"))
+        return -1;
+    const char *Q = q->shape, *K = k->shape, *V = v->shape, *O = o->shape;
+    if (K[0] != Q[0] || K[1] != Q[1] || K[3] != Q[3])
+        return bad(c, ".inputs[1]",
+                   "k \"%s\" must share q's batch, sequence and head-dim "
+                   "labels (q is \"%s\")",
+                   K, Q);
+    if (V[0] != Q[0] || V[1] != Q[1] || V[2] != K[2])
+        return bad(c, ".inputs[2]",
+                   "v \"%s\" must share q's batch and sequence and k's "
+                   "kv-head labels",
+                   V);
+    if (O[0] != Q[0] || O[1] != Q[1] || O[2] != Q[2] || O[3] != V[3])
+        return bad(c, ".outputs[0]",
+                   "output \"%s\" must be q's [b,s,n] and v's last label", O);
+    if (size_of(c->g, Q[2]) % size_of(c->g, K[2]))
+        return bad(c, "", "%lld heads do not divide into %lld kv heads",
+                   (long long)size_of(c->g, Q[2]),
+                   (long long)size_of(c->g, K[2]));
+    if (!(c->op->dropout_p >= 0 && c->op->dropout_p < 1))
+        return bad(c, ".dropout", "dropout probability %g is not in [0, 1)",
+                   c->op->dropout_p);
+    return 0;
+}
+
+static int check_embedding(const check *c)
+{
+    if (check_arity(c, 2, 2, 1, 1))
+        return -1;
+    const ap_tensor *ids = in(c, 0), *table = in(c, 1), *o = out(c, 0);
+    if (check_rank(c, ids, ".inputs[0]", 2, "ids [b,s]") ||
+        check_rank(c, table, ".inputs[1]", 2, "table [v,h]") ||
+        check_rank(c, o, ".outputs[0]", 3, "output [b,s,h]"))
+        return -1;
+    if (ids->role != AP_TENSOR_INPUT || !is_int(ids->dtype))
+        return bad(c, ".inputs[0]",
+                   "ids \"%s\" must be an input of an integer dtype",
+                   ids->name);
+    if (table->role != AP_TENSOR_PARAM)
+        return bad(c, ".inputs[1]", "table \"%s\" must be a parameter",
+                   table->name);
+    if (o->shape[0] != ids->shape[0] || o->shape[1] != ids->shape[1] ||
+        o->shape[2] != table->shape[1])
+        return bad(c, ".outputs[0]",
+                   "output \"%s\" must be \"%c%c%c\" (ids then the table's "
+                   "last label)",
+                   o->shape, ids->shape[0], ids->shape[1], table->shape[1]);
+    return 0;
+}
+
+static int check_loss(const check *c)
+{
+    if (check_arity(c, 2, 2, 1, 1))
+        return -1;
+    const ap_tensor *x = in(c, 0), *y = in(c, 1);
+    if (check_rank(c, x, ".inputs[0]", 3, "logits [b,s,v]") ||
+        check_rank(c, y, ".inputs[1]", 2, "labels [b,s]") ||
+        check_rank(c, out(c, 0), ".outputs[0]", 0, "loss (a scalar)"))
+        return -1;
+    if (!is_int(y->dtype) || y->shape[0] != x->shape[0] ||
+        y->shape[1] != x->shape[1])
+        return bad(c, ".inputs[1]",
+                   "labels \"%s\" must be integers shaped \"%c%c\"", y->name,
+                   x->shape[0], x->shape[1]);
+    return 0;
+}
+
+static int check_layout(const check *c)
+{
+    int split = c->op->sub == AP_LAYOUT_SPLIT;
+    int concat = c->op->sub == AP_LAYOUT_CONCAT;
+    if (check_arity(c, 1, concat ? AP_MAX_IO : 1, 1, split ? AP_MAX_IO : 1))
+        return -1;
+    int64_t nin = 0, nout = 0;
+    for (int i = 0; i < c->op->ninputs; i++)
+        nin += in(c, i)->elems;
+    for (int i = 0; i < c->op->noutputs; i++) {
+        nout += out(c, i)->elems;
+        if (out(c, i)->dtype != in(c, 0)->dtype)
+            return bad(c, ".outputs", "output \"%s\" changes the dtype",
+                       out(c, i)->name);
+    }
+    if (nin != nout)
+        return bad(c, "", "inputs hold %lld elements but outputs %lld",
+                   (long long)nin, (long long)nout);
+    if (c->op->sub == AP_LAYOUT_TRANSPOSE &&
+        (in(c, 0)->rank != out(c, 0)->rank ||
+         labels(c->g, in(c, 0)->shape) != labels(c->g, out(c, 0)->shape)))
+        return bad(c, ".outputs[0]",
+                   "output \"%s\" is not a permutation of \"%s\"",
+                   out(c, 0)->shape, in(c, 0)->shape);
+    return 0;
+}
+
+static int check_top_k(const check *c, char experts)
+{
+    int64_t e = size_of(c->g, experts);
+    if (c->op->top_k < 1 || c->op->top_k > e)
+        return bad(c, ".top_k", "top_k %d is not in 1..%lld (experts)",
+                   c->op->top_k, (long long)e);
+    return 0;
+}
+
+static int check_router(const check *c)
+{
+    if (check_arity(c, 2, 2, 1, 1))
+        return -1;
+    const ap_tensor *x = in(c, 0), *w = in(c, 1), *p = out(c, 0);
+    if (check_rank(c, x, ".inputs[0]", 3, "x [b,s,h]") ||
+        check_rank(c, w, ".inputs[1]", 2, "w [h,e]") ||
+        check_rank(c, p, ".outputs[0]", 3, "probs [b,s,e]"))
+        return -1;
+    if (w->shape[0] != x->shape[2])
+        return bad(c, ".inputs[1]", "w \"%s\" must start with x's '%c'",
+                   w->shape, x->shape[2]);
+    if (p->shape[0] != x->shape[0] || p->shape[1] != x->shape[1] ||
+        p->shape[2] != w->shape[1])
+        return bad(c, ".outputs[0]", "probs \"%s\" must be \"%c%c%c\"",
+                   p->shape, x->shape[0], x->shape[1], w->shape[1]);
+    return check_top_k(c, w->shape[1]);
+}
+
+static int is_capacity(const ap_graph *g, char label)
+{
+    const ap_dim *d = ap_graph_dim(g, label);
+    return d && d->kind == AP_DIM_CAPACITY;
+}
+
+static int check_dispatch(const check *c)
+{
+    if (check_arity(c, 2, 2, 1, 1))
+        return -1;
+    const ap_tensor *x = in(c, 0), *p = in(c, 1), *y = out(c, 0);
+    if (check_rank(c, x, ".inputs[0]", 3, "x [b,s,h]") ||
+        check_rank(c, p, ".inputs[1]", 3, "probs [b,s,e]") ||
+        check_rank(c, y, ".outputs[0]", 3, "output [e,c,h]"))
+        return -1;
+    if (p->shape[0] != x->shape[0] || p->shape[1] != x->shape[1])
+        return bad(c, ".inputs[1]", "probs \"%s\" must start with \"%.2s\"",
+                   p->shape, x->shape);
+    if (y->shape[0] != p->shape[2] || y->shape[2] != x->shape[2] ||
+        !is_capacity(c->g, y->shape[1]))
+        return bad(c, ".outputs[0]",
+                   "output \"%s\" must be [experts, capacity, hidden] = "
+                   "\"%c?%c\" with a capacity dimension in the middle",
+                   y->shape, p->shape[2], x->shape[2]);
+    return check_top_k(c, p->shape[2]);
+}
+
+static int check_combine(const check *c)
+{
+    if (check_arity(c, 2, 2, 1, 1))
+        return -1;
+    const ap_tensor *y = in(c, 0), *p = in(c, 1), *o = out(c, 0);
+    if (check_rank(c, y, ".inputs[0]", 3, "y [e,c,h]") ||
+        check_rank(c, p, ".inputs[1]", 3, "probs [b,s,e]") ||
+        check_rank(c, o, ".outputs[0]", 3, "output [b,s,h]"))
+        return -1;
+    if (y->shape[0] != p->shape[2] || !is_capacity(c->g, y->shape[1]))
+        return bad(c, ".inputs[0]",
+                   "y \"%s\" must be [experts, capacity, hidden] with the "
+                   "experts label '%c' of the probs",
+                   y->shape, p->shape[2]);
+    if (o->shape[0] != p->shape[0] || o->shape[1] != p->shape[1] ||
+        o->shape[2] != y->shape[2])
+        return bad(c, ".outputs[0]", "output \"%s\" must be \"%c%c%c\"",
+                   o->shape, p->shape[0], p->shape[1], y->shape[2]);
+    return check_top_k(c, p->shape[2]);
+}
+
+static int check_op(const ap_graph *g, int i, char *err)
+{
+    check c = {g, &g->ops[i], i, err};
+    switch (c.op->kind) {
+    case AP_OP_MATMUL: return check_matmul(&c);
+    case AP_OP_UNARY:
+    case AP_OP_SOFTMAX:
+    case AP_OP_DROPOUT: return check_elementwise(&c);
+    case AP_OP_BINARY: return check_binary(&c);
+    case AP_OP_NORM: return check_norm(&c);
+    case AP_OP_ATTENTION: return check_attention(&c);
+    case AP_OP_EMBEDDING: return check_embedding(&c);
+    case AP_OP_LOSS: return check_loss(&c);
+    case AP_OP_RESHAPE: return check_layout(&c);
+    case AP_OP_ROUTER: return check_router(&c);
+    case AP_OP_DISPATCH: return check_dispatch(&c);
+    case AP_OP_COMBINE: return check_combine(&c);
+    }
+    return bad(&c, ".kind", "unknown kind");
+}
+
+/* Every activation has a producer and every input or parameter a reader:
+ * anything else is a typo in a name or a half-written model. */
+static int check_tensors(const ap_graph *g, const int *uses, char *err)
+{
+    for (int i = 0; i < g->ntensors; i++) {
+        const ap_tensor *t = &g->tensors[i];
+        if (t->role == AP_TENSOR_ACT && t->producer < 0) {
+            fail(g, err, "tensors[%d]: activation \"%s\" is never produced "
+                         "by any op", i, t->name);
+            return -1;
+        }
+        if (t->role != AP_TENSOR_ACT && !uses[i]) {
+            fail(g, err, "tensors[%d]: %s \"%s\" is never read by any op", i,
+                 t->role == AP_TENSOR_PARAM ? "parameter" : "input", t->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A min-heap of op indices, so that Kahn's algorithm breaks ties by index
+ * and the order does not depend on anything but the graph. */
+typedef struct {
+    int *a;
+    int n;
+} heap;
+
+static void heap_push(heap *h, int v)
+{
+    int i = h->n++;
+    while (i > 0 && h->a[(i - 1) / 2] > v) {
+        h->a[i] = h->a[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->a[i] = v;
+}
+
+static int heap_pop(heap *h)
+{
+    int top = h->a[0], v = h->a[--h->n], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= h->n)
+            break;
+        if (c + 1 < h->n && h->a[c + 1] < h->a[c])
+            c++;
+        if (h->a[c] >= v)
+            break;
+        h->a[i] = h->a[c];
+        i = c;
+    }
+    if (h->n)
+        h->a[i] = v;
+    return top;
+}
+
+/* Names the ops of one cycle among those Kahn's algorithm could not order:
+ * walk back along unordered producers until an op repeats. */
+static void report_cycle(const ap_graph *g, const int *indeg, char *err)
+{
+    int start = 0;
+    while (start < g->nops && !indeg[start])
+        start++;
+    int *seen = calloc((size_t)g->nops, sizeof *seen);
+    int u = start, step = 1;
+    while (seen && !seen[u]) {
+        seen[u] = step++;
+        const ap_op *op = &g->ops[u];
+        for (int i = 0; i < op->ninputs; i++) {
+            int p = g->tensors[op->inputs[i]].producer;
+            if (p >= 0 && indeg[p]) {
+                u = p;
+                break;
+            }
+        }
+    }
+    char path[AP_ERR_LEN];
+    int k0 = snprintf(path, sizeof path, "%s -> ", g->ops[u].name);
+    size_t n = k0 > 0 ? (size_t)k0 : 0;
+    /* The walk went backwards; print the cycle forwards from u. */
+    for (int s = step - 1; seen && s > seen[u] && n < sizeof path; s--)
+        for (int v = 0; v < g->nops; v++)
+            if (seen[v] == s) {
+                int k = snprintf(path + n, sizeof path - n, "%s -> ",
+                                 g->ops[v].name);
+                n += k > 0 ? (size_t)k : 0;
+                break;
+            }
+    fail(g, err, "ops[%d]: op \"%s\" is on a cycle: %s%s", u,
+         g->ops[u].name, path, g->ops[u].name);
+    free(seen);
+}
+
+static int topo_sort(ap_graph *g, const int *uses, char *err)
+{
+    int n = g->nops, done = 0;
+    int *indeg = calloc((size_t)n + 1, sizeof *indeg);
+    int *first = calloc((size_t)g->ntensors + 1, sizeof *first);
+    int *readers = malloc(sizeof *readers * ((size_t)n * AP_MAX_IO + 1));
+    heap h = {malloc(sizeof(int) * ((size_t)n + 1)), 0};
+    g->topo = malloc(sizeof *g->topo * ((size_t)n + 1));
+    if (!indeg || !first || !readers || !h.a || !g->topo) {
+        fail(g, err, "out of memory");
+        free(indeg), free(first), free(readers), free(h.a);
+        return AP_EINTERNAL;
+    }
+    /* readers[first[t] .. first[t+1]) are the ops reading tensor t. */
+    for (int t = 0; t < g->ntensors; t++)
+        first[t + 1] = first[t] + uses[t];
+    int *fill = calloc((size_t)g->ntensors + 1, sizeof *fill);
+    if (!fill) {
+        fail(g, err, "out of memory");
+        free(indeg), free(first), free(readers), free(h.a);
+        return AP_EINTERNAL;
+    }
+    for (int u = 0; u < n; u++)
+        for (int i = 0; i < g->ops[u].ninputs; i++) {
+            int t = g->ops[u].inputs[i];
+            readers[first[t] + fill[t]++] = u;
+            indeg[u] += g->tensors[t].producer >= 0;
+        }
+    for (int u = 0; u < n; u++)
+        if (!indeg[u])
+            heap_push(&h, u);
+    while (h.n) {
+        int u = heap_pop(&h);
+        g->topo[done++] = u;
+        for (int o = 0; o < g->ops[u].noutputs; o++) {
+            int t = g->ops[u].outputs[o];
+            for (int r = first[t]; r < first[t + 1]; r++)
+                if (--indeg[readers[r]] == 0)
+                    heap_push(&h, readers[r]);
+        }
+    }
+    int rc = AP_OK;
+    if (done < n) {
+        report_cycle(g, indeg, err);
+        rc = AP_EINPUT;
+    }
+    free(indeg), free(first), free(readers), free(h.a), free(fill);
+    return rc;
+}
+
+static int check_layers(ap_graph *g, char *err)
+{
+    int max = -1;
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer > max)
+            max = g->ops[i].layer;
+    g->nlayers = max + 1;
+    char *has = calloc((size_t)g->nlayers + 1, 1);
+    if (!has) {
+        fail(g, err, "out of memory");
+        return AP_EINTERNAL;
+    }
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer >= 0)
+            has[g->ops[i].layer] = 1;
+    for (int l = 0; l < g->nlayers; l++)
+        if (!has[l]) {
+            fail(g, err, "layer %d has no ops (layers must be numbered 0 to "
+                         "%d without gaps)", l, max);
+            free(has);
+            return AP_EINPUT;
+        }
+    free(has);
+    return AP_OK;
+}
+
+/* Derived quantities. */
+
+static double dsize(const ap_graph *g, char label)
+{
+    return (double)size_of(g, label);
+}
+
+static void derive_labels(const ap_graph *g, ap_op *op)
+{
+    char set[128] = {0}, outs[128] = {0};
+    if (op->kind == AP_OP_ATTENTION) {
+        for (const char *p = g->tensors[op->inputs[0]].shape; *p; p++)
+            set[(int)*p] = 1;
+        set[(int)g->tensors[op->inputs[1]].shape[2]] = 1;
+    } else {
+        for (int i = 0; i < op->ninputs; i++)
+            for (const char *p = g->tensors[op->inputs[i]].shape; *p; p++)
+                set[(int)*p] = 1;
+        for (int i = 0; i < op->noutputs; i++)
+            for (const char *p = g->tensors[op->outputs[i]].shape; *p; p++)
+                set[(int)*p] = 1;
+    }
+    for (int i = 0; i < op->noutputs; i++)
+        for (const char *p = g->tensors[op->outputs[i]].shape; *p; p++)
+            outs[(int)*p] = 1;
+    int n = 0, m = 0;
+    for (int ch = 0; ch < 128; ch++) {
+        if (set[ch])
+            op->iter[n++] = (char)ch;
+        if (set[ch] && !outs[ch])
+            op->contracted[m++] = (char)ch;
+    }
+    op->iter[n] = op->contracted[m] = '\0';
+}
+
+static double unary_flops_per_elem(int sub)
+{
+    switch (sub) {
+    case AP_UNARY_GELU: return 8;
+    case AP_UNARY_SILU: return 4;
+    default: return 1; /* relu, scale */
+    }
+}
+
+static double op_flops(const ap_graph *g, const ap_op *op)
+{
+    const ap_tensor *x = &g->tensors[op->inputs[0]];
+    const ap_tensor *y = &g->tensors[op->outputs[0]];
+    double oe = (double)y->elems;
+    switch (op->kind) {
+    case AP_OP_MATMUL: {
+        double f = 2;
+        for (const char *p = op->iter; *p; p++)
+            f *= dsize(g, *p);
+        return f + (op->ninputs == 3 ? oe : 0);
+    }
+    case AP_OP_ATTENTION: {
+        const char *q = x->shape, *v = g->tensors[op->inputs[2]].shape;
+        double b = dsize(g, q[0]), s = dsize(g, q[1]), n = dsize(g, q[2]);
+        double ss = b * n * s * s;
+        return 2 * ss * (dsize(g, q[3]) + dsize(g, v[3])) + 5 * ss;
+    }
+    case AP_OP_ROUTER: {
+        double e = dsize(g, g->tensors[op->inputs[1]].shape[1]);
+        return 2 * (double)x->elems * e + 5 * oe;
+    }
+    case AP_OP_UNARY: return unary_flops_per_elem(op->sub) * oe;
+    case AP_OP_BINARY: return oe;
+    case AP_OP_NORM: return (op->sub == AP_NORM_LAYER ? 7 : 4) * oe;
+    case AP_OP_SOFTMAX: return 5 * oe;
+    case AP_OP_DROPOUT: return 2 * oe;
+    case AP_OP_LOSS: return 5 * (double)x->elems;
+    case AP_OP_COMBINE: return 2 * oe * op->top_k;
+    case AP_OP_EMBEDDING:
+    case AP_OP_RESHAPE:
+    case AP_OP_DISPATCH: return 0;
+    }
+    return 0;
+}
+
+static double op_bytes_moved(const ap_graph *g, const ap_op *op)
+{
+    if (op->kind == AP_OP_RESHAPE && (op->sub == AP_LAYOUT_RESHAPE ||
+                                      op->sub == AP_LAYOUT_TRANSPOSE))
+        return 0;
+    double b = 0;
+    for (int i = 0; i < op->ninputs; i++)
+        b += (double)g->tensors[op->inputs[i]].bytes;
+    for (int i = 0; i < op->noutputs; i++)
+        b += (double)g->tensors[op->outputs[i]].bytes;
+    return b;
+}
+
+static int is_view(const ap_op *op)
+{
+    return op->kind == AP_OP_RESHAPE && (op->sub == AP_LAYOUT_RESHAPE ||
+                                         op->sub == AP_LAYOUT_TRANSPOSE);
+}
+
+/* Which inputs (bits 0..7) and outputs (bits 8..15) an op's backward needs,
+ * before deduplication. */
+static unsigned wanted(const ap_op *op)
+{
+    switch (op->kind) {
+    case AP_OP_MATMUL: return 0x3;
+    case AP_OP_UNARY: return op->sub == AP_UNARY_SCALE ? 0 : 0x1;
+    case AP_OP_BINARY: return op->sub == AP_BINARY_MUL ? 0x3 : 0;
+    case AP_OP_NORM: return 0x1;
+    case AP_OP_SOFTMAX: return 0x100;
+    case AP_OP_ATTENTION: return 0x107;
+    case AP_OP_LOSS: return 0x1;
+    case AP_OP_ROUTER: return 0x101;
+    case AP_OP_COMBINE: return 0x3;
+    default: return 0;
+    }
+}
+
+/* Bytes kept that are no tensor of the graph. */
+static double saved_extra(const ap_graph *g, const ap_op *op)
+{
+    if (op->kind == AP_OP_DROPOUT)
+        return (double)g->tensors[op->outputs[0]].elems; /* 1-byte mask */
+    if (op->kind != AP_OP_ATTENTION)
+        return 0;
+    const char *q = g->tensors[op->inputs[0]].shape;
+    double bns = dsize(g, q[0]) * dsize(g, q[2]) * dsize(g, q[1]);
+    if (op->flash)
+        return 4 * bns; /* fp32 log-sum-exp per row */
+    /* Softmax probabilities (2 bytes), and with dropout its 1-byte mask and
+     * the 2-byte dropped probabilities: Korthikanti et al.'s 5as^2b. */
+    return bns * dsize(g, q[1]) * (2 + (op->dropout_p > 0 ? 3 : 0));
+}
+
+typedef struct {
+    int *root;  /* the tensor a view aliases, followed to the end */
+    char *kept; /* per root: already counted as saved */
+    char *read; /* per parameter: already counted */
+    char *placed; /* per input or parameter: layer set by its first reader */
+} derive_state;
+
+/* Counts tensor t as saved unless it (or what it views) already is. */
+static double save(const ap_graph *g, derive_state *st, int t)
+{
+    if (g->tensors[t].role != AP_TENSOR_ACT || st->kept[st->root[t]])
+        return -1;
+    st->kept[st->root[t]] = 1;
+    return (double)g->tensors[st->root[t]].bytes;
+}
+
+static void derive_op(ap_graph *g, derive_state *st, ap_op *op)
+{
+    derive_labels(g, op);
+    op->flops = op_flops(g, op);
+    op->bytes_moved = op_bytes_moved(g, op);
+    op->saves_in = op->saves_out = 0;
+    op->saved_extra = saved_extra(g, op);
+    op->saved_bytes = op->saved_extra;
+    unsigned want = wanted(op);
+    for (int i = 0; i < op->ninputs; i++) {
+        double b = (want >> i) & 1 ? save(g, st, op->inputs[i]) : -1;
+        if (b >= 0) {
+            op->saves_in |= 1u << i;
+            op->saved_bytes += b;
+        }
+    }
+    for (int i = 0; i < op->noutputs; i++) {
+        double b = (want >> (8 + i)) & 1 ? save(g, st, op->outputs[i]) : -1;
+        if (b >= 0) {
+            op->saves_out |= 1u << i;
+            op->saved_bytes += b;
+        }
+    }
+    op->param_count = 0;
+    for (int i = 0; i < op->ninputs; i++) {
+        int t = op->inputs[i];
+        if (g->tensors[t].role == AP_TENSOR_PARAM && !st->read[t]) {
+            st->read[t] = 1;
+            op->param_count += (double)g->tensors[t].elems;
+            g->total_param_bytes += (double)g->tensors[t].bytes;
+        }
+    }
+    for (int i = 0; i < op->noutputs; i++) {
+        st->root[op->outputs[i]] =
+            is_view(op) ? st->root[op->inputs[0]] : op->outputs[i];
+        g->tensors[op->outputs[i]].layer = op->layer;
+    }
+    for (int i = 0; i < op->ninputs; i++) {
+        int t = op->inputs[i];
+        if (g->tensors[t].producer < 0 && !st->placed[t]) {
+            st->placed[t] = 1;
+            g->tensors[t].layer = op->layer;
+        }
+    }
+}
+
+static int derive(ap_graph *g, char *err)
+{
+    derive_state st;
+    size_t n = (size_t)g->ntensors + 1;
+    st.root = malloc(n * sizeof *st.root);
+    st.kept = calloc(n, 1);
+    st.read = calloc(n, 1);
+    st.placed = calloc(n, 1);
+    if (!st.root || !st.kept || !st.read || !st.placed) {
+        free(st.root), free(st.kept), free(st.read), free(st.placed);
+        fail(g, err, "out of memory");
+        return AP_EINTERNAL;
+    }
+    for (int t = 0; t < g->ntensors; t++) {
+        st.root[t] = t;
+        g->tensors[t].layer = -1;
+    }
+    g->total_flops = g->total_params = g->total_param_bytes = 0;
+    g->total_saved_bytes = 0;
+    for (int k = 0; k < g->nops; k++) {
+        ap_op *op = &g->ops[g->topo[k]];
+        derive_op(g, &st, op);
+        g->total_flops += op->flops;
+        g->total_params += op->param_count;
+        g->total_saved_bytes += op->saved_bytes;
+    }
+    free(st.root), free(st.kept), free(st.read), free(st.placed);
+    return AP_OK;
+}
+
+/* Layer classes. A layer's signature lists, op by op in index order, the
+ * kind, attributes and every tensor's shape, dtype and role, with each input
+ * named relative to the layer: the position of its producer inside the layer,
+ * or else the order in which the layer first reads that outside tensor. Two
+ * layers are the same class when their signatures are equal. */
+typedef struct {
+    int64_t *v;
+    size_t n, cap;
+} sig;
+
+static int sig_push(sig *s, int64_t x)
+{
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 256;
+        int64_t *p = realloc(s->v, ncap * sizeof *p);
+        if (!p)
+            return -1;
+        s->v = p;
+        s->cap = ncap;
+    }
+    s->v[s->n++] = x;
+    return 0;
+}
+
+static int sig_tensor(sig *s, const ap_tensor *t)
+{
+    int64_t shape = 0;
+    memcpy(&shape, t->shape, (size_t)t->rank);
+    return sig_push(s, shape) || sig_push(s, t->dtype) ||
+           sig_push(s, t->role);
+}
+
+static int sig_op(const ap_graph *g, int layer, const ap_op *op,
+                  const int *pos, int *ext, int *next_ext, sig *s)
+{
+    int64_t p;
+    memcpy(&p, &op->dropout_p, sizeof p);
+    int rc = sig_push(s, op->kind) || sig_push(s, op->sub) ||
+             sig_push(s, op->causal) || sig_push(s, op->flash) ||
+             sig_push(s, p) || sig_push(s, op->top_k) ||
+             sig_push(s, op->ninputs) || sig_push(s, op->noutputs);
+    for (int i = 0; !rc && i < op->ninputs; i++) {
+        int t = op->inputs[i], pr = g->tensors[t].producer;
+        if (pr >= 0 && g->ops[pr].layer == layer) {
+            int slot = 0;
+            while (g->ops[pr].outputs[slot] != t)
+                slot++;
+            rc = sig_push(s, 1) || sig_push(s, pos[pr]) || sig_push(s, slot);
+        } else {
+            if (ext[t] < 0)
+                ext[t] = (*next_ext)++;
+            rc = sig_push(s, 2) || sig_push(s, ext[t]);
+        }
+        rc = rc || sig_tensor(s, &g->tensors[t]);
+    }
+    for (int i = 0; !rc && i < op->noutputs; i++)
+        rc = sig_tensor(s, &g->tensors[op->outputs[i]]);
+    return rc;
+}
+
+static int classify(ap_graph *g, char *err)
+{
+    int L = g->nlayers, rc = AP_OK;
+    sig *sigs = calloc((size_t)L + 1, sizeof *sigs);
+    int *pos = malloc(((size_t)g->nops + 1) * sizeof *pos);
+    int *ext = malloc(((size_t)g->ntensors + 1) * sizeof *ext);
+    int *count = calloc((size_t)L + 1, sizeof *count);
+    g->layer_class = malloc(((size_t)L + 1) * sizeof *g->layer_class);
+    if (!sigs || !pos || !ext || !count || !g->layer_class)
+        rc = AP_EINTERNAL;
+    for (int i = 0; !rc && i < g->nops; i++)
+        if (g->ops[i].layer >= 0)
+            pos[i] = count[g->ops[i].layer]++;
+    for (int t = 0; !rc && t < g->ntensors; t++)
+        ext[t] = -1;
+    int *next = calloc((size_t)L + 1, sizeof *next);
+    if (!next)
+        rc = AP_EINTERNAL;
+    /* Outside tensors are numbered per layer; a tensor read by two layers
+     * gets a number in each, so ext[] is reset between layers below. */
+    for (int l = 0; !rc && l < L; l++) {
+        for (int i = 0; !rc && i < g->nops; i++)
+            if (g->ops[i].layer == l &&
+                sig_op(g, l, &g->ops[i], pos, ext, &next[l], &sigs[l]))
+                rc = AP_EINTERNAL;
+        for (int i = 0; !rc && i < g->nops; i++)
+            for (int k = 0; g->ops[i].layer == l && k < g->ops[i].ninputs;
+                 k++)
+                ext[g->ops[i].inputs[k]] = -1;
+    }
+    for (int l = 0; !rc && l < L; l++) {
+        g->layer_class[l] = l;
+        for (int r = 0; r < l; r++)
+            if (g->layer_class[r] == r && sigs[r].n == sigs[l].n &&
+                !memcmp(sigs[r].v, sigs[l].v, sigs[l].n * sizeof(int64_t))) {
+                g->layer_class[l] = r;
+                break;
+            }
+    }
+    if (rc)
+        fail(g, err, "out of memory");
+    for (int l = 0; sigs && l < L; l++)
+        free(sigs[l].v);
+    free(sigs), free(pos), free(ext), free(count), free(next);
+    return rc;
+}
+
+static void unseal(ap_graph *g)
+{
+    free(g->topo);
+    free(g->layer_class);
+    g->topo = NULL;
+    g->layer_class = NULL;
+    g->finalized = 0;
+}
+
+static int validate(const ap_graph *g, int *uses, char *err)
+{
+    if (g->nops == 0) {
+        fail(g, err, "ops: the model has no ops");
+        return AP_EINPUT;
+    }
+    for (int i = 0; i < g->nops; i++)
+        for (int k = 0; k < g->ops[i].ninputs; k++)
+            uses[g->ops[i].inputs[k]]++;
+    for (int i = 0; i < g->nops; i++)
+        if (check_op(g, i, err))
+            return AP_EINPUT;
+    return check_tensors(g, uses, err) ? AP_EINPUT : AP_OK;
+}
+
+int ap_graph_finalize(ap_graph *g, char *err)
+{
+    unseal(g);
+    int *uses = calloc((size_t)g->ntensors + 1, sizeof *uses);
+    if (!uses) {
+        fail(g, err, "out of memory");
+        return AP_EINTERNAL;
+    }
+    int rc = validate(g, uses, err);
+    if (!rc)
+        rc = topo_sort(g, uses, err);
+    free(uses);
+    if (!rc)
+        rc = check_layers(g, err);
+    if (!rc)
+        rc = derive(g, err);
+    if (!rc)
+        rc = classify(g, err);
+    if (rc)
+        unseal(g);
+    else
+        g->finalized = 1;
+    return rc;
+}
