@@ -185,6 +185,10 @@ int ap_graph_parse_json(const char *text, size_t len, const char *source,
                         ap_graph **out, char *err);
 int ap_graph_from_hf(const char *text, size_t len, const char *source,
                      const ap_build_opts *opt, ap_graph **out, char *err);
+/* Parameters one token touches: every parameter, except that those with an
+ * experts label count top_k/E of their elements (top_k from the router that
+ * produces that label). Equals total_params for a dense model. */
+double ap_graph_active_params(const ap_graph *g);
 /* Writes a finalized graph in the project's JSON format. The caller frees the
  * returned string with free(). */
 char *ap_graph_to_json(const ap_graph *g);

@@ -1,0 +1,908 @@
+/* hf.c -- builds the operator graph of one training step from a Hugging Face
+ * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
+ * DeepSeek-V3).
+ *
+ * The config is read into an hf_model first, so that every field is checked
+ * (present, of the right type, within sane bounds, consistent) before a single
+ * op is added; the builder then writes the blocks with small helpers whose
+ * tensor lists are strings: "x q.w:hnd" reads the tensor x of the current
+ * layer and declares the parameter q.w of shape "hnd". See docs/hf-models.md.
+ */
+#include "graph/graph.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LAYERS 1024 /* five times the deepest published model */
+#define MAX_HIDDEN (1 << 20)
+#define MAX_HEADS (1 << 16)
+#define MAX_VOCAB (1 << 24)
+#define MAX_FFN (1 << 24)
+#define MAX_EXPERTS (1 << 16)
+#define MAX_SEQ (1 << 24)
+#define MAX_BATCH (1 << 20)
+#define DEFAULT_SEQ_CAP 4096 /* longer contexts are trained in a late phase */
+#define DROPOUT_P 0.1
+
+typedef enum {
+    FAM_GPT2,
+    FAM_NEOX,
+    FAM_LLAMA,
+    FAM_MISTRAL,
+    FAM_QWEN2,
+    FAM_QWEN3,
+    FAM_MIXTRAL,
+    FAM_QWEN2_MOE,
+    FAM_QWEN3_MOE,
+    FAM_DEEPSEEK_V3,
+    FAM_COUNT
+} family;
+
+static const char *const family_names[FAM_COUNT] = {
+    "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
+    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"};
+
+/* Everything the builder needs, read and checked from the config. */
+typedef struct {
+    family fam;
+    int64_t layers, hidden, heads, kv_heads, head_dim, v_head_dim, ffn, vocab;
+    int64_t positions; /* learned position table rows (GPT-2), else 0 */
+    int64_t max_pos;   /* the config's context length, 0 if unknown */
+    int layernorm;     /* LayerNorm with bias, else RMSNorm without */
+    int gelu_mlp;      /* fc1 -> gelu -> fc2, else gate/up -> silu * up -> down */
+    int qkv_bias, o_bias, mlp_bias;
+    int parallel_residual;
+    int tie;
+    int qk_norm;
+    /* MoE */
+    int64_t experts, top_k, moe_ffn, shared_ffn;
+    int shared_gate;
+    int64_t first_dense, sparse_step, moe_freq;
+    unsigned char *dense_only; /* per layer: listed in mlp_only_layers */
+    /* DeepSeek multi-head latent attention */
+    int mla;
+    int64_t q_lora, kv_lora, qk_nope, qk_rope;
+} hf_model;
+
+typedef struct {
+    const cJSON *root;
+    const char *src;
+    char *err;
+    int bad; /* an error has been written; later reads are no-ops */
+} hf_cfg;
+
+__attribute__((format(printf, 2, 3))) static void cfg_fail(hf_cfg *c, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    if (c->bad)
+        return;
+    c->bad = 1;
+    n = snprintf(c->err, AP_ERR_LEN, "%s: ", c->src);
+    if (n < 0 || n >= AP_ERR_LEN)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(c->err + n, AP_ERR_LEN - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static const char *json_type_name(const cJSON *v)
+{
+    if (cJSON_IsString(v))
+        return "a string";
+    if (cJSON_IsBool(v))
+        return "a boolean";
+    if (cJSON_IsArray(v))
+        return "an array";
+    if (cJSON_IsObject(v))
+        return "an object";
+    return "a number";
+}
+
+static const cJSON *cfg_item(const hf_cfg *c, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, key);
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
+/* An integer field in [min, max]; absent or null gives `def` unless required. */
+static int64_t cfg_int(hf_cfg *c, const char *key, int required, int64_t def,
+                       int64_t min, int64_t max)
+{
+    const cJSON *v = cfg_item(c, key);
+    double x;
+    if (c->bad)
+        return def;
+    if (!v) {
+        if (required)
+            cfg_fail(c, "\"%s\" is missing", key);
+        return def;
+    }
+    if (!cJSON_IsNumber(v)) {
+        cfg_fail(c, "\"%s\" must be an integer, not %s", key, json_type_name(v));
+        return def;
+    }
+    x = v->valuedouble;
+    if (x != floor(x)) {
+        cfg_fail(c, "\"%s\" must be an integer, not %g", key, x);
+        return def;
+    }
+    if (x < (double)min || x > (double)max) {
+        cfg_fail(c, "\"%s\" is %.0f; it must be between %lld and %lld", key, x,
+                 (long long)min, (long long)max);
+        return def;
+    }
+    return (int64_t)x;
+}
+
+static int cfg_bool(hf_cfg *c, const char *key, int def)
+{
+    const cJSON *v = cfg_item(c, key);
+    if (c->bad || !v)
+        return def;
+    if (!cJSON_IsBool(v)) {
+        cfg_fail(c, "\"%s\" must be true or false, not %s", key, json_type_name(v));
+        return def;
+    }
+    return cJSON_IsTrue(v);
+}
+
+/* A number field that only needs to have the right type (rotary_pct). */
+static void cfg_check_number(hf_cfg *c, const char *key)
+{
+    const cJSON *v = cfg_item(c, key);
+    if (!c->bad && v && !cJSON_IsNumber(v))
+        cfg_fail(c, "\"%s\" must be a number, not %s", key, json_type_name(v));
+}
+
+static int read_family(hf_cfg *c, family *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
+    char list[256] = "";
+    int i;
+    if (!v) {
+        cfg_fail(c, "\"model_type\" is missing");
+        return -1;
+    }
+    if (!cJSON_IsString(v)) {
+        cfg_fail(c, "\"model_type\" must be a string, not %s", json_type_name(v));
+        return -1;
+    }
+    for (i = 0; i < FAM_COUNT; i++) {
+        if (strcmp(v->valuestring, family_names[i]) == 0) {
+            *out = (family)i;
+            return 0;
+        }
+        strcat(list, i ? ", " : "");
+        strcat(list, family_names[i]);
+    }
+    cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s",
+             v->valuestring, list);
+    return -1;
+}
+
+/* Heads must tile the hidden size unless head_dim says otherwise, and query
+ * heads must group evenly onto key/value heads. */
+static void check_heads(hf_cfg *c, hf_model *m, const char *hkey,
+                        const char *nkey, const char *gkey)
+{
+    if (c->bad)
+        return;
+    if (m->head_dim == 0) {
+        if (m->hidden % m->heads != 0) {
+            cfg_fail(c, "\"%s\" (%lld) is not divisible by \"%s\" (%lld)", hkey,
+                     (long long)m->hidden, nkey, (long long)m->heads);
+            return;
+        }
+        m->head_dim = m->hidden / m->heads;
+    }
+    if (m->heads % m->kv_heads != 0)
+        cfg_fail(c, "\"%s\" (%lld) is not a multiple of \"%s\" (%lld)", nkey,
+                 (long long)m->heads, gkey, (long long)m->kv_heads);
+    if (m->v_head_dim == 0)
+        m->v_head_dim = m->head_dim;
+}
+
+static void read_gpt2(hf_cfg *c, hf_model *m)
+{
+    m->layers = cfg_int(c, "n_layer", 1, 0, 1, MAX_LAYERS);
+    m->hidden = cfg_int(c, "n_embd", 1, 0, 1, MAX_HIDDEN);
+    m->heads = cfg_int(c, "n_head", 1, 0, 1, MAX_HEADS);
+    m->vocab = cfg_int(c, "vocab_size", 1, 0, 1, MAX_VOCAB);
+    m->positions = cfg_int(c, "n_positions", 1, 0, 1, MAX_SEQ);
+    m->ffn = cfg_int(c, "n_inner", 0, 4 * m->hidden, 1, MAX_FFN);
+    m->tie = cfg_bool(c, "tie_word_embeddings", 1);
+    m->max_pos = m->positions;
+    m->kv_heads = m->heads;
+    m->layernorm = m->gelu_mlp = 1;
+    m->qkv_bias = m->o_bias = m->mlp_bias = 1;
+    check_heads(c, m, "n_embd", "n_head", "n_head");
+}
+
+static void read_neox(hf_cfg *c, hf_model *m)
+{
+    m->layers = cfg_int(c, "num_hidden_layers", 1, 0, 1, MAX_LAYERS);
+    m->hidden = cfg_int(c, "hidden_size", 1, 0, 1, MAX_HIDDEN);
+    m->heads = cfg_int(c, "num_attention_heads", 1, 0, 1, MAX_HEADS);
+    m->vocab = cfg_int(c, "vocab_size", 1, 0, 1, MAX_VOCAB);
+    m->ffn = cfg_int(c, "intermediate_size", 1, 0, 1, MAX_FFN);
+    m->max_pos = cfg_int(c, "max_position_embeddings", 0, 0, 1, MAX_SEQ);
+    m->parallel_residual = cfg_bool(c, "use_parallel_residual", 1);
+    m->tie = cfg_bool(c, "tie_word_embeddings", 0);
+    m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", 1);
+    cfg_check_number(c, "rotary_pct");
+    m->kv_heads = m->heads;
+    m->layernorm = m->gelu_mlp = m->mlp_bias = 1;
+    check_heads(c, m, "hidden_size", "num_attention_heads", "num_attention_heads");
+}
+
+/* mlp_only_layers: layer indices that keep a dense MLP in a Qwen-MoE model. */
+static void read_dense_only(hf_cfg *c, hf_model *m)
+{
+    const cJSON *v = cfg_item(c, "mlp_only_layers"), *e;
+    int i = 0;
+    if (c->bad || !v)
+        return;
+    if (!cJSON_IsArray(v)) {
+        cfg_fail(c, "\"mlp_only_layers\" must be an array, not %s", json_type_name(v));
+        return;
+    }
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+            e->valuedouble < 0 || e->valuedouble >= (double)m->layers) {
+            cfg_fail(c, "\"mlp_only_layers\"[%d] must be a layer index below %lld",
+                     i, (long long)m->layers);
+            return;
+        }
+        m->dense_only[(int64_t)e->valuedouble] = 1;
+        i++;
+    }
+}
+
+static void read_moe(hf_cfg *c, hf_model *m)
+{
+    const char *ekey = m->fam == FAM_MIXTRAL     ? "num_local_experts"
+                       : m->fam == FAM_DEEPSEEK_V3 ? "n_routed_experts"
+                                                   : "num_experts";
+    m->experts = cfg_int(c, ekey, 1, 0, 1, MAX_EXPERTS);
+    m->top_k = cfg_int(c, "num_experts_per_tok", 1, 0, 1, MAX_EXPERTS);
+    if (!c->bad && m->top_k > m->experts)
+        cfg_fail(c, "\"num_experts_per_tok\" (%lld) exceeds \"%s\" (%lld)",
+                 (long long)m->top_k, ekey, (long long)m->experts);
+    m->sparse_step = 1;
+    m->moe_freq = 1;
+    if (m->fam == FAM_MIXTRAL) {
+        m->moe_ffn = m->ffn;
+        return;
+    }
+    m->moe_ffn = cfg_int(c, "moe_intermediate_size", 1, 0, 1, MAX_FFN);
+    if (m->fam == FAM_QWEN2_MOE) {
+        m->shared_ffn = cfg_int(c, "shared_expert_intermediate_size", 1, 0, 0, MAX_FFN);
+        m->shared_gate = m->shared_ffn > 0;
+    }
+    if (m->fam == FAM_QWEN2_MOE || m->fam == FAM_QWEN3_MOE) {
+        m->sparse_step = cfg_int(c, "decoder_sparse_step", 0, 1, 1, MAX_LAYERS);
+        read_dense_only(c, m);
+    }
+    if (m->fam == FAM_DEEPSEEK_V3) {
+        int64_t shared = cfg_int(c, "n_shared_experts", 0, 0, 0, MAX_EXPERTS);
+        m->shared_ffn = shared * m->moe_ffn;
+        m->first_dense = cfg_int(c, "first_k_dense_replace", 0, 0, 0, MAX_LAYERS);
+        m->moe_freq = cfg_int(c, "moe_layer_freq", 0, 1, 1, MAX_LAYERS);
+    }
+}
+
+static void read_mla(hf_cfg *c, hf_model *m)
+{
+    m->mla = 1;
+    m->q_lora = cfg_int(c, "q_lora_rank", 0, 0, 1, MAX_HIDDEN);
+    m->kv_lora = cfg_int(c, "kv_lora_rank", 1, 0, 1, MAX_HIDDEN);
+    m->qk_nope = cfg_int(c, "qk_nope_head_dim", 1, 0, 1, MAX_HIDDEN);
+    m->qk_rope = cfg_int(c, "qk_rope_head_dim", 1, 0, 1, MAX_HIDDEN);
+    m->v_head_dim = cfg_int(c, "v_head_dim", 1, 0, 1, MAX_HIDDEN);
+    m->head_dim = m->qk_nope + m->qk_rope;
+}
+
+/* Llama and its descendants share the field names. */
+static void read_llama_like(hf_cfg *c, hf_model *m)
+{
+    family f = m->fam;
+    int moe = f == FAM_MIXTRAL || f == FAM_QWEN2_MOE || f == FAM_QWEN3_MOE ||
+              f == FAM_DEEPSEEK_V3;
+    m->layers = cfg_int(c, "num_hidden_layers", 1, 0, 1, MAX_LAYERS);
+    m->hidden = cfg_int(c, "hidden_size", 1, 0, 1, MAX_HIDDEN);
+    m->heads = cfg_int(c, "num_attention_heads", 1, 0, 1, MAX_HEADS);
+    m->kv_heads = cfg_int(c, "num_key_value_heads", 0, m->heads, 1, MAX_HEADS);
+    m->vocab = cfg_int(c, "vocab_size", 1, 0, 1, MAX_VOCAB);
+    m->ffn = cfg_int(c, "intermediate_size", 1, 0, 1, MAX_FFN);
+    m->max_pos = cfg_int(c, "max_position_embeddings", 0, 0, 1, INT64_C(1) << 40);
+    m->tie = cfg_bool(c, "tie_word_embeddings", 0);
+    if (f != FAM_DEEPSEEK_V3)
+        m->head_dim = cfg_int(c, "head_dim", 0, 0, 1, MAX_HIDDEN);
+    /* Qwen2 and Qwen2-MoE always have a bias on Q, K and V; the others
+     * follow attention_bias (which also covers o_proj). */
+    if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE) {
+        m->qkv_bias = 1;
+    } else if (f != FAM_MISTRAL && f != FAM_MIXTRAL) {
+        m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", 0);
+    }
+    if (f == FAM_LLAMA)
+        m->mlp_bias = cfg_bool(c, "mlp_bias", 0);
+    m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE;
+    if (moe && !c->bad) {
+        m->dense_only = calloc((size_t)m->layers, 1);
+        if (!m->dense_only) {
+            cfg_fail(c, "out of memory");
+            return;
+        }
+        read_moe(c, m);
+    }
+    if (f == FAM_DEEPSEEK_V3)
+        read_mla(c, m);
+    check_heads(c, m, "hidden_size", "num_attention_heads", "num_key_value_heads");
+    /* Latent attention decompresses a key and a value for every query head,
+     * whatever num_key_value_heads says. */
+    if (m->mla)
+        m->kv_heads = m->heads;
+}
+
+static int is_moe_layer(const hf_model *m, int64_t i)
+{
+    if (m->experts == 0 || m->dense_only[i])
+        return 0;
+    if (m->fam == FAM_DEEPSEEK_V3)
+        return i >= m->first_dense && i % m->moe_freq == 0;
+    return (i + 1) % m->sparse_step == 0;
+}
+
+static int any_dense_layer(const hf_model *m)
+{
+    int64_t i;
+    for (i = 0; i < m->layers; i++)
+        if (!is_moe_layer(m, i))
+            return 1;
+    return 0;
+}
+
+static int any_moe_layer(const hf_model *m)
+{
+    int64_t i;
+    for (i = 0; i < m->layers; i++)
+        if (is_moe_layer(m, i))
+            return 1;
+    return 0;
+}
+
+/* ---- the builder ---- */
+
+typedef struct {
+    ap_graph *g;
+    char *err;
+    int status;
+    int layer;                /* -1 outside the blocks */
+    char in[AP_NAME_LEN];     /* the residual stream entering this block */
+} bld;
+
+/* Resolves a tensor token: "^" is the block input, "=name" a global name,
+ * anything else is local to the current layer ("l3.q.y"). */
+static void full_name(const bld *b, const char *tok, size_t len, char *out)
+{
+    if (len == 1 && tok[0] == '^')
+        snprintf(out, AP_NAME_LEN, "%s", b->in);
+    else if (tok[0] == '=')
+        snprintf(out, AP_NAME_LEN, "%.*s", (int)len - 1, tok + 1);
+    else if (b->layer >= 0)
+        snprintf(out, AP_NAME_LEN, "l%d.%.*s", b->layer, (int)len, tok);
+    else
+        snprintf(out, AP_NAME_LEN, "%.*s", (int)len, tok);
+}
+
+static void build_fail(bld *b)
+{
+    if (!b->status)
+        b->status = AP_EINTERNAL;
+}
+
+static void tensor(bld *b, const char *name, const char *shape, ap_dtype t, ap_role role)
+{
+    if (!b->status && ap_graph_add_tensor(b->g, name, shape, t, role, b->err) < 0)
+        build_fail(b);
+}
+
+/* Splits a space-separated list of tokens into full names, declaring the
+ * tensors written "name:shape" with the role given. */
+static int names(bld *b, const char *list, ap_role role,
+                 char buf[AP_MAX_IO][AP_NAME_LEN], const char **out)
+{
+    int n = 0;
+    while (*list && !b->status) {
+        size_t len = strcspn(list, " ");
+        const char *colon = memchr(list, ':', len);
+        char shape[AP_MAX_RANK + 1];
+        if (n == AP_MAX_IO) {
+            snprintf(b->err, AP_ERR_LEN, "hf: too many tensors in \"%s\"", list);
+            build_fail(b);
+            return -1;
+        }
+        full_name(b, list, colon ? (size_t)(colon - list) : len, buf[n]);
+        if (colon) {
+            snprintf(shape, sizeof shape, "%.*s", (int)(len - (size_t)(colon - list) - 1),
+                     colon + 1);
+            tensor(b, buf[n], shape, AP_BF16, role);
+        }
+        out[n] = buf[n];
+        n++;
+        list += len;
+        while (*list == ' ')
+            list++;
+    }
+    return b->status ? -1 : n;
+}
+
+/* Adds an op of the current layer; returns its index, or -1 after an error
+ * (which later calls then skip, so a block is written without checks). */
+static int op(bld *b, const char *name, ap_op_kind kind, int sub,
+              const char *ins, const char *outs)
+{
+    char inbuf[AP_MAX_IO][AP_NAME_LEN], outbuf[AP_MAX_IO][AP_NAME_LEN];
+    char opname[AP_NAME_LEN];
+    const char *inp[AP_MAX_IO], *outp[AP_MAX_IO];
+    int nin, nout, i;
+    if (b->status)
+        return -1;
+    nin = names(b, ins, AP_TENSOR_PARAM, inbuf, inp);
+    nout = names(b, outs, AP_TENSOR_ACT, outbuf, outp);
+    if (nin < 0 || nout < 0)
+        return -1;
+    full_name(b, name, strlen(name), opname);
+    i = ap_graph_add_op(b->g, opname, kind, sub, b->layer, inp, nin, outp, nout, b->err);
+    if (i < 0)
+        build_fail(b);
+    return i;
+}
+
+/* y = x W (+ bias): `w` and `bias` are the shapes of the weight and bias
+ * (bias NULL for none); `y` is "name:shape". */
+static void linear(bld *b, const char *name, const char *x, const char *w,
+                   const char *bias, const char *y)
+{
+    char ins[3 * AP_NAME_LEN];
+    if (bias)
+        snprintf(ins, sizeof ins, "%s %s.w:%s %s.b:%s", x, name, w, name, bias);
+    else
+        snprintf(ins, sizeof ins, "%s %s.w:%s", x, name, w);
+    op(b, name, AP_OP_MATMUL, 0, ins, y);
+}
+
+/* Normalises x over its last label `l`; LayerNorm also has a bias. */
+static void norm(bld *b, const hf_model *m, const char *name, const char *x,
+                 char l, const char *y)
+{
+    char ins[3 * AP_NAME_LEN];
+    if (m->layernorm)
+        snprintf(ins, sizeof ins, "%s %s.w:%c %s.b:%c", x, name, l, name, l);
+    else
+        snprintf(ins, sizeof ins, "%s %s.w:%c", x, name, l);
+    op(b, name, AP_OP_NORM, m->layernorm ? AP_NORM_LAYER : AP_NORM_RMS, ins, y);
+}
+
+static void dropout(bld *b, const char *name, const char *x, const char *y)
+{
+    int i = op(b, name, AP_OP_DROPOUT, 0, x, y);
+    if (i >= 0)
+        b->g->ops[i].dropout_p = DROPOUT_P;
+}
+
+static void attention(bld *b, const ap_build_opts *opt, const char *q,
+                      const char *k, const char *v, const char *o)
+{
+    char ins[3 * AP_NAME_LEN];
+    int i;
+    snprintf(ins, sizeof ins, "%s %s %s", q, k, v);
+    i = op(b, "attn", AP_OP_ATTENTION, 0, ins, o);
+    if (i >= 0) {
+        b->g->ops[i].causal = 1;
+        b->g->ops[i].flash = opt->flash;
+        b->g->ops[i].dropout_p = opt->dropout ? DROPOUT_P : 0.0;
+    }
+}
+
+/* Q, K and V each projected straight into heads ("bsh,hnd->bsnd"), so that
+ * splitting the n and g labels is head-parallel attention. */
+static void self_attention(bld *b, const hf_model *m, const ap_build_opts *opt,
+                           const char *x)
+{
+    const char *bias = m->qkv_bias ? "nd" : NULL, *kvb = m->qkv_bias ? "gd" : NULL;
+    const char *q = "q.y", *k = "k.y";
+    linear(b, "q", x, "hnd", bias, "q.y:bsnd");
+    linear(b, "k", x, "hgd", kvb, "k.y:bsgd");
+    linear(b, "v", x, "hgd", kvb, "v.y:bsgd");
+    if (m->qk_norm) {
+        norm(b, m, "q_norm", "q.y", 'd', "q_norm.y:bsnd");
+        norm(b, m, "k_norm", "k.y", 'd', "k_norm.y:bsgd");
+        q = "q_norm.y";
+        k = "k_norm.y";
+    }
+    attention(b, opt, q, k, "v.y", "attn.y:bsnd");
+    linear(b, "o", "attn.y", "ndh", m->o_bias ? "h" : NULL, "o.y:bsh");
+}
+
+/* DeepSeek's multi-head latent attention. Queries and keys have a part
+ * without rotary embedding (D, per head) and a rotary part (r); the rotary
+ * key is one per token, broadcast over the heads by adding it to the [g]
+ * input "heads.ones" (the format has no broadcasting view), then
+ * concatenated with the per-head part. */
+static void latent_attention(bld *b, const hf_model *m, const ap_build_opts *opt,
+                             const char *x)
+{
+    int bias = m->o_bias; /* attention_bias covers q_a, kv_a and o */
+    if (m->q_lora) {
+        linear(b, "q_a", x, "hq", bias ? "q" : NULL, "q_a.y:bsq");
+        norm(b, m, "q_a_norm", "q_a.y", 'q', "q_a_norm.y:bsq");
+        linear(b, "q_b", "q_a_norm.y", "qnd", NULL, "q.y:bsnd");
+    } else {
+        linear(b, "q", x, "hnd", NULL, "q.y:bsnd");
+    }
+    linear(b, "kv_a", x, "hk", bias ? "k" : NULL, "kv_a.y:bsk");
+    linear(b, "k_rope", x, "hr", bias ? "r" : NULL, "k_rope.y:bsr");
+    norm(b, m, "kv_a_norm", "kv_a.y", 'k', "kv_a_norm.y:bsk");
+    linear(b, "k_b", "kv_a_norm.y", "kgD", NULL, "k_nope.y:bsgD");
+    linear(b, "v_b", "kv_a_norm.y", "kge", NULL, "v.y:bsge");
+    op(b, "k_rope_heads", AP_OP_BINARY, AP_BINARY_ADD, "k_rope.y =heads.ones",
+       "k_rope_heads.y:bsgr");
+    op(b, "k_cat", AP_OP_RESHAPE, AP_LAYOUT_CONCAT, "k_nope.y k_rope_heads.y",
+       "k.y:bsgd");
+    attention(b, opt, "q.y", "k.y", "v.y", "attn.y:bsne");
+    linear(b, "o", "attn.y", "neh", m->o_bias ? "h" : NULL, "o.y:bsh");
+}
+
+/* A dense MLP named `name` over the ffn label `f`, writing name.y:bsh. */
+static void dense_mlp(bld *b, const hf_model *m, const char *name, const char *x, char f)
+{
+    char n[64], w[8], bias[8], y[80], in2[160];
+    const char *fb = NULL;
+    snprintf(bias, sizeof bias, "%c", f);
+    if (m->mlp_bias)
+        fb = bias;
+    if (m->gelu_mlp) {
+        snprintf(n, sizeof n, "%s.fc1", name);
+        snprintf(w, sizeof w, "h%c", f);
+        snprintf(y, sizeof y, "%s.fc1.y:bs%c", name, f);
+        linear(b, n, x, w, fb, y);
+        snprintf(n, sizeof n, "%s.gelu", name);
+        snprintf(in2, sizeof in2, "%s.fc1.y", name);
+        snprintf(y, sizeof y, "%s.act.y:bs%c", name, f);
+        op(b, n, AP_OP_UNARY, AP_UNARY_GELU, in2, y);
+    } else {
+        snprintf(w, sizeof w, "h%c", f);
+        snprintf(n, sizeof n, "%s.gate", name);
+        snprintf(y, sizeof y, "%s.gate.y:bs%c", name, f);
+        linear(b, n, x, w, fb, y);
+        snprintf(n, sizeof n, "%s.up", name);
+        snprintf(y, sizeof y, "%s.up.y:bs%c", name, f);
+        linear(b, n, x, w, fb, y);
+        snprintf(n, sizeof n, "%s.silu", name);
+        snprintf(in2, sizeof in2, "%s.gate.y", name);
+        snprintf(y, sizeof y, "%s.silu.y:bs%c", name, f);
+        op(b, n, AP_OP_UNARY, AP_UNARY_SILU, in2, y);
+        snprintf(n, sizeof n, "%s.mul", name);
+        snprintf(in2, sizeof in2, "%s.silu.y %s.up.y", name, name);
+        snprintf(y, sizeof y, "%s.act.y:bs%c", name, f);
+        op(b, n, AP_OP_BINARY, AP_BINARY_MUL, in2, y);
+    }
+    snprintf(n, sizeof n, "%s.%s", name, m->gelu_mlp ? "fc2" : "down");
+    snprintf(w, sizeof w, "%ch", f);
+    snprintf(in2, sizeof in2, "%s.act.y", name);
+    snprintf(y, sizeof y, "%s.y:bsh", name);
+    linear(b, n, in2, w, m->mlp_bias ? "h" : NULL, y);
+}
+
+static void set_top_k(bld *b, int i, int64_t k)
+{
+    if (i >= 0)
+        b->g->ops[i].top_k = (int)k;
+}
+
+/* Routed experts (E experts, c tokens each, ffn m) plus the shared experts,
+ * writing mlp.y:bsh. */
+static void moe_mlp(bld *b, const hf_model *m, const char *x)
+{
+    char ins[2 * AP_NAME_LEN];
+    const char *routed = m->shared_ffn ? "moe.y:bsh" : "mlp.y:bsh";
+    snprintf(ins, sizeof ins, "%s router.w:hE", x);
+    set_top_k(b, op(b, "router", AP_OP_ROUTER, 0, ins, "router.p:bsE"), m->top_k);
+    snprintf(ins, sizeof ins, "%s router.p", x);
+    set_top_k(b, op(b, "dispatch", AP_OP_DISPATCH, 0, ins, "experts.x:Ech"), m->top_k);
+    op(b, "experts.gate", AP_OP_MATMUL, 0, "experts.x experts.gate.w:Ehm",
+       "experts.gate.y:Ecm");
+    op(b, "experts.up", AP_OP_MATMUL, 0, "experts.x experts.up.w:Ehm",
+       "experts.up.y:Ecm");
+    op(b, "experts.silu", AP_OP_UNARY, AP_UNARY_SILU, "experts.gate.y",
+       "experts.silu.y:Ecm");
+    op(b, "experts.mul", AP_OP_BINARY, AP_BINARY_MUL, "experts.silu.y experts.up.y",
+       "experts.act.y:Ecm");
+    op(b, "experts.down", AP_OP_MATMUL, 0, "experts.act.y experts.down.w:Emh",
+       "experts.y:Ech");
+    set_top_k(b, op(b, "combine", AP_OP_COMBINE, 0, "experts.y router.p", routed),
+              m->top_k);
+    if (!m->shared_ffn)
+        return;
+    dense_mlp(b, m, "shared", x, 'S');
+    if (m->shared_gate) {
+        /* Qwen2-MoE scales the shared expert by sigmoid(x w), w of [h, 1];
+         * the sigmoid (b*s elements) is left out: the format has no kind
+         * for it and its cost is negligible. */
+        snprintf(ins, sizeof ins, "%s shared_gate.w:h", x);
+        op(b, "shared_gate", AP_OP_MATMUL, 0, ins, "shared_gate.y:bs");
+        op(b, "shared_scale", AP_OP_BINARY, AP_BINARY_MUL, "shared.y shared_gate.y",
+           "shared.g:bsh");
+        op(b, "moe_add", AP_OP_BINARY, AP_BINARY_ADD, "moe.y shared.g", "mlp.y:bsh");
+    } else {
+        op(b, "moe_add", AP_OP_BINARY, AP_BINARY_ADD, "moe.y shared.y", "mlp.y:bsh");
+    }
+}
+
+/* The feed-forward part of block i on x, writing "mlp.y" (dense: "mlp.y"
+ * comes from dense_mlp named "mlp"). */
+static void feed_forward(bld *b, const hf_model *m, int i, const char *x)
+{
+    if (m->experts && is_moe_layer(m, i))
+        moe_mlp(b, m, x);
+    else
+        dense_mlp(b, m, "mlp", x, 'f');
+}
+
+/* res1.y = block input + x */
+static void residual1(bld *b, const char *x)
+{
+    char ins[2 * AP_NAME_LEN];
+    snprintf(ins, sizeof ins, "^ %s", x);
+    op(b, "res1", AP_OP_BINARY, AP_BINARY_ADD, ins, "res1.y:bsh");
+}
+
+/* The block output: out = res1.y + x */
+static void residual2(bld *b, const char *x)
+{
+    char ins[2 * AP_NAME_LEN];
+    snprintf(ins, sizeof ins, "res1.y %s", x);
+    op(b, "res2", AP_OP_BINARY, AP_BINARY_ADD, ins, "out:bsh");
+}
+
+/* Block i: attention and feed-forward sublayers, each with an optional
+ * dropout and a residual add. GPT-NeoX's parallel residual computes
+ * x + attn(ln1(x)) + mlp(ln2(x)) instead. */
+static void block(bld *b, const hf_model *m, const ap_build_opts *opt, int i)
+{
+    const char *a = opt->dropout ? "attn_drop.y" : "o.y";
+    const char *f = opt->dropout ? "mlp_drop.y" : "mlp.y";
+    b->layer = i;
+    norm(b, m, "ln1", "^", 'h', "ln1.y:bsh");
+    if (m->mla)
+        latent_attention(b, m, opt, "ln1.y");
+    else
+        self_attention(b, m, opt, "ln1.y");
+    if (opt->dropout)
+        dropout(b, "attn_drop", "o.y", "attn_drop.y:bsh");
+    if (!m->parallel_residual)
+        residual1(b, a);
+    norm(b, m, "ln2", m->parallel_residual ? "^" : "res1.y", 'h', "ln2.y:bsh");
+    feed_forward(b, m, i, "ln2.y");
+    if (opt->dropout)
+        dropout(b, "mlp_drop", "mlp.y", "mlp_drop.y:bsh");
+    if (m->parallel_residual)
+        residual1(b, a);
+    residual2(b, f);
+    snprintf(b->in, sizeof b->in, "l%d.out", i);
+    b->layer = -1;
+}
+
+static void embedding(bld *b, const hf_model *m)
+{
+    tensor(b, "tokens", "bs", AP_INT32, AP_TENSOR_INPUT);
+    tensor(b, "labels", "bs", AP_INT32, AP_TENSOR_INPUT);
+    op(b, "embed", AP_OP_EMBEDDING, 0, "tokens wte:vh", "embed.y:bsh");
+    snprintf(b->in, sizeof b->in, "embed.y");
+    if (m->positions) {
+        tensor(b, "positions", "bs", AP_INT32, AP_TENSOR_INPUT);
+        op(b, "pos_embed", AP_OP_EMBEDDING, 0, "positions wpe:ph", "pos_embed.y:bsh");
+        op(b, "embed_add", AP_OP_BINARY, AP_BINARY_ADD, "embed.y pos_embed.y",
+           "embed_add.y:bsh");
+        snprintf(b->in, sizeof b->in, "embed_add.y");
+    }
+    if (m->mla)
+        tensor(b, "heads.ones", "g", AP_BF16, AP_TENSOR_INPUT);
+}
+
+static void head(bld *b, const hf_model *m)
+{
+    norm(b, m, "final_norm", "^", 'h', "final_norm.y:bsh");
+    op(b, "lm_head", AP_OP_MATMUL, 0,
+       m->tie ? "final_norm.y wte" : "final_norm.y lm_head.w:vh", "logits:bsv");
+    op(b, "loss", AP_OP_LOSS, 0, "logits labels", "loss:");
+}
+
+static void dim(bld *b, char label, const char *name, ap_dim_kind kind, int64_t size)
+{
+    if (!b->status && ap_graph_add_dim(b->g, label, name, kind, size, b->err) < 0)
+        build_fail(b);
+}
+
+static void dims(bld *b, const hf_model *m, int64_t batch, int64_t seq)
+{
+    dim(b, 'b', "batch", AP_DIM_BATCH, batch);
+    dim(b, 's', "seq", AP_DIM_SEQ, seq);
+    dim(b, 'h', "hidden", AP_DIM_HIDDEN, m->hidden);
+    dim(b, 'n', "heads", AP_DIM_HEADS, m->heads);
+    dim(b, 'g', "kv_heads", AP_DIM_KV_HEADS, m->kv_heads);
+    dim(b, 'd', "head_dim", AP_DIM_HEAD_DIM, m->head_dim);
+    if (m->mla) {
+        dim(b, 'e', "v_head_dim", AP_DIM_HEAD_DIM, m->v_head_dim);
+        dim(b, 'D', "qk_nope_head_dim", AP_DIM_HEAD_DIM, m->qk_nope);
+        dim(b, 'r', "qk_rope_head_dim", AP_DIM_OTHER, m->qk_rope);
+        dim(b, 'k', "kv_lora_rank", AP_DIM_OTHER, m->kv_lora);
+        if (m->q_lora)
+            dim(b, 'q', "q_lora_rank", AP_DIM_OTHER, m->q_lora);
+    }
+    dim(b, 'v', "vocab", AP_DIM_VOCAB, m->vocab);
+    if (m->positions)
+        dim(b, 'p', "positions", AP_DIM_OTHER, m->positions);
+    if (any_dense_layer(m))
+        dim(b, 'f', "ffn", AP_DIM_FFN, m->ffn);
+    if (any_moe_layer(m)) {
+        int64_t tokens = batch * seq * m->top_k;
+        dim(b, 'E', "experts", AP_DIM_EXPERTS, m->experts);
+        dim(b, 'c', "capacity", AP_DIM_CAPACITY, (tokens + m->experts - 1) / m->experts);
+        dim(b, 'm', "moe_ffn", AP_DIM_FFN, m->moe_ffn);
+        if (m->shared_ffn)
+            dim(b, 'S', "shared_ffn", AP_DIM_FFN, m->shared_ffn);
+    }
+}
+
+static int read_model(hf_cfg *c, hf_model *m)
+{
+    if (read_family(c, &m->fam) < 0)
+        return AP_EINPUT;
+    if (m->fam == FAM_GPT2)
+        read_gpt2(c, m);
+    else if (m->fam == FAM_NEOX)
+        read_neox(c, m);
+    else
+        read_llama_like(c, m);
+    if (m->fam != FAM_GPT2 && m->fam != FAM_NEOX)
+        m->layernorm = m->gelu_mlp = 0;
+    return c->bad ? AP_EINPUT : AP_OK;
+}
+
+/* The sequence length: the caller's, else the config's context capped at
+ * DEFAULT_SEQ_CAP, because planning a 128k-token step by default would
+ * describe long-context extension, not pre-training. */
+static int pick_seq(hf_cfg *c, const hf_model *m, const ap_build_opts *opt, int64_t *seq)
+{
+    if (opt->seq > 0) {
+        *seq = opt->seq;
+    } else if (m->max_pos > 0) {
+        *seq = m->max_pos < DEFAULT_SEQ_CAP ? m->max_pos : DEFAULT_SEQ_CAP;
+    } else {
+        cfg_fail(c, "\"max_position_embeddings\" is missing (or pass a sequence length)");
+        return AP_EINPUT;
+    }
+    if (*seq > MAX_SEQ) {
+        cfg_fail(c, "sequence length %lld is above the limit %d", (long long)*seq, MAX_SEQ);
+        return AP_EINPUT;
+    }
+    if (m->positions && *seq > m->positions) {
+        cfg_fail(c, "sequence length %lld exceeds \"n_positions\" (%lld)",
+                 (long long)*seq, (long long)m->positions);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+static int build(const hf_model *m, const ap_build_opts *opt, const char *source,
+                 int64_t batch, int64_t seq, ap_graph **out, char *err)
+{
+    char name[AP_NAME_LEN];
+    const char *base = strrchr(source, '/');
+    bld b = {0};
+    int64_t i;
+    int rc;
+    snprintf(name, sizeof name, "%s", base ? base + 1 : source);
+    b.g = ap_graph_new(name);
+    if (!b.g) {
+        snprintf(err, AP_ERR_LEN, "%s: out of memory", source);
+        return AP_EINTERNAL;
+    }
+    snprintf(b.g->source, sizeof b.g->source, "%s", source);
+    b.err = err;
+    b.layer = -1;
+    dims(&b, m, batch, seq);
+    embedding(&b, m);
+    for (i = 0; i < m->layers && !b.status; i++)
+        block(&b, m, opt, (int)i);
+    head(&b, m);
+    rc = b.status ? b.status : ap_graph_finalize(b.g, err);
+    if (rc != AP_OK) {
+        ap_graph_free(b.g);
+        return rc;
+    }
+    *out = b.g;
+    return AP_OK;
+}
+
+int ap_graph_from_hf(const char *text, size_t len, const char *source,
+                     const ap_build_opts *opt, ap_graph **out, char *err)
+{
+    ap_build_opts defaults;
+    hf_model m = {0};
+    hf_cfg c = {0};
+    int64_t seq = 0, batch;
+    int rc;
+    *out = NULL;
+    if (!opt) {
+        ap_build_opts_default(&defaults);
+        opt = &defaults;
+    }
+    c.src = source;
+    c.err = err;
+    c.root = cJSON_ParseWithLength(text, len);
+    if (!c.root || !cJSON_IsObject(c.root)) {
+        snprintf(err, AP_ERR_LEN, "%s: not a JSON object", source);
+        cJSON_Delete((cJSON *)c.root);
+        return AP_EINPUT;
+    }
+    batch = opt->batch > 0 ? opt->batch : 1;
+    rc = read_model(&c, &m);
+    if (rc == AP_OK)
+        rc = pick_seq(&c, &m, opt, &seq);
+    if (rc == AP_OK && batch > MAX_BATCH) {
+        cfg_fail(&c, "batch size %lld is above the limit %d", (long long)batch, MAX_BATCH);
+        rc = AP_EINPUT;
+    }
+    cJSON_Delete((cJSON *)c.root);
+    if (rc == AP_OK)
+        rc = build(&m, opt, source, batch, seq, out, err);
+    free(m.dense_only);
+    return rc;
+}
+
+/* The top_k of the router whose output carries the experts label l; the
+ * whole set of experts when there is none. */
+static double router_top_k(const ap_graph *g, char l, double experts)
+{
+    int i;
+    for (i = 0; i < g->nops; i++) {
+        const ap_op *o = &g->ops[i];
+        if (o->kind == AP_OP_ROUTER && o->noutputs == 1 &&
+            strchr(g->tensors[o->outputs[0]].shape, l))
+            return o->top_k;
+    }
+    return experts;
+}
+
+/* Expert parameters (those with a label of kind experts) count top_k/E of
+ * their size, top_k from the router that produces that label. */
+double ap_graph_active_params(const ap_graph *g)
+{
+    double total = 0;
+    int t, k;
+    for (t = 0; t < g->ntensors; t++) {
+        const ap_tensor *x = &g->tensors[t];
+        double n = 1, scale = 1;
+        if (x->role != AP_TENSOR_PARAM)
+            continue;
+        for (k = 0; k < x->rank; k++) {
+            const ap_dim *d = ap_graph_dim(g, x->shape[k]);
+            if (!d)
+                continue;
+            n *= (double)d->size;
+            if (d->kind == AP_DIM_EXPERTS)
+                scale = router_top_k(g, d->label, (double)d->size) / (double)d->size;
+        }
+        total += n * scale;
+    }
+    return total;
+}
