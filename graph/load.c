@@ -1,0 +1,509 @@
+/* load.c -- reading a model: the project's JSON format ("autopar-model/1",
+ * docs/model-format.md), or a Hugging Face config.json handed to
+ * ap_graph_from_hf(). Every message names the file and the JSON path of what
+ * is wrong; nothing half-loaded is ever returned. */
+#include "graph/graph.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FORMAT "autopar-model/1"
+#define MAX_EXACT 9007199254740992.0 /* 2^53: larger sizes lose digits */
+
+typedef struct {
+    const char *source;
+    char *err;
+} ctx;
+
+static int fail(const ctx *c, const char *fmt, ...)
+{
+    int k = snprintf(c->err, AP_ERR_LEN, "%s: ", c->source);
+    size_t n = k < 0 ? 0 : (size_t)k;
+    if (n < AP_ERR_LEN) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err + n, AP_ERR_LEN - n, fmt, ap);
+        va_end(ap);
+    }
+    return AP_EINPUT;
+}
+
+/* cJSON reports where parsing stopped; people want a line and a column. */
+static cJSON *parse(const char *text, size_t len, const ctx *c)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (root && end) {
+        while (end < text + len && (*end == ' ' || *end == '\t' ||
+                                    *end == '\n' || *end == '\r'))
+            end++;
+        if (end == text + len)
+            return root;
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    if (root)
+        return root;
+    if (!end || end < text || end > text + len)
+        end = text + len;
+    int line = 1, col = 1;
+    for (const char *p = text; p < end; p++) {
+        if (*p == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+    if (end == text + len)
+        fail(c, "line %d, column %d: malformed JSON: unexpected end of "
+                "input", line, col);
+    else
+        fail(c, "line %d, column %d: malformed JSON near '%c'", line, col,
+             *end >= ' ' && *end < 127 ? *end : '?');
+    return NULL;
+}
+
+/* Refuses keys that are not in `known` (NULL-terminated) and keys given
+ * twice: a misspelt field must not be silently ignored. */
+static int check_fields(const ctx *c, const cJSON *obj, const char *path,
+                        const char *const *known)
+{
+    for (const cJSON *f = obj->child; f; f = f->next) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = !strcmp(f->string, known[i]);
+        if (!ok)
+            return fail(c, "%s%sunknown field \"%s\"", path,
+                        path[0] ? ": " : "", f->string);
+        for (const cJSON *e = obj->child; e != f; e = e->next)
+            if (!strcmp(e->string, f->string))
+                return fail(c, "%s%sduplicate field \"%s\"", path,
+                            path[0] ? ": " : "", f->string);
+    }
+    return AP_OK;
+}
+
+static const cJSON *field(const cJSON *obj, const char *key)
+{
+    return cJSON_GetObjectItemCaseSensitive(obj, key);
+}
+
+static int get_string(const ctx *c, const cJSON *obj, const char *path,
+                      const char *key, int required, const char **out)
+{
+    const cJSON *v = field(obj, key);
+    if (!v) {
+        if (required)
+            return fail(c, "%s%smissing field \"%s\"", path,
+                        path[0] ? ": " : "", key);
+        return AP_OK;
+    }
+    if (!cJSON_IsString(v))
+        return fail(c, "%s%s%s: expected a string", path, path[0] ? "." : "",
+                    key);
+    *out = v->valuestring;
+    return AP_OK;
+}
+
+static int get_int(const ctx *c, const cJSON *obj, const char *path,
+                   const char *key, double min, double max, int64_t *out)
+{
+    const cJSON *v = field(obj, key);
+    const char *dot = path[0] ? "." : "";
+    if (!v)
+        return fail(c, "%s%smissing field \"%s\"", path, path[0] ? ": " : "",
+                    key);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return fail(c, "%s%s%s: expected an integer", path, dot, key);
+    if (v->valuedouble < min || v->valuedouble > max)
+        return fail(c, "%s%s%s: %.17g is out of range (%.17g to %.17g)", path,
+                    dot, key, v->valuedouble, min, max);
+    *out = (int64_t)v->valuedouble;
+    return AP_OK;
+}
+
+static int get_bool(const ctx *c, const cJSON *obj, const char *path,
+                    const char *key, int *out)
+{
+    const cJSON *v = field(obj, key);
+    if (!v)
+        return AP_OK;
+    if (!cJSON_IsBool(v))
+        return fail(c, "%s.%s: expected true or false", path, key);
+    *out = cJSON_IsTrue(v);
+    return AP_OK;
+}
+
+static int get_prob(const ctx *c, const cJSON *obj, const char *path,
+                    const char *key, double *out)
+{
+    const cJSON *v = field(obj, key);
+    if (!v)
+        return AP_OK;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1))
+        return fail(c, "%s.%s: expected a probability in [0, 1)", path, key);
+    *out = v->valuedouble;
+    return AP_OK;
+}
+
+/* Sizes of batch and sequence dimensions replaced by the build options;
+ * capacity dimensions (tokens per expert) scale with the tokens. */
+static int64_t rescaled(const ap_dim *d, const ap_build_opts *opt,
+                        double token_ratio)
+{
+    if (d->kind == AP_DIM_BATCH && opt->batch > 0)
+        return opt->batch;
+    if (d->kind == AP_DIM_SEQ && opt->seq > 0)
+        return opt->seq;
+    if (d->kind == AP_DIM_CAPACITY && token_ratio != 1) {
+        double s = ceil((double)d->size * token_ratio);
+        return s < 1 ? 1 : s > MAX_EXACT ? -1 : (int64_t)s;
+    }
+    return d->size;
+}
+
+static double token_ratio(const ap_dim *dims, int n, const ap_build_opts *opt)
+{
+    double before = 1, after = 1;
+    for (int i = 0; opt && i < n; i++) {
+        if (dims[i].kind == AP_DIM_BATCH) {
+            before *= (double)dims[i].size;
+            after *= (double)(opt->batch > 0 ? opt->batch : dims[i].size);
+        } else if (dims[i].kind == AP_DIM_SEQ) {
+            before *= (double)dims[i].size;
+            after *= (double)(opt->seq > 0 ? opt->seq : dims[i].size);
+        }
+    }
+    return after / before;
+}
+
+static int load_dims(const ctx *c, const cJSON *dims, ap_graph *g,
+                     const ap_build_opts *opt)
+{
+    static const char *const known[] = {"name", "kind", "size", NULL};
+    ap_dim parsed[AP_MAX_DIMS];
+    int n = 0;
+    char path[64];
+    if (!cJSON_IsObject(dims))
+        return fail(c, "dims: expected an object of labels");
+    for (const cJSON *d = dims->child; d; d = d->next) {
+        const char *key = d->string;
+        if (strlen(key) != 1 ||
+            !((key[0] >= 'a' && key[0] <= 'z') ||
+              (key[0] >= 'A' && key[0] <= 'Z')))
+            return fail(c, "dims: label \"%.40s\" is not one letter a-z or "
+                           "A-Z", key);
+        for (int i = 0; i < n; i++)
+            if (parsed[i].label == key[0])
+                return fail(c, "dims: duplicate label \"%s\"", key);
+        if (n >= AP_MAX_DIMS)
+            return fail(c, "dims: more than %d dimensions", AP_MAX_DIMS);
+        snprintf(path, sizeof path, "dims.%c", key[0]);
+        if (!cJSON_IsObject(d))
+            return fail(c, "%s: expected an object", path);
+        const char *kind = NULL, *name = NULL;
+        ap_dim *p = &parsed[n];
+        if (check_fields(c, d, path, known) ||
+            get_string(c, d, path, "kind", 1, &kind) ||
+            get_string(c, d, path, "name", 0, &name) ||
+            get_int(c, d, path, "size", 1, MAX_EXACT, &p->size))
+            return AP_EINPUT;
+        if (ap_dim_kind_from_name(kind, &p->kind))
+            return fail(c, "%s.kind: unknown kind \"%s\" (expected batch, "
+                           "seq, hidden, ffn, heads, kv_heads, head_dim, "
+                           "vocab, experts, capacity or other)",
+                        path, kind);
+        if (name && (!name[0] || strlen(name) >= AP_NAME_LEN))
+            return fail(c, "%s.name: must have 1 to %d characters", path,
+                        AP_NAME_LEN - 1);
+        p->label = key[0];
+        snprintf(p->name, sizeof p->name, "%s",
+                 name ? name : ap_dim_kind_name(p->kind));
+        n++;
+    }
+    double ratio = token_ratio(parsed, n, opt);
+    for (int i = 0; i < n; i++) {
+        int64_t size = opt ? rescaled(&parsed[i], opt, ratio) : parsed[i].size;
+        if (size < 1)
+            return fail(c, "dims.%c.size: too large after rescaling to the "
+                           "requested batch and sequence",
+                        parsed[i].label);
+        if (ap_graph_add_dim(g, parsed[i].label, parsed[i].name,
+                             parsed[i].kind, size, c->err) < 0)
+            return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+static int load_role(const ctx *c, const char *path, const char *s,
+                     ap_role *out)
+{
+    static const char *const names[] = {"input", "parameter", "activation"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (ap_role)i;
+            return AP_OK;
+        }
+    return fail(c, "%s.role: unknown role \"%s\" (expected input, parameter "
+                   "or activation)", path, s);
+}
+
+static int load_tensors(const ctx *c, const cJSON *arr, ap_graph *g)
+{
+    static const char *const known[] = {"name", "shape", "role", "dtype",
+                                        NULL};
+    char path[64];
+    if (!cJSON_IsArray(arr))
+        return fail(c, "tensors: expected an array");
+    int i = 0;
+    for (const cJSON *t = arr->child; t; t = t->next, i++) {
+        snprintf(path, sizeof path, "tensors[%d]", i);
+        const char *name = NULL, *shape = NULL, *role = NULL, *dtype = NULL;
+        if (!cJSON_IsObject(t))
+            return fail(c, "%s: expected an object", path);
+        if (check_fields(c, t, path, known) ||
+            get_string(c, t, path, "name", 1, &name) ||
+            get_string(c, t, path, "shape", 1, &shape) ||
+            get_string(c, t, path, "role", 1, &role) ||
+            get_string(c, t, path, "dtype", 0, &dtype))
+            return AP_EINPUT;
+        ap_role r = AP_TENSOR_ACT;
+        ap_dtype dt = g->dtype;
+        if (load_role(c, path, role, &r))
+            return AP_EINPUT;
+        if (dtype && ap_dtype_from_name(dtype, &dt))
+            return fail(c, "%s.dtype: unknown dtype \"%s\"", path, dtype);
+        if (ap_graph_add_tensor(g, name, shape, dt, r, c->err) < 0)
+            return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+/* Reads ops[i].inputs or .outputs as names; the builder resolves them. */
+static int load_names(const ctx *c, const cJSON *op, const char *path,
+                      const char *key, const char **names, int *n)
+{
+    const cJSON *arr = field(op, key);
+    if (!arr)
+        return fail(c, "%s: missing field \"%s\"", path, key);
+    if (!cJSON_IsArray(arr))
+        return fail(c, "%s.%s: expected an array of tensor names", path, key);
+    int k = cJSON_GetArraySize(arr);
+    if (k > AP_MAX_IO)
+        return fail(c, "%s.%s: %d tensors; at most %d allowed", path, key, k,
+                    AP_MAX_IO);
+    k = 0;
+    for (const cJSON *s = arr->child; s; s = s->next, k++) {
+        if (!cJSON_IsString(s))
+            return fail(c, "%s.%s[%d]: expected a tensor name", path, key, k);
+        names[k] = s->valuestring;
+    }
+    *n = k;
+    return AP_OK;
+}
+
+/* Attributes are accepted only on the kinds they mean something for. */
+static int load_attrs(const ctx *c, const cJSON *o, const char *path,
+                      ap_op *op)
+{
+    static const char *const attention[] = {"causal", "flash", "dropout",
+                                            NULL};
+    static const char *const dropout[] = {"p", NULL};
+    static const char *const moe[] = {"top_k", NULL};
+    static const char *const none[] = {NULL};
+    static const char *const common[] = {"name", "kind", "layer", "inputs",
+                                         "outputs", NULL};
+    const char *const *own = none;
+    if (op->kind == AP_OP_ATTENTION)
+        own = attention;
+    else if (op->kind == AP_OP_DROPOUT)
+        own = dropout;
+    else if (op->kind == AP_OP_ROUTER || op->kind == AP_OP_DISPATCH ||
+             op->kind == AP_OP_COMBINE)
+        own = moe;
+    for (const cJSON *f = o->child; f; f = f->next) {
+        int ok = 0;
+        for (int i = 0; common[i] && !ok; i++)
+            ok = !strcmp(f->string, common[i]);
+        for (int i = 0; own[i] && !ok; i++)
+            ok = !strcmp(f->string, own[i]);
+        if (!ok)
+            return fail(c, "%s: unknown field \"%s\" for a %s op", path,
+                        f->string, ap_op_kind_name(op));
+    }
+    int64_t k = 0;
+    if (own == moe && get_int(c, o, path, "top_k", 1, 1 << 20, &k))
+        return AP_EINPUT;
+    op->top_k = (int)k;
+    return get_bool(c, o, path, "causal", &op->causal) ||
+                   get_bool(c, o, path, "flash", &op->flash) ||
+                   get_prob(c, o, path, "dropout", &op->dropout_p) ||
+                   get_prob(c, o, path, "p", &op->dropout_p)
+               ? AP_EINPUT
+               : AP_OK;
+}
+
+static int load_op(const ctx *c, const cJSON *o, const char *path,
+                   ap_graph *g)
+{
+    static const char *const any[] = {"name",   "kind",  "layer", "inputs",
+                                      "outputs", "causal", "flash", "dropout",
+                                      "p",      "top_k", NULL};
+    const char *name = NULL, *kind = NULL;
+    const char *in[AP_MAX_IO], *out[AP_MAX_IO];
+    int nin = 0, nout = 0, sub = 0;
+    int64_t layer = -1;
+    ap_op_kind k;
+    if (!cJSON_IsObject(o))
+        return fail(c, "%s: expected an object", path);
+    if (check_fields(c, o, path, any) ||
+        get_string(c, o, path, "name", 1, &name) ||
+        get_string(c, o, path, "kind", 1, &kind))
+        return AP_EINPUT;
+    if (ap_op_kind_from_name(kind, &k, &sub))
+        return fail(c, "%s.kind: unknown op kind \"%s\"", path, kind);
+    if (field(o, "layer") &&
+        get_int(c, o, path, "layer", 0, 1 << 20, &layer))
+        return AP_EINPUT;
+    if (load_names(c, o, path, "inputs", in, &nin) ||
+        load_names(c, o, path, "outputs", out, &nout))
+        return AP_EINPUT;
+    if (nout == 0)
+        return fail(c, "%s.outputs: an op needs at least one output", path);
+    int i = ap_graph_add_op(g, name, k, sub, (int)layer, in, nin, out, nout,
+                            c->err);
+    if (i < 0)
+        return AP_EINPUT;
+    return load_attrs(c, o, path, &g->ops[i]);
+}
+
+static int load_ops(const ctx *c, const cJSON *arr, ap_graph *g)
+{
+    char path[64];
+    if (!cJSON_IsArray(arr))
+        return fail(c, "ops: expected an array");
+    int i = 0;
+    for (const cJSON *o = arr->child; o; o = o->next, i++) {
+        snprintf(path, sizeof path, "ops[%d]", i);
+        if (load_op(c, o, path, g))
+            return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+static int load_header(const ctx *c, const cJSON *root, const char **name,
+                       ap_dtype *dtype)
+{
+    static const char *const known[] = {"format", "name",    "description",
+                                        "dtype",  "dims",    "tensors",
+                                        "ops",    NULL};
+    const char *format = NULL, *dt = NULL, *desc = NULL;
+    if (check_fields(c, root, "", known) ||
+        get_string(c, root, "", "format", 1, &format))
+        return AP_EINPUT;
+    if (strcmp(format, FORMAT))
+        return fail(c, "format: \"%.64s\" is not supported (expected \"%s\")",
+                    format, FORMAT);
+    if (get_string(c, root, "", "name", 1, name) ||
+        get_string(c, root, "", "description", 0, &desc) ||
+        get_string(c, root, "", "dtype", 0, &dt))
+        return AP_EINPUT;
+    if (!(*name)[0] || strlen(*name) >= AP_NAME_LEN)
+        return fail(c, "name: must have 1 to %d characters", AP_NAME_LEN - 1);
+    if (dt && ap_dtype_from_name(dt, dtype))
+        return fail(c, "dtype: unknown dtype \"%s\" (expected bf16, fp16, "
+                       "fp32, fp8, int32 or int64)", dt);
+    for (const char *const *k = (const char *const[]){"dims", "tensors",
+                                                      "ops", NULL};
+         *k; k++)
+        if (!field(root, *k))
+            return fail(c, "missing field \"%s\"", *k);
+    return AP_OK;
+}
+
+static int from_json(const cJSON *root, const char *source,
+                     const ap_build_opts *opt, ap_graph **out, char *err)
+{
+    ctx c = {source, err};
+    const char *name = NULL;
+    ap_dtype dtype = AP_BF16;
+    *out = NULL;
+    if (!cJSON_IsObject(root))
+        return fail(&c, "expected a JSON object at the top level");
+    if (load_header(&c, root, &name, &dtype))
+        return AP_EINPUT;
+    ap_graph *g = ap_graph_new(name);
+    if (!g) {
+        snprintf(err, AP_ERR_LEN, "%s: out of memory", source);
+        return AP_EINTERNAL;
+    }
+    g->dtype = dtype;
+    snprintf(g->source, sizeof g->source, "%s", source);
+    int rc = load_dims(&c, field(root, "dims"), g, opt);
+    if (!rc)
+        rc = load_tensors(&c, field(root, "tensors"), g);
+    if (!rc)
+        rc = load_ops(&c, field(root, "ops"), g);
+    if (!rc)
+        rc = ap_graph_finalize(g, err);
+    if (rc) {
+        ap_graph_free(g);
+        return rc;
+    }
+    *out = g;
+    return AP_OK;
+}
+
+int ap_graph_parse_json(const char *text, size_t len, const char *source,
+                        ap_graph **out, char *err)
+{
+    ctx c = {source ? source : "(model)", err};
+    *out = NULL;
+    cJSON *root = parse(text, len, &c);
+    if (!root)
+        return AP_EINPUT;
+    int rc = from_json(root, c.source, NULL, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int ap_graph_load(const char *path, const ap_build_opts *opt, ap_graph **out,
+                  char *err)
+{
+    ap_build_opts defaults;
+    char *text;
+    size_t len;
+    ctx c = {path, err};
+    *out = NULL;
+    if (!opt) {
+        ap_build_opts_default(&defaults);
+        opt = &defaults;
+    }
+    if (opt->seq < 0 || opt->batch < 0) {
+        snprintf(err, AP_ERR_LEN, "%s: sequence length and batch must be "
+                 "positive", path);
+        return AP_EINPUT;
+    }
+    int rc = ap_read_file(path, &text, &len, err);
+    if (rc)
+        return rc;
+    cJSON *root = parse(text, len, &c);
+    if (!root) {
+        free(text);
+        return AP_EINPUT;
+    }
+    if (cJSON_IsObject(root) && field(root, "model_type")) {
+        cJSON_Delete(root);
+        rc = ap_graph_from_hf(text, len, path, opt, out, err);
+    } else {
+        rc = from_json(root, path, opt, out, err);
+        cJSON_Delete(root);
+    }
+    free(text);
+    return rc;
+}

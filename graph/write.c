@@ -1,0 +1,129 @@
+/* write.c -- a finalized graph in the project's JSON format, the inverse of
+ * ap_graph_parse_json(): loading the output gives the same graph. Attributes
+ * are written only for the kinds that have them, so the output loads under
+ * the strict field checks. */
+#include "graph/graph.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+
+static const char *role_name(ap_role r)
+{
+    return r == AP_TENSOR_INPUT ? "input"
+           : r == AP_TENSOR_PARAM ? "parameter"
+                                  : "activation";
+}
+
+static cJSON *dims_json(const ap_graph *g)
+{
+    cJSON *dims = cJSON_CreateObject();
+    for (int i = 0; dims && i < g->ndims; i++) {
+        const ap_dim *d = &g->dims[i];
+        char label[2] = {d->label, 0};
+        cJSON *o = cJSON_AddObjectToObject(dims, label);
+        if (!o || !cJSON_AddStringToObject(o, "name", d->name) ||
+            !cJSON_AddStringToObject(o, "kind", ap_dim_kind_name(d->kind)) ||
+            !cJSON_AddNumberToObject(o, "size", (double)d->size)) {
+            cJSON_Delete(dims);
+            return NULL;
+        }
+    }
+    return dims;
+}
+
+static cJSON *tensor_json(const ap_graph *g, const ap_tensor *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddStringToObject(o, "name", t->name) ||
+        !cJSON_AddStringToObject(o, "shape", t->shape) ||
+        !cJSON_AddStringToObject(o, "role", role_name(t->role)) ||
+        (t->dtype != g->dtype &&
+         !cJSON_AddStringToObject(o, "dtype", ap_dtype_name(t->dtype)))) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Adds key: [tensor names] to o; the array belongs to o at once. */
+static int add_names(cJSON *o, const char *key, const ap_graph *g,
+                     const int *idx, int n)
+{
+    cJSON *arr = cJSON_AddArrayToObject(o, key);
+    for (int i = 0; arr && i < n; i++) {
+        cJSON *s = cJSON_CreateString(g->tensors[idx[i]].name);
+        if (!s || !cJSON_AddItemToArray(arr, s)) {
+            cJSON_Delete(s);
+            return 0;
+        }
+    }
+    return arr != NULL;
+}
+
+static int attrs_json(cJSON *o, const ap_op *op)
+{
+    switch (op->kind) {
+    case AP_OP_ATTENTION:
+        return cJSON_AddBoolToObject(o, "causal", op->causal) &&
+               cJSON_AddBoolToObject(o, "flash", op->flash) &&
+               cJSON_AddNumberToObject(o, "dropout", op->dropout_p);
+    case AP_OP_DROPOUT:
+        return cJSON_AddNumberToObject(o, "p", op->dropout_p) != NULL;
+    case AP_OP_ROUTER:
+    case AP_OP_DISPATCH:
+    case AP_OP_COMBINE:
+        return cJSON_AddNumberToObject(o, "top_k", op->top_k) != NULL;
+    default:
+        return 1;
+    }
+}
+
+static cJSON *op_json(const ap_graph *g, const ap_op *op)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddStringToObject(o, "name", op->name) ||
+        !cJSON_AddStringToObject(o, "kind", ap_op_kind_name(op)) ||
+        (op->layer >= 0 && !cJSON_AddNumberToObject(o, "layer", op->layer)) ||
+        !add_names(o, "inputs", g, op->inputs, op->ninputs) ||
+        !add_names(o, "outputs", g, op->outputs, op->noutputs) ||
+        !attrs_json(o, op)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int add_items(cJSON *root, const char *key, const ap_graph *g,
+                     int tensors)
+{
+    cJSON *arr = cJSON_AddArrayToObject(root, key);
+    int n = tensors ? g->ntensors : g->nops;
+    for (int i = 0; arr && i < n; i++) {
+        cJSON *item = tensors ? tensor_json(g, &g->tensors[i])
+                              : op_json(g, &g->ops[i]);
+        if (!item || !cJSON_AddItemToArray(arr, item)) {
+            cJSON_Delete(item);
+            return 0;
+        }
+    }
+    return arr != NULL;
+}
+
+char *ap_graph_to_json(const ap_graph *g)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *dims = dims_json(g);
+    char *text = NULL;
+    if (root && dims &&
+        cJSON_AddStringToObject(root, "format", "autopar-model/1") &&
+        cJSON_AddStringToObject(root, "name", g->name) &&
+        cJSON_AddStringToObject(root, "dtype", ap_dtype_name(g->dtype)) &&
+        cJSON_AddItemToObject(root, "dims", dims)) {
+        dims = NULL;
+        if (add_items(root, "tensors", g, 1) && add_items(root, "ops", g, 0))
+            text = cJSON_Print(root);
+    }
+    cJSON_Delete(dims);
+    cJSON_Delete(root);
+    return text;
+}
