@@ -869,40 +869,44 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
     return rc;
 }
 
-/* The top_k of the router whose output carries the experts label l; the
- * whole set of experts when there is none. */
-static double router_top_k(const ap_graph *g, char l, double experts)
+/* The router that produces the experts label l (its top_k says how many
+ * experts a token visits), and whether tensor t is that router's weight,
+ * which every token reads whole. */
+static const ap_op *router_of(const ap_graph *g, char l)
 {
-    int i;
-    for (i = 0; i < g->nops; i++) {
+    for (int i = 0; i < g->nops; i++) {
         const ap_op *o = &g->ops[i];
         if (o->kind == AP_OP_ROUTER && o->noutputs == 1 &&
             strchr(g->tensors[o->outputs[0]].shape, l))
-            return o->top_k;
+            return o;
     }
-    return experts;
+    return NULL;
 }
 
-/* Expert parameters (those with a label of kind experts) count top_k/E of
- * their size, top_k from the router that produces that label. */
+static int is_router_weight(const ap_op *router, int t)
+{
+    for (int i = 0; i < router->ninputs; i++)
+        if (router->inputs[i] == t)
+            return 1;
+    return 0;
+}
+
+/* Expert parameters count top_k/E of their size; all others count whole. */
 double ap_graph_active_params(const ap_graph *g)
 {
     double total = 0;
-    int t, k;
-    for (t = 0; t < g->ntensors; t++) {
+    for (int t = 0; t < g->ntensors; t++) {
         const ap_tensor *x = &g->tensors[t];
-        double n = 1, scale = 1;
+        double scale = 1;
         if (x->role != AP_TENSOR_PARAM)
             continue;
-        for (k = 0; k < x->rank; k++) {
+        for (int k = 0; k < x->rank; k++) {
             const ap_dim *d = ap_graph_dim(g, x->shape[k]);
-            if (!d)
-                continue;
-            n *= (double)d->size;
-            if (d->kind == AP_DIM_EXPERTS)
-                scale = router_top_k(g, d->label, (double)d->size) / (double)d->size;
+            const ap_op *r = d && d->kind == AP_DIM_EXPERTS ? router_of(g, d->label) : NULL;
+            if (r && !is_router_weight(r, t))
+                scale = (double)r->top_k / (double)d->size;
         }
-        total += n * scale;
+        total += (double)x->elems * scale;
     }
     return total;
 }

@@ -1,0 +1,468 @@
+/* test_hf.c -- graphs built from Hugging Face config.json files: parameter
+ * counts against the published totals, FLOPs against 2N + attention,
+ * activation memory against Korthikanti et al., and the errors for
+ * malformed configs. */
+#include "graph/graph.h"
+#include "test.h"
+
+#include <dirent.h>
+
+static ap_graph *load_opts(const char *rel, const ap_build_opts *o)
+{
+    char path[1024], err[AP_ERR_LEN];
+    ap_graph *g = NULL;
+    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
+    if (ap_graph_load(path, o, &g, err) != AP_OK) {
+        fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    return g;
+}
+
+static ap_graph *load(const char *rel)
+{
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    return load_opts(rel, &o);
+}
+
+static ap_graph *from_text(const char *json, const ap_build_opts *o)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = NULL;
+    if (ap_graph_from_hf(json, strlen(json), "inline.json", o, &g, err) != AP_OK) {
+        fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    return g;
+}
+
+static int64_t dim_size(const ap_graph *g, char l)
+{
+    const ap_dim *d = ap_graph_dim(g, l);
+    return d ? d->size : -1;
+}
+
+static const ap_tensor *tensor_named(const ap_graph *g, const char *name)
+{
+    int t = ap_graph_find_tensor(g, name);
+    return t >= 0 ? &g->tensors[t] : NULL;
+}
+
+static double layer_saved_bytes(const ap_graph *g, int layer)
+{
+    double s = 0;
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer == layer)
+            s += g->ops[i].saved_bytes;
+    return s;
+}
+
+/* The closed form for a Llama-style dense model: per layer the Q, K, V and
+ * O projections, three MLP matrices and two RMSNorm weights; embedding and
+ * head untied; one final norm. */
+static double llama_params(double L, double h, double n, double g, double d,
+                           double f, double v)
+{
+    return L * (2 * h * n * d + 2 * h * g * d + 3 * h * f + 2 * h) + 2 * v * h + h;
+}
+
+static void llama_3_8b_has_8_03b_parameters(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK_NEAR(g->total_params, 8.03e9, 0.005);
+    CHECK_NEAR(g->total_params, llama_params(32, 4096, 32, 8, 128, 14336, 128256), 1e-12);
+    CHECK_NEAR(ap_graph_active_params(g), g->total_params, 1e-12);
+    ap_graph_free(g);
+}
+
+static void llama_3_70b_has_70_6b_parameters(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-70b.json");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK_NEAR(g->total_params, 70.6e9, 0.005);
+    CHECK_NEAR(g->total_params, llama_params(80, 8192, 64, 8, 128, 28672, 128256), 1e-12);
+    ap_graph_free(g);
+}
+
+static void llama_3_1_405b_has_405_9b_parameters(void)
+{
+    ap_graph *g = load("examples/hf/llama-3.1-405b.json");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK_NEAR(g->total_params, 405.9e9, 0.005);
+    ap_graph_free(g);
+}
+
+/* GPT-3 175B as a GPT-2 config: biases everywhere, LayerNorm with bias, a
+ * learned position table, and the head tied to the token embedding. */
+static void gpt3_counts_biases_positions_and_ties_the_head(void)
+{
+    double L = 96, h = 12288, v = 50257, p = 2048;
+    ap_graph *g = load("examples/hf/gpt3-175b.json");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK_NEAR(g->total_params, L * (12 * h * h + 13 * h) + v * h + p * h + 2 * h, 1e-12);
+    CHECK_NEAR(g->total_params, 175e9, 0.005);
+    CHECK(ap_graph_find_tensor(g, "lm_head.w") < 0);
+    CHECK_STR_HAS(g->tensors[g->ops[ap_graph_find_op(g, "lm_head")].inputs[1]].name, "wte");
+    ap_graph_free(g);
+}
+
+static void mixtral_has_46_7b_total_and_12_9b_active(void)
+{
+    ap_graph *g = load("examples/hf/mixtral-8x7b.json");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK_NEAR(g->total_params, 46.7e9, 0.005);
+    CHECK_NEAR(ap_graph_active_params(g), 12.9e9, 0.005);
+    ap_graph_free(g);
+}
+
+/* DeepSeek publishes 671B total and "37B activated"; the weights README
+ * breaks the activated count down as 36.6B including the 0.9B output head,
+ * i.e. without the input embedding table (a lookup touches one row). */
+static void deepseek_v3_has_671b_total_and_37b_active(void)
+{
+    ap_graph *g = load("examples/hf/deepseek-v3.json");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    double embed = 129280.0 * 7168;
+    CHECK_NEAR(g->total_params, 671e9, 0.005);
+    CHECK_NEAR(ap_graph_active_params(g) - embed, 36.6e9, 0.005);
+    CHECK_NEAR(ap_graph_active_params(g), 37e9, 0.02);
+    ap_graph_free(g);
+}
+
+/* Qwen publishes 30.5B total and 3.3B activated (rounded to 0.1B). */
+static void qwen3_30b_a3b_has_30_5b_total_and_3_3b_active(void)
+{
+    ap_graph *g = load("examples/hf/qwen3-30b-a3b.json");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK_NEAR(g->total_params, 30.5e9, 0.005);
+    CHECK_NEAR(ap_graph_active_params(g), 3.3e9, 0.02);
+    CHECK_NEAR(dim_size(g, 'c'), 4096 * 8 / 128, 0);
+    ap_graph_free(g);
+}
+
+/* Forward FLOPs per token: 2 per matmul parameter (the head included, the
+ * embedding lookup not) plus attention's 2*s*n*(d+e) per layer. */
+static void dense_forward_flops_are_2n_plus_attention(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    CHECK(g != NULL);
+    if (g) {
+        double L = 32, h = 4096, n = 32, kv = 8, d = 128, f = 14336, v = 128256;
+        double s = (double)dim_size(g, 's');
+        double mm = L * (2 * h * n * d + 2 * h * kv * d + 3 * h * f) + v * h;
+        CHECK_NEAR(g->total_flops / s, 2 * mm + L * 2 * s * n * (d + d), 0.02);
+        ap_graph_free(g);
+    }
+    g = load("examples/hf/gpt3-175b.json");
+    CHECK(g != NULL);
+    if (g) {
+        double L = 96, h = 12288, v = 50257, s = 2048;
+        double mm = L * 12 * h * h + v * h;
+        CHECK_NEAR(g->total_flops / s, 2 * mm + L * 2 * s * h * 2, 0.02);
+        ap_graph_free(g);
+    }
+}
+
+static const char *gpt2_medium =
+    "{\"model_type\": \"gpt2\", \"n_layer\": 4, \"n_embd\": 1024, \"n_head\": 16,"
+    " \"vocab_size\": 50257, \"n_positions\": 1024}";
+
+/* Korthikanti et al.: a GPT layer keeps sbh(34 + 5as/h) bytes for backward;
+ * flash attention drops the 5as/h term. */
+static void gpt_block_saves_34sbh_plus_5as2b(void)
+{
+    ap_build_opts o;
+    double s = 1024, b = 2, h = 1024, a = 16;
+    ap_build_opts_default(&o);
+    o.batch = 2;
+    o.dropout = 1;
+    o.flash = 0;
+    ap_graph *g = from_text(gpt2_medium, &o);
+    CHECK(g != NULL);
+    if (g) {
+        CHECK_NEAR(layer_saved_bytes(g, 0), s * b * h * (34 + 5 * a * s / h), 0.05);
+        CHECK_NEAR(layer_saved_bytes(g, 2), s * b * h * (34 + 5 * a * s / h), 0.05);
+        ap_graph_free(g);
+    }
+    o.flash = 1;
+    g = from_text(gpt2_medium, &o);
+    CHECK(g != NULL);
+    if (g) {
+        CHECK_NEAR(layer_saved_bytes(g, 1), 34 * s * b * h, 0.05);
+        ap_graph_free(g);
+    }
+}
+
+static void dropout_ops_follow_the_option(void)
+{
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = from_text(gpt2_medium, &o);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK(ap_graph_find_op(g, "l0.attn_drop") < 0);
+    CHECK(g->ops[ap_graph_find_op(g, "l0.attn")].dropout_p == 0);
+    CHECK(g->ops[ap_graph_find_op(g, "l0.attn")].flash == 1);
+    CHECK(g->ops[ap_graph_find_op(g, "l0.attn")].causal == 1);
+    ap_graph_free(g);
+    o.dropout = 1;
+    g = from_text(gpt2_medium, &o);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK(ap_graph_find_op(g, "l3.attn_drop") >= 0);
+    CHECK(ap_graph_find_op(g, "l3.mlp_drop") >= 0);
+    CHECK_NEAR(g->ops[ap_graph_find_op(g, "l3.attn")].dropout_p, 0.1, 1e-12);
+    ap_graph_free(g);
+}
+
+/* Sequence: the option, else the config's context capped at 4096. */
+static void sequence_defaults_to_context_capped_at_4096(void)
+{
+    ap_build_opts o;
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(dim_size(g, 's') == 4096);
+        CHECK(dim_size(g, 'b') == 1);
+        ap_graph_free(g);
+    }
+    g = load("examples/hf/gpt3-175b.json");
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(dim_size(g, 's') == 2048);
+        ap_graph_free(g);
+    }
+    ap_build_opts_default(&o);
+    o.seq = 1000;
+    o.batch = 3;
+    g = load_opts("examples/hf/mixtral-8x7b.json", &o);
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(dim_size(g, 's') == 1000);
+        CHECK(dim_size(g, 'b') == 3);
+        CHECK(dim_size(g, 'c') == 750); /* ceil(3 * 1000 * 2 / 8) */
+        ap_graph_free(g);
+    }
+}
+
+/* Heads are labels the planner can split: q over n, k and v over g. */
+static void grouped_query_attention_labels_kv_heads(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-70b.json");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK(ap_graph_dim(g, 'n')->kind == AP_DIM_HEADS);
+    CHECK(ap_graph_dim(g, 'g')->kind == AP_DIM_KV_HEADS);
+    CHECK(dim_size(g, 'n') == 64 && dim_size(g, 'g') == 8 && dim_size(g, 'd') == 128);
+    CHECK(strcmp(tensor_named(g, "l5.q.y")->shape, "bsnd") == 0);
+    CHECK(strcmp(tensor_named(g, "l5.k.y")->shape, "bsgd") == 0);
+    CHECK(strcmp(tensor_named(g, "l5.o.w")->shape, "ndh") == 0);
+    CHECK(g->nlayers == 80);
+    int same = 1;
+    for (int l = 0; l < g->nlayers; l++)
+        same &= g->layer_class[l] == 0;
+    CHECK(same);
+    ap_graph_free(g);
+}
+
+/* MLA: q and k have d = nope + rope = 192, v has e = 128; three dense
+ * layers, then MoE layers that form a class of their own. */
+static void deepseek_v3_uses_latent_attention_and_dense_first_layers(void)
+{
+    ap_graph *g = load("examples/hf/deepseek-v3.json");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK(dim_size(g, 'd') == 192 && dim_size(g, 'e') == 128);
+    CHECK(dim_size(g, 'g') == 128);
+    CHECK(strcmp(tensor_named(g, "l0.v.y")->shape, "bsge") == 0);
+    CHECK(strcmp(tensor_named(g, "l0.attn.y")->shape, "bsne") == 0);
+    CHECK(ap_graph_find_op(g, "l2.router") < 0);
+    CHECK(ap_graph_find_op(g, "l3.router") >= 0);
+    CHECK(g->ops[ap_graph_find_op(g, "l3.router")].top_k == 8);
+    CHECK(ap_graph_find_tensor(g, "l3.shared.down.w") >= 0);
+    CHECK(g->layer_class[2] == 0);
+    CHECK(g->layer_class[3] == 3 && g->layer_class[60] == 3);
+    CHECK(ap_graph_dim(g, 'E')->kind == AP_DIM_EXPERTS);
+    CHECK(ap_graph_dim(g, 'c')->kind == AP_DIM_CAPACITY);
+    ap_graph_free(g);
+}
+
+/* Qwen2-MoE: decoder_sparse_step 2 makes layers 1, 3 sparse; mlp_only_layers
+ * turns layer 3 dense again; the shared expert has a [h] gate. */
+static void qwen2_moe_places_sparse_layers_and_gates_the_shared_expert(void)
+{
+    const char *cfg =
+        "{\"model_type\": \"qwen2_moe\", \"num_hidden_layers\": 4, \"hidden_size\": 256,"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 512,"
+        " \"moe_intermediate_size\": 64, \"shared_expert_intermediate_size\": 128,"
+        " \"num_experts\": 8, \"num_experts_per_tok\": 2, \"decoder_sparse_step\": 2,"
+        " \"mlp_only_layers\": [3], \"vocab_size\": 1000, \"max_position_embeddings\": 128}";
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = from_text(cfg, &o);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK(ap_graph_find_op(g, "l0.router") < 0);
+    CHECK(ap_graph_find_op(g, "l1.router") >= 0);
+    CHECK(ap_graph_find_op(g, "l2.router") < 0);
+    CHECK(ap_graph_find_op(g, "l3.router") < 0);
+    CHECK(strcmp(tensor_named(g, "l1.shared_gate.w")->shape, "h") == 0);
+    double h = 256, attn = h * 256 + 2 * h * 128 + 256 + 2 * 128 + 256 * h;
+    double dense = 3 * h * 512, moe = h * 8 + 8 * 3 * h * 64 + 3 * h * 128 + h;
+    double expect = 4 * (attn + 2 * h) + 3 * dense + moe + 2 * 1000 * h + h;
+    CHECK_NEAR(g->total_params, expect, 1e-12);
+    CHECK_NEAR(ap_graph_active_params(g), expect - 8 * 3 * h * 64 * (1 - 2.0 / 8), 1e-12);
+    ap_graph_free(g);
+}
+
+/* GPT-NeoX's parallel residual: both sublayers read the block input. */
+static void gpt_neox_parallel_residual_feeds_both_norms_from_the_input(void)
+{
+    const char *cfg =
+        "{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 2, \"hidden_size\": 256,"
+        " \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"vocab_size\": 1000,"
+        " \"max_position_embeddings\": 128, \"rotary_pct\": 0.25}";
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = from_text(cfg, &o);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    const ap_op *ln1 = &g->ops[ap_graph_find_op(g, "l1.ln1")];
+    const ap_op *ln2 = &g->ops[ap_graph_find_op(g, "l1.ln2")];
+    CHECK(ln1->inputs[0] == ln2->inputs[0]);
+    CHECK(ln2->sub == AP_NORM_LAYER);
+    double h = 256, f = 1024;
+    CHECK_NEAR(g->total_params,
+               2 * (4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h) + 2 * 1000 * h + 2 * h,
+               1e-12);
+    ap_graph_free(g);
+}
+
+/* Qwen3 normalises q and k per head: a [d] RMSNorm weight each. */
+static void qwen3_adds_per_head_qk_norms(void)
+{
+    const char *cfg =
+        "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 1, \"hidden_size\": 256,"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,"
+        " \"intermediate_size\": 512, \"vocab_size\": 1000, \"max_position_embeddings\": 64,"
+        " \"tie_word_embeddings\": true}";
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = from_text(cfg, &o);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK(strcmp(tensor_named(g, "l0.q_norm.w")->shape, "d") == 0);
+    double h = 256, nd = 512, gd = 256;
+    CHECK_NEAR(g->total_params,
+               2 * h * nd + 2 * h * gd + 3 * h * 512 + 2 * h + 2 * 128 + 1000 * h + h, 1e-12);
+    ap_graph_free(g);
+}
+
+static char *read_expect(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    buf[0] = 0;
+    if (!f)
+        return buf;
+    if (!fgets(buf, (int)n, f))
+        buf[0] = 0;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+    return buf;
+}
+
+/* Every tests/data/bad/hf_*.json fails with status 2 and a message naming
+ * the file and holding its .expect sidecar. */
+static void malformed_configs_are_input_errors_naming_file_and_field(void)
+{
+    char dir[1024];
+    int n = 0;
+    snprintf(dir, sizeof dir, "%s/tests/data/bad", ap_test_src());
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        char path[1400], exp_path[1400], want[512], err[AP_ERR_LEN];
+        ap_graph *g = NULL;
+        ap_build_opts o;
+        if (strncmp(e->d_name, "hf_", 3) != 0 || len < 6 ||
+            strcmp(e->d_name + len - 5, ".json") != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(exp_path, sizeof exp_path, "%s/%.*sexpect", dir, (int)(len - 4), e->d_name);
+        read_expect(exp_path, want, sizeof want);
+        ap_build_opts_default(&o);
+        CHECK(want[0] != 0);
+        CHECK(ap_graph_load(path, &o, &g, err) == AP_EINPUT);
+        CHECK(g == NULL);
+        CHECK_STR_HAS(err, e->d_name);
+        CHECK_STR_HAS(err, want);
+        n++;
+    }
+    closedir(d);
+    CHECK(n >= 30); /* ten families, three kinds of mistake each */
+}
+
+static void sequence_beyond_learned_positions_is_refused(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = NULL;
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.seq = 4096;
+    CHECK(ap_graph_from_hf(gpt2_medium, strlen(gpt2_medium), "medium.json", &o, &g, err) ==
+          AP_EINPUT);
+    CHECK(g == NULL);
+    CHECK_STR_HAS(err, "medium.json: sequence length 4096 exceeds \"n_positions\" (1024)");
+    CHECK(ap_graph_from_hf("[1]", 3, "arr.json", &o, &g, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "arr.json");
+}
+
+int main(void)
+{
+    RUN(llama_3_8b_has_8_03b_parameters);
+    RUN(llama_3_70b_has_70_6b_parameters);
+    RUN(llama_3_1_405b_has_405_9b_parameters);
+    RUN(gpt3_counts_biases_positions_and_ties_the_head);
+    RUN(mixtral_has_46_7b_total_and_12_9b_active);
+    RUN(deepseek_v3_has_671b_total_and_37b_active);
+    RUN(qwen3_30b_a3b_has_30_5b_total_and_3_3b_active);
+    RUN(dense_forward_flops_are_2n_plus_attention);
+    RUN(gpt_block_saves_34sbh_plus_5as2b);
+    RUN(dropout_ops_follow_the_option);
+    RUN(sequence_defaults_to_context_capped_at_4096);
+    RUN(grouped_query_attention_labels_kv_heads);
+    RUN(deepseek_v3_uses_latent_attention_and_dense_first_layers);
+    RUN(qwen2_moe_places_sparse_layers_and_gates_the_shared_expert);
+    RUN(gpt_neox_parallel_residual_feeds_both_norms_from_the_input);
+    RUN(qwen3_adds_per_head_qk_norms);
+    RUN(malformed_configs_are_input_errors_naming_file_and_field);
+    RUN(sequence_beyond_learned_positions_is_refused);
+    return DONE();
+}
