@@ -181,55 +181,75 @@ static int solve(glp_prob *lp, const ap_ilp *p, ap_ilp_result *res, char *err)
     return AP_OK;
 }
 
-int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err)
-{
-    memset(res, 0, sizeof *res);
+typedef struct {
+    const ap_ilp *p;
+    int *choice;
+    ap_ilp_result *res;
+    char *err;
+    int *base;
     int ncols;
-    int *base = node_base(p, &ncols);
-    triplets t = {0};
-    if (!base) {
-        snprintf(err, AP_ERR_LEN, "out of memory building the ILP");
-        return AP_EINTERNAL;
-    }
-    volatile int status = AP_OK;
-    guard g;
-    glp_prob *volatile lp = NULL;
-    glp_term_hook(silence, NULL);
-    glp_error_hook(on_glpk_error, &g);
-    if (setjmp(g.jump)) {
-        /* GLPK's state is unusable after an error: drop all of it. */
-        glp_free_env();
-        snprintf(err, AP_ERR_LEN, "GLPK failed while solving the sharding ILP");
-        free(base);
-        free(t.ia);
-        free(t.ja);
-        free(t.ar);
-        return AP_EINTERNAL;
-    }
-    lp = glp_create_prob();
-    if (build(lp, p, base, ncols, &t)) {
-        snprintf(err, AP_ERR_LEN, "out of memory building the ILP");
+    triplets t;
+} job;
+
+/* Builds and solves; every GLPK call happens here, under the error hook. */
+static int run(job *j)
+{
+    int status;
+    glp_prob *lp = glp_create_prob();
+    if (build(lp, j->p, j->base, j->ncols, &j->t)) {
+        snprintf(j->err, AP_ERR_LEN, "out of memory building the ILP");
         status = AP_EINTERNAL;
     } else {
-        res->rows = glp_get_num_rows(lp);
-        res->cols = glp_get_num_cols(lp);
-        status = solve(lp, p, res, err);
-        if (status == AP_OK && res->status != AP_ILP_INFEASIBLE) {
-            read_choice(lp, p, base, choice, res);
+        j->res->rows = glp_get_num_rows(lp);
+        j->res->cols = glp_get_num_cols(lp);
+        status = solve(lp, j->p, j->res, j->err);
+        if (status == AP_OK && j->res->status != AP_ILP_INFEASIBLE) {
+            read_choice(lp, j->p, j->base, j->choice, j->res);
             double bound = glp_get_obj_val(lp);
-            res->gap = res->status == AP_ILP_OPTIMAL || res->objective == 0
-                           ? 0
-                           : (res->objective - bound) / res->objective;
-            if (res->gap < 0)
-                res->gap = 0;
+            ap_ilp_result *r = j->res;
+            r->gap = r->status == AP_ILP_OPTIMAL || r->objective == 0
+                         ? 0
+                         : (r->objective - bound) / r->objective;
+            if (r->gap < 0)
+                r->gap = 0;
         }
     }
     glp_delete_prob(lp);
+    return status;
+}
+
+/* Runs the job with GLPK's error hook long-jumping back here. */
+static int guarded(job *j)
+{
+    guard g;
+    glp_term_hook(silence, NULL);
+    glp_error_hook(on_glpk_error, &g);
+    int status;
+    if (setjmp(g.jump)) {
+        /* GLPK's state is unusable after an error: drop all of it. */
+        glp_free_env();
+        snprintf(j->err, AP_ERR_LEN, "GLPK failed while solving the sharding ILP");
+        return AP_EINTERNAL;
+    }
+    status = run(j);
     glp_error_hook(NULL, NULL);
     glp_term_hook(NULL, NULL);
-    free(base);
-    free(t.ia);
-    free(t.ja);
-    free(t.ar);
+    return status;
+}
+
+int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err)
+{
+    memset(res, 0, sizeof *res);
+    job j = {p, choice, res, err, NULL, 0, {0}};
+    j.base = node_base(p, &j.ncols);
+    if (!j.base) {
+        snprintf(err, AP_ERR_LEN, "out of memory building the ILP");
+        return AP_EINTERNAL;
+    }
+    int status = guarded(&j);
+    free(j.base);
+    free(j.t.ia);
+    free(j.t.ja);
+    free(j.t.ar);
     return status;
 }

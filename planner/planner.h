@@ -16,6 +16,8 @@
 #ifndef AP_PLANNER_H
 #define AP_PLANNER_H
 
+#include <stdio.h>
+
 #include "costmodel/costmodel.h"
 #include "graph/graph.h"
 
@@ -68,9 +70,11 @@ typedef struct {
 void ap_price_op(const ap_price_ctx *x, int op, const ap_strategy *s,
                  ap_op_cost *out);
 /* Forward plus backward resharding time on the edge from the producer of
- * tensor `t` (under strategy ps) to consumer op `cons` (under cs). */
+ * tensor `t` (under strategy ps) to consumer op `cons` (under cs); the
+ * backward part alone goes to *bwd when it is not NULL. */
 double ap_price_edge(const ap_price_ctx *x, int t, int prod,
-                     const ap_strategy *ps, int cons, const ap_strategy *cs);
+                     const ap_strategy *ps, int cons, const ap_strategy *cs,
+                     double *bwd);
 /* Writes "b@0 f@1 rs:s" style text for a strategy, for plans and reports. */
 void ap_strategy_format(const ap_strategy *s, char *buf, size_t len);
 
@@ -113,5 +117,124 @@ typedef struct {
 int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err);
 /* For tests: make the next ap_ilp_solve in this thread hit a GLPK error. */
 void ap_ilp_inject_fault(void);
+
+/* One solution of a block (the ops of one layer, or the pieces before and
+ * after the layers) on a mesh, priced per GPU. */
+typedef struct {
+    ap_strategy *strat;   /* per op of the block */
+    double fwd, bwd;      /* per micro-batch: compute plus communication */
+    double comm_fwd, comm_bwd; /* the communication part of fwd and bwd */
+    double attn_fwd;      /* forward time of attention cores (selective
+                             recomputation redoes it) */
+    double grad_sync;     /* per step */
+    double param_bytes;   /* model states */
+    double act_bytes;     /* saved per micro-batch */
+    double input_bytes;   /* the block's input activation: what full
+                             recomputation keeps */
+    double flops;         /* forward FLOPs per GPU per micro-batch */
+} ap_block_point;
+
+typedef struct {
+    int nops;
+    int *ops;             /* graph op indices, topological order */
+    int npoints;
+    ap_block_point *points; /* fastest first, each later one smaller */
+    ap_ilp_result ilp;    /* of the fastest point */
+} ap_block;
+
+/* Solves the block's ILP with no memory row, then again under tighter memory
+ * budgets (param_bytes + act_weight * act_bytes) to trace the trade-off
+ * between speed and memory. Edges from the previous layer of the same class
+ * are included as if the block repeats (wrap edges). */
+int ap_block_solve(const ap_price_ctx *x, const int *ops, int nops,
+                   double act_weight, double ilp_time_limit, double ilp_gap,
+                   ap_block *out, char *err);
+/* Prices a block under given strategies (one per op). */
+void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
+                    const ap_strategy *strat, ap_block_point *out);
+void ap_block_free(ap_block *b);
+
+/* A pipeline stage of a plan. Layers [first_layer, first_layer + nlayers);
+ * the pieces before the layers (embedding) ride on the first stage and those
+ * after (final norm, head, loss) on the last. */
+typedef struct {
+    int first_layer, nlayers;
+    int has_pre, has_post;
+    int first_rank, ngpus;
+    ap_mesh mesh;
+    ap_recompute recompute;
+    /* Strategies: blocks[0] is the pre piece, blocks[1] the post piece,
+     * blocks[2 + k] the k-th layer class of the plan; point[i] is the
+     * solution of block i in use. A block with no ops is absent. */
+    ap_block *blocks;
+    int *point;
+    /* Prices, per micro-batch unless said. */
+    double fwd, bwd, comm_fwd, comm_bwd;
+    double p2p;        /* sending the stage's output to the next stage */
+    double grad_sync;  /* per step */
+    double param_bytes, act_bytes, inflight, mem_bytes;
+    double flops;      /* forward FLOPs per GPU per micro-batch */
+} ap_stage;
+
+typedef struct {
+    char model[AP_NAME_LEN];
+    char cluster[64];
+    int gpus, gpus_per_node;
+    double global_batch;   /* sequences per step */
+    double micro_batch;    /* sequences per micro-batch, all replicas */
+    int nmicro;
+    int seq;
+    ap_schedule schedule;
+    int vchunks;
+    ap_zero zero;
+    int nstages;
+    ap_stage *stages;
+    int nclasses;
+    int *classes;          /* layer-class representatives, ascending */
+    ap_ilp_status ilp_status; /* worst over the ILPs behind the plan */
+    double ilp_gap;
+    /* Prediction. */
+    double step_time, tokens_per_s, model_tflops_per_gpu, hw_tflops_per_gpu,
+        mfu, max_mem_bytes, bubble;
+    double t_compute, t_comm, t_bubble, t_grad_sync, t_optimizer;
+    double hbm_limit;
+} ap_plan;
+
+typedef struct {
+    int gpus, gpus_per_node;
+    double global_batch;  /* 0: 512 sequences */
+    int threads;          /* 0: the machine's cores */
+    int no_pipeline;      /* one stage on all GPUs */
+    int max_stages;       /* 0: no limit beyond layers and GPUs */
+    double ilp_time_limit;/* seconds per ILP, 0: 10 */
+    double ilp_gap;       /* 0: 1e-4 */
+    int progress;         /* print progress to stderr when slow */
+} ap_plan_opts;
+
+void ap_plan_opts_default(ap_plan_opts *o);
+
+/* The inter-op dynamic program (Alpa's recurrence) over contiguous layer
+ * spans: cut `nlayers` layers into `nstages` non-empty stages minimising
+ * sum(t_s) + (nmicro - 1) * max(t_s), where cost(ctx, s, first, end, &t)
+ * prices layers [first, end) as stage s and returns 0 when they do not fit.
+ * Enumerates t_max over the distinct stage costs in ascending order, and
+ * stops once (nmicro - 1) * t_max alone exceeds the best total. Fills
+ * first[s] and returns the objective, or INFINITY when nothing fits. */
+typedef int (*ap_stage_cost_fn)(void *ctx, int stage, int first, int end,
+                                double *t);
+double ap_stage_dp(int nlayers, int nstages, int nmicro, ap_stage_cost_fn cost,
+                   void *ctx, int *first);
+/* Searches for the fastest plan that fits. On AP_EINPUT for a model that
+ * cannot fit, err says the smallest shortfall and what would help. */
+int ap_plan_search(const ap_graph *g, const ap_cluster *c,
+                   const ap_plan_opts *o, ap_plan *out, char *err);
+/* Prices a plan whose stages, meshes and block strategies are set: fills
+ * every price and the prediction. */
+int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
+                     char *err);
+void ap_plan_free(ap_plan *p);
+/* plan.json (docs/plan-format.md) and the summary a person reads. */
+char *ap_plan_to_json(const ap_graph *g, const ap_plan *p);
+void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f);
 
 #endif

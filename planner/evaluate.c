@@ -1,0 +1,225 @@
+/* evaluate.c -- the price of a whole plan: stages, pipeline, step.
+ *
+ * Search and estimate share this code, so a plan the planner finds and a
+ * hand-tuned Megatron configuration are priced by the same rules. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner.h"
+
+static double seq_len(const ap_graph *g)
+{
+    char s = ap_graph_label_of(g, AP_DIM_SEQ);
+    return s ? (double)ap_graph_dim(g, s)->size : 1;
+}
+
+static double graph_batch(const ap_graph *g)
+{
+    char b = ap_graph_label_of(g, AP_DIM_BATCH);
+    return b ? (double)ap_graph_dim(g, b)->size : 1;
+}
+
+static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
+                       ap_recompute rc)
+{
+    st->fwd += bp->fwd * times;
+    st->bwd += bp->bwd * times;
+    st->comm_fwd += bp->comm_fwd * times;
+    st->comm_bwd += bp->comm_bwd * times;
+    st->grad_sync += bp->grad_sync * times;
+    st->param_bytes += bp->param_bytes * times;
+    st->flops += bp->flops * times;
+    if (rc == AP_RECOMPUTE_FULL) {
+        /* Backward first redoes the forward; only the input is kept. */
+        st->bwd += bp->fwd * times;
+        st->act_bytes += bp->input_bytes * times;
+    } else if (rc == AP_RECOMPUTE_SELECTIVE) {
+        st->bwd += bp->attn_fwd * times;
+        st->act_bytes += bp->act_bytes * times;
+    } else {
+        st->act_bytes += bp->act_bytes * times;
+    }
+}
+
+static int class_index(const ap_plan *p, int layer_class)
+{
+    for (int k = 0; k < p->nclasses; k++)
+        if (p->classes[k] == layer_class)
+            return k;
+    return -1;
+}
+
+static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
+                       ap_stage *st, char *err)
+{
+    ap_price_ctx x = {g, c, &st->mesh, p->micro_batch, p->nmicro, p->zero};
+    st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = 0;
+    st->param_bytes = st->act_bytes = st->flops = 0;
+    double largest_layer_act = 0;
+    for (int b = 0; b < 2 + p->nclasses; b++) {
+        ap_block *blk = &st->blocks[b];
+        if (!blk->nops || !blk->npoints)
+            continue;
+        double times = 0;
+        if (b == 0)
+            times = st->has_pre;
+        else if (b == 1)
+            times = st->has_post;
+        else
+            for (int l = st->first_layer; l < st->first_layer + st->nlayers; l++)
+                times += class_index(p, g->layer_class[l]) == b - 2;
+        if (times == 0)
+            continue;
+        ap_block_point *bp = &blk->points[st->point[b]];
+        ap_block_price(&x, blk->ops, blk->nops, bp->strat, bp);
+        accumulate(st, bp, times, b >= 2 ? st->recompute : AP_RECOMPUTE_NONE);
+        if (b >= 2 && bp->act_bytes > largest_layer_act)
+            largest_layer_act = bp->act_bytes;
+    }
+    if (st->recompute == AP_RECOMPUTE_FULL)
+        st->act_bytes += largest_layer_act / fmax(st->inflight, 1);
+    (void)err;
+    return AP_OK;
+}
+
+/* Bytes a stage sends to the next: its last layer's output, which is the next
+ * layer's input at the layout the next stage's first op keeps. */
+static double boundary_bytes(const ap_plan *p, const ap_stage *st)
+{
+    for (int b = 2; b < 2 + p->nclasses; b++)
+        if (st->blocks[b].npoints)
+            return st->blocks[b].points[st->point[b]].input_bytes;
+    return 0;
+}
+
+static void price_p2p(const ap_cluster *c, const ap_plan *p)
+{
+    int G = c->gpus_per_node;
+    for (int i = 0; i < p->nstages; i++) {
+        ap_stage *st = &p->stages[i];
+        st->p2p = 0;
+        if (i + 1 == p->nstages)
+            continue;
+        const ap_stage *nx = &p->stages[i + 1];
+        int nodes = (st->first_rank + st->ngpus - 1) / G == nx->first_rank / G ? 1 : 2;
+        st->p2p = ap_cost_sendrecv(c, nodes, boundary_bytes(p, st));
+    }
+}
+
+static int simulate(const ap_cluster *c, ap_plan *p, ap_pipe_result *r,
+                    char *err)
+{
+    size_t n = p->nstages > 0 ? (size_t)p->nstages : 1;
+    double *fwd = calloc(n, sizeof *fwd);
+    double *bwd = calloc(n, sizeof *bwd);
+    double *p2p = calloc(n, sizeof *p2p);
+    if (!fwd || !bwd || !p2p) {
+        free(fwd);
+        free(bwd);
+        free(p2p);
+        snprintf(err, AP_ERR_LEN, "out of memory simulating the pipeline");
+        return AP_EINTERNAL;
+    }
+    for (int i = 0; i < p->nstages; i++) {
+        fwd[i] = p->stages[i].fwd;
+        bwd[i] = p->stages[i].bwd;
+        p2p[i] = p->stages[i].p2p;
+    }
+    ap_pipe_spec spec = {p->schedule, p->nstages, p->nmicro, 1, fwd, bwd, p2p};
+    (void)c;
+    int rc = ap_pipe_simulate(&spec, r, err);
+    free(fwd);
+    free(bwd);
+    free(p2p);
+    return rc;
+}
+
+/* Adam's update streams every model state of the GPU's shard through HBM
+ * once for reading and once for writing. */
+static double optimizer_time(const ap_cluster *c, const ap_stage *st)
+{
+    return ap_cost_memop(c, st->param_bytes, 2 * st->param_bytes);
+}
+
+static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
+                    const ap_pipe_result *r)
+{
+    double sync = 0, opt = 0, mem = 0;
+    int slow = 0;
+    for (int i = 0; i < p->nstages; i++) {
+        ap_stage *st = &p->stages[i];
+        /* Gradient reduction overlaps the last micro-batch's backward. */
+        double exposed = fmax(0, st->grad_sync - st->bwd);
+        sync = fmax(sync, exposed);
+        opt = fmax(opt, optimizer_time(c, st));
+        mem = fmax(mem, st->mem_bytes);
+        if (st->fwd + st->bwd > p->stages[slow].fwd + p->stages[slow].bwd)
+            slow = i;
+    }
+    const ap_stage *b = &p->stages[slow];
+    p->step_time = r->step + sync + opt;
+    p->bubble = r->bubble;
+    p->t_comm = p->nmicro * (b->comm_fwd + b->comm_bwd);
+    p->t_compute = p->nmicro * (b->fwd + b->bwd) - p->t_comm;
+    p->t_bubble = r->step - p->nmicro * (b->fwd + b->bwd);
+    p->t_grad_sync = sync;
+    p->t_optimizer = opt;
+    p->max_mem_bytes = mem;
+    double seq = seq_len(g);
+    p->seq = (int)seq;
+    p->tokens_per_s = p->global_batch * seq / p->step_time;
+    double model_flops = 3 * g->total_flops * p->global_batch / graph_batch(g);
+    double hw = model_flops;
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i].recompute != AP_RECOMPUTE_NONE)
+            hw += p->stages[i].flops * p->stages[i].ngpus * p->nmicro *
+                  (p->stages[i].recompute == AP_RECOMPUTE_FULL ? 1 : 0);
+    p->model_tflops_per_gpu = model_flops / p->step_time / p->gpus / 1e12;
+    p->hw_tflops_per_gpu = hw / p->step_time / p->gpus / 1e12;
+    p->mfu = p->model_tflops_per_gpu * 1e12 / c->peak_flops[g->dtype];
+}
+
+int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
+                     char *err)
+{
+    for (int i = 0; i < p->nstages; i++) {
+        ap_stage *st = &p->stages[i];
+        /* Under 1F1B stage i of p keeps p - i micro-batches in flight; the
+         * simulation below confirms it. */
+        st->inflight = fmin(p->nstages - i, p->nmicro);
+        int rc = price_stage(g, c, p, st, err);
+        if (rc)
+            return rc;
+    }
+    price_p2p(c, p);
+    ap_pipe_result r;
+    int rc = simulate(c, p, &r, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < p->nstages; i++) {
+        ap_stage *st = &p->stages[i];
+        st->inflight = r.inflight[i];
+        st->mem_bytes = st->param_bytes + st->inflight * st->act_bytes;
+    }
+    p->hbm_limit = ap_cluster_usable_bytes(c);
+    predict(g, c, p, &r);
+    ap_pipe_result_free(&r);
+    return AP_OK;
+}
+
+void ap_plan_free(ap_plan *p)
+{
+    for (int i = 0; i < p->nstages; i++) {
+        ap_stage *st = &p->stages[i];
+        if (st->blocks)
+            for (int b = 0; b < 2 + p->nclasses; b++)
+                ap_block_free(&st->blocks[b]);
+        free(st->blocks);
+        free(st->point);
+    }
+    free(p->stages);
+    free(p->classes);
+    memset(p, 0, sizeof *p);
+}

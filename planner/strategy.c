@@ -1,0 +1,570 @@
+/* strategy.c -- sharding strategies of one op on a 2-D mesh, and their price.
+ *
+ * Everything follows from labels. An axis that splits a label the op's output
+ * lacks leaves a partial sum (reduced in forward); an axis that splits a label
+ * an input lacks leaves that input's gradient partial (reduced in backward,
+ * on the edge, since the cheapest reduction depends on the producer's
+ * layout); for a parameter, that partial gradient is the data-parallel
+ * gradient synchronisation, paid once per step. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "planner/planner.h"
+
+int ap_mesh_init(ap_mesh *m, int d0, int d1, int first, int gpus_per_node)
+{
+    if (d0 < 1 || d1 < 1 || gpus_per_node < 1)
+        return AP_EINPUT;
+    m->d[0] = d0;
+    m->d[1] = d1;
+    m->first = first;
+    /* Axis 1 groups are d1 consecutive ranks; axis 0 groups take every d1-th. */
+    int node_first = first / gpus_per_node;
+    m->nodes[1] = (first + d1 - 1) / gpus_per_node - node_first + 1;
+    int last0 = first + (d0 - 1) * d1;
+    int span = 1, prev = node_first;
+    for (int r = first + d1; r <= last0; r += d1) {
+        int node = r / gpus_per_node;
+        if (node != prev)
+            span++;
+        prev = node;
+    }
+    m->nodes[0] = span;
+    m->nodes[2] = (first + d0 * d1 - 1) / gpus_per_node - node_first + 1;
+    return AP_OK;
+}
+
+double ap_label_size(const ap_price_ctx *x, char label)
+{
+    const ap_dim *d = ap_graph_dim(x->g, label);
+    if (!d)
+        return 1;
+    if (d->kind == AP_DIM_BATCH || d->kind == AP_DIM_CAPACITY) {
+        char b = ap_graph_label_of(x->g, AP_DIM_BATCH);
+        double b0 = b ? (double)ap_graph_dim(x->g, b)->size : 1;
+        return (double)d->size * x->batch / b0;
+    }
+    return (double)d->size;
+}
+
+static int has_label(const char *labels, char l)
+{
+    return l && strchr(labels, l) != NULL;
+}
+
+/* Ways a label is split under a strategy. */
+static int split_of(const ap_price_ctx *x, const ap_strategy *s, char l)
+{
+    int k = 1;
+    for (int a = 0; a < 2; a++)
+        if (s->axis[a] == l)
+            k *= x->mesh->d[a];
+    return k;
+}
+
+/* Ways a tensor with these labels is split (product over its labels). */
+static double tensor_split(const ap_price_ctx *x, const ap_strategy *s,
+                           const char *labels)
+{
+    double k = 1;
+    for (int a = 0; a < 2; a++)
+        if (s->axis[a] && has_label(labels, s->axis[a]))
+            k *= x->mesh->d[a];
+    return k;
+}
+
+static double tensor_bytes(const ap_price_ctx *x, int t)
+{
+    const ap_tensor *tt = &x->g->tensors[t];
+    double n = 1;
+    for (int i = 0; i < tt->rank; i++)
+        n *= ap_label_size(x, tt->shape[i]);
+    return n * (double)ap_dtype_size(tt->dtype);
+}
+
+static const char *shape_of(const ap_price_ctx *x, int t)
+{
+    return x->g->tensors[t].shape;
+}
+
+/* Labels an axis of this op kind may split. */
+static void shardable(const ap_price_ctx *x, const ap_op *op, char *out)
+{
+    const ap_graph *g = x->g;
+    const char *o = op->noutputs ? shape_of(x, op->outputs[0]) : "";
+    size_t n = 0;
+    switch (op->kind) {
+    case AP_OP_MATMUL:
+        strcpy(out, op->iter);
+        return;
+    case AP_OP_ATTENTION: {
+        const char *q = shape_of(x, op->inputs[0]);
+        out[n++] = q[0]; /* batch */
+        out[n++] = q[1]; /* sequence: context parallel */
+        out[n++] = q[2]; /* heads */
+        break;
+    }
+    case AP_OP_NORM:
+    case AP_OP_SOFTMAX: {
+        size_t r = strlen(o);
+        for (size_t i = 0; i + 1 < r; i++)
+            out[n++] = o[i];
+        break;
+    }
+    case AP_OP_EMBEDDING: {
+        const char *tab = shape_of(x, op->inputs[1]);
+        out[n++] = o[0];
+        out[n++] = o[1];
+        out[n++] = tab[0]; /* vocabulary: partial sums */
+        out[n++] = tab[1];
+        break;
+    }
+    case AP_OP_LOSS: {
+        const char *lg = shape_of(x, op->inputs[0]);
+        for (size_t i = 0; lg[i]; i++)
+            out[n++] = lg[i];
+        break;
+    }
+    case AP_OP_ROUTER:
+        out[n++] = o[0];
+        out[n++] = o[1];
+        break;
+    case AP_OP_DISPATCH:
+    case AP_OP_COMBINE: {
+        const char *tok = op->kind == AP_OP_DISPATCH ? shape_of(x, op->inputs[0]) : o;
+        char e = ap_graph_label_of(g, AP_DIM_EXPERTS);
+        out[n++] = tok[0];
+        out[n++] = tok[1];
+        out[n++] = tok[2];
+        if (e)
+            out[n++] = e;
+        break;
+    }
+    case AP_OP_RESHAPE: {
+        const char *in = shape_of(x, op->inputs[0]);
+        for (size_t i = 0; in[i]; i++) {
+            int everywhere = 1;
+            for (int k = 0; k < op->noutputs; k++)
+                everywhere &= has_label(shape_of(x, op->outputs[k]), in[i]);
+            if (everywhere)
+                out[n++] = in[i];
+        }
+        break;
+    }
+    default:
+        strcpy(out, o);
+        return;
+    }
+    out[n] = 0;
+}
+
+static int divides(const ap_price_ctx *x, const ap_strategy *s, char l)
+{
+    if (!l)
+        return 1;
+    double size = ap_label_size(x, l);
+    int k = split_of(x, s, l);
+    double q = size / k;
+    return q >= 1 && q == floor(q);
+}
+
+/* Attention splits its KV-head label along with its heads. */
+static int kv_heads_divide(const ap_price_ctx *x, const ap_op *op,
+                           const ap_strategy *s)
+{
+    if (op->kind != AP_OP_ATTENTION)
+        return 1;
+    char n = shape_of(x, op->inputs[0])[2];
+    char g = shape_of(x, op->inputs[1])[2];
+    if (n == g)
+        return 1;
+    double kv = ap_label_size(x, g);
+    int k = split_of(x, s, n);
+    return fmod(kv, k) == 0;
+}
+
+static void add_rs_variants(const ap_price_ctx *x, const ap_op *op,
+                            ap_strategy *out, int *count, int max)
+{
+    /* A partial sum may be reduce-scattered onto an output label that the
+     * other axis does not already split: sequence parallelism and its kin. */
+    const ap_strategy base = out[*count - 1];
+    const char *o = shape_of(x, op->outputs[0]);
+    for (int a = 0; a < 2; a++) {
+        if (!base.axis[a] || !has_label(op->contracted, base.axis[a]) ||
+            x->mesh->d[a] == 1)
+            continue;
+        for (size_t i = 0; o[i]; i++) {
+            ap_strategy s = base;
+            if (o[i] == base.axis[1 - a])
+                continue;
+            s.rs[a] = o[i];
+            s.axis[a] = base.axis[a];
+            /* The reduce-scattered label must divide like a split one. */
+            double size = ap_label_size(x, o[i]);
+            double k = x->mesh->d[a] * (base.axis[1 - a] == o[i] ? x->mesh->d[1 - a] : 1);
+            if (fmod(size, k) != 0 || *count >= max)
+                continue;
+            out[(*count)++] = s;
+        }
+    }
+}
+
+int ap_strategies(const ap_price_ctx *x, int opi, ap_strategy *out, int max)
+{
+    const ap_op *op = &x->g->ops[opi];
+    char labels[AP_MAX_DIMS + 2];
+    shardable(x, op, labels);
+    size_t nl = strlen(labels);
+    int count = 0;
+    for (size_t i = 0; i <= nl; i++) {
+        for (size_t j = 0; j <= nl; j++) {
+            ap_strategy s = {{i < nl ? labels[i] : 0, j < nl ? labels[j] : 0}, {0, 0}};
+            /* An axis of size 1 splits nothing: keep one canonical form. */
+            if (x->mesh->d[0] == 1 && s.axis[0])
+                continue;
+            if (x->mesh->d[1] == 1 && s.axis[1])
+                continue;
+            if (!divides(x, &s, s.axis[0]) || !divides(x, &s, s.axis[1]) ||
+                !kv_heads_divide(x, op, &s))
+                continue;
+            if (count >= max)
+                return count;
+            out[count++] = s;
+            if (op->kind == AP_OP_MATMUL && op->noutputs)
+                add_rs_variants(x, op, out, &count, max);
+        }
+    }
+    return count;
+}
+
+void ap_strategy_format(const ap_strategy *s, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int a = 0; a < 2 && n < len; a++) {
+        if (!s->axis[a])
+            continue;
+        n += (size_t)snprintf(buf + n, len - n, "%s%c@%d", n ? " " : "", s->axis[a], a);
+        if (s->rs[a] && n < len)
+            n += (size_t)snprintf(buf + n, len - n, "->rs:%c", s->rs[a]);
+    }
+    if (!n)
+        snprintf(buf, len, "replicated");
+}
+
+/* Collective over the mesh axes in `mask` (1 axis 0, 2 axis 1, 3 both). */
+static double coll(const ap_price_ctx *x, ap_coll op, int mask, double bytes)
+{
+    int ranks = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+    if (ranks <= 1 || bytes <= 0)
+        return 0;
+    return ap_cost_collective(x->c, op, ranks, x->mesh->nodes[mask - 1], bytes);
+}
+
+/* The axes (mask) that split label l under s. */
+static int axes_of(const ap_strategy *s, char l)
+{
+    return (s->axis[0] == l && l ? 1 : 0) | (s->axis[1] == l && l ? 2 : 0);
+}
+
+/* GEMM dimensions of a matmul shard: m from A only, n from B only, k
+ * contracted, batch shared by all three. */
+static double matmul_time(const ap_price_ctx *x, const ap_op *op,
+                          const ap_strategy *s)
+{
+    const char *A = shape_of(x, op->inputs[0]);
+    const char *B = shape_of(x, op->inputs[1]);
+    const char *O = shape_of(x, op->outputs[0]);
+    double m = 1, n = 1, k = 1, batch = 1;
+    for (const char *p = op->iter; *p; p++) {
+        double size = ap_label_size(x, *p) / split_of(x, s, *p);
+        int inA = has_label(A, *p), inB = has_label(B, *p), inO = has_label(O, *p);
+        if (!inO)
+            k *= size;
+        else if (inA && inB)
+            batch *= size;
+        else if (inA)
+            m *= size;
+        else
+            n *= size;
+    }
+    ap_dtype dt = x->g->tensors[op->outputs[0]].dtype;
+    return ap_cost_bgemm(x->c, dt, batch, m, n, k);
+}
+
+static double shard_factor(const ap_price_ctx *x, const ap_strategy *s)
+{
+    double k = 1;
+    for (int a = 0; a < 2; a++)
+        if (s->axis[a])
+            k *= x->mesh->d[a];
+    return k;
+}
+
+static double batch_scale(const ap_price_ctx *x)
+{
+    char b = ap_graph_label_of(x->g, AP_DIM_BATCH);
+    double b0 = b ? (double)ap_graph_dim(x->g, b)->size : 1;
+    return x->batch / b0;
+}
+
+static void price_compute(const ap_price_ctx *x, const ap_op *op,
+                          const ap_strategy *s, ap_op_cost *c)
+{
+    double shard = shard_factor(x, s);
+    double scale = batch_scale(x);
+    c->flops = op->flops * scale / shard;
+    if (op->kind == AP_OP_MATMUL) {
+        c->fwd = matmul_time(x, op, s);
+        c->bwd = 2 * c->fwd; /* dX and dW: one GEMM each of the same size */
+    } else if (op->kind == AP_OP_ATTENTION) {
+        const char *q = shape_of(x, op->inputs[0]);
+        const char *v = shape_of(x, op->inputs[2]);
+        double bn = ap_label_size(x, q[0]) / split_of(x, s, q[0]) *
+                    ap_label_size(x, q[2]) / split_of(x, s, q[2]);
+        double sq = ap_label_size(x, q[1]) / split_of(x, s, q[1]);
+        double t = ap_label_size(x, q[1]);
+        c->fwd = ap_cost_attention(x->c, x->g->tensors[op->inputs[0]].dtype, bn,
+                                   sq, t, ap_label_size(x, q[3]),
+                                   ap_label_size(x, v[3]), op->causal);
+        c->bwd = 2.5 * c->fwd; /* FlashAttention-2: backward ~2.5x forward */
+    } else {
+        c->fwd = ap_cost_memop(x->c, c->flops, op->bytes_moved * scale / shard);
+        c->bwd = op->kind == AP_OP_RESHAPE ? 0 : 2 * c->fwd;
+        if (op->kind == AP_OP_RESHAPE)
+            c->fwd = 0;
+    }
+}
+
+/* Forward partial sums: a split label the output lacks. */
+static void price_partials(const ap_price_ctx *x, const ap_op *op,
+                           const ap_strategy *s, ap_op_cost *c)
+{
+    if (!op->noutputs)
+        return;
+    int out = op->outputs[0];
+    const char *O = shape_of(x, out);
+    for (int a = 0; a < 2; a++) {
+        char l = s->axis[a];
+        if (!l || has_label(O, l) || x->mesh->d[a] == 1)
+            continue;
+        if (op->kind == AP_OP_DISPATCH || op->kind == AP_OP_COMBINE) {
+            /* Tokens travel to and from their experts: one all-to-all each
+             * way, forward and backward. */
+            double bytes = tensor_bytes(x, out) / tensor_split(x, s, O) /
+                           x->mesh->d[a];
+            c->fwd_comm += coll(x, AP_COLL_ALLTOALL, 1 << a, bytes);
+            c->bwd_comm += coll(x, AP_COLL_ALLTOALL, 1 << a, bytes);
+            continue;
+        }
+        if (op->kind == AP_OP_LOSS) {
+            /* Vocabulary-parallel cross entropy reduces three fp32 numbers
+             * per token (max, sum of exponentials, target logit). */
+            const char *lg = shape_of(x, op->inputs[0]);
+            double tok = ap_label_size(x, lg[0]) * ap_label_size(x, lg[1]) /
+                         tensor_split(x, s, lg) * (has_label(lg, l) ? x->mesh->d[a] : 1);
+            c->fwd_comm += 3 * coll(x, AP_COLL_ALLREDUCE, 1 << a, 4 * tok);
+            continue;
+        }
+        if (op->kind == AP_OP_ATTENTION) {
+            continue;
+        }
+        double bytes = tensor_bytes(x, out) / tensor_split(x, s, O);
+        if (s->rs[a]) {
+            c->fwd_comm += coll(x, AP_COLL_REDUCESCATTER, 1 << a, bytes);
+            c->bwd_comm += coll(x, AP_COLL_ALLGATHER, 1 << a, bytes);
+        } else {
+            c->fwd_comm += coll(x, AP_COLL_ALLREDUCE, 1 << a, bytes);
+        }
+    }
+    if (op->kind == AP_OP_ATTENTION) {
+        /* Context parallel: every rank sees every K and V shard (a ring of
+         * send/recv, priced as an all-gather), and reduces dK, dV back. */
+        const char *q = shape_of(x, op->inputs[0]);
+        int mask = axes_of(s, q[1]);
+        if (mask) {
+            double kv = 0;
+            for (int i = 1; i < 3; i++)
+                kv += tensor_bytes(x, op->inputs[i]) /
+                      tensor_split(x, s, shape_of(x, op->inputs[i])) *
+                      split_of(x, s, q[1]);
+            c->fwd_comm += coll(x, AP_COLL_ALLGATHER, mask, kv);
+            c->bwd_comm += coll(x, AP_COLL_ALLGATHER, mask, kv) +
+                           coll(x, AP_COLL_REDUCESCATTER, mask, kv);
+        }
+    }
+}
+
+static int is_param(const ap_price_ctx *x, int t)
+{
+    return x->g->tensors[t].role == AP_TENSOR_PARAM;
+}
+
+/* Parameters: their shard's model states, and their gradient reduction over
+ * the axes that split a label the parameter lacks (data parallel). */
+static void price_params(const ap_price_ctx *x, const ap_op *op,
+                         const ap_strategy *s, ap_op_cost *c)
+{
+    for (int i = 0; i < op->ninputs; i++) {
+        int t = op->inputs[i];
+        if (!is_param(x, t))
+            continue;
+        const ap_tensor *tt = &x->g->tensors[t];
+        /* A parameter shared by two ops (tied embeddings) is stored once. */
+        int first_user = 1;
+        for (int k = 0; k < op - x->g->ops && first_user; k++)
+            for (int j = 0; j < x->g->ops[k].ninputs; j++)
+                if (x->g->ops[k].inputs[j] == t)
+                    first_user = 0;
+        double elems = (double)tt->elems / tensor_split(x, s, tt->shape);
+        int mask = 0;
+        for (int a = 0; a < 2; a++)
+            if (s->axis[a] && !has_label(tt->shape, s->axis[a]) && x->mesh->d[a] > 1)
+                mask |= 1 << a;
+        int replicas = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+        if (first_user) {
+            ap_model_states ms = ap_mem_model_states(elems, replicas, x->zero);
+            c->param_bytes += ms.total;
+        }
+        if (!mask)
+            continue;
+        double gbytes = elems * 2; /* bf16 gradients */
+        if (x->zero == AP_ZERO_NONE)
+            c->grad_sync += coll(x, AP_COLL_ALLREDUCE, mask, gbytes);
+        else /* reduce-scatter the gradients, all-gather the updated params */
+            c->grad_sync += coll(x, AP_COLL_REDUCESCATTER, mask, gbytes) +
+                            coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+        if (x->zero == AP_ZERO_3) {
+            /* Parameters are gathered before forward and again before
+             * backward, for every micro-batch. */
+            c->fwd_comm += coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+            c->bwd_comm += coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+        }
+    }
+}
+
+/* Saved activations: each saved tensor at its own shard size; op-owned
+ * extras (masks, statistics) at the size of the op's output shard. */
+static void price_saved(const ap_price_ctx *x, const ap_op *op,
+                        const ap_strategy *s, ap_op_cost *c)
+{
+    double bytes = 0;
+    for (int i = 0; i < op->ninputs; i++)
+        if (op->saves_in & (1u << i))
+            bytes += tensor_bytes(x, op->inputs[i]) /
+                     tensor_split(x, s, shape_of(x, op->inputs[i]));
+    for (int i = 0; i < op->noutputs; i++)
+        if (op->saves_out & (1u << i)) {
+            const char *O = shape_of(x, op->outputs[i]);
+            double k = tensor_split(x, s, O);
+            for (int a = 0; a < 2; a++)
+                if (s->rs[a])
+                    k *= x->mesh->d[a];
+            bytes += tensor_bytes(x, op->outputs[i]) / k;
+        }
+    if (op->saved_extra > 0) {
+        double k = op->kind == AP_OP_ATTENTION ? shard_factor(x, s)
+                 : op->noutputs ? tensor_split(x, s, shape_of(x, op->outputs[0])) : 1;
+        bytes += op->saved_extra * batch_scale(x) / k;
+    }
+    c->act_bytes = bytes;
+}
+
+void ap_price_op(const ap_price_ctx *x, int opi, const ap_strategy *s,
+                 ap_op_cost *c)
+{
+    const ap_op *op = &x->g->ops[opi];
+    memset(c, 0, sizeof *c);
+    price_compute(x, op, s, c);
+    price_partials(x, op, s, c);
+    price_params(x, op, s, c);
+    price_saved(x, op, s, c);
+}
+
+/* The layout a producer leaves its output in, per axis: the split label, or 0
+ * for replicated. */
+static char out_layout(const ap_price_ctx *x, int prod, const ap_strategy *ps,
+                       int t, int a)
+{
+    const ap_op *op = &x->g->ops[prod];
+    const char *T = shape_of(x, t);
+    char l = ps->axis[a];
+    if (!l || x->mesh->d[a] == 1)
+        return 0;
+    if (has_label(T, l))
+        return l;
+    if (ps->rs[a])
+        return ps->rs[a];
+    if (op->kind == AP_OP_DISPATCH || op->kind == AP_OP_COMBINE) {
+        /* Dispatch splits tokens into capacity slots; combine gathers expert
+         * outputs back to the token layout: the token label stays split. */
+        for (const char *p = T; *p; p++) {
+            const ap_dim *d = ap_graph_dim(x->g, *p);
+            if (d && (d->kind == AP_DIM_CAPACITY || d->kind == AP_DIM_BATCH))
+                return *p;
+        }
+    }
+    return 0;
+}
+
+/* The layout a consumer needs its input in, per axis. */
+static char in_layout(const ap_price_ctx *x, int cons, const ap_strategy *cs,
+                      int t, int a)
+{
+    const ap_op *op = &x->g->ops[cons];
+    const char *T = shape_of(x, t);
+    char l = cs->axis[a];
+    if (!l || x->mesh->d[a] == 1)
+        return 0;
+    if (has_label(T, l))
+        return l;
+    if (op->kind == AP_OP_DISPATCH || op->kind == AP_OP_COMBINE) {
+        for (const char *p = T; *p; p++) {
+            const ap_dim *d = ap_graph_dim(x->g, *p);
+            if (d && (d->kind == AP_DIM_BATCH || d->kind == AP_DIM_CAPACITY))
+                return *p;
+        }
+    }
+    return 0;
+}
+
+double ap_price_edge(const ap_price_ctx *x, int t, int prod,
+                     const ap_strategy *ps, int cons, const ap_strategy *cs,
+                     double *bwd)
+{
+    const char *T = shape_of(x, t);
+    double full = tensor_bytes(x, t);
+    double cost = 0, back = 0;
+    for (int a = 0; a < 2; a++) {
+        if (x->mesh->d[a] == 1)
+            continue;
+        char p = out_layout(x, prod, ps, t, a);
+        char q = in_layout(x, cons, cs, t, a);
+        /* Bytes of the tensor on one rank, split only by the other axis. */
+        char other = out_layout(x, prod, ps, t, 1 - a);
+        double bytes = full / (other && x->mesh->d[1 - a] > 1 ? x->mesh->d[1 - a] : 1);
+        int mask = 1 << a;
+        if (p && !q) {
+            cost += coll(x, AP_COLL_ALLGATHER, mask, bytes);
+        } else if (!p && q) {
+            back += coll(x, AP_COLL_ALLGATHER, mask, bytes);
+        } else if (p && q && p != q) {
+            double a2a = coll(x, AP_COLL_ALLTOALL, mask, bytes / x->mesh->d[a]);
+            cost += a2a;
+            back += a2a;
+        }
+        /* The consumer splits a label this tensor lacks: the tensor's
+         * gradient is a partial sum, reduced to the producer's layout. */
+        char l = cs->axis[a];
+        int dispatchy = x->g->ops[cons].kind == AP_OP_DISPATCH ||
+                        x->g->ops[cons].kind == AP_OP_COMBINE;
+        if (l && !has_label(T, l) && !q && !dispatchy)
+            back += coll(x, p ? AP_COLL_REDUCESCATTER : AP_COLL_ALLREDUCE, mask,
+                         bytes);
+    }
+    if (bwd)
+        *bwd = back;
+    return cost + back;
+}
