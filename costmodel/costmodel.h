@@ -68,12 +68,29 @@ typedef struct {
     ap_gemm_sample *gemm; /* measured, may be NULL */
     int ncoll;
     ap_coll_sample *coll; /* measured, may be NULL */
+
+    /* Added after the first draft; zero-filled structs get sane defaults
+     * from the functions that read them (sms 0 disables wave quantisation,
+     * tile 0 means 128x128, attn_eff 0 means gemm_eff). */
+    char gpu_name[128];    /* the GPU's marketing or driver name */
+    int sms;               /* streaming multiprocessors, for wave quantisation */
+    int tile_m, tile_n;    /* output tile of the large-GEMM kernels */
+    double attn_eff;       /* fraction of peak a flash-attention forward reaches */
+    double hbm_bw_measured;/* streaming bytes/s measured by the profiler, or 0;
+                              replaces hbm_bw * hbm_eff when set */
+    int has_measured;      /* the file had a "measured" section */
+    char measured_date[64];
+    char measured_command[256];
 } ap_cluster;
 
 /* Presets: "a100-80g", "h100-sxm", "h200", "b200", "h800". Fills *c for
  * `gpus` GPUs in nodes of `gpus_per_node` (0 = the preset's default). */
 int ap_cluster_preset(const char *name, int gpus, int gpus_per_node,
                       ap_cluster *c, char *err);
+/* Resizes a cluster to `gpus` GPUs in nodes of `gpus_per_node`; zero keeps
+ * the current value. Fewer GPUs than a node holds make one partial node;
+ * more must fill whole nodes, else AP_EINPUT. */
+int ap_cluster_set_size(ap_cluster *c, int gpus, int gpus_per_node, char *err);
 /* A comma-separated list of the preset names, for messages. */
 const char *ap_cluster_preset_names(void);
 /* Loads a cluster file (docs/cluster-format.md). `gpus` and `gpus_per_node`,
@@ -89,6 +106,11 @@ void ap_cluster_free(ap_cluster *c);
 int ap_cluster_gpus(const ap_cluster *c);
 /* Memory a GPU offers the model: HBM less mem_reserved. */
 double ap_cluster_usable_bytes(const ap_cluster *c);
+/* Bytes/s a streaming kernel reaches: the measured figure, else
+ * hbm_bw * hbm_eff. */
+double ap_cluster_hbm_bw(const ap_cluster *c);
+/* Parses a collective's name ("all_reduce", ...); -1 when unknown. */
+int ap_coll_from_name(const char *s);
 
 /* Compute. A GEMM's time comes from the measured table when it has samples
  * of the dtype (interpolated in log space over FLOPs), else from the
@@ -122,6 +144,10 @@ double ap_cost_reducescatter(const ap_cluster *c, int ranks, int nodes, double b
 double ap_cost_alltoall(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_sendrecv(const ap_cluster *c, int nodes, double bytes);
 const char *ap_coll_name(ap_coll op);
+/* nccl-tests' busbw / algbw factor for `ranks` GPUs: 2(n-1)/n for
+ * all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 for
+ * send/recv; 0 when ranks <= 1. */
+double ap_coll_bus_factor(ap_coll op, int ranks);
 
 /* Model states per GPU in bytes for `params` parameters of one replica held by
  * this GPU, under mixed-precision Adam (bf16 params and grads, fp32 master,
@@ -133,6 +159,9 @@ typedef struct {
     double params, grads, optimizer, total;
 } ap_model_states;
 ap_model_states ap_mem_model_states(double params, int dp, ap_zero zero);
+/* The same partitioning counted in elements, as in the ZeRO paper's table
+ * (parameters P, gradients P, optimizer 2P: DDP 4P ... ZeRO-3 4P/dp). */
+ap_model_states ap_mem_model_state_elems(double params, int dp, ap_zero zero);
 
 /* Korthikanti et al. (2022) activation bytes per transformer layer, the
  * reference the graph-derived numbers are tested against:
@@ -164,8 +193,10 @@ typedef struct {
     const double *fwd;  /* [p*v] forward time of one micro-batch per chunk,
                            chunk c of stage i at index c*p + i */
     const double *bwd;  /* [p*v] backward time likewise */
-    const double *p2p;  /* [p] activation send time from stage i to i+1 (the
-                           last entry unused); may be NULL for none */
+    const double *p2p;  /* [p] activation send time from stage i to i+1,
+                           and back for the gradient; the last entry is the
+                           wrap from stage p-1 to stage 0 between chunks
+                           (interleaved only); may be NULL for none */
 } ap_pipe_spec;
 
 typedef struct {
@@ -178,7 +209,9 @@ typedef struct {
     ap_pipe_event *events; /* ordered by stage, then start time */
 } ap_pipe_result;
 
-/* Simulates the schedule; the caller frees with ap_pipe_result_free(). */
+/* Simulates the schedule; the caller frees with ap_pipe_result_free().
+ * AP_EINPUT for absurd specs (p or m over 1e6, too many events, negative or
+ * non-finite times) and for interleaving with m not a multiple of p. */
 int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err);
 void ap_pipe_result_free(ap_pipe_result *r);
 

@@ -1,0 +1,536 @@
+/* cluster_json.c -- reads and writes cluster files ("autopar-cluster/1",
+ * docs/cluster-format.md). Every field is checked, and a bad one is
+ * reported as "FILE: json.path: what is wrong"; unknown fields are errors so
+ * that a misspelt field is never silently ignored. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "costmodel/costmodel.h"
+
+#define FORMAT "autopar-cluster/1"
+#define MAX_SAMPLES 100000
+#define PATH_LEN 160
+
+typedef struct {
+    const char *file;
+    char *err;
+} ctx;
+
+typedef enum { NUM_POSITIVE, NUM_NONNEG, NUM_FRACTION } num_kind;
+
+static int fail(ctx *x, const char *path, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(x->err, AP_ERR_LEN, "%s: %s%s%s", x->file, path, *path ? ": " : "",
+             msg);
+    return AP_EINPUT;
+}
+
+static void join(char *out, const char *prefix, const char *key)
+{
+    snprintf(out, PATH_LEN, "%.100s%s%.50s", prefix, *prefix ? "." : "", key);
+}
+
+/* Rejects fields not in `allowed` (NULL-terminated) and repeated fields. */
+static int check_fields(ctx *x, const cJSON *obj, const char *prefix,
+                        const char *const *allowed)
+{
+    char path[PATH_LEN];
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        int known = 0;
+        for (const char *const *a = allowed; *a; a++)
+            known |= !strcmp(*a, it->string);
+        join(path, prefix, it->string);
+        if (!known)
+            return fail(x, path, "unknown field");
+        for (const cJSON *jt = obj->child; jt != it; jt = jt->next)
+            if (!strcmp(jt->string, it->string))
+                return fail(x, path, "duplicate field");
+    }
+    return AP_OK;
+}
+
+static const cJSON *need_object(ctx *x, const cJSON *obj, const char *prefix,
+                                const char *key, int *rc)
+{
+    char path[PATH_LEN];
+    join(path, prefix, key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v)
+        *rc = fail(x, path, "required field is missing");
+    else if (!cJSON_IsObject(v))
+        *rc = fail(x, path, "must be an object");
+    else
+        return v;
+    return NULL;
+}
+
+static int get_number(ctx *x, const cJSON *obj, const char *prefix,
+                      const char *key, num_kind kind, int required, double *out)
+{
+    char path[PATH_LEN];
+    join(path, prefix, key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) {
+        if (required)
+            return fail(x, path, "required field is missing");
+        return AP_OK;
+    }
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    int ok = isfinite(d) && d < 1e30;
+    if (kind == NUM_POSITIVE)
+        ok = ok && d > 0;
+    else if (kind == NUM_NONNEG)
+        ok = ok && d >= 0;
+    else
+        ok = ok && d > 0 && d <= 1;
+    if (!ok)
+        return fail(x, path, kind == NUM_POSITIVE ? "must be a positive number"
+                             : kind == NUM_NONNEG ? "must be a non-negative number"
+                                                  : "must be a number in (0, 1]");
+    *out = d;
+    return AP_OK;
+}
+
+static int get_int(ctx *x, const cJSON *obj, const char *prefix,
+                   const char *key, int lo, int hi, int required, int *out)
+{
+    char path[PATH_LEN];
+    join(path, prefix, key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) {
+        if (required)
+            return fail(x, path, "required field is missing");
+        return AP_OK;
+    }
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!(d >= lo && d <= hi && d == floor(d)))
+        return fail(x, path, "must be an integer between %d and %d", lo, hi);
+    *out = (int)d;
+    return AP_OK;
+}
+
+static int get_string(ctx *x, const cJSON *obj, const char *prefix,
+                      const char *key, int required, char *out, size_t cap)
+{
+    char path[PATH_LEN];
+    join(path, prefix, key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) {
+        if (required)
+            return fail(x, path, "required field is missing");
+        return AP_OK;
+    }
+    if (!cJSON_IsString(v))
+        return fail(x, path, "must be a string");
+    if (strlen(v->valuestring) >= cap)
+        return fail(x, path, "longer than %zu characters", cap - 1);
+    memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
+    return AP_OK;
+}
+
+static int parse_peaks(ctx *x, const cJSON *gpu, ap_cluster *c)
+{
+    static const char *const fields[] = {"bf16", "fp16", "fp32", "fp8", NULL};
+    int rc = AP_OK;
+    const cJSON *pk = need_object(x, gpu, "gpu", "peak_flops", &rc);
+    if (!pk)
+        return rc;
+    const char *p = "gpu.peak_flops";
+    if ((rc = check_fields(x, pk, p, fields)) ||
+        (rc = get_number(x, pk, p, "bf16", NUM_POSITIVE, 1, &c->peak_flops[AP_BF16])) ||
+        (rc = get_number(x, pk, p, "fp16", NUM_POSITIVE, 1, &c->peak_flops[AP_FP16])) ||
+        (rc = get_number(x, pk, p, "fp32", NUM_POSITIVE, 1, &c->peak_flops[AP_FP32])) ||
+        (rc = get_number(x, pk, p, "fp8", NUM_POSITIVE, 0, &c->peak_flops[AP_FP8])))
+        return rc;
+    return AP_OK;
+}
+
+static int parse_tile(ctx *x, const cJSON *gpu, ap_cluster *c)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(gpu, "gemm_tile");
+    if (!t)
+        return AP_OK;
+    if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) != 2)
+        return fail(x, "gpu.gemm_tile", "must be an array [m, n]");
+    int v[2];
+    for (int i = 0; i < 2; i++) {
+        const cJSON *e = cJSON_GetArrayItem(t, i);
+        double d = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+        if (!(d >= 1 && d <= 4096 && d == floor(d)))
+            return fail(x, "gpu.gemm_tile", "must hold two integers between 1 and 4096");
+        v[i] = (int)d;
+    }
+    c->tile_m = v[0];
+    c->tile_n = v[1];
+    return AP_OK;
+}
+
+static int parse_gpu(ctx *x, const cJSON *root, ap_cluster *c)
+{
+    static const char *const fields[] = {
+        "name", "sms", "memory_bytes", "reserved_bytes", "hbm_bandwidth",
+        "hbm_efficiency", "gemm_efficiency", "attention_efficiency",
+        "gemm_tile", "kernel_floor_s", "peak_flops", NULL};
+    int rc = AP_OK;
+    const cJSON *g = need_object(x, root, "", "gpu", &rc);
+    if (!g)
+        return rc;
+    const char *p = "gpu";
+    if ((rc = check_fields(x, g, p, fields)) ||
+        (rc = get_string(x, g, p, "name", 1, c->gpu_name, sizeof c->gpu_name)) ||
+        (rc = get_int(x, g, p, "sms", 1, 100000, 1, &c->sms)) ||
+        (rc = get_number(x, g, p, "memory_bytes", NUM_POSITIVE, 1, &c->hbm_bytes)) ||
+        (rc = get_number(x, g, p, "reserved_bytes", NUM_NONNEG, 1, &c->mem_reserved)) ||
+        (rc = get_number(x, g, p, "hbm_bandwidth", NUM_POSITIVE, 1, &c->hbm_bw)) ||
+        (rc = get_number(x, g, p, "hbm_efficiency", NUM_FRACTION, 1, &c->hbm_eff)) ||
+        (rc = get_number(x, g, p, "gemm_efficiency", NUM_FRACTION, 1, &c->gemm_eff)) ||
+        (rc = get_number(x, g, p, "attention_efficiency", NUM_FRACTION, 0, &c->attn_eff)) ||
+        (rc = parse_tile(x, g, c)) ||
+        (rc = get_number(x, g, p, "kernel_floor_s", NUM_NONNEG, 1, &c->kernel_floor)) ||
+        (rc = parse_peaks(x, g, c)))
+        return rc;
+    if (c->mem_reserved >= c->hbm_bytes)
+        return fail(x, "gpu.reserved_bytes", "must be less than gpu.memory_bytes");
+    if (c->kernel_floor > 1)
+        return fail(x, "gpu.kernel_floor_s", "must be at most 1 second");
+    return AP_OK;
+}
+
+static int parse_link(ctx *x, const cJSON *links, const char *key, double *bw,
+                      double *lat)
+{
+    static const char *const fields[] = {"bandwidth", "latency_s", NULL};
+    char p[PATH_LEN];
+    join(p, "links", key);
+    int rc = AP_OK;
+    const cJSON *l = need_object(x, links, "links", key, &rc);
+    if (!l)
+        return rc;
+    if ((rc = check_fields(x, l, p, fields)) ||
+        (rc = get_number(x, l, p, "bandwidth", NUM_POSITIVE, 1, bw)) ||
+        (rc = get_number(x, l, p, "latency_s", NUM_NONNEG, 1, lat)))
+        return rc;
+    if (*lat > 1)
+        return fail(x, p, "latency_s must be at most 1 second");
+    return AP_OK;
+}
+
+static int parse_links(ctx *x, const cJSON *root, ap_cluster *c)
+{
+    static const char *const fields[] = {"intra", "inter", NULL};
+    int rc = AP_OK;
+    const cJSON *l = need_object(x, root, "", "links", &rc);
+    if (!l)
+        return rc;
+    if ((rc = check_fields(x, l, "links", fields)) ||
+        (rc = parse_link(x, l, "intra", &c->intra_bw, &c->intra_lat)) ||
+        (rc = parse_link(x, l, "inter", &c->inter_bw, &c->inter_lat)))
+        return rc;
+    return AP_OK;
+}
+
+/* Returns the array at measured.KEY (or NULL when absent) and its length. */
+static int sample_array(ctx *x, const cJSON *m, const char *key,
+                        const cJSON **arr, int *n)
+{
+    char p[PATH_LEN];
+    join(p, "measured", key);
+    *arr = cJSON_GetObjectItemCaseSensitive(m, key);
+    *n = 0;
+    if (!*arr)
+        return AP_OK;
+    if (!cJSON_IsArray(*arr))
+        return fail(x, p, "must be an array");
+    *n = cJSON_GetArraySize(*arr);
+    if (*n > MAX_SAMPLES)
+        return fail(x, p, "more than %d samples", MAX_SAMPLES);
+    return AP_OK;
+}
+
+static int parse_gemm_sample(ctx *x, const cJSON *e, const char *p,
+                             ap_gemm_sample *s)
+{
+    static const char *const fields[] = {"dtype", "m", "n", "k", "seconds",
+                                         "tflops", NULL};
+    char dt[16] = "";
+    double tflops = 0;
+    int rc;
+    if (!cJSON_IsObject(e))
+        return fail(x, p, "must be an object");
+    if ((rc = check_fields(x, e, p, fields)) ||
+        (rc = get_string(x, e, p, "dtype", 1, dt, sizeof dt)) ||
+        (rc = get_number(x, e, p, "m", NUM_POSITIVE, 1, &s->m)) ||
+        (rc = get_number(x, e, p, "n", NUM_POSITIVE, 1, &s->n)) ||
+        (rc = get_number(x, e, p, "k", NUM_POSITIVE, 1, &s->k)) ||
+        (rc = get_number(x, e, p, "seconds", NUM_POSITIVE, 1, &s->seconds)) ||
+        (rc = get_number(x, e, p, "tflops", NUM_POSITIVE, 0, &tflops)))
+        return rc;
+    if (ap_dtype_from_name(dt, &s->dtype) != AP_OK ||
+        (s->dtype != AP_BF16 && s->dtype != AP_FP16 && s->dtype != AP_FP32 &&
+         s->dtype != AP_FP8)) {
+        char q[PATH_LEN];
+        join(q, p, "dtype");
+        return fail(x, q, "unknown dtype \"%s\" (bf16, fp16, fp32, fp8)", dt);
+    }
+    return AP_OK;
+}
+
+static int parse_coll_sample(ctx *x, const cJSON *e, const char *p,
+                             ap_coll_sample *s)
+{
+    static const char *const fields[] = {"op", "ranks", "nodes", "bytes",
+                                         "seconds", "algbw", "busbw", NULL};
+    char op[32] = "";
+    double ignored = 0;
+    int rc;
+    if (!cJSON_IsObject(e))
+        return fail(x, p, "must be an object");
+    if ((rc = check_fields(x, e, p, fields)) ||
+        (rc = get_string(x, e, p, "op", 1, op, sizeof op)) ||
+        (rc = get_int(x, e, p, "ranks", 2, 1000000, 1, &s->ranks)) ||
+        (rc = get_int(x, e, p, "nodes", 1, 1000000, 1, &s->nodes)) ||
+        (rc = get_number(x, e, p, "bytes", NUM_POSITIVE, 1, &s->bytes)) ||
+        (rc = get_number(x, e, p, "seconds", NUM_POSITIVE, 1, &s->seconds)) ||
+        (rc = get_number(x, e, p, "algbw", NUM_POSITIVE, 0, &ignored)) ||
+        (rc = get_number(x, e, p, "busbw", NUM_POSITIVE, 0, &ignored)))
+        return rc;
+    int k = ap_coll_from_name(op);
+    if (k < 0) {
+        char q[PATH_LEN];
+        join(q, p, "op");
+        return fail(x, q, "unknown collective \"%s\" (all_reduce, all_gather, "
+                          "reduce_scatter, all_to_all, send_recv)", op);
+    }
+    s->op = (ap_coll)k;
+    if (s->nodes > s->ranks) {
+        char q[PATH_LEN];
+        join(q, p, "nodes");
+        return fail(x, q, "must not exceed ranks");
+    }
+    return AP_OK;
+}
+
+static int parse_samples(ctx *x, const cJSON *m, ap_cluster *c)
+{
+    const cJSON *arr;
+    int n, rc;
+    char p[PATH_LEN];
+    if ((rc = sample_array(x, m, "gemm", &arr, &n)))
+        return rc;
+    if (n > 0 && !(c->gemm = calloc((size_t)n, sizeof *c->gemm)))
+        return fail(x, "", "out of memory");
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "measured.gemm[%d]", i);
+        if ((rc = parse_gemm_sample(x, cJSON_GetArrayItem(arr, i), p, &c->gemm[i])))
+            return rc;
+        c->ngemm = i + 1;
+    }
+    if ((rc = sample_array(x, m, "collectives", &arr, &n)))
+        return rc;
+    if (n > 0 && !(c->coll = calloc((size_t)n, sizeof *c->coll)))
+        return fail(x, "", "out of memory");
+    for (int i = 0; i < n; i++) {
+        snprintf(p, sizeof p, "measured.collectives[%d]", i);
+        if ((rc = parse_coll_sample(x, cJSON_GetArrayItem(arr, i), p, &c->coll[i])))
+            return rc;
+        c->ncoll = i + 1;
+    }
+    return AP_OK;
+}
+
+static int parse_measured(ctx *x, const cJSON *root, ap_cluster *c)
+{
+    static const char *const fields[] = {"date", "command", "hbm_bandwidth",
+                                         "gemm", "collectives", NULL};
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "measured");
+    int rc;
+    if (!m)
+        return AP_OK;
+    if (!cJSON_IsObject(m))
+        return fail(x, "measured", "must be an object");
+    c->has_measured = 1;
+    const char *p = "measured";
+    if ((rc = check_fields(x, m, p, fields)) ||
+        (rc = get_string(x, m, p, "date", 0, c->measured_date, sizeof c->measured_date)) ||
+        (rc = get_string(x, m, p, "command", 0, c->measured_command, sizeof c->measured_command)) ||
+        (rc = get_number(x, m, p, "hbm_bandwidth", NUM_POSITIVE, 0, &c->hbm_bw_measured)))
+        return rc;
+    return parse_samples(x, m, c);
+}
+
+static int parse_root(ctx *x, const cJSON *root, ap_cluster *c)
+{
+    static const char *const fields[] = {"format", "name", "nodes",
+                                         "gpus_per_node", "gpu", "links",
+                                         "measured", NULL};
+    char format[32] = "";
+    int rc;
+    if (!cJSON_IsObject(root))
+        return fail(x, "", "must be a JSON object");
+    if ((rc = check_fields(x, root, "", fields)) ||
+        (rc = get_string(x, root, "", "format", 1, format, sizeof format)))
+        return rc;
+    if (strcmp(format, FORMAT))
+        return fail(x, "format", "must be \"" FORMAT "\", not \"%s\"", format);
+    if ((rc = get_string(x, root, "", "name", 1, c->name, sizeof c->name)) ||
+        (rc = get_int(x, root, "", "nodes", 1, 100000, 1, &c->nodes)) ||
+        (rc = get_int(x, root, "", "gpus_per_node", 1, 1024, 1, &c->gpus_per_node)) ||
+        (rc = parse_gpu(x, root, c)) || (rc = parse_links(x, root, c)) ||
+        (rc = parse_measured(x, root, c)))
+        return rc;
+    if ((double)c->nodes * c->gpus_per_node > 1000000)
+        return fail(x, "nodes", "more than 1000000 GPUs in all");
+    return AP_OK;
+}
+
+static int json_line(const char *text, const char *at)
+{
+    int line = 1;
+    for (const char *p = text; at && p < at && *p; p++)
+        line += *p == '\n';
+    return line;
+}
+
+static int parse_text(const char *text, size_t len, const char *file,
+                      ap_cluster *c, char *err)
+{
+    ctx x = {file, err};
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root)
+        return fail(&x, "", "not valid JSON (line %d)", json_line(text, end));
+    snprintf(c->source, sizeof c->source, "%s", file);
+    int rc = parse_root(&x, root, c);
+    cJSON_Delete(root);
+    if (rc != AP_OK)
+        ap_cluster_free(c);
+    return rc;
+}
+
+int ap_cluster_load(const char *path, int gpus, int gpus_per_node,
+                    ap_cluster *c, char *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    memset(c, 0, sizeof *c);
+    int rc = ap_read_file(path, &text, &len, err);
+    if (rc != AP_OK)
+        return rc;
+    rc = parse_text(text, len, path, c, err);
+    free(text);
+    if (rc == AP_OK && (rc = ap_cluster_set_size(c, gpus, gpus_per_node, err)))
+        ap_cluster_free(c);
+    return rc;
+}
+
+static cJSON *peaks_json(const ap_cluster *c)
+{
+    static const ap_dtype order[] = {AP_BF16, AP_FP16, AP_FP32, AP_FP8};
+    cJSON *pk = cJSON_CreateObject();
+    for (int i = 0; i < 4; i++)
+        if (c->peak_flops[order[i]] > 0)
+            cJSON_AddNumberToObject(pk, ap_dtype_name(order[i]),
+                                    c->peak_flops[order[i]]);
+    return pk;
+}
+
+static cJSON *gpu_json(const ap_cluster *c)
+{
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddStringToObject(g, "name", c->gpu_name);
+    cJSON_AddNumberToObject(g, "sms", c->sms);
+    cJSON_AddNumberToObject(g, "memory_bytes", c->hbm_bytes);
+    cJSON_AddNumberToObject(g, "reserved_bytes", c->mem_reserved);
+    cJSON_AddNumberToObject(g, "hbm_bandwidth", c->hbm_bw);
+    cJSON_AddNumberToObject(g, "hbm_efficiency", c->hbm_eff);
+    cJSON_AddNumberToObject(g, "gemm_efficiency", c->gemm_eff);
+    if (c->attn_eff > 0)
+        cJSON_AddNumberToObject(g, "attention_efficiency", c->attn_eff);
+    if (c->tile_m > 0 && c->tile_n > 0) {
+        int tile[2] = {c->tile_m, c->tile_n};
+        cJSON_AddItemToObject(g, "gemm_tile", cJSON_CreateIntArray(tile, 2));
+    }
+    cJSON_AddNumberToObject(g, "kernel_floor_s", c->kernel_floor);
+    cJSON_AddItemToObject(g, "peak_flops", peaks_json(c));
+    return g;
+}
+
+static cJSON *link_json(double bw, double lat)
+{
+    cJSON *l = cJSON_CreateObject();
+    cJSON_AddNumberToObject(l, "bandwidth", bw);
+    cJSON_AddNumberToObject(l, "latency_s", lat);
+    return l;
+}
+
+static cJSON *gemm_json(const ap_gemm_sample *s)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "dtype", ap_dtype_name(s->dtype));
+    cJSON_AddNumberToObject(e, "m", s->m);
+    cJSON_AddNumberToObject(e, "n", s->n);
+    cJSON_AddNumberToObject(e, "k", s->k);
+    cJSON_AddNumberToObject(e, "seconds", s->seconds);
+    cJSON_AddNumberToObject(e, "tflops", 2 * s->m * s->n * s->k / s->seconds / 1e12);
+    return e;
+}
+
+static cJSON *coll_json(const ap_coll_sample *s)
+{
+    cJSON *e = cJSON_CreateObject();
+    double algbw = s->bytes / s->seconds;
+    cJSON_AddStringToObject(e, "op", ap_coll_name(s->op));
+    cJSON_AddNumberToObject(e, "ranks", s->ranks);
+    cJSON_AddNumberToObject(e, "nodes", s->nodes);
+    cJSON_AddNumberToObject(e, "bytes", s->bytes);
+    cJSON_AddNumberToObject(e, "seconds", s->seconds);
+    cJSON_AddNumberToObject(e, "algbw", algbw);
+    cJSON_AddNumberToObject(e, "busbw", algbw * ap_coll_bus_factor(s->op, s->ranks));
+    return e;
+}
+
+static cJSON *measured_json(const ap_cluster *c)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "date", c->measured_date);
+    cJSON_AddStringToObject(m, "command", c->measured_command);
+    if (c->hbm_bw_measured > 0)
+        cJSON_AddNumberToObject(m, "hbm_bandwidth", c->hbm_bw_measured);
+    cJSON *g = cJSON_AddArrayToObject(m, "gemm");
+    for (int i = 0; i < c->ngemm; i++)
+        cJSON_AddItemToArray(g, gemm_json(&c->gemm[i]));
+    cJSON *k = cJSON_AddArrayToObject(m, "collectives");
+    for (int i = 0; i < c->ncoll; i++)
+        cJSON_AddItemToArray(k, coll_json(&c->coll[i]));
+    return m;
+}
+
+char *ap_cluster_to_json(const ap_cluster *c)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return NULL;
+    cJSON_AddStringToObject(root, "format", FORMAT);
+    cJSON_AddStringToObject(root, "name", c->name);
+    cJSON_AddNumberToObject(root, "nodes", c->nodes);
+    cJSON_AddNumberToObject(root, "gpus_per_node", c->gpus_per_node);
+    cJSON_AddItemToObject(root, "gpu", gpu_json(c));
+    cJSON *links = cJSON_AddObjectToObject(root, "links");
+    cJSON_AddItemToObject(links, "intra", link_json(c->intra_bw, c->intra_lat));
+    cJSON_AddItemToObject(links, "inter", link_json(c->inter_bw, c->inter_lat));
+    if (c->has_measured || c->ngemm || c->ncoll || c->hbm_bw_measured > 0)
+        cJSON_AddItemToObject(root, "measured", measured_json(c));
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}

@@ -1,0 +1,134 @@
+/* collective.c -- alpha-beta costs of NCCL collectives with the nccl-tests
+ * bus-bandwidth conventions, overridden by measured tables. */
+#include <math.h>
+
+#include "costmodel/costmodel.h"
+
+double ap_coll_bus_factor(ap_coll op, int ranks)
+{
+    if (ranks <= 1)
+        return 0;
+    double n = ranks;
+    switch (op) {
+    case AP_COLL_ALLREDUCE:
+        return 2 * (n - 1) / n;
+    case AP_COLL_ALLGATHER:
+    case AP_COLL_REDUCESCATTER:
+    case AP_COLL_ALLTOALL:
+        return (n - 1) / n;
+    default:
+        return 1;
+    }
+}
+
+/* A group inside one node runs at the NVLink bus bandwidth. A group across
+ * nodes has ranks/nodes GPUs per node, each driving its own NIC rail, so
+ * its traffic between nodes flows over that many rails at once; it never
+ * goes faster than NVLink. */
+static double bus_bandwidth(const ap_cluster *c, int ranks, int nodes)
+{
+    if (nodes <= 1)
+        return c->intra_bw;
+    return fmin(c->intra_bw, c->inter_bw * ranks / nodes);
+}
+
+/* NCCL's ring latency model (src/graph/tuning.cc): one hop latency per ring
+ * step, the steps that cross nodes paying the network's. */
+static double latency(const ap_cluster *c, ap_coll op, int ranks, int nodes)
+{
+    int steps, inter;
+    switch (op) {
+    case AP_COLL_ALLREDUCE:
+        steps = 2 * (ranks - 1);
+        inter = 2 * (nodes - 1);
+        break;
+    case AP_COLL_SENDRECV:
+        steps = 1;
+        inter = nodes > 1;
+        break;
+    default:
+        steps = ranks - 1;
+        inter = nodes - 1;
+        break;
+    }
+    return (steps - inter) * c->intra_lat + inter * c->inter_lat;
+}
+
+static double analytic(const ap_cluster *c, ap_coll op, int ranks, int nodes,
+                       double bytes)
+{
+    return latency(c, op, ranks, nodes) +
+           ap_coll_bus_factor(op, ranks) * bytes / bus_bandwidth(c, ranks, nodes);
+}
+
+/* Interpolates the samples of (op, ranks, nodes) in log(time) over
+ * log(bytes). Below the smallest sample the time is clamped (latency
+ * dominates); above the largest it grows linearly at that sample's bus
+ * bandwidth. Returns -1 when no sample matches. */
+static double measured(const ap_cluster *c, ap_coll op, int ranks, int nodes,
+                       double bytes)
+{
+    const ap_coll_sample *lo = NULL, *hi = NULL, *first = NULL, *last = NULL;
+    for (int i = 0; i < c->ncoll; i++) {
+        const ap_coll_sample *s = &c->coll[i];
+        if (s->op != op || s->ranks != ranks || s->nodes != nodes)
+            continue;
+        if (!first || s->bytes < first->bytes)
+            first = s;
+        if (!last || s->bytes > last->bytes)
+            last = s;
+        if (s->bytes <= bytes && (!lo || s->bytes > lo->bytes))
+            lo = s;
+        if (s->bytes >= bytes && (!hi || s->bytes < hi->bytes))
+            hi = s;
+    }
+    if (!first)
+        return -1;
+    if (!lo)
+        return first->seconds;
+    if (!hi)
+        return last->seconds * bytes / last->bytes;
+    if (hi->bytes == lo->bytes)
+        return lo->seconds;
+    double f = log(bytes / lo->bytes) / log(hi->bytes / lo->bytes);
+    return exp(log(lo->seconds) + f * log(hi->seconds / lo->seconds));
+}
+
+double ap_cost_collective(const ap_cluster *c, ap_coll op, int ranks, int nodes,
+                          double bytes)
+{
+    if (ranks <= 1 || !(bytes > 0) || (int)op < 0 || op >= AP_NCOLL)
+        return 0;
+    if (nodes < 1)
+        nodes = 1;
+    if (nodes > ranks)
+        nodes = ranks;
+    double t = c->ncoll ? measured(c, op, ranks, nodes, bytes) : -1;
+    return t >= 0 ? t : analytic(c, op, ranks, nodes, bytes);
+}
+
+double ap_cost_allreduce(const ap_cluster *c, int ranks, int nodes, double bytes)
+{
+    return ap_cost_collective(c, AP_COLL_ALLREDUCE, ranks, nodes, bytes);
+}
+
+double ap_cost_allgather(const ap_cluster *c, int ranks, int nodes, double bytes)
+{
+    return ap_cost_collective(c, AP_COLL_ALLGATHER, ranks, nodes, bytes);
+}
+
+double ap_cost_reducescatter(const ap_cluster *c, int ranks, int nodes, double bytes)
+{
+    return ap_cost_collective(c, AP_COLL_REDUCESCATTER, ranks, nodes, bytes);
+}
+
+double ap_cost_alltoall(const ap_cluster *c, int ranks, int nodes, double bytes)
+{
+    return ap_cost_collective(c, AP_COLL_ALLTOALL, ranks, nodes, bytes);
+}
+
+/* A point-to-point transfer between two GPUs, in one node or across two. */
+double ap_cost_sendrecv(const ap_cluster *c, int nodes, double bytes)
+{
+    return ap_cost_collective(c, AP_COLL_SENDRECV, 2, nodes > 1 ? 2 : 1, bytes);
+}

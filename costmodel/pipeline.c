@@ -1,0 +1,302 @@
+/* pipeline.c -- pipeline schedules simulated event by event.
+ *
+ * Each stage runs a fixed sequence of forward and backward passes (the
+ * schedule); a pass starts when its stage is free and its input has
+ * arrived: the forward of the previous virtual stage, or the backward of
+ * the next, plus the point-to-point transfer between them. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "costmodel/costmodel.h"
+
+#define MAX_STAGES 1000000
+#define MAX_MICRO 1000000
+#define MAX_CHUNKS 1024
+#define MAX_EVENTS (1L << 22)
+
+typedef struct {
+    int chunk, micro, backward;
+} pass;
+
+typedef struct {
+    const ap_pipe_spec *spec;
+    int p, m, v;
+    double *fwd_end, *bwd_end; /* [v][p][m], -1 until done */
+} sim;
+
+static int bad(char *err, const char *fmt, long v)
+{
+    snprintf(err, AP_ERR_LEN, fmt, v);
+    return AP_EINPUT;
+}
+
+static int check_times(const double *x, long n, const char *what, char *err)
+{
+    for (long i = 0; i < n; i++)
+        if (!(x[i] >= 0) || !isfinite(x[i])) {
+            snprintf(err, AP_ERR_LEN,
+                     "pipeline: %s[%ld] must be a finite non-negative time", what, i);
+            return AP_EINPUT;
+        }
+    return AP_OK;
+}
+
+static int check_spec(const ap_pipe_spec *s, int v, char *err)
+{
+    if (s->nstages < 1 || s->nstages > MAX_STAGES)
+        return bad(err, "pipeline: stages must be between 1 and 1000000, not %ld",
+                   s->nstages);
+    if (s->nmicro < 1 || s->nmicro > MAX_MICRO)
+        return bad(err, "pipeline: micro-batches must be between 1 and 1000000, not %ld",
+                   s->nmicro);
+    if (v < 1 || v > MAX_CHUNKS)
+        return bad(err, "pipeline: chunks per stage must be between 1 and 1024, not %ld",
+                   v);
+    if (2.0 * s->nmicro * s->nstages * v > MAX_EVENTS)
+        return bad(err, "pipeline: more than %ld passes to simulate", MAX_EVENTS);
+    if (s->schedule == AP_SCHED_INTERLEAVED && s->nmicro % s->nstages)
+        return bad(err, "pipeline: interleaved 1F1B needs micro-batches divisible "
+                        "by the %ld stages", s->nstages);
+    if (!s->fwd || !s->bwd) {
+        snprintf(err, AP_ERR_LEN, "pipeline: forward and backward times are required");
+        return AP_EINPUT;
+    }
+    long n = (long)s->nstages * v;
+    int rc;
+    if ((rc = check_times(s->fwd, n, "fwd", err)) ||
+        (rc = check_times(s->bwd, n, "bwd", err)))
+        return rc;
+    if (s->p2p && (rc = check_times(s->p2p, s->nstages, "p2p", err)))
+        return rc;
+    return AP_OK;
+}
+
+static int gpipe_order(int m, pass *out)
+{
+    int n = 0;
+    for (int j = 0; j < m; j++)
+        out[n++] = (pass){0, j, 0};
+    for (int j = 0; j < m; j++)
+        out[n++] = (pass){0, j, 1};
+    return n;
+}
+
+/* Stage i of p runs p-i-1 warm-up forwards, then alternates one forward
+ * and one backward, then drains the remaining backwards. */
+static int one_f_one_b_order(int p, int m, int i, pass *out)
+{
+    int warm = p - i - 1 < m ? p - i - 1 : m, n = 0;
+    for (int j = 0; j < warm; j++)
+        out[n++] = (pass){0, j, 0};
+    for (int k = 0; k < m - warm; k++) {
+        out[n++] = (pass){0, warm + k, 0};
+        out[n++] = (pass){0, k, 1};
+    }
+    for (int k = m - warm; k < m; k++)
+        out[n++] = (pass){0, k, 1};
+    return n;
+}
+
+/* Megatron-LM's interleaved order: virtual step k works on chunk
+ * (k mod pv) / p (reversed for backward) of micro-batch
+ * (k / pv) * p + k mod p; stage i warms up with 2(p-i-1) + (v-1)p
+ * forwards, or runs every forward first when m == p. */
+static pass virtual_pass(int p, int v, long k, int backward)
+{
+    long group = k % ((long)p * v);
+    int chunk = (int)(group / p);
+    pass x = {backward ? v - 1 - chunk : chunk,
+              (int)((k / ((long)p * v)) * p + k % p), backward};
+    return x;
+}
+
+static int interleaved_order(int p, int m, int v, int i, pass *out)
+{
+    long total = (long)m * v;
+    long warm = m == p ? total : 2L * (p - i - 1) + (long)(v - 1) * p;
+    if (warm > total)
+        warm = total;
+    int n = 0;
+    for (long k = 0; k < warm; k++)
+        out[n++] = virtual_pass(p, v, k, 0);
+    for (long k = 0; k < total - warm; k++) {
+        out[n++] = virtual_pass(p, v, warm + k, 0);
+        out[n++] = virtual_pass(p, v, k, 1);
+    }
+    for (long k = total - warm; k < total; k++)
+        out[n++] = virtual_pass(p, v, k, 1);
+    return n;
+}
+
+static int stage_order(const sim *s, int i, pass *out)
+{
+    switch (s->spec->schedule) {
+    case AP_SCHED_GPIPE:
+        return gpipe_order(s->m, out);
+    case AP_SCHED_INTERLEAVED:
+        if (s->v > 1)
+            return interleaved_order(s->p, s->m, s->v, i, out);
+        return one_f_one_b_order(s->p, s->m, i, out);
+    default:
+        return one_f_one_b_order(s->p, s->m, i, out);
+    }
+}
+
+static size_t slot(const sim *s, int chunk, int stage, int micro)
+{
+    return ((size_t)chunk * s->p + stage) * s->m + micro;
+}
+
+static double p2p(const sim *s, int i)
+{
+    return s->spec->p2p ? s->spec->p2p[i] : 0;
+}
+
+/* When the input of pass x on stage i is ready, or -1 if not yet known. */
+static double ready_at(const sim *s, int i, pass x)
+{
+    int p = s->p, c = x.chunk, j = x.micro;
+    double t;
+    if (!x.backward) {
+        if (i > 0)
+            return (t = s->fwd_end[slot(s, c, i - 1, j)]) < 0 ? -1 : t + p2p(s, i - 1);
+        if (c > 0)
+            return (t = s->fwd_end[slot(s, c - 1, p - 1, j)]) < 0 ? -1 : t + p2p(s, p - 1);
+        return 0;
+    }
+    if (i < p - 1)
+        return (t = s->bwd_end[slot(s, c, i + 1, j)]) < 0 ? -1 : t + p2p(s, i);
+    if (c < s->v - 1)
+        return (t = s->bwd_end[slot(s, c + 1, 0, j)]) < 0 ? -1 : t + p2p(s, p - 1);
+    return s->fwd_end[slot(s, c, i, j)];
+}
+
+static double duration(const sim *s, int i, pass x)
+{
+    size_t k = (size_t)x.chunk * s->p + i;
+    return x.backward ? s->spec->bwd[k] : s->spec->fwd[k];
+}
+
+/* Runs every stage as far as its inputs allow, round after round, until
+ * all passes are placed. */
+static int run(sim *s, const pass *order, int per_stage, ap_pipe_event *ev,
+               char *err)
+{
+    int p = s->p;
+    int *next = calloc((size_t)p, sizeof *next);
+    double *free_at = calloc((size_t)p, sizeof *free_at);
+    if (!next || !free_at) {
+        free(next);
+        free(free_at);
+        snprintf(err, AP_ERR_LEN, "pipeline: out of memory");
+        return AP_EINTERNAL;
+    }
+    long left = (long)per_stage * p;
+    int rc = AP_OK;
+    while (left > 0) {
+        long placed = 0;
+        for (int i = 0; i < p; i++) {
+            for (; next[i] < per_stage; next[i]++) {
+                pass x = order[(size_t)i * per_stage + next[i]];
+                double r = ready_at(s, i, x);
+                if (r < 0)
+                    break;
+                ap_pipe_event *e = &ev[(size_t)i * per_stage + next[i]];
+                e->stage = i;
+                e->chunk = x.chunk;
+                e->micro = x.micro;
+                e->backward = x.backward;
+                e->start = fmax(free_at[i], r);
+                e->end = e->start + duration(s, i, x);
+                free_at[i] = e->end;
+                double *done = x.backward ? s->bwd_end : s->fwd_end;
+                done[slot(s, x.chunk, i, x.micro)] = e->end;
+                placed++;
+            }
+        }
+        if (!placed) {
+            snprintf(err, AP_ERR_LEN, "pipeline: schedule deadlocked (a bug)");
+            rc = AP_EINTERNAL;
+            break;
+        }
+        left -= placed;
+    }
+    free(next);
+    free(free_at);
+    return rc;
+}
+
+/* The most micro-batches whose activations a stage holds: forwards done
+ * minus backwards done, a chunk's micro-batch counting 1/v. */
+static double max_inflight(const pass *order, int n, int v)
+{
+    double cur = 0, best = 0;
+    for (int k = 0; k < n; k++) {
+        cur += (order[k].backward ? -1.0 : 1.0) / v;
+        best = fmax(best, cur);
+    }
+    return best;
+}
+
+static void summarise(const sim *s, const pass *order, int per_stage,
+                      ap_pipe_result *out)
+{
+    double busy = 0, step = 0;
+    for (int k = 0; k < out->nevents; k++) {
+        busy += out->events[k].end - out->events[k].start;
+        step = fmax(step, out->events[k].end);
+    }
+    out->step = step;
+    out->bubble = step > 0 ? 1 - busy / (s->p * step) : 0;
+    for (int i = 0; i < s->p; i++)
+        out->inflight[i] = max_inflight(order + (size_t)i * per_stage, per_stage, s->v);
+}
+
+int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    int v = spec->schedule == AP_SCHED_INTERLEAVED ? spec->vchunks : 1;
+    int rc = check_spec(spec, v, err);
+    if (rc != AP_OK)
+        return rc;
+    sim s = {spec, spec->nstages, spec->nmicro, v, NULL, NULL};
+    int per_stage = 2 * s.m * v;
+    size_t cells = (size_t)v * s.p * s.m, total = (size_t)per_stage * s.p;
+    pass *order = malloc(total * sizeof *order);
+    s.fwd_end = malloc(cells * sizeof *s.fwd_end);
+    s.bwd_end = malloc(cells * sizeof *s.bwd_end);
+    out->events = calloc(total, sizeof *out->events);
+    out->inflight = calloc((size_t)s.p, sizeof *out->inflight);
+    if (!order || !s.fwd_end || !s.bwd_end || !out->events || !out->inflight) {
+        snprintf(err, AP_ERR_LEN, "pipeline: out of memory");
+        rc = AP_EINTERNAL;
+        goto done;
+    }
+    for (size_t k = 0; k < cells; k++)
+        s.fwd_end[k] = s.bwd_end[k] = -1;
+    for (int i = 0; i < s.p; i++)
+        stage_order(&s, i, order + (size_t)i * per_stage);
+    out->nevents = (int)total;
+    if ((rc = run(&s, order, per_stage, out->events, err)) == AP_OK)
+        summarise(&s, order, per_stage, out);
+done:
+    free(order);
+    free(s.fwd_end);
+    free(s.bwd_end);
+    if (rc != AP_OK)
+        ap_pipe_result_free(out);
+    return rc;
+}
+
+void ap_pipe_result_free(ap_pipe_result *r)
+{
+    if (!r)
+        return;
+    free(r->inflight);
+    free(r->events);
+    r->inflight = NULL;
+    r->events = NULL;
+    r->nevents = 0;
+}

@@ -1,0 +1,121 @@
+/* preset.c -- the built-in clusters: datasheet peaks and documented
+ * achievable efficiencies. Every number here has its source in
+ * docs/cluster-format.md; change both together. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "costmodel/costmodel.h"
+
+typedef struct {
+    const char *name;
+    const char *gpu_name;
+    int sms, tile_m, tile_n;
+    double hbm_bytes, hbm_bw, hbm_eff;
+    double gemm_eff, attn_eff, kernel_floor;
+    double bf16, fp16, tf32, fp8;
+    double intra_bw, inter_bw;
+} preset;
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* Per-hop latencies of NCCL's own ring model (src/graph/tuning.cc, hwLat for
+ * Ring/Simple: 3.4 us over NVLink, 9.6 us over the network). */
+#define NVLINK_HOP_S 3.4e-6
+#define NET_HOP_S 9.6e-6
+
+/* Achievable per-GPU rail bandwidth: 90% of the NIC line rate. */
+#define NDR_400G (0.9 * 50e9)
+#define HDR_200G (0.9 * 25e9)
+
+static const preset presets[] = {
+    {"a100-80g", "NVIDIA A100-SXM4-80GB", 108, 128, 128,
+     85899345920.0, 2.039e12, 0.9,
+     0.85, 0.6, 4e-6,
+     312e12, 312e12, 156e12, 0,
+     230e9, HDR_200G},
+    {"h100-sxm", "NVIDIA H100 80GB HBM3", 132, 128, 256,
+     85520809984.0, 3.35e12, 0.9,
+     0.75, 0.6, 4e-6,
+     989.4e12, 989.4e12, 494.7e12, 1978.9e12,
+     360e9, NDR_400G},
+    {"h200", "NVIDIA H200", 132, 128, 256,
+     150754820096.0, 4.8e12, 0.9,
+     0.75, 0.6, 4e-6,
+     989.4e12, 989.4e12, 494.7e12, 1978.9e12,
+     360e9, NDR_400G},
+    {"b200", "NVIDIA B200", 148, 128, 256,
+     180e9, 8e12, 0.9,
+     0.7, 0.6, 4e-6,
+     2250e12, 2250e12, 1125e12, 4500e12,
+     720e9, NDR_400G},
+    {"h800", "NVIDIA H800", 132, 128, 256,
+     85520809984.0, 3.35e12, 0.9,
+     0.75, 0.6, 4e-6,
+     989.4e12, 989.4e12, 494.7e12, 1978.9e12,
+     160e9, NDR_400G},
+};
+
+#define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
+#define DEFAULT_GPUS_PER_NODE 8
+
+const char *ap_cluster_preset_names(void)
+{
+    return "a100-80g, h100-sxm, h200, b200, h800";
+}
+
+/* Memory the training process cannot use: about 1 GiB of CUDA context and
+ * NCCL buffers, plus 5% of HBM lost to caching-allocator fragmentation. */
+static double reserved_bytes(double hbm)
+{
+    return floor(1.0 * GIB + 0.05 * hbm);
+}
+
+static const preset *find_preset(const char *name)
+{
+    for (int i = 0; i < NPRESETS; i++)
+        if (!strcmp(presets[i].name, name))
+            return &presets[i];
+    return NULL;
+}
+
+static void fill_from_preset(const preset *p, ap_cluster *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", p->name);
+    snprintf(c->source, sizeof c->source, "preset");
+    snprintf(c->gpu_name, sizeof c->gpu_name, "%s", p->gpu_name);
+    c->sms = p->sms;
+    c->tile_m = p->tile_m;
+    c->tile_n = p->tile_n;
+    c->hbm_bytes = p->hbm_bytes;
+    c->hbm_bw = p->hbm_bw;
+    c->hbm_eff = p->hbm_eff;
+    c->gemm_eff = p->gemm_eff;
+    c->attn_eff = p->attn_eff;
+    c->kernel_floor = p->kernel_floor;
+    c->peak_flops[AP_BF16] = p->bf16;
+    c->peak_flops[AP_FP16] = p->fp16;
+    c->peak_flops[AP_FP32] = p->tf32;
+    c->peak_flops[AP_FP8] = p->fp8;
+    c->intra_bw = p->intra_bw;
+    c->intra_lat = NVLINK_HOP_S;
+    c->inter_bw = p->inter_bw;
+    c->inter_lat = NET_HOP_S;
+    c->mem_reserved = reserved_bytes(p->hbm_bytes);
+}
+
+int ap_cluster_preset(const char *name, int gpus, int gpus_per_node,
+                      ap_cluster *c, char *err)
+{
+    const preset *p = name ? find_preset(name) : NULL;
+    if (!p) {
+        snprintf(err, AP_ERR_LEN, "unknown cluster preset \"%s\" (presets: %s)",
+                 name ? name : "", ap_cluster_preset_names());
+        return AP_EINPUT;
+    }
+    fill_from_preset(p, c);
+    c->nodes = 1;
+    c->gpus_per_node = DEFAULT_GPUS_PER_NODE;
+    return ap_cluster_set_size(c, gpus, gpus_per_node, err);
+}
