@@ -5,5 +5,35 @@
 #define AP_CLI_H
 
 int ap_cmd_graph(int argc, char **argv);
+int ap_cmd_profile(int argc, char **argv);
+
+int ap_cmd_plan(int argc, char **argv);
+
+/* Shared by the planning commands (common.c). */
+#include "costmodel/costmodel.h"
+#include "graph/graph.h"
+
+typedef struct {
+    const char *model;
+    const char *cluster;
+    int gpus, gpus_per_node;
+    double global_batch;
+    ap_build_opts build;
+} ap_cli_common;
+
+void ap_cli_common_default(ap_cli_common *c);
+/* Consumes a shared flag: returns how many arguments it used (0 when `a` is
+ * not one of them), or -1 after printing an error. */
+int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
+                      const char *v);
+int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
+               long hi, int *out);
+int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
+                  double hi, double *out);
+/* Loads the model and resolves the cluster; prints errors; returns the exit
+ * code. On success the caller frees *g and *c. */
+int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
+                 ap_cluster *c);
+int ap_cli_write_file(const char *path, const char *text);
 
 #endif

@@ -12,6 +12,8 @@ typedef struct {
 
 static const command commands[] = {
     {"graph", ap_cmd_graph, "summarise a model's operator graph"},
+    {"plan", ap_cmd_plan, "search the fastest training plan that fits"},
+    {"profile", ap_cmd_profile, "measure this node's GPUs and write a cluster file"},
 };
 
 static void usage(FILE *f)

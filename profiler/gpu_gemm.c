@@ -1,0 +1,238 @@
+/* gpu_gemm.c -- GEMM throughput with cuBLAS over the shape grid, and the
+ * copy bandwidth of HBM. Operands hold random values in [-1, 1): tensor
+ * cores draw less power on zeros and would report a clock the real
+ * workload never gets. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+
+#include "profiler/gpu.h"
+
+#define FILL_CHUNK (16u << 20) /* bytes of host pattern copied repeatedly */
+
+static size_t dtype_size(ap_dtype dt)
+{
+    return dt == AP_FP32 ? 4 : 2;
+}
+
+static cudaDataType_t cuda_type(ap_dtype dt)
+{
+    return dt == AP_BF16 ? CUDA_R_16BF : dt == AP_FP16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* fp32 inputs are multiplied on TF32 tensor cores, as frameworks do when
+ * TF32 is allowed; half types accumulate in fp32, as training does. */
+static cublasComputeType_t compute_type(ap_dtype dt)
+{
+    return dt == AP_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+static unsigned short to_bf16(float f)
+{
+    unsigned int u;
+    memcpy(&u, &f, sizeof u);
+    return (unsigned short)(u >> 16);
+}
+
+/* |f| < 1 and no subnormal half results matter here: values below 2^-14
+ * become zero. */
+static unsigned short to_fp16(float f)
+{
+    unsigned int u;
+    memcpy(&u, &f, sizeof u);
+    unsigned short sign = (unsigned short)((u >> 16) & 0x8000);
+    int exp = (int)((u >> 23) & 0xff) - 127 + 15;
+    if (exp <= 0)
+        return sign;
+    return (unsigned short)(sign | (exp << 10) | ((u >> 13) & 0x3ff));
+}
+
+static void fill_pattern(void *host, ap_dtype dt)
+{
+    unsigned int x = 12345u;
+    size_t n = FILL_CHUNK / dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        float f = (float)(x >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
+        if (dt == AP_FP32)
+            ((float *)host)[i] = f;
+        else
+            ((unsigned short *)host)[i] = dt == AP_BF16 ? to_bf16(f) : to_fp16(f);
+    }
+}
+
+static int fill_device(void *dev, size_t bytes, const void *host, char *err)
+{
+    for (size_t off = 0; off < bytes; off += FILL_CHUNK) {
+        size_t n = bytes - off < FILL_CHUNK ? bytes - off : FILL_CHUNK;
+        AP_CUDA_TRY(cudaMemcpy((char *)dev + off, host, n, cudaMemcpyHostToDevice));
+    }
+    return AP_OK;
+fail:
+    return AP_EINTERNAL;
+}
+
+typedef struct {
+    cublasHandle_t h;
+    cudaStream_t stream;
+    cudaEvent_t start, stop;
+    void *a, *b, *c;
+    size_t cap; /* bytes of each of a, b, c */
+    double *times;
+} bench;
+
+static int run_one(bench *B, const ap_profile_gemm_shape *s,
+                   const ap_profile_options *o, double *median, char *err)
+{
+    const float one = 1.0f, zero = 0.0f;
+    int m = (int)s->m, n = (int)s->n, k = (int)s->k;
+    for (int it = 0; it < o->warmup + o->iters; it++) {
+        AP_CUDA_TRY(cudaEventRecord(B->start, B->stream));
+        cublasStatus_t st = cublasGemmEx(
+            B->h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, B->a,
+            cuda_type(s->dtype), m, B->b, cuda_type(s->dtype), k, &zero, B->c,
+            cuda_type(s->dtype), m, compute_type(s->dtype), CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            snprintf(err, AP_ERR_LEN, "autopar profile: cublasGemmEx %s m=%d n=%d k=%d: %s",
+                     ap_profile_gemm_dtype_name(s->dtype), m, n, k,
+                     cublasGetStatusString(st));
+            return AP_EINTERNAL;
+        }
+        AP_CUDA_TRY(cudaEventRecord(B->stop, B->stream));
+        AP_CUDA_TRY(cudaEventSynchronize(B->stop));
+        float ms;
+        AP_CUDA_TRY(cudaEventElapsedTime(&ms, B->start, B->stop));
+        if (it >= o->warmup)
+            B->times[it - o->warmup] = ms * 1e-3;
+    }
+    *median = ap_profile_median(B->times, o->iters);
+    return AP_OK;
+fail:
+    return AP_EINTERNAL;
+}
+
+/* One buffer size fits every operand of the grid: the largest of them. */
+static size_t largest_operand(const ap_profile_gemm_shape *g, int n)
+{
+    size_t big = 0;
+    for (int i = 0; i < n; i++) {
+        size_t e = dtype_size(g[i].dtype);
+        size_t mk = (size_t)g[i].m * g[i].k * e, kn = (size_t)g[i].k * g[i].n * e;
+        size_t mn = (size_t)g[i].m * g[i].n * e;
+        big = mk > big ? mk : big;
+        big = kn > big ? kn : big;
+        big = mn > big ? mn : big;
+    }
+    return big;
+}
+
+static int refill(bench *B, ap_dtype dt, void *host, char *err)
+{
+    fill_pattern(host, dt);
+    if (fill_device(B->a, B->cap, host, err) || fill_device(B->b, B->cap, host, err))
+        return AP_EINTERNAL;
+    return AP_OK;
+}
+
+int ap_prof_gemm(const ap_profile_options *o, ap_profile_result *r, char *err)
+{
+    ap_profile_gemm_shape *g = NULL;
+    int n = 0, st = ap_profile_gemm_grid(o->quick, &g, &n, err);
+    if (st != AP_OK)
+        return st;
+    bench B = {0};
+    void *host = malloc(FILL_CHUNK);
+    B.times = malloc((size_t)o->iters * sizeof *B.times);
+    B.cap = largest_operand(g, n);
+    st = AP_EINTERNAL;
+    if (!host || !B.times) {
+        snprintf(err, AP_ERR_LEN, "autopar profile: out of memory");
+        goto fail;
+    }
+    if (cublasCreate(&B.h) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, AP_ERR_LEN, "autopar profile: cublasCreate failed");
+        goto fail;
+    }
+    AP_CUDA_TRY(cudaStreamCreate(&B.stream));
+    cublasSetStream(B.h, B.stream);
+    AP_CUDA_TRY(cudaEventCreate(&B.start));
+    AP_CUDA_TRY(cudaEventCreate(&B.stop));
+    AP_CUDA_TRY(cudaMalloc(&B.a, B.cap));
+    AP_CUDA_TRY(cudaMalloc(&B.b, B.cap));
+    AP_CUDA_TRY(cudaMalloc(&B.c, B.cap));
+    for (int i = 0; i < n; i++) {
+        if ((i == 0 || g[i].dtype != g[i - 1].dtype) && refill(&B, g[i].dtype, host, err))
+            goto fail;
+        double sec;
+        if (run_one(&B, &g[i], o, &sec, err))
+            goto fail;
+        ap_gemm_sample s = {g[i].dtype, (double)g[i].m, (double)g[i].n, (double)g[i].k, sec};
+        if (ap_prof_add_gemm(r, s, err))
+            goto fail;
+        fprintf(stderr, "[gemm %d/%d] %s m=%ld n=%ld k=%ld %.3f ms %.1f TFLOP/s\n",
+                i + 1, n, ap_profile_gemm_dtype_name(g[i].dtype), g[i].m, g[i].n,
+                g[i].k, sec * 1e3, ap_profile_gemm_flops(s.m, s.n, s.k) / sec / 1e12);
+    }
+    st = AP_OK;
+fail:
+    if (B.h)
+        cublasDestroy(B.h);
+    cudaFree(B.a);
+    cudaFree(B.b);
+    cudaFree(B.c);
+    if (B.start)
+        cudaEventDestroy(B.start);
+    if (B.stop)
+        cudaEventDestroy(B.stop);
+    if (B.stream)
+        cudaStreamDestroy(B.stream);
+    free(B.times);
+    free(host);
+    free(g);
+    return st;
+}
+
+/* Device-to-device copies read and write every byte: bandwidth counts both,
+ * as STREAM's copy kernel does. */
+int ap_prof_hbm(const ap_profile_options *o, ap_profile_result *r, char *err)
+{
+    size_t bytes = (o->quick ? 256u : 1024u) << 20;
+    void *src = NULL, *dst = NULL;
+    cudaEvent_t start = NULL, stop = NULL;
+    double *t = malloc((size_t)o->iters * sizeof *t);
+    int st = AP_EINTERNAL;
+    if (!t) {
+        snprintf(err, AP_ERR_LEN, "autopar profile: out of memory");
+        return AP_EINTERNAL;
+    }
+    AP_CUDA_TRY(cudaMalloc(&src, bytes));
+    AP_CUDA_TRY(cudaMalloc(&dst, bytes));
+    AP_CUDA_TRY(cudaMemset(src, 1, bytes));
+    AP_CUDA_TRY(cudaEventCreate(&start));
+    AP_CUDA_TRY(cudaEventCreate(&stop));
+    for (int it = 0; it < o->warmup + o->iters; it++) {
+        AP_CUDA_TRY(cudaEventRecord(start, 0));
+        AP_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+        AP_CUDA_TRY(cudaEventRecord(stop, 0));
+        AP_CUDA_TRY(cudaEventSynchronize(stop));
+        float ms;
+        AP_CUDA_TRY(cudaEventElapsedTime(&ms, start, stop));
+        if (it >= o->warmup)
+            t[it - o->warmup] = ms * 1e-3;
+    }
+    r->hbm_bw = 2.0 * (double)bytes / ap_profile_median(t, o->iters);
+    fprintf(stderr, "[hbm] copy %zu MiB: %.0f GB/s (read + write)\n", bytes >> 20,
+            r->hbm_bw / 1e9);
+    st = AP_OK;
+fail:
+    cudaFree(src);
+    cudaFree(dst);
+    if (start)
+        cudaEventDestroy(start);
+    if (stop)
+        cudaEventDestroy(stop);
+    free(t);
+    return st;
+}

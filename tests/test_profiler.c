@@ -1,0 +1,438 @@
+/* test_profiler.c -- the GPU-free half of `autopar profile`: what it
+ * measures, how it reduces timings to numbers, and the file it writes. */
+#include <unistd.h>
+
+#include "profiler/profiler.h"
+#include "test.h"
+
+#define KIB 1024.0
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static int has_shape(const ap_profile_gemm_shape *g, int n, ap_dtype dt,
+                     long m, long nn, long k)
+{
+    for (int i = 0; i < n; i++)
+        if (g[i].dtype == dt && g[i].m == m && g[i].n == nn && g[i].k == k)
+            return 1;
+    return 0;
+}
+
+static void gemm_grid_covers_bf16_fp16_tf32_sorted_without_duplicates(void)
+{
+    ap_profile_gemm_shape *g;
+    int n;
+    char err[AP_ERR_LEN];
+    CHECK(ap_profile_gemm_grid(0, &g, &n, err) == AP_OK);
+    CHECK(n > 0);
+    CHECK(g[0].dtype == AP_BF16);
+    CHECK(g[n - 1].dtype == AP_FP32);
+    int seen[AP_NDTYPES] = {0};
+    int ordered = 1;
+    for (int i = 0; i < n; i++) {
+        seen[g[i].dtype]++;
+        if (i > 0 && g[i].dtype == g[i - 1].dtype) {
+            const ap_profile_gemm_shape *a = &g[i - 1], *b = &g[i];
+            int less = a->m < b->m || (a->m == b->m && (a->n < b->n ||
+                       (a->n == b->n && a->k < b->k)));
+            ordered &= less; /* strictly: no duplicates either */
+        }
+    }
+    CHECK(ordered);
+    CHECK(seen[AP_BF16] > 0 && seen[AP_BF16] == seen[AP_FP16] &&
+          seen[AP_FP16] == seen[AP_FP32]);
+    CHECK(seen[AP_FP8] == 0 && seen[AP_INT32] == 0);
+    CHECK_STR_HAS(ap_profile_gemm_dtype_name(AP_FP32), "tf32");
+    free(g);
+}
+
+/* Hidden 4096 sharded 8 ways over 8192 tokens: the column-parallel QKV
+ * (8192 x 1536 x 4096), its input gradient (8192 x 4096 x 1536) and weight
+ * gradient (4096 x 1536 x 8192); hidden 16384 unsharded: the MLP up
+ * projection 8192 x 65536 x 16384. */
+static void gemm_grid_holds_the_tensor_parallel_shapes_of_a_layer(void)
+{
+    ap_profile_gemm_shape *g;
+    int n;
+    char err[AP_ERR_LEN];
+    CHECK(ap_profile_gemm_grid(0, &g, &n, err) == AP_OK);
+    CHECK(has_shape(g, n, AP_BF16, 8192, 1536, 4096));
+    CHECK(has_shape(g, n, AP_BF16, 8192, 4096, 1536));
+    CHECK(has_shape(g, n, AP_BF16, 4096, 1536, 8192));
+    CHECK(has_shape(g, n, AP_FP16, 8192, 65536, 16384));
+    CHECK(has_shape(g, n, AP_FP32, 2048, 12288, 1536)); /* 12288 down proj, t=8 */
+    CHECK(!has_shape(g, n, AP_BF16, 8192, 18432, 6144)); /* hidden 6144: not in the grid */
+    for (int i = 0; i < n; i++)
+        CHECK(g[i].m >= 512 && g[i].n >= 512 && g[i].k >= 512);
+    free(g);
+    CHECK(ap_profile_gemm_grid(1, &g, &n, err) == AP_OK);
+    CHECK(has_shape(g, n, AP_BF16, 4096, 1536, 4096));
+    free(g);
+}
+
+static void collective_sizes_step_by_4_or_16_from_1k(void)
+{
+    double *s;
+    int n;
+    char err[AP_ERR_LEN];
+    CHECK(ap_profile_coll_sizes(0, GIB, &s, &n, err) == AP_OK);
+    CHECK(n == 11);
+    CHECK(s[0] == KIB && s[1] == 4 * KIB && s[n - 1] == GIB);
+    free(s);
+    CHECK(ap_profile_coll_sizes(1, GIB, &s, &n, err) == AP_OK);
+    CHECK(n == 6);
+    CHECK(s[1] == 16 * KIB && s[n - 1] == GIB);
+    free(s);
+    CHECK(ap_profile_coll_sizes(0, 1024 * KIB, &s, &n, err) == AP_OK);
+    CHECK(n == 6 && s[5] == 1024 * KIB);
+    free(s);
+}
+
+static void groups_are_powers_of_two_within_and_across_nodes(void)
+{
+    ap_profile_group *g;
+    int n;
+    char err[AP_ERR_LEN];
+    CHECK(ap_profile_groups(1, 8, &g, &n, err) == AP_OK);
+    CHECK(n == 3);
+    CHECK(g[0].nodes == 1 && g[0].per_node == 2 && g[2].per_node == 8);
+    free(g);
+    CHECK(ap_profile_groups(4, 8, &g, &n, err) == AP_OK);
+    CHECK(n == 7);
+    CHECK(g[3].nodes == 2 && g[3].per_node == 1);
+    CHECK(g[4].nodes == 2 && g[4].per_node == 8);
+    CHECK(g[6].nodes == 4 && ap_profile_group_ranks(g[6]) == 32);
+    /* One GPU on each of two nodes of 8: global ranks 0 and 8. */
+    CHECK(ap_profile_group_has(g[3], 8, 0));
+    CHECK(ap_profile_group_has(g[3], 8, 8));
+    CHECK(!ap_profile_group_has(g[3], 8, 1));
+    CHECK(!ap_profile_group_has(g[3], 8, 16));
+    free(g);
+    CHECK(ap_profile_groups(2, 1, &g, &n, err) == AP_OK);
+    CHECK(n == 1 && g[0].nodes == 2 && g[0].per_node == 1);
+    free(g);
+    CHECK(ap_profile_groups(0, 8, &g, &n, err) == AP_EINPUT);
+}
+
+static void median_and_percentiles_interpolate_like_numpy(void)
+{
+    double odd[] = {5, 1, 3};
+    double even[] = {4, 1, 3, 2};
+    double ten[] = {10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
+    CHECK(ap_profile_median(odd, 3) == 3);
+    CHECK(ap_profile_median(even, 4) == 2.5);
+    CHECK_NEAR(ap_profile_percentile(ten, 10, 90), 9.1, 1e-12);
+    CHECK_NEAR(ap_profile_percentile(ten, 10, 25), 3.25, 1e-12);
+    CHECK(ap_profile_percentile(ten, 10, 0) == 1);
+    CHECK(ap_profile_percentile(ten, 10, 100) == 10);
+    CHECK(ten[0] == 10 && ten[9] == 1); /* the input is left alone */
+    CHECK(isnan(ap_profile_median(odd, 0)));
+}
+
+/* nccl-tests doc/PERFORMANCE.md: all_reduce busbw = algbw * 2(n-1)/n;
+ * all_gather, reduce_scatter, alltoall (n-1)/n; sendrecv 1. */
+static void bus_bandwidth_follows_nccl_tests(void)
+{
+    CHECK(ap_profile_busbw_factor(AP_COLL_ALLREDUCE, 8) == 1.75);
+    CHECK(ap_profile_busbw_factor(AP_COLL_ALLGATHER, 8) == 0.875);
+    CHECK(ap_profile_busbw_factor(AP_COLL_REDUCESCATTER, 4) == 0.75);
+    CHECK(ap_profile_busbw_factor(AP_COLL_ALLTOALL, 2) == 0.5);
+    CHECK(ap_profile_busbw_factor(AP_COLL_SENDRECV, 2) == 1);
+    CHECK(ap_profile_busbw_factor(AP_COLL_ALLREDUCE, 1) == 0);
+    /* 1 GiB all-reduced on 8 GPUs in 4.5 ms: 238.6 GB/s algbw, 417.5 busbw. */
+    CHECK_NEAR(ap_profile_algbw(GIB, 4.5e-3), 238.609e9, 1e-5);
+    CHECK_NEAR(ap_profile_busbw(AP_COLL_ALLREDUCE, 8, GIB, 4.5e-3), 417.566e9, 1e-5);
+    for (int op = 0; op < AP_NCOLL; op++)
+        for (int n = 2; n <= 16; n++)
+            CHECK_NEAR(ap_profile_busbw_factor((ap_coll)op, n),
+                       ap_coll_bus_factor((ap_coll)op, n), 1e-15);
+}
+
+static void buffers_are_laid_out_as_nccl_tests_does(void)
+{
+    ap_profile_coll_shape s;
+    CHECK(ap_profile_coll_shape_of(AP_COLL_ALLGATHER, 8, KIB, 4, &s));
+    CHECK(s.send_count == 32 && s.recv_count == 256 && s.bytes == KIB);
+    CHECK(ap_profile_coll_shape_of(AP_COLL_REDUCESCATTER, 8, KIB, 4, &s));
+    CHECK(s.send_count == 256 && s.recv_count == 32 && s.bytes == KIB);
+    CHECK(ap_profile_coll_shape_of(AP_COLL_ALLTOALL, 8, KIB, 4, &s));
+    CHECK(s.send_count == 256 && s.peer_count == 32);
+    CHECK(ap_profile_coll_shape_of(AP_COLL_ALLREDUCE, 8, 1000, 4, &s));
+    CHECK(s.send_count == 250 && s.bytes == 1000);
+    /* 250 floats do not split 8 ways: 31 per rank, 992 bytes gathered. */
+    CHECK(ap_profile_coll_shape_of(AP_COLL_ALLGATHER, 8, 1000, 4, &s));
+    CHECK(s.send_count == 31 && s.bytes == 992);
+    CHECK(!ap_profile_coll_shape_of(AP_COLL_ALLGATHER, 8, 16, 4, &s));
+    CHECK(ap_profile_coll_shape_of(AP_COLL_SENDRECV, 2, KIB, 4, &s));
+    CHECK(s.send_count == 256 && s.recv_count == 256);
+}
+
+/* Samples of t = lat + f*B/bw for every size; other groups and ops must not
+ * disturb the fit. */
+static int synth(ap_coll_sample *s, int n, ap_coll op, int ranks, int nodes,
+                 double bw, double lat)
+{
+    for (double b = KIB; b <= GIB; b *= 4)
+        s[n++] = (ap_coll_sample){op, ranks, nodes, b,
+                                  lat + ap_profile_busbw_factor(op, ranks) * b / bw};
+    return n;
+}
+
+static void link_fit_recovers_alpha_and_beta(void)
+{
+    ap_coll_sample s[64];
+    int n = 0;
+    n = synth(s, n, AP_COLL_ALLREDUCE, 4, 1, 200e9, 9e-6);
+    n = synth(s, n, AP_COLL_ALLREDUCE, 8, 1, 360e9, 12e-6);
+    n = synth(s, n, AP_COLL_ALLGATHER, 8, 1, 100e9, 3e-6);
+    n = synth(s, n, AP_COLL_ALLREDUCE, 16, 2, 45e9, 30e-6);
+    ap_profile_link_fit f = {0};
+    CHECK(ap_profile_fit_link(s, n, 0, &f));
+    CHECK(f.ranks == 8 && f.nodes == 1);
+    CHECK_NEAR(f.busbw, 360e9, 1e-9);
+    CHECK_NEAR(f.alpha, 12e-6, 1e-9);
+    CHECK(ap_profile_fit_link(s, n, 1, &f));
+    CHECK(f.ranks == 16 && f.nodes == 2);
+    CHECK_NEAR(f.busbw, 45e9, 1e-9);
+    CHECK_NEAR(f.alpha, 30e-6, 1e-9);
+    f.ranks = -1;
+    CHECK(!ap_profile_fit_link(s, 8, 1, &f)); /* no inter-node samples */
+    CHECK(f.ranks == -1);
+}
+
+/* With the tables removed, the cost model's analytic all-reduce must pass
+ * through the measured smallest and largest messages, inside a node and
+ * across two. */
+static void fitted_links_make_the_analytic_model_agree(void)
+{
+    ap_profile_result r = {0};
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    snprintf(r.gpu_name, sizeof r.gpu_name, "NVIDIA H100 80GB HBM3");
+    r.nodes = 2;
+    r.gpus_per_node = 8;
+    r.coll = malloc(32 * sizeof *r.coll);
+    r.ncoll = synth(r.coll, 0, AP_COLL_ALLREDUCE, 8, 1, 360e9, 20e-6);
+    r.ncoll = synth(r.coll, r.ncoll, AP_COLL_ALLREDUCE, 16, 2, 40e9, 70e-6);
+    CHECK(ap_profile_build_cluster(&r, &c, err) == AP_OK);
+    ap_cluster bare = c;
+    bare.ncoll = 0;
+    bare.coll = NULL;
+    for (int i = 0; i < r.ncoll; i++) {
+        const ap_coll_sample *s = &r.coll[i];
+        if (s->bytes == KIB || s->bytes == GIB)
+            CHECK_NEAR(ap_cost_allreduce(&bare, s->ranks, s->nodes, s->bytes),
+                       s->seconds, 1e-9);
+    }
+    ap_cluster_free(&c);
+    ap_profile_result_free(&r);
+}
+
+static void gpu_names_map_to_presets(void)
+{
+    CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA H100 80GB HBM3"), "h100-sxm");
+    CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA A100-SXM4-80GB"), "a100-80g");
+    CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA H200"), "h200");
+    CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA GH200 480GB"), "h200");
+    CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA H800"), "h800");
+    CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA B200"), "b200");
+    CHECK(ap_profile_preset_for_gpu("NVIDIA H20") == NULL);
+    CHECK(ap_profile_preset_for_gpu("NVIDIA GeForce RTX 4090") == NULL);
+    CHECK(ap_profile_preset_for_gpu(NULL) == NULL);
+}
+
+/* A profile of 8 H100s whose tables are synthetic: GEMMs at `tflops`, and
+ * all-reduces on 8 GPUs at bus bandwidth `busbw` with no latency. */
+static void fake_profile(ap_profile_result *r, double tflops, double busbw)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->gpu_name, sizeof r->gpu_name, "NVIDIA H100 80GB HBM3");
+    r->hbm_bytes = 85520809984.0;
+    r->sm_count = 132;
+    r->nodes = 1;
+    r->gpus_per_node = 8;
+    r->hbm_bw = 2.9e12;
+    snprintf(r->date, sizeof r->date, "2026-01-02T03:04:05Z");
+    snprintf(r->command, sizeof r->command, "autopar profile --quick");
+    r->gemm = malloc(3 * sizeof *r->gemm);
+    r->ngemm = 3;
+    for (int i = 0; i < 3; i++) {
+        double d = 4096.0 * (1 << i);
+        r->gemm[i] = (ap_gemm_sample){AP_BF16, d, d, d,
+                                      ap_profile_gemm_flops(d, d, d) / (tflops * 1e12)};
+    }
+    r->coll = malloc(16 * sizeof *r->coll);
+    r->ncoll = synth(r->coll, 0, AP_COLL_ALLREDUCE, 8, 1, busbw, 0);
+}
+
+static int write_and_load(const ap_profile_result *r, ap_cluster *out)
+{
+    ap_cluster c;
+    char err[AP_ERR_LEN], path[64];
+    int st = ap_profile_build_cluster(r, &c, err);
+    CHECK(st == AP_OK);
+    if (st != AP_OK)
+        return st;
+    char *text = ap_profile_cluster_json(&c, err);
+    CHECK(text != NULL);
+    snprintf(path, sizeof path, "/tmp/ap_test_profile_%d.json", (int)getpid());
+    st = text ? ap_profile_write_file(path, text, err) : AP_EINTERNAL;
+    CHECK(st == AP_OK);
+    CHECK_STR_HAS(text, "\"hbm_bandwidth\"");
+    CHECK_STR_HAS(text, "\"busbw\"");
+    CHECK_STR_HAS(text, "autopar profile --quick");
+    free(text);
+    ap_cluster_free(&c);
+    if (st == AP_OK) {
+        st = ap_cluster_load(path, 0, 0, out, err);
+        if (st != AP_OK)
+            fprintf(stderr, "%s\n", err);
+        CHECK(st == AP_OK);
+    }
+    remove(path);
+    return st;
+}
+
+static void written_file_reads_back_with_identical_tables(void)
+{
+    ap_profile_result r;
+    ap_cluster c;
+    fake_profile(&r, 600, 300e9);
+    if (write_and_load(&r, &c) != AP_OK) {
+        ap_profile_result_free(&r);
+        return;
+    }
+    CHECK(c.nodes == 1 && c.gpus_per_node == 8);
+    CHECK(c.hbm_bytes == r.hbm_bytes);
+    CHECK(c.sms == 132);
+    CHECK(c.hbm_bw_measured == 2.9e12);
+    CHECK_STR_HAS(c.gpu_name, "H100");
+    CHECK_STR_HAS(c.measured_date, "2026-01-02");
+    CHECK(c.ngemm == r.ngemm && c.ncoll == r.ncoll);
+    for (int i = 0; i < c.ngemm && i < r.ngemm; i++)
+        CHECK(c.gemm[i].dtype == r.gemm[i].dtype && c.gemm[i].m == r.gemm[i].m &&
+              c.gemm[i].n == r.gemm[i].n && c.gemm[i].k == r.gemm[i].k &&
+              c.gemm[i].seconds == r.gemm[i].seconds);
+    for (int i = 0; i < c.ncoll && i < r.ncoll; i++)
+        CHECK(c.coll[i].op == r.coll[i].op && c.coll[i].ranks == r.coll[i].ranks &&
+              c.coll[i].nodes == r.coll[i].nodes && c.coll[i].bytes == r.coll[i].bytes &&
+              c.coll[i].seconds == r.coll[i].seconds);
+    /* The links follow the measurement, so the analytic fallback agrees. */
+    CHECK_NEAR(c.intra_bw, 300e9, 1e-9);
+    CHECK(c.intra_lat < 1e-12);
+    ap_cluster_free(&c);
+    ap_profile_result_free(&r);
+}
+
+/* An all-reduce measured at half the preset's bus bandwidth doubles the
+ * bandwidth term of a large all-reduce; GEMMs measured at 300 TFLOP/s take
+ * flops / 300e12. */
+static void measured_file_changes_the_cost_model(void)
+{
+    ap_cluster preset;
+    char err[AP_ERR_LEN];
+    CHECK(ap_cluster_preset("h100-sxm", 8, 8, &preset, err) == AP_OK);
+    double big = 256 * 1024 * KIB;
+    double before = 1.75 * big / preset.intra_bw;
+    CHECK(ap_cost_allreduce(&preset, 8, 1, big) >= before);
+
+    ap_profile_result r;
+    ap_cluster c;
+    fake_profile(&r, 300, preset.intra_bw / 2);
+    if (write_and_load(&r, &c) == AP_OK) {
+        CHECK_NEAR(ap_cost_allreduce(&c, 8, 1, big), 2 * before, 1e-6);
+        double d = 8192;
+        CHECK_NEAR(ap_cost_gemm(&c, AP_BF16, d, d, d), 2 * d * d * d / 300e12, 1e-6);
+        CHECK(ap_cost_gemm(&preset, AP_BF16, d, d, d) < 2 * d * d * d / 300e12);
+        ap_cluster_free(&c);
+    }
+    ap_profile_result_free(&r);
+    ap_cluster_free(&preset);
+}
+
+/* An unknown GPU keeps h100-sxm's ratios, scaled so that its bf16 roofline
+ * is the best GEMM measured. */
+static void unknown_gpu_is_scaled_to_its_measured_peak(void)
+{
+    ap_profile_result r;
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    fake_profile(&r, 150, 100e9);
+    snprintf(r.gpu_name, sizeof r.gpu_name, "NVIDIA RTX 6000 Ada Generation");
+    CHECK(ap_profile_build_cluster(&r, &c, err) == AP_OK);
+    CHECK_NEAR(c.peak_flops[AP_BF16] * c.gemm_eff, 150e12, 1e-9);
+    CHECK_STR_HAS(c.name, "RTX 6000");
+    ap_cluster_free(&c);
+    ap_profile_result_free(&r);
+}
+
+static int parse(const char *line, ap_profile_options *o, char *err)
+{
+    char buf[256], *argv[16];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s", line);
+    for (char *t = strtok(buf, " "); t && argc < 16; t = strtok(NULL, " "))
+        argv[argc++] = t;
+    return ap_profile_parse_args(argc, argv, o, err);
+}
+
+static void options_default_and_reject_bad_values(void)
+{
+    ap_profile_options o;
+    char err[AP_ERR_LEN];
+    CHECK(parse("", &o, err) == AP_OK);
+    CHECK(!strcmp(o.out, "cluster.json") && o.iters == 20 && o.warmup == 5);
+    CHECK(o.max_bytes == GIB && o.gpus == 0 && !o.quick && !o.mpi);
+    CHECK(parse("--quick -o x.json --gpus 4", &o, err) == AP_OK);
+    CHECK(o.quick && o.iters == 10 && o.warmup == 3 && o.gpus == 4);
+    CHECK(!strcmp(o.out, "x.json"));
+    CHECK(!strcmp(o.command, "autopar profile --quick -o x.json --gpus 4"));
+    CHECK(parse("--quick --iters 7 --max-bytes 256M --mpi", &o, err) == AP_OK);
+    CHECK(o.iters == 7 && o.max_bytes == 256 * 1024 * KIB && o.mpi);
+    CHECK(parse("--iters 0", &o, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--iters");
+    CHECK(parse("--max-bytes 12X", &o, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--max-bytes");
+    CHECK(parse("--gpus", &o, err) == AP_EINPUT);
+    CHECK(parse("-o", &o, err) == AP_EINPUT);
+    CHECK(parse("--fast", &o, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "unknown option \"--fast\"");
+    CHECK(parse("--help", &o, err) == AP_OK && o.help);
+}
+
+/* The budgets of the issue: --quick under 2 minutes and a full run under 15
+ * on an 8-GPU H100 node, by the roofline and alpha-beta estimate. */
+static void default_grids_fit_their_time_budgets(void)
+{
+    ap_cluster c;
+    ap_profile_options quick, full;
+    char err[AP_ERR_LEN];
+    CHECK(ap_cluster_preset("h100-sxm", 8, 8, &c, err) == AP_OK);
+    CHECK(parse("--quick", &quick, err) == AP_OK);
+    CHECK(parse("", &full, err) == AP_OK);
+    double tq = ap_profile_estimate_seconds(&quick, &c, 8);
+    double tf = ap_profile_estimate_seconds(&full, &c, 8);
+    printf("estimated on 8 x h100-sxm: --quick %.0f s, full %.0f s\n", tq, tf);
+    CHECK(tq > 10 && tq < 120);
+    CHECK(tf > tq && tf < 900);
+    ap_cluster_free(&c);
+}
+
+int main(void)
+{
+    RUN(gemm_grid_covers_bf16_fp16_tf32_sorted_without_duplicates);
+    RUN(gemm_grid_holds_the_tensor_parallel_shapes_of_a_layer);
+    RUN(collective_sizes_step_by_4_or_16_from_1k);
+    RUN(groups_are_powers_of_two_within_and_across_nodes);
+    RUN(median_and_percentiles_interpolate_like_numpy);
+    RUN(bus_bandwidth_follows_nccl_tests);
+    RUN(buffers_are_laid_out_as_nccl_tests_does);
+    RUN(link_fit_recovers_alpha_and_beta);
+    RUN(fitted_links_make_the_analytic_model_agree);
+    RUN(gpu_names_map_to_presets);
+    RUN(written_file_reads_back_with_identical_tables);
+    RUN(measured_file_changes_the_cost_model);
+    RUN(unknown_gpu_is_scaled_to_its_measured_peak);
+    RUN(options_default_and_reject_bad_values);
+    RUN(default_grids_fit_their_time_budgets);
+    return DONE();
+}
