@@ -869,9 +869,8 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
     return rc;
 }
 
-/* The router that produces the experts label l (its top_k says how many
- * experts a token visits), and whether tensor t is that router's weight,
- * which every token reads whole. */
+/* The router that produces the experts label l: its top_k says how many of
+ * the experts a token visits. */
 static const ap_op *router_of(const ap_graph *g, char l)
 {
     for (int i = 0; i < g->nops; i++) {
@@ -883,11 +882,16 @@ static const ap_op *router_of(const ap_graph *g, char l)
     return NULL;
 }
 
-static int is_router_weight(const ap_op *router, int t)
+/* A router's own weight has the experts label too, but every token reads
+ * all of it. */
+static int is_router_input(const ap_graph *g, int t)
 {
-    for (int i = 0; i < router->ninputs; i++)
-        if (router->inputs[i] == t)
-            return 1;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *o = &g->ops[i];
+        for (int k = 0; o->kind == AP_OP_ROUTER && k < o->ninputs; k++)
+            if (o->inputs[k] == t)
+                return 1;
+    }
     return 0;
 }
 
@@ -903,7 +907,7 @@ double ap_graph_active_params(const ap_graph *g)
         for (int k = 0; k < x->rank; k++) {
             const ap_dim *d = ap_graph_dim(g, x->shape[k]);
             const ap_op *r = d && d->kind == AP_DIM_EXPERTS ? router_of(g, d->label) : NULL;
-            if (r && !is_router_weight(r, t))
+            if (r && !is_router_input(g, t))
                 scale = (double)r->top_k / (double)d->size;
         }
         total += (double)x->elems * scale;

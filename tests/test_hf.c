@@ -307,12 +307,13 @@ static void deepseek_v3_uses_latent_attention_and_dense_first_layers(void)
     ap_graph_free(g);
 }
 
-/* Qwen2-MoE: decoder_sparse_step 2 makes layers 1, 3 sparse; mlp_only_layers
- * turns layer 3 dense again; the shared expert has a [h] gate. */
+/* Qwen2-MoE: decoder_sparse_step 2 makes layers 1, 3, 5 sparse;
+ * mlp_only_layers turns layer 3 dense again; the shared expert has a [h]
+ * gate; the router weights count whole among the active parameters. */
 static void qwen2_moe_places_sparse_layers_and_gates_the_shared_expert(void)
 {
     const char *cfg =
-        "{\"model_type\": \"qwen2_moe\", \"num_hidden_layers\": 4, \"hidden_size\": 256,"
+        "{\"model_type\": \"qwen2_moe\", \"num_hidden_layers\": 6, \"hidden_size\": 256,"
         " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 512,"
         " \"moe_intermediate_size\": 64, \"shared_expert_intermediate_size\": 128,"
         " \"num_experts\": 8, \"num_experts_per_tok\": 2, \"decoder_sparse_step\": 2,"
@@ -327,12 +328,13 @@ static void qwen2_moe_places_sparse_layers_and_gates_the_shared_expert(void)
     CHECK(ap_graph_find_op(g, "l1.router") >= 0);
     CHECK(ap_graph_find_op(g, "l2.router") < 0);
     CHECK(ap_graph_find_op(g, "l3.router") < 0);
+    CHECK(ap_graph_find_op(g, "l5.router") >= 0);
     CHECK(strcmp(tensor_named(g, "l1.shared_gate.w")->shape, "h") == 0);
     double h = 256, attn = h * 256 + 2 * h * 128 + 256 + 2 * 128 + 256 * h;
     double dense = 3 * h * 512, moe = h * 8 + 8 * 3 * h * 64 + 3 * h * 128 + h;
-    double expect = 4 * (attn + 2 * h) + 3 * dense + moe + 2 * 1000 * h + h;
+    double expect = 6 * (attn + 2 * h) + 4 * dense + 2 * moe + 2 * 1000 * h + h;
     CHECK_NEAR(g->total_params, expect, 1e-12);
-    CHECK_NEAR(ap_graph_active_params(g), expect - 8 * 3 * h * 64 * (1 - 2.0 / 8), 1e-12);
+    CHECK_NEAR(ap_graph_active_params(g), expect - 2 * 8 * 3 * h * 64 * (1 - 2.0 / 8), 1e-12);
     ap_graph_free(g);
 }
 
