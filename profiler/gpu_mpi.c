@@ -20,7 +20,21 @@ typedef struct {
     cudaEvent_t start, stop;
     float *send, *recv;
     double *times;
+    int agreed; /* every rank knows of the failure: no need to abort */
 } ctx;
+
+/* Shares rank 0's status with every rank; the others learn why from rank
+ * 0's message. */
+static int share_status(ctx *x, int st, char *err)
+{
+    MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (st != AP_OK) {
+        x->agreed = 1;
+        if (x->rank != 0)
+            snprintf(err, AP_ERR_LEN, "autopar profile: rank %d stopped: rank 0 failed", x->rank);
+    }
+    return st;
+}
 
 static int layout(ctx *x, char *err)
 {
@@ -133,7 +147,11 @@ fail:
 static int run(ctx *x, const ap_profile_options *o, ap_profile_result *r, char *err)
 {
     int st = layout(x, err);
-    if (st == AP_OK && x->rank == 0) {
+    if (st != AP_OK) {
+        x->agreed = 1; /* every rank checked the layout itself */
+        return st;
+    }
+    if (x->rank == 0) {
         int ndev;
         st = ap_prof_detect(o, r, &ndev, err);
         if (st == AP_OK && ndev < x->per_node) {
@@ -142,8 +160,7 @@ static int run(ctx *x, const ap_profile_options *o, ap_profile_result *r, char *
             st = AP_EINPUT;
         }
     }
-    MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (st != AP_OK)
+    if ((st = share_status(x, st, err)) != AP_OK)
         return st;
     if ((st = setup(x, o, err)) != AP_OK)
         return st;
@@ -152,8 +169,7 @@ static int run(ctx *x, const ap_profile_options *o, ap_profile_result *r, char *
     ap_prof_stamp(r, o);
     if (x->rank == 0 && (st = ap_prof_hbm(o, r, err)) == AP_OK)
         st = ap_prof_gemm(o, r, err);
-    MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (st != AP_OK)
+    if ((st = share_status(x, st, err)) != AP_OK)
         return st;
 
     ap_profile_group *groups = NULL;
@@ -178,11 +194,12 @@ int ap_prof_run_mpi(const ap_profile_options *o, char *err)
     if (!inited)
         MPI_Init(NULL, NULL);
     ctx x = {0};
+    err[0] = '\0';
     ap_profile_result r = {0};
     int st = run(&x, o, &r, err);
     /* A rank that failed alone would leave the others waiting in a
      * collective forever; take the whole job down with it. */
-    if (st != AP_OK && x.size > 1) {
+    if (st != AP_OK && !x.agreed && x.size > 1) {
         fprintf(stderr, "%s (rank %d)\n", err, x.rank);
         MPI_Abort(MPI_COMM_WORLD, st);
     }
