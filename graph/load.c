@@ -59,7 +59,10 @@ static cJSON *parse(const char *text, size_t len, const ctx *c)
             col++;
         }
     }
-    if (end == text + len)
+    /* cJSON points at the last byte when the input ran out; a closing
+     * bracket there is a real error at that place instead. */
+    if (end >= text + len - 1 && (end == text + len || (*end != '}' &&
+                                                         *end != ']')))
         fail(c, "line %d, column %d: malformed JSON: unexpected end of "
                 "input", line, col);
     else

@@ -1,0 +1,177 @@
+/* test_graph_load.c -- the JSON model format: the examples load with the
+ * parameter counts of their closed forms, a graph survives a round trip
+ * through ap_graph_to_json(), build options rescale batch and sequence, and
+ * malformed text is reported with its line and column. */
+#include "graph/graph.h"
+#include "test.h"
+
+static char err[AP_ERR_LEN];
+
+static ap_graph *load(const char *rel, const ap_build_opts *opt)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
+    ap_graph *g = NULL;
+    if (ap_graph_load(path, opt, &g, err) != AP_OK)
+        fprintf(stderr, "%s\n", err);
+    return g;
+}
+
+static double dim(const ap_graph *g, char label)
+{
+    const ap_dim *d = ap_graph_dim(g, label);
+    return d ? (double)d->size : 0;
+}
+
+/* A GPT with learned positions and a tied head: L blocks of 12h^2 + 13h,
+ * token and position tables, and the final norm. */
+static double gpt_params(const ap_graph *g)
+{
+    double h = dim(g, 'h');
+    return g->nlayers * (12 * h * h + 13 * h) + dim(g, 'v') * h +
+           dim(g, 's') * h + 2 * h;
+}
+
+static double layer_saved(const ap_graph *g, int layer)
+{
+    double sum = 0;
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer == layer)
+            sum += g->ops[i].saved_bytes;
+    return sum;
+}
+
+static void gpt_1_3b_has_1_3_billion_parameters_in_24_alike_layers(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json", NULL);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK(g->nlayers == 24 && dim(g, 'h') == 2048 && dim(g, 'n') == 16);
+    CHECK_NEAR(g->total_params, gpt_params(g), 1e-12);
+    /* GPT-3 XL is "1.3B" (Brown et al. 2020, table 2.1). */
+    CHECK(g->total_params > 1.3e9 && g->total_params < 1.33e9);
+    for (int l = 0; l < 24; l++)
+        CHECK(g->layer_class[l] == 0);
+    /* Flash attention: 34sbh plus the fp32 log-sum-exp, 4bas. */
+    double s = dim(g, 's'), b = dim(g, 'b'), h = dim(g, 'h'), a = dim(g, 'n');
+    CHECK_NEAR(layer_saved(g, 7), 34 * s * b * h + 4 * b * a * s, 1e-12);
+    ap_graph_free(g);
+}
+
+static void gpt_tiny_saves_korthikanti_bytes_per_layer(void)
+{
+    ap_graph *g = load("examples/gpt-tiny.json", NULL);
+    if (!g)
+        return;
+    CHECK(g->nlayers == 2);
+    CHECK_NEAR(g->total_params, gpt_params(g), 1e-12);
+    double s = dim(g, 's'), b = dim(g, 'b'), h = dim(g, 'h'), a = dim(g, 'n');
+    CHECK_NEAR(layer_saved(g, 1), s * b * h * (34 + 5 * a * s / h), 1e-12);
+    ap_graph_free(g);
+}
+
+static void a_graph_survives_a_round_trip_through_json(void)
+{
+    ap_graph *g = load("examples/gpt-tiny.json", NULL);
+    if (!g)
+        return;
+    char *text = ap_graph_to_json(g);
+    CHECK(text != NULL);
+    ap_graph *h = NULL;
+    CHECK(ap_graph_parse_json(text, strlen(text), "round-trip", &h, err) ==
+          AP_OK);
+    if (h) {
+        CHECK(h->nops == g->nops && h->ntensors == g->ntensors);
+        CHECK(h->total_flops == g->total_flops);
+        CHECK(h->total_params == g->total_params);
+        CHECK(h->total_saved_bytes == g->total_saved_bytes);
+        CHECK(h->nlayers == g->nlayers);
+        int a = ap_graph_find_op(h, "l1.attn");
+        CHECK(a >= 0 && h->ops[a].causal && !h->ops[a].flash &&
+              h->ops[a].dropout_p == 0.1);
+        char *again = ap_graph_to_json(h);
+        CHECK(again && !strcmp(again, text));
+        free(again);
+    }
+    ap_graph_free(h);
+    free(text);
+    ap_graph_free(g);
+}
+
+static void build_options_rescale_batch_and_sequence(void)
+{
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.batch = 4;
+    o.seq = 128;
+    ap_graph *base = load("examples/gpt-tiny.json", NULL);
+    ap_graph *g = load("examples/gpt-tiny.json", &o);
+    CHECK(g && base);
+    if (!g || !base) {
+        ap_graph_free(base);
+        ap_graph_free(g);
+        return;
+    }
+    CHECK(dim(g, 'b') == 4 && dim(g, 's') == 128);
+    /* The learned position table follows the sequence length. */
+    CHECK_NEAR(g->total_params, gpt_params(g), 1e-12);
+    double h = dim(g, 'h');
+    CHECK_NEAR(base->total_params - g->total_params, (256 - 128) * h, 1e-12);
+    /* fc1 is 2 * b*s*h*4h (+ bias): twice the tokens, twice the FLOPs. */
+    int i = ap_graph_find_op(g, "l0.fc1");
+    CHECK_NEAR(g->ops[i].flops, 2 * base->ops[i].flops, 1e-12);
+    ap_graph_free(base);
+    ap_graph_free(g);
+}
+
+static void malformed_json_is_reported_by_line_and_column(void)
+{
+    const char *text = "{\n  \"format\": \"autopar-model/1\",\n  \"name\" \"x\"\n}";
+    ap_graph *g = (ap_graph *)1;
+    CHECK(ap_graph_parse_json(text, strlen(text), "m.json", &g, err) ==
+          AP_EINPUT);
+    CHECK(g == NULL);
+    CHECK_STR_HAS(err, "m.json: line 3, column 10: malformed JSON");
+}
+
+static void errors_in_ops_name_the_json_path(void)
+{
+    const char *text =
+        "{\"format\": \"autopar-model/1\", \"name\": \"m\","
+        " \"dims\": {\"b\": {\"kind\": \"batch\", \"size\": 2}},"
+        " \"tensors\": [{\"name\": \"x\", \"shape\": \"b\", \"role\": \"input\"},"
+        "               {\"name\": \"y\", \"shape\": \"b\", \"role\": \"activation\"}],"
+        " \"ops\": [{\"name\": \"s\", \"kind\": \"scale\", \"inputs\": [\"x\"],"
+        "           \"outputs\": [\"y\"]},"
+        "          {\"name\": \"t\", \"kind\": \"scale\", \"inputs\": [\"y\", \"q\"],"
+        "           \"outputs\": [\"z\"]}]}";
+    ap_graph *g = NULL;
+    CHECK(ap_graph_parse_json(text, strlen(text), "m.json", &g, err) ==
+          AP_EINPUT);
+    CHECK_STR_HAS(err, "m.json: ops[1].inputs[1]: unknown tensor \"q\"");
+    CHECK(g == NULL);
+}
+
+static void a_hugging_face_config_goes_to_the_hf_builder(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json", NULL);
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(g->finalized && g->nlayers == 32);
+        CHECK(g->total_params > 7.9e9 && g->total_params < 8.1e9);
+    }
+    ap_graph_free(g);
+}
+
+int main(void)
+{
+    RUN(gpt_1_3b_has_1_3_billion_parameters_in_24_alike_layers);
+    RUN(gpt_tiny_saves_korthikanti_bytes_per_layer);
+    RUN(a_graph_survives_a_round_trip_through_json);
+    RUN(build_options_rescale_batch_and_sequence);
+    RUN(malformed_json_is_reported_by_line_and_column);
+    RUN(errors_in_ops_name_the_json_path);
+    RUN(a_hugging_face_config_goes_to_the_hf_builder);
+    return DONE();
+}
