@@ -5,6 +5,10 @@
 #include "profiler/profiler.h"
 #include "test.h"
 
+#ifdef AP_HAVE_PROFILER
+#include <cuda_runtime.h>
+#endif
+
 #define KIB 1024.0
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -417,6 +421,41 @@ static void default_grids_fit_their_time_budgets(void)
     ap_cluster_free(&c);
 }
 
+#ifdef AP_HAVE_PROFILER
+/* Without a device the run must say so and fail with AP_EINPUT; with one, a
+ * tiny run on one GPU must write a file that loads with the quick grid. */
+static void run_reports_a_missing_device_or_profiles_one(void)
+{
+    ap_profile_options o;
+    char err[AP_ERR_LEN], line[256];
+    int count = 0;
+    snprintf(line, sizeof line,
+             "--gpus 1 --quick --iters 2 --warmup 1 --max-bytes 64K -o /tmp/ap_test_run_%d.json",
+             (int)getpid());
+    CHECK(parse(line, &o, err) == AP_OK);
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+        CHECK(ap_profile_run(&o, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, "no CUDA device found: ");
+        return;
+    }
+    CHECK(ap_profile_run(&o, err) == AP_OK);
+    ap_cluster c;
+    ap_profile_gemm_shape *g;
+    int n;
+    CHECK(ap_profile_gemm_grid(1, &g, &n, err) == AP_OK);
+    free(g);
+    if (ap_cluster_load(o.out, 0, 0, &c, err) == AP_OK) {
+        CHECK(c.ngemm == n);
+        CHECK(c.hbm_bw_measured > 0);
+        CHECK(c.gpu_name[0] != 0);
+        ap_cluster_free(&c);
+    } else {
+        CHECK(!"the profile did not load");
+    }
+    remove(o.out);
+}
+#endif
+
 int main(void)
 {
     RUN(gemm_grid_covers_bf16_fp16_tf32_sorted_without_duplicates);
@@ -434,5 +473,8 @@ int main(void)
     RUN(unknown_gpu_is_scaled_to_its_measured_peak);
     RUN(options_default_and_reject_bad_values);
     RUN(default_grids_fit_their_time_budgets);
+#ifdef AP_HAVE_PROFILER
+    RUN(run_reports_a_missing_device_or_profiles_one);
+#endif
     return DONE();
 }
