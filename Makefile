@@ -8,12 +8,17 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 DEMO_MODEL ?= examples/gpt-1.3b.json
 
-.PHONY: all deps build demo test asan clean
+.PHONY: all deps deps-mpi build demo test asan clean
 
 all: build
 
 deps:
 	@sh scripts/install-deps.sh
+
+# Open MPI as well, for `mpirun -np N autopar profile --mpi` across nodes;
+# the next build finds it and compiles the profiler's MPI mode in.
+deps-mpi:
+	@AP_WITH_MPI=1 sh scripts/install-deps.sh
 
 build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null

@@ -13,7 +13,7 @@ file(GLOB AP_PROFILE_ALL_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/profiler/*.c)
 set(AP_PROFILE_CORE_SRC ${AP_PROFILE_ALL_SRC})
 list(FILTER AP_PROFILE_CORE_SRC EXCLUDE REGEX "/gpu_[^/]*\\.c$")
 add_library(ap_profile_core STATIC ${AP_PROFILE_CORE_SRC})
-target_link_libraries(ap_profile_core PUBLIC ap_costmodel PkgConfig::CJSON m)
+target_link_libraries(ap_profile_core PUBLIC ap_costmodel m)
 
 if(AP_PROFILER)
   find_package(CUDAToolkit QUIET)
