@@ -164,6 +164,48 @@ static void a_hugging_face_config_goes_to_the_hf_builder(void)
     ap_graph_free(g);
 }
 
+static const char *moe_text =
+        "{\"format\": \"autopar-model/1\", \"name\": \"moe\",\n"
+        " \"dims\": {\"b\": {\"kind\": \"batch\", \"size\": 2}, \"s\": {\"kind\": \"seq\", \"size\": 8}, \"h\": {\"kind\": \"hidden\", \"size\": 4},\n"
+        "          \"e\": {\"kind\": \"experts\", \"size\": 4}, \"c\": {\"kind\": \"capacity\", \"size\": 8}, \"f\": {\"kind\": \"ffn\", \"size\": 16}},\n"
+        " \"tensors\": [{\"name\": \"x\", \"shape\": \"bsh\", \"role\": \"input\"}, {\"name\": \"wg\", \"shape\": \"he\", \"role\": \"parameter\"},\n"
+        "   {\"name\": \"p\", \"shape\": \"bse\", \"role\": \"activation\"}, {\"name\": \"xe\", \"shape\": \"ech\", \"role\": \"activation\"},\n"
+        "   {\"name\": \"w1\", \"shape\": \"ehf\", \"role\": \"parameter\"}, {\"name\": \"h1\", \"shape\": \"ecf\", \"role\": \"activation\"},\n"
+        "   {\"name\": \"a1\", \"shape\": \"ecf\", \"role\": \"activation\"}, {\"name\": \"w2\", \"shape\": \"efh\", \"role\": \"parameter\"},\n"
+        "   {\"name\": \"ye\", \"shape\": \"ech\", \"role\": \"activation\"}, {\"name\": \"y\", \"shape\": \"bsh\", \"role\": \"activation\"},\n"
+        "   {\"name\": \"yr\", \"shape\": \"hbs\", \"role\": \"activation\"}],\n"
+        " \"ops\": [{\"name\": \"gate\", \"kind\": \"router\", \"layer\": 0, \"inputs\": [\"x\", \"wg\"], \"outputs\": [\"p\"], \"top_k\": 2},\n"
+        "   {\"name\": \"disp\", \"kind\": \"dispatch\", \"layer\": 0, \"inputs\": [\"x\", \"p\"], \"outputs\": [\"xe\"], \"top_k\": 2},\n"
+        "   {\"name\": \"fc1\", \"kind\": \"matmul\", \"layer\": 0, \"inputs\": [\"xe\", \"w1\"], \"outputs\": [\"h1\"]},\n"
+        "   {\"name\": \"act\", \"kind\": \"silu\", \"layer\": 0, \"inputs\": [\"h1\"], \"outputs\": [\"a1\"]},\n"
+        "   {\"name\": \"fc2\", \"kind\": \"matmul\", \"layer\": 0, \"inputs\": [\"a1\", \"w2\"], \"outputs\": [\"ye\"]},\n"
+        "   {\"name\": \"comb\", \"kind\": \"combine\", \"layer\": 0, \"inputs\": [\"ye\", \"p\"], \"outputs\": [\"y\"], \"top_k\": 2},\n"
+        "   {\"name\": \"t\", \"kind\": \"transpose\", \"layer\": 0, \"inputs\": [\"y\"], \"outputs\": [\"yr\"]}]}\n";
+
+static void moe_ops_count_router_experts_and_combine(void)
+{
+    ap_graph *g = NULL;
+    CHECK(ap_graph_parse_json(moe_text, strlen(moe_text), "moe.json", &g,
+                              err) == AP_OK);
+    if (!g) {
+        fprintf(stderr, "%s\n", err);
+        return;
+    }
+    double b = 2, s = 8, h = 4, e = 4, c = 8, f = 16, k = 2;
+    CHECK_NEAR(g->ops[0].flops, 2 * b * s * h * e + 5 * b * s * e, 1e-12);
+    CHECK_NEAR(g->ops[2].flops, 2 * e * c * h * f, 1e-12);
+    CHECK_NEAR(g->ops[5].flops, 2 * b * s * h * k, 1e-12);
+    CHECK(g->ops[1].flops == 0 && g->ops[6].bytes_moved == 0);
+    CHECK(!strcmp(g->ops[2].iter, "cefh"));
+    CHECK(!strcmp(g->ops[2].contracted, "h"));
+    CHECK_NEAR(g->total_params, h * e + 2 * e * h * f, 1e-12);
+    /* Saved: probs (router; x is data), the expert inputs of fc1, silu and
+     * fc2, and combine's expert outputs; probs only once. */
+    CHECK_NEAR(g->total_saved_bytes,
+               2 * (b * s * e + e * c * h + 2 * e * c * f + e * c * h), 1e-12);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(gpt_1_3b_has_1_3_billion_parameters_in_24_alike_layers);
@@ -173,5 +215,6 @@ int main(void)
     RUN(malformed_json_is_reported_by_line_and_column);
     RUN(errors_in_ops_name_the_json_path);
     RUN(a_hugging_face_config_goes_to_the_hf_builder);
+    RUN(moe_ops_count_router_experts_and_combine);
     return DONE();
 }
