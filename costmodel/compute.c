@@ -39,13 +39,13 @@ static double tile_along(double dim, int tile)
     return shrunk < t ? shrunk : t;
 }
 
-/* Fraction of the tensor cores a GEMM keeps busy: the last row and column
- * of output tiles are partly empty (tile quantisation), and the last wave
- * of tiles over the SMs is partly empty (wave quantisation). */
-static double quantisation(const ap_cluster *c, double batch, double m,
-                           double n)
+/* Fraction of the tensor cores a GEMM keeps busy with one tile shape: the
+ * last row and column of output tiles are partly empty (tile quantisation),
+ * and the last wave of tiles over the SMs is partly empty (wave
+ * quantisation). */
+static double quantisation_with(const ap_cluster *c, double batch, double m,
+                                double n, double tm, double tn)
 {
-    double tm = tile_along(m, c->tile_m), tn = tile_along(n, c->tile_n);
     double rows = ceil(m / tm), cols = ceil(n / tn);
     double q = (m * n) / (rows * tm * cols * tn);
     if (c->sms > 0) {
@@ -54,6 +54,25 @@ static double quantisation(const ap_cluster *c, double batch, double m,
         q *= tiles / (waves * c->sms);
     }
     return q;
+}
+
+/* cuBLAS's heuristics pick among tile shapes for each problem (NVIDIA's
+ * "Matrix Multiplication Background" guide, section on tile and wave
+ * quantisation), so a GEMM too small to fill the SMs with the largest tile
+ * runs with a smaller one: take the best of the configured tile and its
+ * halves. */
+static double quantisation(const ap_cluster *c, double batch, double m,
+                           double n)
+{
+    double tm = tile_along(m, c->tile_m), tn = tile_along(n, c->tile_n);
+    double best = 0;
+    for (int hm = 1; hm <= 2; hm++)
+        for (int hn = 1; hn <= 2; hn++) {
+            double um = fmax(tile_along(m, (int)(tm / hm)), MMA_GRANULE);
+            double un = fmax(tile_along(n, (int)(tn / hn)), MMA_GRANULE);
+            best = fmax(best, quantisation_with(c, batch, m, n, um, un));
+        }
+    return best;
 }
 
 static double analytic_bgemm(const ap_cluster *c, ap_dtype dt, double batch,

@@ -4,6 +4,7 @@
  * or the ops before or after the layers. Edges inside the block and wrap
  * edges from the previous layer of the same class enter the objective; so
  * the answer is the cheapest steady state of a stack of identical layers. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +230,19 @@ oom:
     return AP_EINTERNAL;
 }
 
+/* Memory depends on the nodes alone, so the least is each op's least. */
+static double leanest_memory(const tables *t)
+{
+    double sum = 0;
+    for (int i = 0; i < t->nops; i++) {
+        double least = t->mem[i][0];
+        for (int k = 1; k < t->ns[i]; k++)
+            least = fmin(least, t->mem[i][k]);
+        sum += least;
+    }
+    return sum;
+}
+
 static int add_point(const ap_price_ctx *x, const int *ops, int nops,
                      const tables *t, const int *choice, ap_block *out)
 {
@@ -266,23 +280,33 @@ int ap_block_solve(const ap_price_ctx *x, const int *ops, int nops,
                   .cost = (const double *const *)t.cost,
                   .mem = (const double *const *)t.mem, .nedges = t.nedges,
                   .edges = t.edges, .time_limit_s = ilp_time_limit, .gap = ilp_gap};
-    while (rc == AP_OK && out->npoints < MAX_POINTS) {
-        ap_ilp_result r;
+    /* The fastest answer, then the leanest one, then answers under budgets
+     * spaced geometrically between the two. */
+    double fast_mem = 0, lean_mem = 0, last_mem = 0;
+    ap_ilp_result r;
+    if (rc == AP_OK)
         rc = ap_ilp_solve(&ilp, choice, &r, err);
-        if (rc != AP_OK || r.status == AP_ILP_INFEASIBLE)
-            break;
-        if (out->npoints == 0)
-            out->ilp = r;
-        else if (r.memory >= ilp.mem_limit * 0.999)
-            break;
-        if (add_point(x, ops, nops, &t, choice, out)) {
+    if (rc == AP_OK) {
+        out->ilp = r;
+        fast_mem = last_mem = r.memory;
+        if (add_point(x, ops, nops, &t, choice, out))
             rc = AP_EINTERNAL;
-            break;
-        }
-        /* Ask for a quarter less memory than the last answer used. */
-        ilp.mem_limit = r.memory * 0.75;
-        if (ilp.mem_limit <= 0)
-            break;
+    }
+    if (rc == AP_OK) {
+        lean_mem = leanest_memory(&t);
+        if (lean_mem < fast_mem * 0.95)
+            for (int k = 1; k < MAX_POINTS && rc == AP_OK; k++) {
+                double f = (double)k / (MAX_POINTS - 1);
+                ilp.mem_limit = fast_mem * pow(lean_mem / fast_mem, f) * (1 + 1e-9);
+                rc = ap_ilp_solve(&ilp, choice, &r, err);
+                if (rc != AP_OK || r.status == AP_ILP_INFEASIBLE)
+                    continue;
+                if (r.memory >= last_mem * 0.99)
+                    continue;
+                last_mem = r.memory;
+                if (add_point(x, ops, nops, &t, choice, out))
+                    rc = AP_EINTERNAL;
+            }
     }
     free(choice);
     tables_free(&t);

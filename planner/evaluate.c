@@ -73,7 +73,9 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
         if (times == 0)
             continue;
         ap_block_point *bp = &blk->points[st->point[b]];
-        ap_block_price(&x, blk->ops, blk->nops, bp->strat, bp);
+        ap_strategy *strat = bp->strat;
+        ap_block_price(&x, blk->ops, blk->nops, strat, bp);
+        bp->strat = strat;
         accumulate(st, bp, times, b >= 2 ? st->recompute : AP_RECOMPUTE_NONE);
         if (b >= 2 && bp->act_bytes > largest_layer_act)
             largest_layer_act = bp->act_bytes;

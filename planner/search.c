@@ -277,6 +277,28 @@ oom:
     return AP_EINTERNAL;
 }
 
+/* Logical meshes tried for a submesh of n GPUs: 1-D (1, n), and 2-D shapes
+ * whose inner axis stays inside a node: (n/G, G) and (2n/G, G/2) across
+ * nodes, (2, n/2) and (4, n/4) inside one. Other shapes only permute these
+ * or put a node boundary inside the inner axis. */
+static int mesh_wanted(int n, int d1, int G)
+{
+    if (d1 == n)
+        return 1;
+    if (n > G)
+        return d1 == G || d1 == G / 2;
+    return d1 * 2 == n || (d1 * 4 == n && n >= 8);
+}
+
+/* Micro-batches of 1 .. 2n sequences (n GPUs per stage): beyond that the
+ * activations grow with no gain in efficiency; and at least p of them. */
+static int batch_wanted(double mb, double gbs, int n, int p)
+{
+    if (fmod(gbs, mb) != 0 || mb > 2.0 * n)
+        return 0;
+    return p == 1 || gbs / mb >= p;
+}
+
 static int valid_submesh(int n, int G)
 {
     if (n <= G)
@@ -367,9 +389,9 @@ static int count_configs(const ap_plan_opts *o, int L, int G)
             (o->max_stages && p > o->max_stages))
             continue;
         for (int d1 = 1; d1 <= D / p; d1++)
-            if ((D / p) % d1 == 0)
+            if ((D / p) % d1 == 0 && mesh_wanted(D / p, d1, G))
                 for (double mb = 1; mb <= o->global_batch; mb *= 2)
-                    n += fmod(o->global_batch, mb) == 0;
+                    n += batch_wanted(mb, o->global_batch, D / p, p);
     }
     return n;
 }
@@ -394,10 +416,10 @@ int ap_plan_search(const ap_graph *g, const ap_cluster *c,
             continue;
         int n = D / p;
         for (int d1 = 1; d1 <= n && rc == AP_OK; d1++) {
-            if (n % d1)
+            if (n % d1 || !mesh_wanted(n, d1, G))
                 continue;
             for (double mb = 1; mb <= o->global_batch && rc == AP_OK; mb *= 2) {
-                if (fmod(o->global_batch, mb))
+                if (!batch_wanted(mb, o->global_batch, n, p))
                     continue;
                 ss.tried++;
                 config cf;
@@ -410,8 +432,7 @@ int ap_plan_search(const ap_graph *g, const ap_cluster *c,
                 cf.batch = mb;
                 cf.limit = limit;
                 ap_mesh_init(&cf.mesh, n / d1, d1, 0, G);
-                if (cf.nmicro >= p || p == 1)
-                    rc = try_config(&cf, o, &ss, err);
+                rc = try_config(&cf, o, &ss, err);
                 config_free(&cf);
                 progress(&ss, o);
             }

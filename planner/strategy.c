@@ -96,8 +96,13 @@ static void shardable(const ap_price_ctx *x, const ap_op *op, char *out)
     size_t n = 0;
     switch (op->kind) {
     case AP_OP_MATMUL:
-        strcpy(out, op->iter);
-        return;
+        /* A split head dimension only forces a gather before attention. */
+        for (const char *p = op->iter; *p; p++) {
+            const ap_dim *d = ap_graph_dim(g, *p);
+            if (!d || d->kind != AP_DIM_HEAD_DIM)
+                out[n++] = *p;
+        }
+        break;
     case AP_OP_ATTENTION: {
         const char *q = shape_of(x, op->inputs[0]);
         out[n++] = q[0]; /* batch */
@@ -197,7 +202,9 @@ static void add_rs_variants(const ap_price_ctx *x, const ap_op *op,
             continue;
         for (size_t i = 0; o[i]; i++) {
             ap_strategy s = base;
-            if (o[i] == base.axis[1 - a])
+            /* Sequence parallelism: the partial sum lands split by tokens. */
+            const ap_dim *d = ap_graph_dim(x->g, o[i]);
+            if (o[i] == base.axis[1 - a] || !d || d->kind != AP_DIM_SEQ)
                 continue;
             s.rs[a] = o[i];
             s.axis[a] = base.axis[a];
@@ -221,6 +228,11 @@ int ap_strategies(const ap_price_ctx *x, int opi, ap_strategy *out, int max)
     for (size_t i = 0; i <= nl; i++) {
         for (size_t j = 0; j <= nl; j++) {
             ap_strategy s = {{i < nl ? labels[i] : 0, j < nl ? labels[j] : 0}, {0, 0}};
+            /* Splitting one label over both axes pays off for the batch
+             * (data parallel over the whole mesh), not for model labels. */
+            if (s.axis[0] && s.axis[0] == s.axis[1] &&
+                ap_graph_dim(x->g, s.axis[0])->kind != AP_DIM_BATCH)
+                continue;
             /* An axis of size 1 splits nothing: keep one canonical form. */
             if (x->mesh->d[0] == 1 && s.axis[0])
                 continue;
@@ -530,6 +542,18 @@ static char in_layout(const ap_price_ctx *x, int cons, const ap_strategy *cs,
     return 0;
 }
 
+/* Consumers of a tensor sum their gradient contributions locally before one
+ * reduction (autograd accumulates, then the all-reduce runs once), so each
+ * consumer edge carries its share of that reduction. */
+static int activation_consumers(const ap_graph *g, int t)
+{
+    int n = 0;
+    for (int i = 0; i < g->nops; i++)
+        for (int k = 0; k < g->ops[i].ninputs; k++)
+            n += g->ops[i].inputs[k] == t;
+    return n ? n : 1;
+}
+
 double ap_price_edge(const ap_price_ctx *x, int t, int prod,
                      const ap_strategy *ps, int cons, const ap_strategy *cs,
                      double *bwd)
@@ -562,7 +586,7 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
                         x->g->ops[cons].kind == AP_OP_COMBINE;
         if (l && !has_label(T, l) && !q && !dispatchy)
             back += coll(x, p ? AP_COLL_REDUCESCATTER : AP_COLL_ALLREDUCE, mask,
-                         bytes);
+                         bytes) / activation_consumers(x->g, t);
     }
     if (bwd)
         *bwd = back;

@@ -10,26 +10,27 @@ static ap_cluster h100(void)
     return c;
 }
 
-/* 8192^3 on a 128x256 tile grid: 64 x 32 = 2048 tiles over 132 SMs take 16
- * waves, so 2048 / (16 * 132) of the SMs are busy on average. */
+/* 8192^3: cuBLAS may run 128x256, 64x256, 128x128 or 64x128 tiles; the
+ * best fill is 64x128: 128 x 64 = 8192 tiles over 132 SMs in 63 waves. */
 static void large_gemm_runs_at_peak_times_efficiency_times_waves(void)
 {
     ap_cluster c = h100();
     double n = 8192;
     double ideal = 2 * n * n * n / (989.4e12 * c.gemm_eff);
-    double waves = 2048.0 / (16 * 132);
+    double waves = 8192.0 / (63 * 132);
     CHECK_NEAR(ap_cost_gemm(&c, AP_BF16, n, n, n), ideal / waves, 1e-9);
     CHECK(ap_cost_gemm(&c, AP_BF16, n, n, n) < ideal / 0.9);
 }
 
-static void one_more_tile_costs_a_whole_wave(void)
+static void a_partial_last_wave_costs_what_the_best_tile_leaves_idle(void)
 {
     ap_cluster c = h100();
-    /* 12 x 11 = 132 tiles fill one wave; 13 x 11 = 143 need two, so 13/12
-     * of the work takes twice as long. */
+    /* 1536 x 2816 is 12 x 11 = 132 tiles of 128x256: one full wave. One
+     * more row of tiles (1664 rows) fills waves best with 64x128 tiles:
+     * 26 x 22 = 572 tiles in 5 waves of 132. */
     double full = ap_cost_gemm(&c, AP_BF16, 128 * 12, 256 * 11, 8192);
     double spill = ap_cost_gemm(&c, AP_BF16, 128 * 13, 256 * 11, 8192);
-    CHECK_NEAR(spill / full, 2.0, 1e-9);
+    CHECK_NEAR(spill / full, (13.0 / 12) / (572.0 / 660), 1e-9);
 }
 
 static void tiny_gemm_hits_the_kernel_floor(void)
@@ -59,11 +60,14 @@ static void fp8_is_twice_as_fast_as_bf16_when_compute_bound(void)
 static void batched_gemm_shares_the_waves(void)
 {
     ap_cluster c = h100();
-    /* A 1024x1024 output is 8 x 4 = 32 tiles: four such GEMMs (128 tiles)
-     * share one wave over 132 SMs, a fifth needs a second wave. */
-    double one = ap_cost_bgemm(&c, AP_BF16, 1, 1024, 1024, 8192);
-    CHECK_NEAR(ap_cost_bgemm(&c, AP_BF16, 4, 1024, 1024, 8192), one, 1e-9);
-    CHECK_NEAR(ap_cost_bgemm(&c, AP_BF16, 5, 1024, 1024, 8192), 2 * one, 1e-9);
+    /* A 512x512 output is 32 tiles of 64x128: four such GEMMs (128 tiles)
+     * share one wave over 132 SMs and take as long as one; a fifth needs a
+     * second wave: 160 tiles in 264 slots. */
+    double one = ap_cost_bgemm(&c, AP_BF16, 1, 512, 512, 8192);
+    double b4 = ap_cost_bgemm(&c, AP_BF16, 4, 512, 512, 8192);
+    CHECK_NEAR(b4, one, 1e-9);
+    CHECK_NEAR(ap_cost_bgemm(&c, AP_BF16, 5, 512, 512, 8192),
+               b4 * (5.0 / 4) * (128.0 / 132) / (160.0 / 264), 1e-9);
 }
 
 static ap_cluster measured_h100(ap_gemm_sample *s, int n)
@@ -123,7 +127,7 @@ static void memop_is_a_roofline_with_a_floor(void)
 int main(void)
 {
     RUN(large_gemm_runs_at_peak_times_efficiency_times_waves);
-    RUN(one_more_tile_costs_a_whole_wave);
+    RUN(a_partial_last_wave_costs_what_the_best_tile_leaves_idle);
     RUN(tiny_gemm_hits_the_kernel_floor);
     RUN(skinny_gemm_is_memory_bound);
     RUN(fp8_is_twice_as_fast_as_bf16_when_compute_bound);

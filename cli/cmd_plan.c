@@ -1,0 +1,122 @@
+/* cmd_plan.c -- `autopar plan`: search the fastest plan that fits, print it,
+ * write plan.json. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "planner/planner.h"
+
+static const char usage_text[] =
+    "usage: autopar plan MODEL --gpus N [--gpus-per-node G] [--cluster NAME|FILE]\n"
+    "                    [--global-batch B] [--seq N] [--flash-attention on|off]\n"
+    "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
+    "                    [--ilp-gap G] [--json] [-o plan.json] [--quiet]\n"
+    "\n"
+    "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
+    "micro-batching for the fastest training step that fits in memory, and\n"
+    "prints the plan with its predicted step time, throughput and memory.\n"
+    "\n"
+    "  --gpus N             GPUs in all (default 8)\n"
+    "  --gpus-per-node G    GPUs per node (default: the cluster's, 8)\n"
+    "  --cluster NAME|FILE  a preset (a100-80g, h100-sxm, h200, b200, h800) or a\n"
+    "                       cluster file from `autopar profile` (default h100-sxm)\n"
+    "  --global-batch B     sequences per step (default 512)\n"
+    "  --seq N              sequence length (Hugging Face configs)\n"
+    "  --no-pipeline        one stage on all GPUs: intra-op sharding only\n"
+    "  --max-stages P       at most P pipeline stages\n"
+    "  --ilp-time-limit S   seconds per ILP solve (default 10)\n"
+    "  --ilp-gap G          relative MIP gap accepted (default 1e-4)\n"
+    "  --json               print plan.json to stdout instead of the summary\n"
+    "  -o FILE              also write plan.json to FILE\n"
+    "  --quiet              no progress on stderr\n";
+
+int ap_cmd_plan(int argc, char **argv)
+{
+    ap_cli_common cm;
+    ap_cli_common_default(&cm);
+    ap_plan_opts o;
+    ap_plan_opts_default(&o);
+    const char *out = NULL;
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = ap_cli_common_arg(&cm, "plan", a, v);
+        if (used < 0)
+            return 2;
+        if (used > 0) {
+            i += used - 1;
+            continue;
+        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (!strcmp(a, "--no-pipeline")) {
+            o.no_pipeline = 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--quiet")) {
+            o.progress = 0;
+        } else if (!strcmp(a, "-o") && v) {
+            out = v;
+            i++;
+        } else if (!strcmp(a, "--max-stages") && v) {
+            if (ap_cli_int("plan", a, v, 1, 1 << 20, &o.max_stages))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--ilp-time-limit") && v) {
+            if (ap_cli_double("plan", a, v, 1e-3, 3600, &o.ilp_time_limit))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--ilp-gap") && v) {
+            if (ap_cli_double("plan", a, v, 0, 1, &o.ilp_gap))
+                return 2;
+            i++;
+        } else if (a[0] == '-' || cm.model) {
+            fprintf(stderr, "autopar plan: unexpected argument '%s'\n%s", a, usage_text);
+            return 2;
+        } else {
+            cm.model = a;
+        }
+    }
+    if (!cm.model) {
+        fputs(usage_text, stderr);
+        return 2;
+    }
+    ap_graph *g;
+    ap_cluster c;
+    int rc = ap_cli_setup(&cm, "plan", &g, &c);
+    if (rc)
+        return rc;
+    o.gpus = cm.gpus;
+    o.gpus_per_node = c.gpus_per_node;
+    o.global_batch = cm.global_batch;
+    o.progress = o.progress && isatty(2);
+    ap_plan plan;
+    char err[AP_ERR_LEN];
+    rc = ap_plan_search(g, &c, &o, &plan, err);
+    if (rc) {
+        fprintf(stderr, "autopar plan: %s\n", err);
+        ap_graph_free(g);
+        ap_cluster_free(&c);
+        return rc;
+    }
+    char *text = ap_plan_to_json(g, &plan);
+    if (!text) {
+        rc = 1;
+    } else if (out && ap_cli_write_file(out, text)) {
+        fprintf(stderr, "autopar plan: cannot write %s\n", out);
+        rc = 1;
+    } else if (json) {
+        printf("%s\n", text);
+    } else {
+        ap_plan_print(g, &plan, stdout);
+    }
+    free(text);
+    ap_plan_free(&plan);
+    ap_graph_free(g);
+    ap_cluster_free(&c);
+    return rc;
+}

@@ -1,0 +1,113 @@
+/* common.c -- what the planning commands share: model and cluster flags,
+ * number parsing with messages that name the flag, loading. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+void ap_cli_common_default(ap_cli_common *c)
+{
+    memset(c, 0, sizeof *c);
+    c->gpus = 8;
+    c->cluster = "h100-sxm";
+    c->global_batch = 512;
+    ap_build_opts_default(&c->build);
+}
+
+int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
+               long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "autopar %s: %s needs an integer from %ld to %ld, got '%s'\n",
+                cmd, flag, lo, hi, s);
+        return 2;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
+                  double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "autopar %s: %s needs a number from %g to %g, got '%s'\n",
+                cmd, flag, lo, hi, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
+                      const char *v)
+{
+    int n;
+    if (!strcmp(a, "--gpus") || !strcmp(a, "--gpus-per-node") ||
+        !strcmp(a, "--cluster") || !strcmp(a, "--global-batch") ||
+        !strcmp(a, "--seq") || !strcmp(a, "--flash-attention")) {
+        if (!v) {
+            fprintf(stderr, "autopar %s: %s needs a value\n", cmd, a);
+            return -1;
+        }
+    }
+    if (!strcmp(a, "--gpus"))
+        return ap_cli_int(cmd, a, v, 1, 1 << 20, &c->gpus) ? -1 : 2;
+    if (!strcmp(a, "--gpus-per-node"))
+        return ap_cli_int(cmd, a, v, 1, 1024, &c->gpus_per_node) ? -1 : 2;
+    if (!strcmp(a, "--global-batch"))
+        return ap_cli_double(cmd, a, v, 1, 1e9, &c->global_batch) ? -1 : 2;
+    if (!strcmp(a, "--seq")) {
+        if (ap_cli_int(cmd, a, v, 1, 1 << 24, &n))
+            return -1;
+        c->build.seq = n;
+        return 2;
+    }
+    if (!strcmp(a, "--cluster")) {
+        c->cluster = v;
+        return 2;
+    }
+    if (!strcmp(a, "--flash-attention")) {
+        if (strcmp(v, "on") && strcmp(v, "off")) {
+            fprintf(stderr, "autopar %s: --flash-attention takes on or off\n", cmd);
+            return -1;
+        }
+        c->build.flash = !strcmp(v, "on");
+        return 2;
+    }
+    return 0;
+}
+
+int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
+                 ap_cluster *c)
+{
+    char err[AP_ERR_LEN];
+    int rc = ap_graph_load(cm->model, &cm->build, g, err);
+    if (rc) {
+        fprintf(stderr, "autopar %s: %s\n", cmd, err);
+        return rc;
+    }
+    rc = ap_cluster_resolve(cm->cluster, cm->gpus, cm->gpus_per_node, c, err);
+    if (rc) {
+        fprintf(stderr, "autopar %s: %s\n", cmd, err);
+        ap_graph_free(*g);
+        return rc;
+    }
+    return AP_OK;
+}
+
+int ap_cli_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
+    return fclose(f) || bad ? -1 : 0;
+}

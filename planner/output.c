@@ -1,0 +1,198 @@
+/* output.c -- plan.json (docs/plan-format.md) and the summary a person reads.
+ * Both are functions of the plan alone, so the same plan prints the same
+ * bytes. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner.h"
+
+static const char *schedule_name(ap_schedule s)
+{
+    return s == AP_SCHED_GPIPE ? "gpipe" : s == AP_SCHED_INTERLEAVED ? "interleaved-1f1b" : "1f1b";
+}
+
+static const char *recompute_name(ap_recompute r)
+{
+    return r == AP_RECOMPUTE_FULL ? "full" : r == AP_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+static const char *status_name(ap_ilp_status s)
+{
+    return s == AP_ILP_OPTIMAL ? "optimal" : s == AP_ILP_FEASIBLE ? "feasible" : "infeasible";
+}
+
+static const char *block_name(const ap_graph *g, const ap_plan *p, int b,
+                              char *buf, size_t len)
+{
+    if (b == 0)
+        return "before the layers";
+    if (b == 1)
+        return "after the layers";
+    int rep = p->classes[b - 2], n = 0;
+    for (int l = 0; l < g->nlayers; l++)
+        n += g->layer_class[l] == rep;
+    snprintf(buf, len, "layer class %d (%d layers like layer %d)", b - 2, n, rep);
+    return buf;
+}
+
+static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st,
+                         int index)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "index", index);
+    cJSON *layers = cJSON_AddArrayToObject(o, "layers");
+    cJSON_AddItemToArray(layers, cJSON_CreateNumber(st->first_layer));
+    cJSON_AddItemToArray(layers, cJSON_CreateNumber(st->first_layer + st->nlayers));
+    cJSON_AddBoolToObject(o, "embedding", st->has_pre);
+    cJSON_AddBoolToObject(o, "head", st->has_post);
+    cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
+    cJSON_AddItemToArray(ranks, cJSON_CreateNumber(st->first_rank));
+    cJSON_AddItemToArray(ranks, cJSON_CreateNumber(st->first_rank + st->ngpus - 1));
+    cJSON *mesh = cJSON_AddArrayToObject(o, "mesh");
+    cJSON_AddItemToArray(mesh, cJSON_CreateNumber(st->mesh.d[0]));
+    cJSON_AddItemToArray(mesh, cJSON_CreateNumber(st->mesh.d[1]));
+    cJSON_AddStringToObject(o, "recompute", recompute_name(st->recompute));
+    cJSON_AddNumberToObject(o, "forward_s", st->fwd);
+    cJSON_AddNumberToObject(o, "backward_s", st->bwd);
+    cJSON_AddNumberToObject(o, "send_s", st->p2p);
+    cJSON_AddNumberToObject(o, "grad_sync_s", st->grad_sync);
+    cJSON_AddNumberToObject(o, "memory_bytes", st->mem_bytes);
+    cJSON_AddNumberToObject(o, "model_state_bytes", st->param_bytes);
+    cJSON_AddNumberToObject(o, "activation_bytes_per_micro_batch", st->act_bytes);
+    cJSON_AddNumberToObject(o, "micro_batches_in_flight", st->inflight);
+    cJSON *blocks = cJSON_AddArrayToObject(o, "blocks");
+    for (int b = 0; b < 2 + p->nclasses; b++) {
+        const ap_block *blk = &st->blocks[b];
+        if (!blk->npoints)
+            continue;
+        int used = b == 0 ? st->has_pre : b == 1 ? st->has_post : 0;
+        for (int l = st->first_layer; b >= 2 && l < st->first_layer + st->nlayers; l++)
+            used |= g->layer_class[l] == p->classes[b - 2];
+        if (!used)
+            continue;
+        cJSON *bo = cJSON_CreateObject();
+        char buf[128];
+        cJSON_AddStringToObject(bo, "block", block_name(g, p, b, buf, sizeof buf));
+        cJSON_AddStringToObject(bo, "solver", status_name(blk->ilp.status));
+        cJSON_AddNumberToObject(bo, "gap", blk->ilp.gap);
+        cJSON *ops = cJSON_AddArrayToObject(bo, "ops");
+        const ap_block_point *bp = &blk->points[st->point[b]];
+        for (int i = 0; i < blk->nops; i++) {
+            cJSON *op = cJSON_CreateObject();
+            const ap_strategy *s = &bp->strat[i];
+            cJSON_AddStringToObject(op, "op", g->ops[blk->ops[i]].name);
+            char spec[64];
+            ap_strategy_format(s, spec, sizeof spec);
+            cJSON_AddStringToObject(op, "sharding", spec);
+            cJSON_AddItemToArray(ops, op);
+        }
+        cJSON_AddItemToArray(blocks, bo);
+    }
+    return o;
+}
+
+char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "autopar-plan/1");
+    cJSON_AddStringToObject(o, "model", p->model);
+    cJSON_AddStringToObject(o, "cluster", p->cluster);
+    cJSON_AddNumberToObject(o, "gpus", p->gpus);
+    cJSON_AddNumberToObject(o, "gpus_per_node", p->gpus_per_node);
+    cJSON_AddNumberToObject(o, "global_batch", p->global_batch);
+    cJSON_AddNumberToObject(o, "micro_batch", p->micro_batch);
+    cJSON_AddNumberToObject(o, "num_micro_batches", p->nmicro);
+    cJSON_AddNumberToObject(o, "seq_length", p->seq);
+    cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
+    cJSON_AddNumberToObject(o, "virtual_stages", p->vchunks);
+    cJSON_AddNumberToObject(o, "zero", p->zero);
+    cJSON *solver = cJSON_AddObjectToObject(o, "solver");
+    cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
+    cJSON_AddNumberToObject(solver, "gap", p->ilp_gap);
+    cJSON *stages = cJSON_AddArrayToObject(o, "stages");
+    for (int i = 0; i < p->nstages; i++)
+        cJSON_AddItemToArray(stages, stage_json(g, p, &p->stages[i], i));
+    cJSON *pr = cJSON_AddObjectToObject(o, "prediction");
+    cJSON_AddNumberToObject(pr, "step_time_s", p->step_time);
+    cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
+    cJSON_AddNumberToObject(pr, "model_tflops_per_gpu", p->model_tflops_per_gpu);
+    cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
+    cJSON_AddNumberToObject(pr, "mfu", p->mfu);
+    cJSON_AddNumberToObject(pr, "max_memory_bytes", p->max_mem_bytes);
+    cJSON_AddNumberToObject(pr, "memory_limit_bytes", p->hbm_limit);
+    cJSON_AddNumberToObject(pr, "bubble_fraction", p->bubble);
+    cJSON *bd = cJSON_AddObjectToObject(pr, "breakdown");
+    cJSON_AddNumberToObject(bd, "compute_s", p->t_compute);
+    cJSON_AddNumberToObject(bd, "communication_s", p->t_comm);
+    cJSON_AddNumberToObject(bd, "bubble_s", p->t_bubble);
+    cJSON_AddNumberToObject(bd, "grad_sync_exposed_s", p->t_grad_sync);
+    cJSON_AddNumberToObject(bd, "optimizer_s", p->t_optimizer);
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static double gib(double b) { return b / (1024.0 * 1024 * 1024); }
+
+static void print_block(const ap_graph *g, const ap_block *blk,
+                        const ap_block_point *bp, FILE *f)
+{
+    int col = 6;
+    fprintf(f, "      ");
+    for (int i = 0; i < blk->nops; i++) {
+        const ap_op *op = &g->ops[blk->ops[i]];
+        if (op->kind == AP_OP_RESHAPE)
+            continue;
+        char spec[64], item[200];
+        ap_strategy_format(&bp->strat[i], spec, sizeof spec);
+        int n = snprintf(item, sizeof item, "%s[%s]  ", op->name, spec);
+        if (col + n > 100) {
+            fprintf(f, "\n      ");
+            col = 6;
+        }
+        fputs(item, f);
+        col += n;
+    }
+    fputc('\n', f);
+}
+
+void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
+{
+    fprintf(f, "plan for %s on %d GPUs (%s, %d per node)\n", p->model, p->gpus,
+            p->cluster, p->gpus_per_node);
+    fprintf(f, "  batch %.0f sequences x %d tokens; %d micro-batches of %.0f; %s; ZeRO-%d\n",
+            p->global_batch, p->seq, p->nmicro, p->micro_batch,
+            schedule_name(p->schedule), (int)p->zero);
+    for (int i = 0; i < p->nstages; i++) {
+        const ap_stage *st = &p->stages[i];
+        fprintf(f, "  stage %d: layers %d-%d%s%s  GPUs %d-%d  mesh %dx%d  "
+                   "recompute %s  memory %.1f GiB\n",
+                i, st->first_layer, st->first_layer + st->nlayers - 1,
+                st->has_pre ? " +embedding" : "", st->has_post ? " +head" : "",
+                st->first_rank, st->first_rank + st->ngpus - 1, st->mesh.d[0],
+                st->mesh.d[1], recompute_name(st->recompute), gib(st->mem_bytes));
+        if (i > 0 && p->stages[i].mesh.d[0] == p->stages[0].mesh.d[0] &&
+            p->stages[i].mesh.d[1] == p->stages[0].mesh.d[1])
+            continue; /* the same strategies as stage 0 */
+        for (int b = 0; b < 2 + p->nclasses; b++) {
+            const ap_block *blk = &st->blocks[b];
+            if (!blk->npoints || (b == 0 && !st->has_pre) || (b == 1 && !st->has_post))
+                continue;
+            char buf[128];
+            fprintf(f, "    %s:\n", block_name(g, p, b, buf, sizeof buf));
+            print_block(g, blk, &blk->points[st->point[b]], f);
+        }
+    }
+    fprintf(f, "  predicted step %.3f s | %.0f tokens/s | %.1f TFLOP/s per GPU "
+               "(hardware %.1f) | MFU %.1f%%\n",
+            p->step_time, p->tokens_per_s, p->model_tflops_per_gpu,
+            p->hw_tflops_per_gpu, 100 * p->mfu);
+    fprintf(f, "  memory per GPU %.1f GiB of %.1f GiB usable; pipeline bubble %.1f%%\n",
+            gib(p->max_mem_bytes), gib(p->hbm_limit), 100 * p->bubble);
+    fprintf(f, "  breakdown: compute %.3f s, communication %.3f s, bubble %.3f s, "
+               "gradient sync %.3f s, optimizer %.3f s\n",
+            p->t_compute, p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);
+    fprintf(f, "  solver: %s (gap %.2g)\n", status_name(p->ilp_status), p->ilp_gap);
+}
