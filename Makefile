@@ -6,7 +6,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
-DEMO_MODEL ?= examples/gpt-1.3b.json
+DEMO_MODEL ?= examples/hf/llama-3-8b.json
+DEMO_GPUS ?= 16
 
 .PHONY: all deps deps-mpi build demo test asan clean
 
@@ -26,6 +27,7 @@ build: deps
 
 demo: build
 	./$(BUILD)/autopar graph $(DEMO_MODEL)
+	./$(BUILD)/autopar plan $(DEMO_MODEL) --gpus $(DEMO_GPUS) -o plan.json
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -165,7 +165,7 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     p->bubble = r->bubble;
     p->t_comm = p->nmicro * (b->comm_fwd + b->comm_bwd);
     p->t_compute = p->nmicro * (b->fwd + b->bwd) - p->t_comm;
-    p->t_bubble = r->step - p->nmicro * (b->fwd + b->bwd);
+    p->t_bubble = fmax(0, r->step - p->nmicro * (b->fwd + b->bwd));
     p->t_grad_sync = sync;
     p->t_optimizer = opt;
     p->max_mem_bytes = mem;

@@ -1,0 +1,39 @@
+#!/bin/sh
+# autopar plan: a plan for the tiny model, its JSON, and clean refusals.
+set -u
+bin=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
+
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 4 --global-batch 16 --quiet \
+    -o "$tmp/plan.json" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && ok || bad "plan exits 0: $(cat "$tmp/err")"
+grep -q "predicted step" "$tmp/out" && ok || bad "summary names the predicted step"
+grep -q '"format":.*"autopar-plan/1"' "$tmp/plan.json" && ok || bad "plan.json has its format"
+grep -q '"step_time_s":' "$tmp/plan.json" && ok || bad "plan.json has the prediction"
+
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 4 --global-batch 16 --quiet \
+    --json >"$tmp/again.json" 2>/dev/null
+cmp -s "$tmp/plan.json" "$tmp/again.json" && ok || bad "same input, same bytes"
+
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 0 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q -- "--gpus" "$tmp/err" && ok || bad "--gpus 0 is refused naming the flag"
+
+"$bin" plan "$src/tests/data/bad/model_cycle.json" --gpus 4 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "model_cycle.json" "$tmp/err" && ok || bad "a bad model is refused naming the file"
+
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 4 --cluster nosuch >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && ok || bad "an unknown cluster is refused"
+
+"$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 1 --global-batch 8 --quiet \
+    >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "does not fit" "$tmp/err" && grep -q "GiB" "$tmp/err" && ok ||
+    bad "a model that cannot fit says by how much: $(cat "$tmp/err")"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

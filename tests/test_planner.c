@@ -1,0 +1,222 @@
+/* The planner: the stage DP is exact over its search space, the block ILP
+ * rediscovers Megatron's tensor-parallel layout and sequence parallelism,
+ * and plans cover every layer and GPU once, byte for byte the same each run. */
+#include "test.h"
+
+#include "planner/planner.h"
+
+typedef struct {
+    int L, p;
+    double c[4][6][7];
+} costs;
+
+static int lookup(void *ctx, int s, int i, int j, double *t)
+{
+    costs *k = ctx;
+    *t = k->c[s][i][j];
+    return *t < 50; /* larger costs stand for spans that do not fit */
+}
+
+static unsigned rng = 777;
+static double uniform(void)
+{
+    rng = rng * 1103515245u + 12345u;
+    return ((rng >> 8) & 0xffff) / 65536.0;
+}
+
+static double brute(costs *k, int m, int s, int i, double sum, double mx)
+{
+    if (s == k->p)
+        return i == k->L ? sum + (m - 1) * mx : INFINITY;
+    double best = INFINITY;
+    for (int j = i + 1; j <= k->L; j++) {
+        double t;
+        if (!lookup(k, s, i, j, &t))
+            continue;
+        double v = brute(k, m, s + 1, j, sum + t, fmax(mx, t));
+        best = fmin(best, v);
+    }
+    return best;
+}
+
+static void stage_dp_equals_brute_force(void)
+{
+    for (int trial = 0; trial < 300; trial++) {
+        costs k;
+        k.L = 1 + (int)(uniform() * 6);
+        k.p = 1 + (int)(uniform() * (k.L < 4 ? k.L : 4));
+        for (int s = 0; s < 4; s++)
+            for (int i = 0; i < 6; i++)
+                for (int j = 0; j < 7; j++)
+                    k.c[s][i][j] = uniform() < 0.1 ? 99 : (j - i) * (1 + uniform());
+        int m = 1 + (int)(uniform() * 8);
+        int first[4];
+        double dp = ap_stage_dp(k.L, k.p, m, lookup, &k, first);
+        double bf = brute(&k, m, 0, 0, 0, 0);
+        if (isinf(bf)) {
+            CHECK(isinf(dp));
+            continue;
+        }
+        CHECK_NEAR(dp, bf, 1e-12);
+        CHECK(first[0] == 0);
+        for (int s = 1; s < k.p; s++)
+            CHECK(first[s] > first[s - 1]);
+    }
+}
+
+static ap_graph *load(const char *rel, int seq)
+{
+    char path[512], err[AP_ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.seq = seq;
+    ap_graph *g = NULL;
+    if (ap_graph_load(path, &o, &g, err))
+        fprintf(stderr, "%s\n", err);
+    return g;
+}
+
+static int layer_ops(const ap_graph *g, int layer, int *ops)
+{
+    int n = 0;
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer == layer)
+            ops[n++] = i;
+    return n;
+}
+
+static const ap_strategy *strategy_of(const ap_graph *g, const ap_block *b,
+                                      int point, const char *name)
+{
+    for (int i = 0; i < b->nops; i++)
+        if (!strcmp(g->ops[b->ops[i]].name, name))
+            return &b->points[point].strat[i];
+    return NULL;
+}
+
+static char kind_label(const ap_graph *g, ap_dim_kind k)
+{
+    return ap_graph_label_of(g, k);
+}
+
+/* One sequence whose length no mesh axis divides: tensor parallelism is
+ * the only way to split the block over 1x8. */
+static void tensor_only_mesh_gives_megatron_layout(void)
+{
+    ap_graph *g = load("examples/hf/gpt3-175b.json", 1001);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    CHECK(ap_cluster_preset("h100-sxm", 8, 8, &c, err) == AP_OK);
+    ap_mesh m;
+    ap_mesh_init(&m, 1, 8, 0, 8);
+    ap_price_ctx x = {g, &c, &m, 1, 8, AP_ZERO_1};
+    int ops[256], n = layer_ops(g, 0, ops);
+    ap_block b;
+    CHECK(ap_block_solve(&x, ops, n, 1, 10, 1e-6, &b, err) == AP_OK);
+    CHECK(b.ilp.status == AP_ILP_OPTIMAL);
+    char heads = kind_label(g, AP_DIM_HEADS), ffn = kind_label(g, AP_DIM_FFN);
+    /* Column-parallel projections into heads, attention by heads, row-parallel
+     * output projection; column-parallel fc1, row-parallel fc2. */
+    CHECK(strategy_of(g, &b, 0, "l0.q")->axis[1] == heads);
+    CHECK(strategy_of(g, &b, 0, "l0.attn")->axis[1] == heads);
+    CHECK(strategy_of(g, &b, 0, "l0.o")->axis[1] == heads);
+    CHECK(strategy_of(g, &b, 0, "l0.mlp.fc1")->axis[1] == ffn);
+    CHECK(strategy_of(g, &b, 0, "l0.mlp.fc2")->axis[1] == ffn);
+    /* Exactly one all-reduce in forward per attention and per MLP. */
+    int reducing = 0;
+    for (int i = 0; i < n; i++) {
+        ap_op_cost oc;
+        ap_price_op(&x, ops[i], &b.points[0].strat[i], &oc);
+        reducing += oc.fwd_comm > 0;
+    }
+    CHECK(reducing == 2);
+    ap_block_free(&b);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* With memory tight, partial sums are reduce-scattered onto the sequence:
+ * sequence parallelism keeps norms and residuals split too. */
+static void tight_memory_chooses_sequence_parallelism(void)
+{
+    ap_graph *g = load("examples/hf/gpt3-175b.json", 2048);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    ap_cluster_preset("h100-sxm", 8, 8, &c, err);
+    ap_mesh m;
+    ap_mesh_init(&m, 1, 8, 0, 8);
+    ap_price_ctx x = {g, &c, &m, 1, 8, AP_ZERO_1};
+    int ops[256], n = layer_ops(g, 0, ops);
+    ap_block b;
+    CHECK(ap_block_solve(&x, ops, n, 8, 10, 1e-6, &b, err) == AP_OK);
+    CHECK(b.npoints >= 2);
+    const ap_block_point *lean = &b.points[b.npoints - 1];
+    CHECK(lean->act_bytes < b.points[0].act_bytes || lean->param_bytes < b.points[0].param_bytes);
+    char seq = kind_label(g, AP_DIM_SEQ);
+    int scattered = 0;
+    for (int i = 0; i < n; i++)
+        scattered += lean->strat[i].rs[1] == seq;
+    CHECK(scattered >= 1);
+    CHECK(strategy_of(g, &b, b.npoints - 1, "l0.ln1")->axis[1] == seq);
+    ap_block_free(&b);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+static void plans_cover_every_layer_and_gpu_once_and_repeat_exactly(void)
+{
+    ap_graph *g = load("examples/gpt-tiny.json", 0);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    ap_cluster_preset("h100-sxm", 4, 4, &c, err);
+    for (int stages = 1; stages <= 2; stages++) {
+        ap_plan_opts o;
+        ap_plan_opts_default(&o);
+        o.gpus = 4;
+        o.global_batch = 16;
+        o.progress = 0;
+        o.max_stages = stages;
+        ap_plan p, q;
+        CHECK(ap_plan_search(g, &c, &o, &p, err) == AP_OK);
+        CHECK(ap_plan_search(g, &c, &o, &q, err) == AP_OK);
+        int layer = 0, rank = 0;
+        for (int s = 0; s < p.nstages; s++) {
+            CHECK(p.stages[s].first_layer == layer);
+            CHECK(p.stages[s].first_rank == rank);
+            layer += p.stages[s].nlayers;
+            rank += p.stages[s].ngpus;
+        }
+        CHECK(layer == g->nlayers);
+        CHECK(rank == 4);
+        CHECK(p.step_time > 0 && p.max_mem_bytes <= p.hbm_limit);
+        char *a = ap_plan_to_json(g, &p), *b = ap_plan_to_json(g, &q);
+        CHECK(a && b && !strcmp(a, b));
+        free(a);
+        free(b);
+        ap_plan_free(&p);
+        ap_plan_free(&q);
+    }
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+int main(void)
+{
+    RUN(stage_dp_equals_brute_force);
+    RUN(tensor_only_mesh_gives_megatron_layout);
+    RUN(tight_memory_chooses_sequence_parallelism);
+    RUN(plans_cover_every_layer_and_gpu_once_and_repeat_exactly);
+    return DONE();
+}
