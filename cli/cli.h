@@ -8,6 +8,7 @@ int ap_cmd_graph(int argc, char **argv);
 int ap_cmd_profile(int argc, char **argv);
 
 int ap_cmd_plan(int argc, char **argv);
+int ap_cmd_estimate(int argc, char **argv);
 
 /* Shared by the planning commands (common.c). */
 #include "costmodel/costmodel.h"

@@ -13,6 +13,7 @@ typedef struct {
 static const command commands[] = {
     {"graph", ap_cmd_graph, "summarise a model's operator graph"},
     {"plan", ap_cmd_plan, "search the fastest training plan that fits"},
+    {"estimate", ap_cmd_estimate, "price a hand-tuned Megatron-LM configuration"},
     {"profile", ap_cmd_profile, "measure this node's GPUs and write a cluster file"},
 };
 

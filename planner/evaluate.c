@@ -110,10 +110,11 @@ static void price_p2p(const ap_cluster *c, const ap_plan *p)
     }
 }
 
-static int simulate(const ap_cluster *c, ap_plan *p, ap_pipe_result *r,
-                    char *err)
+static int simulate(ap_plan *p, ap_pipe_result *r, char *err)
 {
-    size_t n = p->nstages > 0 ? (size_t)p->nstages : 1;
+    /* Under interleaving each stage runs v chunks of 1/v of its layers. */
+    int v = p->vchunks > 1 ? p->vchunks : 1;
+    size_t n = p->nstages > 0 ? (size_t)p->nstages * (size_t)v : 1;
     double *fwd = calloc(n, sizeof *fwd);
     double *bwd = calloc(n, sizeof *bwd);
     double *p2p = calloc(n, sizeof *p2p);
@@ -124,13 +125,13 @@ static int simulate(const ap_cluster *c, ap_plan *p, ap_pipe_result *r,
         snprintf(err, AP_ERR_LEN, "out of memory simulating the pipeline");
         return AP_EINTERNAL;
     }
-    for (int i = 0; i < p->nstages; i++) {
-        fwd[i] = p->stages[i].fwd;
-        bwd[i] = p->stages[i].bwd;
-        p2p[i] = p->stages[i].p2p;
-    }
-    ap_pipe_spec spec = {p->schedule, p->nstages, p->nmicro, 1, fwd, bwd, p2p};
-    (void)c;
+    for (int c = 0; c < v; c++)
+        for (int i = 0; i < p->nstages; i++) {
+            fwd[c * p->nstages + i] = p->stages[i].fwd / v;
+            bwd[c * p->nstages + i] = p->stages[i].bwd / v;
+            p2p[i] = p->stages[i].p2p;
+        }
+    ap_pipe_spec spec = {p->schedule, p->nstages, p->nmicro, v, fwd, bwd, p2p};
     int rc = ap_pipe_simulate(&spec, r, err);
     free(fwd);
     free(bwd);
@@ -197,7 +198,7 @@ int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     }
     price_p2p(c, p);
     ap_pipe_result r;
-    int rc = simulate(c, p, &r, err);
+    int rc = simulate(p, &r, err);
     if (rc)
         return rc;
     for (int i = 0; i < p->nstages; i++) {

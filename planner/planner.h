@@ -233,6 +233,28 @@ int ap_plan_search(const ap_graph *g, const ap_cluster *c,
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                      char *err);
 void ap_plan_free(ap_plan *p);
+/* A hand-tuned Megatron-LM configuration, priced as a plan with the
+ * planner's own code. dp 0 means GPUs / (tp * pp * cp). */
+typedef struct {
+    int tp, pp, dp, cp, ep, vpp, mbs, sp;
+    double gbs;
+    ap_recompute recompute;
+    ap_zero zero;
+} ap_megatron;
+
+void ap_megatron_default(ap_megatron *m);
+/* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,zero=1" */
+int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
+/* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ..." */
+int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err);
+/* Checks the configuration against the model and cluster (tp*pp*dp*cp =
+ * GPUs, heads and KV heads divisible by tp, layers by pp*vpp, gbs by
+ * mbs*dp, experts by ep) and builds and prices its plan: Megatron's
+ * column- then row-parallel layers, sequence parallelism, even layer split
+ * and schedule. */
+int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
+                     const ap_megatron *m, ap_plan *out, char *err);
+
 /* plan.json (docs/plan-format.md) and the summary a person reads. */
 char *ap_plan_to_json(const ap_graph *g, const ap_plan *p);
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f);

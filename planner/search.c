@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "planner/parts.h"
 #include "planner/planner.h"
 
 void ap_plan_opts_default(ap_plan_opts *o)
@@ -25,81 +26,11 @@ void ap_plan_opts_default(ap_plan_opts *o)
     o->progress = 1;
 }
 
-/* The model split into blocks: ops before the layers, after, and the ops of
- * each layer-class representative. */
-typedef struct {
-    int nblocks;   /* 2 + nclasses */
-    int nclasses;
-    int *classes;
-    int **ops;
-    int *nops;
-    int *layer_block; /* per layer: block index */
-} parts;
-
-static void parts_free(parts *m)
-{
-    for (int b = 0; b < m->nblocks; b++)
-        free(m->ops[b]);
-    free(m->ops);
-    free(m->nops);
-    free(m->classes);
-    free(m->layer_block);
-}
-
-static int parts_build(const ap_graph *g, parts *m, char *err)
-{
-    memset(m, 0, sizeof *m);
-    int L = g->nlayers;
-    m->classes = malloc(sizeof(int) * (size_t)(L ? L : 1));
-    m->layer_block = malloc(sizeof(int) * (size_t)(L ? L : 1));
-    for (int l = 0; l < L && m->classes; l++) {
-        int k = 0;
-        while (k < m->nclasses && m->classes[k] != g->layer_class[l])
-            k++;
-        if (k == m->nclasses)
-            m->classes[m->nclasses++] = g->layer_class[l];
-        m->layer_block[l] = 2 + k;
-    }
-    m->nblocks = 2 + m->nclasses;
-    m->ops = calloc((size_t)m->nblocks, sizeof *m->ops);
-    m->nops = calloc((size_t)m->nblocks, sizeof *m->nops);
-    if (!m->classes || !m->layer_block || !m->ops || !m->nops)
-        goto oom;
-    for (int b = 0; b < m->nblocks; b++)
-        if (!(m->ops[b] = malloc(sizeof(int) * (size_t)g->nops)))
-            goto oom;
-    int seen_layer = 0;
-    for (int i = 0; i < g->nops; i++) {
-        int l = g->ops[i].layer, b;
-        if (l >= 0) {
-            seen_layer = 1;
-            if (g->layer_class[l] != l)
-                continue; /* solved through its class representative */
-            b = m->layer_block[l];
-        } else {
-            b = seen_layer ? 1 : 0;
-        }
-        m->ops[b][m->nops[b]++] = i;
-    }
-    if (L == 0) {
-        snprintf(err, AP_ERR_LEN,
-                 "%s: no op carries a layer index; the planner needs \"layer\" "
-                 "tags to form pipeline stages", g->source);
-        parts_free(m);
-        return AP_EINPUT;
-    }
-    return AP_OK;
-oom:
-    parts_free(m);
-    snprintf(err, AP_ERR_LEN, "out of memory splitting the model into blocks");
-    return AP_EINTERNAL;
-}
-
 /* Everything priced for one (stage count, mesh, micro-batch). */
 typedef struct {
     const ap_graph *g;
     const ap_cluster *c;
-    const parts *m;
+    const ap_parts *m;
     ap_mesh mesh;
     int p, nmicro;
     double batch, limit;
@@ -400,8 +331,8 @@ int ap_plan_search(const ap_graph *g, const ap_cluster *c,
                    const ap_plan_opts *o, ap_plan *out, char *err)
 {
     int D = o->gpus, G = c->gpus_per_node;
-    parts m;
-    int rc = parts_build(g, &m, err);
+    ap_parts m;
+    int rc = ap_parts_build(g, &m, err);
     if (rc)
         return rc;
     search_state ss;
@@ -438,7 +369,7 @@ int ap_plan_search(const ap_graph *g, const ap_cluster *c,
             }
         }
     }
-    parts_free(&m);
+    ap_parts_free(&m);
     if (rc) {
         if (ss.have)
             ap_plan_free(&ss.best);

@@ -1,0 +1,107 @@
+/* cmd_estimate.c -- `autopar estimate`: price a hand-tuned Megatron-LM
+ * configuration with the planner's own cost model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "planner/planner.h"
+
+static const char usage_text[] =
+    "usage: autopar estimate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
+    "                        [--gpus-per-node G] [--cluster NAME|FILE] [--seq N] [--json]\n"
+    "\n"
+    "Maps a Megatron-LM configuration onto a plan (tensor-parallel attention and\n"
+    "MLP, sequence parallelism, even layer split, 1F1B or interleaved schedule)\n"
+    "and predicts its step time, throughput and memory.\n"
+    "\n"
+    "  --megatron SPEC        tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,\n"
+    "                         recompute=none|selective|full,zero=0..3\n"
+    "                         (dp defaults to GPUs/(tp*pp*cp); zero to 1)\n"
+    "  --megatron-args FLAGS  the real flags, e.g. \"--tensor-model-parallel-size 8\n"
+    "                         --pipeline-model-parallel-size 4 --sequence-parallel\n"
+    "                         --micro-batch-size 1 --global-batch-size 512\n"
+    "                         --use-distributed-optimizer\"\n"
+    "  --json                 print the plan with its prediction as JSON\n";
+
+static void print_json(const ap_plan *p)
+{
+    printf("{\n  \"step_time_s\": %.6g,\n  \"tokens_per_s\": %.6g,\n"
+           "  \"model_tflops_per_gpu\": %.6g,\n  \"hardware_tflops_per_gpu\": %.6g,\n"
+           "  \"mfu\": %.6g,\n  \"max_memory_bytes\": %.6g,\n  \"fits\": %s,\n"
+           "  \"breakdown\": {\"compute_s\": %.6g, \"communication_s\": %.6g, "
+           "\"bubble_s\": %.6g, \"grad_sync_exposed_s\": %.6g, \"optimizer_s\": %.6g}\n}\n",
+           p->step_time, p->tokens_per_s, p->model_tflops_per_gpu,
+           p->hw_tflops_per_gpu, p->mfu, p->max_mem_bytes,
+           p->max_mem_bytes <= p->hbm_limit ? "true" : "false", p->t_compute,
+           p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);
+}
+
+int ap_cmd_estimate(int argc, char **argv)
+{
+    ap_cli_common cm;
+    ap_cli_common_default(&cm);
+    ap_megatron m;
+    ap_megatron_default(&m);
+    int json = 0, have = 0;
+    char err[AP_ERR_LEN];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = ap_cli_common_arg(&cm, "estimate", a, v);
+        if (used < 0)
+            return 2;
+        if (used > 0) {
+            i += used - 1;
+            continue;
+        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if ((!strcmp(a, "--megatron") || !strcmp(a, "--megatron-args")) && v) {
+            int rc = !strcmp(a, "--megatron") ? ap_megatron_parse(v, &m, err)
+                                              : ap_megatron_parse_args(v, &m, err);
+            if (rc) {
+                fprintf(stderr, "autopar estimate: %s\n", err);
+                return rc;
+            }
+            have = 1;
+            i++;
+        } else if (a[0] == '-' || cm.model) {
+            fprintf(stderr, "autopar estimate: unexpected argument '%s'\n%s", a, usage_text);
+            return 2;
+        } else {
+            cm.model = a;
+        }
+    }
+    if (!cm.model || !have) {
+        fputs(usage_text, stderr);
+        return 2;
+    }
+    ap_graph *g;
+    ap_cluster c;
+    int rc = ap_cli_setup(&cm, "estimate", &g, &c);
+    if (rc)
+        return rc;
+    ap_plan p;
+    rc = ap_megatron_plan(g, &c, &m, &p, err);
+    if (rc) {
+        fprintf(stderr, "autopar estimate: %s\n", err);
+    } else {
+        if (json)
+            print_json(&p);
+        else
+            ap_plan_print(g, &p, stdout);
+        if (p.max_mem_bytes > p.hbm_limit)
+            fprintf(stderr, "autopar estimate: this configuration needs %.1f GiB per "
+                    "GPU, %.1f GiB more than the %.1f GiB usable\n",
+                    p.max_mem_bytes / (1 << 30), (p.max_mem_bytes - p.hbm_limit) / (1 << 30),
+                    p.hbm_limit / (1 << 30));
+        ap_plan_free(&p);
+    }
+    ap_graph_free(g);
+    ap_cluster_free(&c);
+    return rc;
+}

@@ -1,0 +1,37 @@
+#!/bin/sh
+# autopar estimate: Megatron configurations priced; invalid ones refused
+# with the reason; the spec and the real flags give the same prediction.
+set -u
+bin=$1
+src=$2
+model=$src/examples/hf/llama-3-8b.json
+fail=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
+
+a=$("$bin" estimate "$model" --gpus 16 --json \
+    --megatron "tp=2,pp=2,mbs=1,gbs=256,sp=1,zero=1" 2>&1)
+[ $? -eq 0 ] && ok || bad "a valid configuration is priced: $a"
+echo "$a" | grep -q '"step_time_s"' && ok || bad "JSON has step_time_s"
+b=$("$bin" estimate "$model" --gpus 16 --json --megatron-args \
+    "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --sequence-parallel --use-distributed-optimizer --num-layers 32" 2>&1)
+[ "$a" = "$b" ] && ok || bad "spec and flags agree: $a vs $b"
+
+expect() {
+    want=$1
+    shift
+    out=$("$bin" estimate "$model" --gpus 16 "$@" 2>&1 >/dev/null)
+    rc=$?
+    [ $rc -eq 2 ] && echo "$out" | grep -qF "$want" && ok ||
+        bad "$* -> rc $rc, '$out' lacks '$want'"
+}
+expect "not the 16 GPUs" --megatron "tp=2,pp=2,dp=2"
+expect "does not divide the 8 KV heads" --megatron "tp=16"
+expect "pp*vpp = 6 does not divide the 32 layers" --megatron "tp=8,pp=2,vpp=3"
+expect "not a multiple of mbs*dp" --megatron "tp=2,mbs=3,gbs=512"
+expect "must divide the experts" --megatron "ep=2"
+expect "unknown key" --megatron "tq=2"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
