@@ -5,26 +5,12 @@
  * Messages name ops and tensors by position (`ops[7].inputs[1]`), which is
  * also their JSON path when the graph came from a model file. */
 #include "graph/graph.h"
+#include "graph/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void fail(const ap_graph *g, char *err, const char *fmt, ...)
-{
-    size_t n = 0;
-    if (g->source[0]) {
-        int k = snprintf(err, AP_ERR_LEN, "%s: ", g->source);
-        n = k < 0 ? 0 : (size_t)k;
-        if (n >= AP_ERR_LEN)
-            return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + n, AP_ERR_LEN - n, fmt, ap);
-    va_end(ap);
-}
 
 /* Validation of one op: `where` is "" or ".inputs[1]" and so on. */
 typedef struct {
@@ -41,8 +27,8 @@ static int bad(const check *c, const char *where, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fail(c->g, c->err, "ops[%d]%s: %s \"%s\": %s", c->index, where,
-         ap_op_kind_name(c->op), c->op->name, msg);
+    ap_graph_fail(c->g, c->err, "ops[%d]%s: %s \"%s\": %s", c->index, where,
+                  ap_op_kind_name(c->op), c->op->name, msg);
     return -1;
 }
 
@@ -398,12 +384,12 @@ static int check_tensors(const ap_graph *g, const int *uses, char *err)
     for (int i = 0; i < g->ntensors; i++) {
         const ap_tensor *t = &g->tensors[i];
         if (t->role == AP_TENSOR_ACT && t->producer < 0) {
-            fail(g, err, "tensors[%d]: activation \"%s\" is never produced "
+            ap_graph_fail(g, err, "tensors[%d]: activation \"%s\" is never produced "
                          "by any op", i, t->name);
             return -1;
         }
         if (t->role != AP_TENSOR_ACT && !uses[i]) {
-            fail(g, err, "tensors[%d]: %s \"%s\" is never read by any op", i,
+            ap_graph_fail(g, err, "tensors[%d]: %s \"%s\" is never read by any op", i,
                  t->role == AP_TENSOR_PARAM ? "parameter" : "input", t->name);
             return -1;
         }
@@ -479,7 +465,7 @@ static void report_cycle(const ap_graph *g, const int *indeg, char *err)
                 n += k > 0 ? (size_t)k : 0;
                 break;
             }
-    fail(g, err, "ops[%d]: op \"%s\" is on a cycle: %s%s", u,
+    ap_graph_fail(g, err, "ops[%d]: op \"%s\" is on a cycle: %s%s", u,
          g->ops[u].name, path, g->ops[u].name);
     free(seen);
 }
@@ -493,7 +479,7 @@ static int topo_sort(ap_graph *g, const int *uses, char *err)
     heap h = {malloc(sizeof(int) * ((size_t)n + 1)), 0};
     g->topo = malloc(sizeof *g->topo * ((size_t)n + 1));
     if (!indeg || !first || !readers || !h.a || !g->topo) {
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
         free(indeg), free(first), free(readers), free(h.a);
         return AP_EINTERNAL;
     }
@@ -502,7 +488,7 @@ static int topo_sort(ap_graph *g, const int *uses, char *err)
         first[t + 1] = first[t] + uses[t];
     int *fill = calloc((size_t)g->ntensors + 1, sizeof *fill);
     if (!fill) {
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
         free(indeg), free(first), free(readers), free(h.a);
         return AP_EINTERNAL;
     }
@@ -543,7 +529,7 @@ static int check_layers(ap_graph *g, char *err)
     g->nlayers = max + 1;
     char *has = calloc((size_t)g->nlayers + 1, 1);
     if (!has) {
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
         return AP_EINTERNAL;
     }
     for (int i = 0; i < g->nops; i++)
@@ -551,7 +537,7 @@ static int check_layers(ap_graph *g, char *err)
             has[g->ops[i].layer] = 1;
     for (int l = 0; l < g->nlayers; l++)
         if (!has[l]) {
-            fail(g, err, "layer %d has no ops (layers must be numbered 0 to "
+            ap_graph_fail(g, err, "layer %d has no ops (layers must be numbered 0 to "
                          "%d without gaps)", l, max);
             free(has);
             return AP_EINPUT;
@@ -765,7 +751,7 @@ static int derive(ap_graph *g, char *err)
     st.placed = calloc(n, 1);
     if (!st.root || !st.kept || !st.read || !st.placed) {
         free(st.root), free(st.kept), free(st.read), free(st.placed);
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
         return AP_EINTERNAL;
     }
     for (int t = 0; t < g->ntensors; t++) {
@@ -885,7 +871,7 @@ static int classify(ap_graph *g, char *err)
             }
     }
     if (rc)
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
     for (int l = 0; sigs && l < L; l++)
         free(sigs[l].v);
     free(sigs), free(pos), free(ext), free(count), free(next);
@@ -904,7 +890,7 @@ static void unseal(ap_graph *g)
 static int validate(const ap_graph *g, int *uses, char *err)
 {
     if (g->nops == 0) {
-        fail(g, err, "ops: the model has no ops");
+        ap_graph_fail(g, err, "ops: the model has no ops");
         return AP_EINPUT;
     }
     for (int i = 0; i < g->nops; i++)
@@ -921,7 +907,7 @@ int ap_graph_finalize(ap_graph *g, char *err)
     unseal(g);
     int *uses = calloc((size_t)g->ntensors + 1, sizeof *uses);
     if (!uses) {
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
         return AP_EINTERNAL;
     }
     int rc = validate(g, uses, err);

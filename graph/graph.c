@@ -5,6 +5,7 @@
  * because the JSON loader adds items in file order: the same path then points
  * into the user's file. */
 #include "graph/graph.h"
+#include "graph/internal.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -13,9 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Writes "source: message" into err; the source prefix is left out for
- * graphs built in memory. */
-static void fail(const ap_graph *g, char *err, const char *fmt, ...)
+void ap_graph_fail(const ap_graph *g, char *err, const char *fmt, ...)
 {
     if (!err)
         return;
@@ -225,7 +224,7 @@ static int is_label(char c)
 static int check_open(const ap_graph *g, char *err)
 {
     if (g->finalized) {
-        fail(g, err, "graph \"%s\" is finalized; nothing can be added",
+        ap_graph_fail(g, err, "graph \"%s\" is finalized; nothing can be added",
              g->name);
         return -1;
     }
@@ -238,29 +237,29 @@ int ap_graph_add_dim(ap_graph *g, char label, const char *name,
     if (check_open(g, err))
         return -1;
     if (!is_label(label)) {
-        fail(g, err, "dims: label '%c' is not a letter a-z or A-Z",
+        ap_graph_fail(g, err, "dims: label '%c' is not a letter a-z or A-Z",
              label ? label : '?');
         return -1;
     }
     if (ap_graph_dim_index(g, label) >= 0) {
-        fail(g, err, "dims.%c: duplicate label", label);
+        ap_graph_fail(g, err, "dims.%c: duplicate label", label);
         return -1;
     }
     if (g->ndims >= AP_MAX_DIMS) {
-        fail(g, err, "dims.%c: more than %d dimensions", label, AP_MAX_DIMS);
+        ap_graph_fail(g, err, "dims.%c: more than %d dimensions", label, AP_MAX_DIMS);
         return -1;
     }
     if (!name || !name[0] || strlen(name) >= AP_NAME_LEN) {
-        fail(g, err, "dims.%c.name: must have 1 to %d characters", label,
+        ap_graph_fail(g, err, "dims.%c.name: must have 1 to %d characters", label,
              AP_NAME_LEN - 1);
         return -1;
     }
     if ((int)kind < 0 || (int)kind >= NDIMKINDS) {
-        fail(g, err, "dims.%c.kind: unknown kind %d", label, (int)kind);
+        ap_graph_fail(g, err, "dims.%c.kind: unknown kind %d", label, (int)kind);
         return -1;
     }
     if (size < 1) {
-        fail(g, err, "dims.%c.size: must be >= 1, got %lld", label,
+        ap_graph_fail(g, err, "dims.%c.size: must be >= 1, got %lld", label,
              (long long)size);
         return -1;
     }
@@ -301,7 +300,7 @@ static int shape_elems(const ap_graph *g, const char *shape, const char *what,
 {
     size_t rank = strlen(shape);
     if (rank > AP_MAX_RANK) {
-        fail(g, err, "%s: \"%s\" has %zu labels, more than %d", what, shape,
+        ap_graph_fail(g, err, "%s: \"%s\" has %zu labels, more than %d", what, shape,
              rank, AP_MAX_RANK);
         return -1;
     }
@@ -309,17 +308,17 @@ static int shape_elems(const ap_graph *g, const char *shape, const char *what,
     for (size_t i = 0; i < rank; i++) {
         const ap_dim *d = ap_graph_dim(g, shape[i]);
         if (!d) {
-            fail(g, err, "%s: unknown label '%c' in \"%s\"", what,
+            ap_graph_fail(g, err, "%s: unknown label '%c' in \"%s\"", what,
                  is_label(shape[i]) ? shape[i] : '?', shape);
             return -1;
         }
         if (memchr(shape, shape[i], i)) {
-            fail(g, err, "%s: label '%c' appears twice in \"%s\"", what,
+            ap_graph_fail(g, err, "%s: label '%c' appears twice in \"%s\"", what,
                  shape[i], shape);
             return -1;
         }
         if (n > INT64_MAX / d->size) {
-            fail(g, err, "%s: \"%s\" has more than 2^63 elements", what,
+            ap_graph_fail(g, err, "%s: \"%s\" has more than 2^63 elements", what,
                  shape);
             return -1;
         }
@@ -337,21 +336,21 @@ int ap_graph_add_tensor(ap_graph *g, const char *name, const char *shape,
     if (check_open(g, err))
         return -1;
     if (!name || !name[0]) {
-        fail(g, err, "tensors[%d].name: must not be empty", idx);
+        ap_graph_fail(g, err, "tensors[%d].name: must not be empty", idx);
         return -1;
     }
     int dup = ap_graph_find_tensor(g, name);
     if (dup >= 0) {
-        fail(g, err, "tensors[%d].name: \"%s\" is already tensors[%d]", idx,
+        ap_graph_fail(g, err, "tensors[%d].name: \"%s\" is already tensors[%d]", idx,
              name, dup);
         return -1;
     }
     if ((int)dtype < 0 || (int)dtype >= NDTYPES) {
-        fail(g, err, "tensors[%d].dtype: unknown dtype %d", idx, (int)dtype);
+        ap_graph_fail(g, err, "tensors[%d].dtype: unknown dtype %d", idx, (int)dtype);
         return -1;
     }
     if ((int)role < AP_TENSOR_INPUT || (int)role > AP_TENSOR_ACT) {
-        fail(g, err, "tensors[%d].role: unknown role %d", idx, (int)role);
+        ap_graph_fail(g, err, "tensors[%d].role: unknown role %d", idx, (int)role);
         return -1;
     }
     if (!shape)
@@ -362,18 +361,18 @@ int ap_graph_add_tensor(ap_graph *g, const char *name, const char *shape,
         return -1;
     int64_t size = (int64_t)ap_dtype_size(dtype);
     if (elems > INT64_MAX / size) {
-        fail(g, err, "%s: \"%s\" has more than 2^63 bytes", what, shape);
+        ap_graph_fail(g, err, "%s: \"%s\" has more than 2^63 bytes", what, shape);
         return -1;
     }
     if (grow((void **)&g->tensors, &g->cap_tensors, g->ntensors,
              sizeof *g->tensors)) {
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
         return -1;
     }
     ap_tensor *t = &g->tensors[idx];
     memset(t, 0, sizeof *t);
     if (!(t->name = dupstr(name))) {
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
         return -1;
     }
     memcpy(t->shape, shape, strlen(shape) + 1);
@@ -395,7 +394,7 @@ static int resolve(const ap_graph *g, const char *field,
     for (int i = 0; i < n; i++) {
         int t = ap_graph_find_tensor(g, names ? names[i] : NULL);
         if (t < 0) {
-            fail(g, err, "ops[%d].%s[%d]: unknown tensor \"%s\"", g->nops,
+            ap_graph_fail(g, err, "ops[%d].%s[%d]: unknown tensor \"%s\"", g->nops,
                  field, i, names && names[i] ? names[i] : "(null)");
             return -1;
         }
@@ -410,7 +409,7 @@ static int check_outputs(const ap_graph *g, const int *out, int n, char *err)
     for (int i = 0; i < n; i++) {
         const ap_tensor *t = &g->tensors[out[i]];
         if (t->role != AP_TENSOR_ACT) {
-            fail(g, err,
+            ap_graph_fail(g, err,
                  "ops[%d].outputs[%d]: tensor \"%s\" is a%s, which no op "
                  "can produce",
                  g->nops, i, t->name,
@@ -421,7 +420,7 @@ static int check_outputs(const ap_graph *g, const int *out, int n, char *err)
         for (int j = 0; j < i; j++)
             twice |= out[j] == out[i];
         if (t->producer >= 0 || twice) {
-            fail(g, err,
+            ap_graph_fail(g, err,
                  "ops[%d].outputs[%d]: tensor \"%s\" is already produced by "
                  "op \"%s\"",
                  g->nops, i, t->name,
@@ -441,32 +440,32 @@ int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
     if (check_open(g, err))
         return -1;
     if (!name || !name[0]) {
-        fail(g, err, "ops[%d].name: must not be empty", idx);
+        ap_graph_fail(g, err, "ops[%d].name: must not be empty", idx);
         return -1;
     }
     int dup = ap_graph_find_op(g, name);
     if (dup >= 0) {
-        fail(g, err, "ops[%d].name: \"%s\" is already ops[%d]", idx, name,
+        ap_graph_fail(g, err, "ops[%d].name: \"%s\" is already ops[%d]", idx, name,
              dup);
         return -1;
     }
     if ((int)kind < AP_OP_MATMUL || (int)kind > AP_OP_COMBINE ||
         sub < 0 || sub >= (sub_count(kind) ? sub_count(kind) : 1)) {
-        fail(g, err, "ops[%d].kind: unknown kind %d (sub %d)", idx,
+        ap_graph_fail(g, err, "ops[%d].kind: unknown kind %d (sub %d)", idx,
              (int)kind, sub);
         return -1;
     }
     if (layer < -1) {
-        fail(g, err, "ops[%d].layer: must be >= 0, got %d", idx, layer);
+        ap_graph_fail(g, err, "ops[%d].layer: must be >= 0, got %d", idx, layer);
         return -1;
     }
     if (ninputs < 0 || ninputs > AP_MAX_IO) {
-        fail(g, err, "ops[%d].inputs: %d tensors; at most %d allowed", idx,
+        ap_graph_fail(g, err, "ops[%d].inputs: %d tensors; at most %d allowed", idx,
              ninputs, AP_MAX_IO);
         return -1;
     }
     if (noutputs < 1 || noutputs > AP_MAX_IO) {
-        fail(g, err, "ops[%d].outputs: %d tensors; 1 to %d allowed", idx,
+        ap_graph_fail(g, err, "ops[%d].outputs: %d tensors; 1 to %d allowed", idx,
              noutputs, AP_MAX_IO);
         return -1;
     }
@@ -475,13 +474,13 @@ int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
         check_outputs(g, out, noutputs, err))
         return -1;
     if (grow((void **)&g->ops, &g->cap_ops, g->nops, sizeof *g->ops)) {
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
         return -1;
     }
     ap_op *op = &g->ops[idx];
     memset(op, 0, sizeof *op);
     if (!(op->name = dupstr(name))) {
-        fail(g, err, "out of memory");
+        ap_graph_fail(g, err, "out of memory");
         return -1;
     }
     op->kind = kind;
