@@ -24,19 +24,6 @@ static const char usage_text[] =
     "                         --use-distributed-optimizer\"\n"
     "  --json                 print the plan with its prediction as JSON\n";
 
-static void print_json(const ap_plan *p)
-{
-    printf("{\n  \"step_time_s\": %.6g,\n  \"tokens_per_s\": %.6g,\n"
-           "  \"model_tflops_per_gpu\": %.6g,\n  \"hardware_tflops_per_gpu\": %.6g,\n"
-           "  \"mfu\": %.6g,\n  \"max_memory_bytes\": %.6g,\n  \"fits\": %s,\n"
-           "  \"breakdown\": {\"compute_s\": %.6g, \"communication_s\": %.6g, "
-           "\"bubble_s\": %.6g, \"grad_sync_exposed_s\": %.6g, \"optimizer_s\": %.6g}\n}\n",
-           p->step_time, p->tokens_per_s, p->model_tflops_per_gpu,
-           p->hw_tflops_per_gpu, p->mfu, p->max_mem_bytes,
-           p->max_mem_bytes <= p->hbm_limit ? "true" : "false", p->t_compute,
-           p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);
-}
-
 int ap_cmd_estimate(int argc, char **argv)
 {
     ap_cli_common cm;
@@ -90,8 +77,11 @@ int ap_cmd_estimate(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "autopar estimate: %s\n", err);
     } else {
-        if (json)
-            print_json(&p);
+        char *text = json ? ap_plan_prediction_to_json(&p) : NULL;
+        if (text)
+            printf("%s\n", text);
+        else if (json)
+            rc = 1;
         else
             ap_plan_print(g, &p, stdout);
         if (p.max_mem_bytes > p.hbm_limit)
@@ -99,6 +89,7 @@ int ap_cmd_estimate(int argc, char **argv)
                     "GPU, %.1f GiB more than the %.1f GiB usable\n",
                     p.max_mem_bytes / (1 << 30), (p.max_mem_bytes - p.hbm_limit) / (1 << 30),
                     p.hbm_limit / (1 << 30));
+        free(text);
         ap_plan_free(&p);
     }
     ap_graph_free(g);

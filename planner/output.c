@@ -93,6 +93,35 @@ static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st
     return o;
 }
 
+static cJSON *prediction_json(const ap_plan *p)
+{
+    cJSON *pr = cJSON_CreateObject();
+    cJSON_AddNumberToObject(pr, "step_time_s", p->step_time);
+    cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
+    cJSON_AddNumberToObject(pr, "model_tflops_per_gpu", p->model_tflops_per_gpu);
+    cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
+    cJSON_AddNumberToObject(pr, "mfu", p->mfu);
+    cJSON_AddNumberToObject(pr, "max_memory_bytes", p->max_mem_bytes);
+    cJSON_AddNumberToObject(pr, "memory_limit_bytes", p->hbm_limit);
+    cJSON_AddBoolToObject(pr, "fits", p->max_mem_bytes <= p->hbm_limit);
+    cJSON_AddNumberToObject(pr, "bubble_fraction", p->bubble);
+    cJSON *bd = cJSON_AddObjectToObject(pr, "breakdown");
+    cJSON_AddNumberToObject(bd, "compute_s", p->t_compute);
+    cJSON_AddNumberToObject(bd, "communication_s", p->t_comm);
+    cJSON_AddNumberToObject(bd, "bubble_s", p->t_bubble);
+    cJSON_AddNumberToObject(bd, "grad_sync_exposed_s", p->t_grad_sync);
+    cJSON_AddNumberToObject(bd, "optimizer_s", p->t_optimizer);
+    return pr;
+}
+
+char *ap_plan_prediction_to_json(const ap_plan *p)
+{
+    cJSON *pr = prediction_json(p);
+    char *s = cJSON_Print(pr);
+    cJSON_Delete(pr);
+    return s;
+}
+
 char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
 {
     cJSON *o = cJSON_CreateObject();
@@ -114,21 +143,7 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON *stages = cJSON_AddArrayToObject(o, "stages");
     for (int i = 0; i < p->nstages; i++)
         cJSON_AddItemToArray(stages, stage_json(g, p, &p->stages[i], i));
-    cJSON *pr = cJSON_AddObjectToObject(o, "prediction");
-    cJSON_AddNumberToObject(pr, "step_time_s", p->step_time);
-    cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
-    cJSON_AddNumberToObject(pr, "model_tflops_per_gpu", p->model_tflops_per_gpu);
-    cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
-    cJSON_AddNumberToObject(pr, "mfu", p->mfu);
-    cJSON_AddNumberToObject(pr, "max_memory_bytes", p->max_mem_bytes);
-    cJSON_AddNumberToObject(pr, "memory_limit_bytes", p->hbm_limit);
-    cJSON_AddNumberToObject(pr, "bubble_fraction", p->bubble);
-    cJSON *bd = cJSON_AddObjectToObject(pr, "breakdown");
-    cJSON_AddNumberToObject(bd, "compute_s", p->t_compute);
-    cJSON_AddNumberToObject(bd, "communication_s", p->t_comm);
-    cJSON_AddNumberToObject(bd, "bubble_s", p->t_bubble);
-    cJSON_AddNumberToObject(bd, "grad_sync_exposed_s", p->t_grad_sync);
-    cJSON_AddNumberToObject(bd, "optimizer_s", p->t_optimizer);
+    cJSON_AddItemToObject(o, "prediction", prediction_json(p));
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;

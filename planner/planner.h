@@ -257,6 +257,8 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
 
 /* plan.json (docs/plan-format.md) and the summary a person reads. */
 char *ap_plan_to_json(const ap_graph *g, const ap_plan *p);
+/* The prediction object of plan.json alone (what `estimate --json` prints). */
+char *ap_plan_prediction_to_json(const ap_plan *p);
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f);
 
 #endif
