@@ -13,6 +13,8 @@ typedef struct {
 static int lookup(void *ctx, int s, int i, int j, double *t)
 {
     costs *k = ctx;
+    if (s < 0 || s >= 4 || i < 0 || i >= 6 || j < 0 || j >= 7)
+        return 0;
     *t = k->c[s][i][j];
     return *t < 50; /* larger costs stand for spans that do not fit */
 }
