@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "planner/planner.h"
 
@@ -18,6 +19,14 @@ typedef struct {
 } guard;
 
 static _Thread_local int inject_fault;
+static _Thread_local long solves;
+static _Thread_local double solve_seconds;
+
+void ap_ilp_counters(long *n, double *seconds)
+{
+    *n = solves;
+    *seconds = solve_seconds;
+}
 
 void ap_ilp_inject_fault(void) { inject_fault = 1; }
 
@@ -81,12 +90,51 @@ static int push(triplets *t, int i, int j, double v)
     return 0;
 }
 
+static int edge_classes(const ap_ilp *p, const ap_ilp_edge *e, int side)
+{
+    if (side == 0)
+        return e->cu ? e->ncu : p->nstrat[e->u];
+    return e->cv ? e->ncv : p->nstrat[e->v];
+}
+
+static int class_of(const int *map, int i)
+{
+    return map ? map[i] : i;
+}
+
+/* Rows sum_b y[a][b] = sum of u's choices in class a, and the same for v's
+ * classes over a: the marginals of the pair variables are the choices. */
+static int add_edge(glp_prob *lp, const ap_ilp *p, const ap_ilp_edge *ed,
+                    const int *base, int col, triplets *t)
+{
+    int na = edge_classes(p, ed, 0), nb = edge_classes(p, ed, 1);
+    int ru = glp_add_rows(lp, na), rv = glp_add_rows(lp, nb);
+    for (int a = 0; a < na; a++)
+        glp_set_row_bnds(lp, ru + a, GLP_FX, 0, 0);
+    for (int b = 0; b < nb; b++)
+        glp_set_row_bnds(lp, rv + b, GLP_FX, 0, 0);
+    for (int i = 0; i < p->nstrat[ed->u]; i++)
+        if (push(t, ru + class_of(ed->cu, i), base[ed->u] + i, -1))
+            return -1;
+    for (int j = 0; j < p->nstrat[ed->v]; j++)
+        if (push(t, rv + class_of(ed->cv, j), base[ed->v] + j, -1))
+            return -1;
+    for (int a = 0; a < na; a++)
+        for (int b = 0; b < nb; b++, col++) {
+            glp_set_col_bnds(lp, col, GLP_DB, 0, 1);
+            glp_set_obj_coef(lp, col, ed->cost[a * nb + b]);
+            if (push(t, ru + a, col, 1) || push(t, rv + b, col, 1))
+                return -1;
+        }
+    return 0;
+}
+
 static int build(glp_prob *lp, const ap_ilp *p, const int *base, int ncols,
                  triplets *t)
 {
     int nedgecols = 0;
     for (int e = 0; e < p->nedges; e++)
-        nedgecols += p->nstrat[p->edges[e].u] * p->nstrat[p->edges[e].v];
+        nedgecols += edge_classes(p, &p->edges[e], 0) * edge_classes(p, &p->edges[e], 1);
     glp_set_obj_dir(lp, GLP_MIN);
     glp_add_cols(lp, ncols + nedgecols);
     for (int u = 0; u < p->nnodes; u++)
@@ -104,26 +152,9 @@ static int build(glp_prob *lp, const ap_ilp *p, const int *base, int ncols,
     }
     int col = ncols + 1;
     for (int e = 0; e < p->nedges; e++) {
-        const ap_ilp_edge *ed = &p->edges[e];
-        int nu = p->nstrat[ed->u], nv = p->nstrat[ed->v];
-        int ru = glp_add_rows(lp, nu), rv = glp_add_rows(lp, nv);
-        for (int i = 0; i < nu; i++) {
-            glp_set_row_bnds(lp, ru + i, GLP_FX, 0, 0);
-            if (push(t, ru + i, base[ed->u] + i, -1))
-                return -1;
-        }
-        for (int j = 0; j < nv; j++) {
-            glp_set_row_bnds(lp, rv + j, GLP_FX, 0, 0);
-            if (push(t, rv + j, base[ed->v] + j, -1))
-                return -1;
-        }
-        for (int i = 0; i < nu; i++)
-            for (int j = 0; j < nv; j++, col++) {
-                glp_set_col_bnds(lp, col, GLP_DB, 0, 1);
-                glp_set_obj_coef(lp, col, ed->cost[i * nv + j]);
-                if (push(t, ru + i, col, 1) || push(t, rv + j, col, 1))
-                    return -1;
-            }
+        if (add_edge(lp, p, &p->edges[e], base, col, t))
+            return -1;
+        col += edge_classes(p, &p->edges[e], 0) * edge_classes(p, &p->edges[e], 1);
     }
     if (p->mem_limit > 0) {
         int r = glp_add_rows(lp, 1);
@@ -237,8 +268,16 @@ static int guarded(job *j)
     return status;
 }
 
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err)
 {
+    double started = seconds_now();
     memset(res, 0, sizeof *res);
     job j = {p, choice, res, err, NULL, 0, {0}};
     j.base = node_base(p, &j.ncols);
@@ -251,5 +290,7 @@ int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err)
     free(j.t.ia);
     free(j.t.ja);
     free(j.t.ar);
+    solves++;
+    solve_seconds += seconds_now() - started;
     return status;
 }

@@ -79,14 +79,23 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
 void ap_strategy_format(const ap_strategy *s, char *buf, size_t len);
 
 /* The intra-op ILP in index form: node u picks one of nstrat[u] choices at
- * cost[u][i] and memory mem[u][i]; an edge (u, v) adds cost[i*nstrat[v] + j]
- * when u picks i and v picks j. Minimise the total subject to the memory row
- * (when mem_limit > 0). The quadratic edge term is linearised with one
+ * cost[u][i] and memory mem[u][i]; an edge (u, v) adds a cost that depends
+ * on u's choice i and v's choice j. Minimise the total subject to the memory
+ * row (when mem_limit > 0). The quadratic edge term is linearised with one
  * continuous variable per pair and marginal constraints, which are exact
- * once the node choices are integral and keep the LP relaxation tight. */
+ * once the node choices are integral and keep the LP relaxation tight.
+ *
+ * An edge's cost usually depends on less than the whole choice: on the
+ * layout the producer leaves and the layout the consumer needs. With class
+ * maps (cu[i] in [0, ncu) for u's choice i, cv[j] in [0, ncv) for v's) the
+ * cost is cost[cu[i] * ncv + cv[j]] and the pair variables range over
+ * classes, which shrinks the ILP without changing its optimum. With cu and
+ * cv NULL the classes are the choices themselves: cost[i * nstrat[v] + j]. */
 typedef struct {
     int u, v;
     const double *cost;
+    int ncu, ncv;
+    const int *cu, *cv;
 } ap_ilp_edge;
 
 typedef struct {
@@ -115,6 +124,8 @@ typedef struct {
  * AP_EINTERNAL with its message, never an abort. Thread-safe: each call keeps
  * its GLPK state to itself (Debian's GLPK environment is thread-local). */
 int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err);
+/* Solves so far in this thread and the seconds they took (benchmarks). */
+void ap_ilp_counters(long *solves, double *seconds);
 /* For tests: make the next ap_ilp_solve in this thread hit a GLPK error. */
 void ap_ilp_inject_fault(void);
 

@@ -14,6 +14,8 @@ typedef struct {
     int ne;
     ap_ilp_edge edges[MAXN * 2];
     double ecost[MAXN * 2][MAXS * MAXS];
+    int cu[MAXN * 2][MAXS], cv[MAXN * 2][MAXS];
+    double ccost[MAXN * 2][MAXS * MAXS];
 } problem;
 
 static unsigned rng = 12345;
@@ -47,6 +49,31 @@ static void random_problem(problem *p)
             e->cost = p->ecost[p->ne];
             p->ne++;
         }
+    }
+}
+
+/* Gives every edge class maps: its cost then depends on the class of each
+ * end's choice alone, and the full matrix is expanded from the class one. */
+static void group_into_classes(problem *p)
+{
+    for (int e = 0; e < p->ne; e++) {
+        ap_ilp_edge *ed = &p->edges[e];
+        int nu = p->ns[ed->u], nv = p->ns[ed->v];
+        ed->ncu = 1 + (int)(uniform() * nu);
+        ed->ncv = 1 + (int)(uniform() * nv);
+        for (int i = 0; i < nu; i++)
+            p->cu[e][i] = i < ed->ncu ? i : (int)(uniform() * ed->ncu);
+        for (int j = 0; j < nv; j++)
+            p->cv[e][j] = j < ed->ncv ? j : (int)(uniform() * ed->ncv);
+        for (int k = 0; k < ed->ncu * ed->ncv; k++)
+            p->ccost[e][k] = uniform() < 0.3 ? 0 : uniform() * 8;
+        for (int i = 0; i < nu; i++)
+            for (int j = 0; j < nv; j++)
+                p->ecost[e][i * nv + j] =
+                    p->ccost[e][p->cu[e][i] * ed->ncv + p->cv[e][j]];
+        ed->cu = p->cu[e];
+        ed->cv = p->cv[e];
+        ed->cost = p->ccost[e];
     }
 }
 
@@ -120,6 +147,46 @@ static void optimum_equals_brute_force_on_random_graphs(void)
     }
 }
 
+static void edge_classes_keep_the_optimum(void)
+{
+    for (int trial = 0; trial < 200; trial++) {
+        problem p;
+        random_problem(&p);
+        group_into_classes(&p);
+        double limit = trial % 2 ? 0 : p.n * 2.5;
+        const double *cost[MAXN], *mem[MAXN];
+        ap_ilp ilp;
+        fill(&p, &ilp, cost, mem, limit);
+        int choice[MAXN];
+        ap_ilp_result r;
+        char err[AP_ERR_LEN];
+        CHECK(ap_ilp_solve(&ilp, choice, &r, err) == AP_OK);
+        /* The brute force prices the expanded matrices. */
+        problem full = p;
+        for (int e = 0; e < full.ne; e++) {
+            full.edges[e].cu = full.edges[e].cv = NULL;
+            full.edges[e].cost = full.ecost[e];
+        }
+        double best = brute_force(&full, limit);
+        if (isinf(best)) {
+            CHECK(r.status == AP_ILP_INFEASIBLE);
+            continue;
+        }
+        CHECK(r.status == AP_ILP_OPTIMAL);
+        double m, got = evaluate(&full, choice, &m);
+        CHECK_NEAR(got, best, 1e-7);
+        CHECK_NEAR(r.objective, best, 1e-7);
+        if (trial == 0 || trial == 1) {
+            int cols = 0;
+            for (int u = 0; u < p.n; u++)
+                cols += p.ns[u];
+            for (int e = 0; e < p.ne; e++)
+                cols += p.edges[e].ncu * p.edges[e].ncv;
+            CHECK(r.cols == cols);
+        }
+    }
+}
+
 static void memory_row_forces_the_smaller_choice(void)
 {
     problem p = {.n = 1, .ns = {2}, .cost = {{1, 5}}, .mem = {{10, 2}}};
@@ -157,6 +224,7 @@ static void glpk_failure_is_an_error_not_an_abort(void)
 int main(void)
 {
     RUN(optimum_equals_brute_force_on_random_graphs);
+    RUN(edge_classes_keep_the_optimum);
     RUN(memory_row_forces_the_smaller_choice);
     RUN(glpk_failure_is_an_error_not_an_abort);
     return DONE();
