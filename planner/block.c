@@ -101,6 +101,15 @@ int ap_block_solve(const ap_price_ctx *x, const int *ops, int nops,
                    double act_weight, double ilp_time_limit, double ilp_gap,
                    ap_block *out, char *err)
 {
+    return ap_block_solve_points(x, ops, nops, act_weight, ilp_time_limit,
+                                 ilp_gap, MAX_POINTS, out, err);
+}
+
+int ap_block_solve_points(const ap_price_ctx *x, const int *ops, int nops,
+                          double act_weight, double ilp_time_limit,
+                          double ilp_gap, int max_points, ap_block *out,
+                          char *err)
+{
     memset(out, 0, sizeof *out);
     ap_tables t;
     int rc = ap_tables_build(x, ops, nops, act_weight, &t, err);
@@ -133,7 +142,7 @@ int ap_block_solve(const ap_price_ctx *x, const int *ops, int nops,
     if (rc == AP_OK) {
         lean_mem = ap_tables_leanest(&t);
         if (lean_mem < fast_mem * 0.95)
-            for (int k = 1; k < MAX_POINTS && rc == AP_OK; k++) {
+            for (int k = 1; k < MAX_POINTS && k < max_points && rc == AP_OK; k++) {
                 double f = (double)k / (MAX_POINTS - 1);
                 ilp.mem_limit = fast_mem * pow(lean_mem / fast_mem, f) * (1 + 1e-9);
                 rc = ap_ilp_solve(&ilp, choice, &r, err);

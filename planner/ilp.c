@@ -30,6 +30,8 @@ void ap_ilp_counters(long *n, double *seconds)
 
 void ap_ilp_inject_fault(void) { inject_fault = 1; }
 
+void ap_ilp_thread_done(void) { glp_free_env(); }
+
 static void on_glpk_error(void *info)
 {
     guard *g = info;

@@ -126,6 +126,9 @@ typedef struct {
 int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err);
 /* Solves so far in this thread and the seconds they took (benchmarks). */
 void ap_ilp_counters(long *solves, double *seconds);
+/* Frees this thread's GLPK state; a thread that solved ILPs calls it before
+ * it ends. */
+void ap_ilp_thread_done(void);
 /* For tests: make the next ap_ilp_solve in this thread hit a GLPK error. */
 void ap_ilp_inject_fault(void);
 
@@ -160,6 +163,11 @@ typedef struct {
 int ap_block_solve(const ap_price_ctx *x, const int *ops, int nops,
                    double act_weight, double ilp_time_limit, double ilp_gap,
                    ap_block *out, char *err);
+/* The same with at most max_points points: 1 solves for the fastest alone. */
+int ap_block_solve_points(const ap_price_ctx *x, const int *ops, int nops,
+                          double act_weight, double ilp_time_limit,
+                          double ilp_gap, int max_points, ap_block *out,
+                          char *err);
 /* Prices a block under given strategies (one per op). */
 void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
                     const ap_strategy *strat, ap_block_point *out);

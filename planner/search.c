@@ -1,19 +1,22 @@
-/* search.c -- the outer search: stage count, submesh and logical mesh,
- * micro-batching, and per stage the memory/speed trade-off and
- * recomputation, with the layer cuts from the dynamic program.
+/* search.c -- the outer search: stage count, submesh and logical mesh, and
+ * micro-batch, each candidate solved by candidate.c.
  *
  * Stages get equal submeshes (every launcher we export to requires it), so
  * a stage count p fixes the submesh size D/p; each submesh is (1, 2^k) inside
- * a node or whole nodes. Blocks are solved once per (mesh, micro-batch) and
- * shared by every stage and cut that uses them. */
+ * a node or whole nodes. Candidates are visited in order of a lower bound on
+ * their step time, and the search stops once the bound passes the best plan
+ * found: no plan it skips could have won. Worker threads take candidates in
+ * that order; the winner is the fastest plan, ties to the first enumerated,
+ * so the answer does not depend on the number of threads. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "planner/parts.h"
-#include "planner/planner.h"
+#include "planner/candidate.h"
 
 void ap_plan_opts_default(ap_plan_opts *o)
 {
@@ -24,188 +27,6 @@ void ap_plan_opts_default(ap_plan_opts *o)
     o->ilp_time_limit = 10;
     o->ilp_gap = 1e-4;
     o->progress = 1;
-}
-
-/* Everything priced for one (stage count, mesh, micro-batch). */
-typedef struct {
-    const ap_graph *g;
-    const ap_cluster *c;
-    const ap_parts *m;
-    ap_mesh mesh;
-    int p, nmicro;
-    double batch, limit;
-    ap_block *blocks; /* [nblocks] */
-    int *cnt;         /* [nclasses][L+1] prefix counts of each class */
-} config;
-
-typedef struct {
-    double t, mem;
-    int point;
-    ap_recompute rc;
-} choice;
-
-static const ap_block_point *point_of(const ap_block *b, int k)
-{
-    if (!b->npoints)
-        return NULL;
-    return &b->points[k < b->npoints ? k : b->npoints - 1];
-}
-
-/* The fastest (point, recomputation) for layers [i, j) as stage s. */
-static int best_choice(const config *cf, int s, int i, int j, choice *out)
-{
-    double inflight = fmin(cf->p - s, cf->nmicro);
-    int maxpts = 1;
-    for (int b = 0; b < cf->m->nblocks; b++)
-        if (cf->blocks[b].npoints > maxpts)
-            maxpts = cf->blocks[b].npoints;
-    out->t = INFINITY;
-    for (int rc = AP_RECOMPUTE_NONE; rc <= AP_RECOMPUTE_FULL; rc += 2) {
-        for (int k = 0; k < maxpts; k++) {
-            double t = 0, param = 0, act = 0, work = 0;
-            for (int c = 0; c < cf->m->nclasses; c++) {
-                double n = cf->cnt[c * (cf->g->nlayers + 1) + j] -
-                           cf->cnt[c * (cf->g->nlayers + 1) + i];
-                const ap_block_point *bp = point_of(&cf->blocks[2 + c], k);
-                if (!n || !bp)
-                    continue;
-                t += n * (bp->fwd + bp->bwd + (rc ? bp->fwd : 0));
-                param += n * bp->param_bytes;
-                act += n * (rc ? bp->input_bytes : bp->act_bytes);
-                if (rc)
-                    work = fmax(work, bp->act_bytes);
-            }
-            for (int e = 0; e < 2; e++) {
-                if ((e == 0 && s != 0) || (e == 1 && s != cf->p - 1))
-                    continue;
-                const ap_block_point *bp = point_of(&cf->blocks[e], k);
-                if (!bp)
-                    continue;
-                t += bp->fwd + bp->bwd;
-                param += bp->param_bytes;
-                act += bp->act_bytes;
-            }
-            double mem = param + inflight * act + work;
-            if (mem <= cf->limit && t < out->t) {
-                *out = (choice){t, mem, k, (ap_recompute)rc};
-            }
-        }
-    }
-    return !isinf(out->t);
-}
-
-static int stage_cost(void *ctx, int s, int i, int j, double *t)
-{
-    choice ch;
-    if (!best_choice(ctx, s, i, j, &ch))
-        return 0;
-    *t = ch.t;
-    return 1;
-}
-
-static int solve_blocks(config *cf, const ap_plan_opts *o, char *err)
-{
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1};
-    for (int b = 0; b < cf->m->nblocks; b++) {
-        if (!cf->m->nops[b])
-            continue;
-        int rc = ap_block_solve(&x, cf->m->ops[b], cf->m->nops[b], cf->p,
-                                o->ilp_time_limit, o->ilp_gap, &cf->blocks[b], err);
-        if (rc)
-            return rc;
-    }
-    return AP_OK;
-}
-
-static void config_free(config *cf)
-{
-    if (cf->blocks)
-        for (int b = 0; b < cf->m->nblocks; b++)
-            ap_block_free(&cf->blocks[b]);
-    free(cf->blocks);
-    free(cf->cnt);
-}
-
-static int copy_block(const ap_block *src, int k, ap_block *dst)
-{
-    memset(dst, 0, sizeof *dst);
-    if (!src->npoints)
-        return 0;
-    k = k < src->npoints ? k : src->npoints - 1;
-    dst->ops = malloc(sizeof(int) * (size_t)src->nops);
-    dst->points = calloc(1, sizeof *dst->points);
-    if (!dst->ops || !dst->points)
-        return -1;
-    memcpy(dst->ops, src->ops, sizeof(int) * (size_t)src->nops);
-    dst->nops = src->nops;
-    dst->points[0] = src->points[k];
-    dst->points[0].strat = malloc(sizeof(ap_strategy) * (size_t)src->nops);
-    if (!dst->points[0].strat)
-        return -1;
-    memcpy(dst->points[0].strat, src->points[k].strat,
-           sizeof(ap_strategy) * (size_t)src->nops);
-    dst->npoints = 1;
-    dst->ilp = src->ilp;
-    return 0;
-}
-
-/* Turns the cuts of a configuration into a plan and prices it. */
-static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
-                     ap_plan *p, char *err)
-{
-    memset(p, 0, sizeof *p);
-    const ap_graph *g = cf->g;
-    snprintf(p->model, sizeof p->model, "%s", g->name);
-    snprintf(p->cluster, sizeof p->cluster, "%s", cf->c->name);
-    p->gpus = o->gpus;
-    p->gpus_per_node = cf->c->gpus_per_node;
-    p->global_batch = o->global_batch;
-    p->micro_batch = cf->batch;
-    p->nmicro = cf->nmicro;
-    p->schedule = AP_SCHED_1F1B;
-    p->vchunks = 1;
-    p->zero = AP_ZERO_1;
-    p->nstages = cf->p;
-    p->nclasses = cf->m->nclasses;
-    p->stages = calloc((size_t)cf->p, sizeof *p->stages);
-    p->classes = malloc(sizeof(int) * (size_t)p->nclasses);
-    if (!p->stages || !p->classes)
-        goto oom;
-    memcpy(p->classes, cf->m->classes, sizeof(int) * (size_t)p->nclasses);
-    int per = o->gpus / cf->p;
-    for (int s = 0; s < cf->p; s++) {
-        ap_stage *st = &p->stages[s];
-        int end = s + 1 < cf->p ? first[s + 1] : g->nlayers;
-        choice ch;
-        best_choice(cf, s, first[s], end, &ch);
-        st->first_layer = first[s];
-        st->nlayers = end - first[s];
-        st->has_pre = s == 0;
-        st->has_post = s == cf->p - 1;
-        st->first_rank = s * per;
-        st->ngpus = per;
-        ap_mesh_init(&st->mesh, cf->mesh.d[0], cf->mesh.d[1], st->first_rank,
-                     cf->c->gpus_per_node);
-        st->recompute = ch.rc;
-        st->blocks = calloc((size_t)cf->m->nblocks, sizeof *st->blocks);
-        st->point = calloc((size_t)cf->m->nblocks, sizeof *st->point);
-        if (!st->blocks || !st->point)
-            goto oom;
-        for (int b = 0; b < cf->m->nblocks; b++) {
-            if (copy_block(&cf->blocks[b], ch.point, &st->blocks[b]))
-                goto oom;
-            if (st->blocks[b].npoints) {
-                if (st->blocks[b].ilp.status > p->ilp_status)
-                    p->ilp_status = st->blocks[b].ilp.status;
-                p->ilp_gap = fmax(p->ilp_gap, st->blocks[b].ilp.gap);
-            }
-        }
-    }
-    return ap_plan_evaluate(g, cf->c, p, err);
-oom:
-    ap_plan_free(p);
-    snprintf(err, AP_ERR_LEN, "out of memory building a plan");
-    return AP_EINTERNAL;
 }
 
 /* Logical meshes tried for a submesh of n GPUs: 1-D (1, n), and 2-D shapes
@@ -237,158 +58,234 @@ static int valid_submesh(int n, int G)
     return n % G == 0;
 }
 
-typedef struct {
-    double best_step;
-    ap_plan best;
-    int have;
-    double least_shortfall; /* bytes over the limit of the smallest plan */
-    int tried, total;
-    time_t started;
-} search_state;
-
-static void progress(search_state *st, const ap_plan_opts *o)
+static int stage_count_wanted(const ap_plan_opts *o, int p, int L, int G)
 {
-    if (!o->progress)
-        return;
-    if (time(NULL) - st->started >= 1)
-        fprintf(stderr, "\rautopar: searching %d/%d configurations%s",
-                st->tried, st->total, st->tried == st->total ? "\n" : "");
+    int D = o->gpus;
+    return p <= L && D % p == 0 && valid_submesh(D / p, G) &&
+           !(o->no_pipeline && p > 1) && !(o->max_stages && p > o->max_stages);
 }
 
-static int try_config(config *cf, const ap_plan_opts *o, search_state *ss,
-                      char *err)
+/* Every (stage count, logical mesh, micro-batch) the search considers, in a
+ * fixed order; returns the count, or -1 when out of memory. */
+static int enumerate(const ap_plan_opts *o, int L, int G, ap_candidate **out)
 {
-    cf->blocks = calloc((size_t)cf->m->nblocks, sizeof *cf->blocks);
-    int L = cf->g->nlayers;
-    cf->cnt = calloc((size_t)cf->m->nclasses * (L + 1), sizeof *cf->cnt);
-    if (!cf->blocks || !cf->cnt) {
-        snprintf(err, AP_ERR_LEN, "out of memory");
-        return AP_EINTERNAL;
-    }
-    for (int c = 0; c < cf->m->nclasses; c++)
-        for (int l = 0; l < L; l++)
-            cf->cnt[c * (L + 1) + l + 1] = cf->cnt[c * (L + 1) + l] +
-                                           (cf->m->layer_block[l] == 2 + c);
-    int rc = solve_blocks(cf, o, err);
-    if (rc == AP_EINPUT)
-        return AP_OK; /* no strategy on this mesh: not a candidate */
-    if (rc)
-        return rc;
-    int *first = malloc(sizeof(int) * (size_t)cf->p);
-    if (!first)
-        return AP_EINTERNAL;
-    double obj = ap_stage_dp(L, cf->p, cf->nmicro, stage_cost, cf, first);
-    if (isinf(obj)) {
-        /* Record how far the leanest stage is from fitting. */
-        double lean = 0;
-        for (int b = 0; b < cf->m->nblocks; b++) {
-            const ap_block *blk = &cf->blocks[b];
-            if (!blk->npoints)
+    int n = 0, cap = 64, D = o->gpus;
+    ap_candidate *k = malloc(sizeof *k * (size_t)cap);
+    if (!k)
+        return -1;
+    for (int p = 1; p <= D && p <= L; p++) {
+        if (!stage_count_wanted(o, p, L, G))
+            continue;
+        int per = D / p;
+        for (int d1 = 1; d1 <= per; d1++) {
+            if (per % d1 || !mesh_wanted(per, d1, G))
                 continue;
-            const ap_block_point *bp = &blk->points[blk->npoints - 1];
-            double n = b >= 2 ? (double)L / cf->p : 1;
-            lean += n * (bp->param_bytes + bp->input_bytes * cf->p);
+            for (double mb = 1; mb <= o->global_batch; mb *= 2) {
+                if (!batch_wanted(mb, o->global_batch, per, p))
+                    continue;
+                if (n == cap) {
+                    cap *= 2;
+                    ap_candidate *nk = realloc(k, sizeof *k * (size_t)cap);
+                    if (!nk) {
+                        free(k);
+                        return -1;
+                    }
+                    k = nk;
+                }
+                k[n] = (ap_candidate){p, per / d1, d1, mb, n, 0};
+                n++;
+            }
         }
-        double short_by = lean - cf->limit;
-        if (short_by > 0 && short_by < ss->least_shortfall)
-            ss->least_shortfall = short_by;
-        free(first);
-        return AP_OK;
     }
-    ap_plan plan;
-    rc = make_plan(cf, first, o, &plan, err);
-    free(first);
-    if (rc)
-        return rc;
-    if (plan.max_mem_bytes <= cf->limit && plan.step_time < ss->best_step) {
-        if (ss->have)
-            ap_plan_free(&ss->best);
-        ss->best = plan;
-        ss->best_step = plan.step_time;
-        ss->have = 1;
+    *out = k;
+    return n;
+}
+
+static int by_bound(const void *a, const void *b)
+{
+    const ap_candidate *x = a, *y = b;
+    if (x->bound != y->bound)
+        return x->bound < y->bound ? -1 : 1;
+    return x->index - y->index;
+}
+
+typedef struct {
+    const ap_search_ctx *ctx;
+    ap_candidate *cand;
+    int ncand;
+    pthread_mutex_t lock;
+    int next, solved, skipped;
+    double best_step;
+    int best_index, have;
+    ap_plan best;
+    double least_shortfall;
+    int rc;
+    char err[AP_ERR_LEN];
+    time_t started;
+    int shown;
+} search;
+
+static void show_progress(search *s)
+{
+    if (!s->ctx->o->progress || time(NULL) - s->started < 1)
+        return;
+    s->shown = 1;
+    fprintf(stderr, "\rautopar: searching: %d of %d configurations solved, "
+            "%d ruled out by bound", s->solved, s->ncand, s->skipped);
+}
+
+/* Keeps the faster plan, the first enumerated on a tie. */
+static void offer(search *s, const ap_candidate *k, ap_plan *plan)
+{
+    if (!s->have || plan->step_time < s->best_step ||
+        (plan->step_time == s->best_step && k->index < s->best_index)) {
+        if (s->have)
+            ap_plan_free(&s->best);
+        s->best = *plan;
+        s->best_step = plan->step_time;
+        s->best_index = k->index;
+        s->have = 1;
     } else {
-        ap_plan_free(&plan);
+        ap_plan_free(plan);
     }
+}
+
+/* The next candidate worth solving, or NULL; called under the lock. */
+static const ap_candidate *take(search *s)
+{
+    if (s->rc || s->next >= s->ncand)
+        return NULL;
+    const ap_candidate *k = &s->cand[s->next];
+    if (s->have && k->bound > s->best_step) {
+        s->skipped += s->ncand - s->next;
+        s->next = s->ncand;
+        return NULL;
+    }
+    s->next++;
+    return k;
+}
+
+static void *worker(void *arg)
+{
+    search *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        const ap_candidate *k = take(s);
+        pthread_mutex_unlock(&s->lock);
+        if (!k)
+            break;
+        ap_plan plan;
+        int have;
+        double shortfall;
+        char err[AP_ERR_LEN];
+        int rc = ap_candidate_solve(s->ctx, k, &plan, &have, &shortfall, err);
+        pthread_mutex_lock(&s->lock);
+        s->solved++;
+        if (rc && !s->rc) {
+            s->rc = rc;
+            memcpy(s->err, err, sizeof err);
+        }
+        if (rc == AP_OK && have)
+            offer(s, k, &plan);
+        if (rc == AP_OK && !have && shortfall > 0 && shortfall < s->least_shortfall)
+            s->least_shortfall = shortfall;
+        show_progress(s);
+        pthread_mutex_unlock(&s->lock);
+    }
+    ap_ilp_thread_done();
+    return NULL;
+}
+
+static int thread_count(const ap_plan_opts *o, int ncand)
+{
+    long n = o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    if (n > ncand)
+        n = ncand;
+    return n > 256 ? 256 : (int)(n < 1 ? 1 : n);
+}
+
+static int run_workers(search *s, int nthreads)
+{
+    pthread_t tid[256];
+    int started = 0;
+    for (; started < nthreads; started++)
+        if (pthread_create(&tid[started], NULL, worker, s))
+            break;
+    if (started == 0)
+        worker(s);
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
     return AP_OK;
 }
 
-static int count_configs(const ap_plan_opts *o, int L, int G)
+static void explain_no_fit(const ap_graph *g, const search *s, int D,
+                           double limit, char *err)
 {
-    int n = 0, D = o->gpus;
-    for (int p = 1; p <= D && p <= L; p++) {
-        if (D % p || !valid_submesh(D / p, G) || (o->no_pipeline && p > 1) ||
-            (o->max_stages && p > o->max_stages))
-            continue;
-        for (int d1 = 1; d1 <= D / p; d1++)
-            if ((D / p) % d1 == 0 && mesh_wanted(D / p, d1, G))
-                for (double mb = 1; mb <= o->global_batch; mb *= 2)
-                    n += batch_wanted(mb, o->global_batch, D / p, p);
+    if (isinf(s->least_shortfall))
+        snprintf(err, AP_ERR_LEN,
+                 "%s does not fit on %d GPUs of %.0f GiB: no stage split, "
+                 "mesh or micro-batch fits; try more GPUs", g->name, D,
+                 limit / (1 << 30));
+    else
+        snprintf(err, AP_ERR_LEN,
+                 "%s does not fit on %d GPUs: the leanest plan needs %.1f GiB "
+                 "more per GPU than the %.1f GiB usable; try more GPUs, a "
+                 "smaller --global-batch or a shorter --seq", g->name, D,
+                 s->least_shortfall / (1 << 30), limit / (1 << 30));
+}
+
+static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
+{
+    search s;
+    memset(&s, 0, sizeof s);
+    s.ctx = ctx;
+    s.least_shortfall = INFINITY;
+    s.started = time(NULL);
+    s.ncand = enumerate(ctx->o, ctx->g->nlayers, ctx->c->gpus_per_node, &s.cand);
+    if (s.ncand < 0) {
+        snprintf(err, AP_ERR_LEN, "out of memory");
+        return AP_EINTERNAL;
     }
-    return n;
+    for (int i = 0; i < s.ncand; i++)
+        ap_candidate_bound(ctx, &s.cand[i]);
+    qsort(s.cand, (size_t)s.ncand, sizeof *s.cand, by_bound);
+    pthread_mutex_init(&s.lock, NULL);
+    run_workers(&s, thread_count(ctx->o, s.ncand));
+    pthread_mutex_destroy(&s.lock);
+    if (s.shown)
+        fprintf(stderr, "\n");
+    free(s.cand);
+    if (s.rc) {
+        if (s.have)
+            ap_plan_free(&s.best);
+        memcpy(err, s.err, AP_ERR_LEN);
+        return s.rc;
+    }
+    if (!s.have) {
+        explain_no_fit(ctx->g, &s, ctx->o->gpus, ctx->limit, err);
+        return AP_EINPUT;
+    }
+    *out = s.best;
+    return AP_OK;
 }
 
 int ap_plan_search(const ap_graph *g, const ap_cluster *c,
                    const ap_plan_opts *o, ap_plan *out, char *err)
 {
-    int D = o->gpus, G = c->gpus_per_node;
     ap_parts m;
     int rc = ap_parts_build(g, &m, err);
     if (rc)
         return rc;
-    search_state ss;
-    memset(&ss, 0, sizeof ss);
-    ss.best_step = ss.least_shortfall = INFINITY;
-    ss.started = time(NULL);
-    ss.total = count_configs(o, g->nlayers, G);
-    double limit = ap_cluster_usable_bytes(c);
-    for (int p = 1; p <= D && p <= g->nlayers && rc == AP_OK; p++) {
-        if (D % p || !valid_submesh(D / p, G) || (o->no_pipeline && p > 1) ||
-            (o->max_stages && p > o->max_stages))
-            continue;
-        int n = D / p;
-        for (int d1 = 1; d1 <= n && rc == AP_OK; d1++) {
-            if (n % d1 || !mesh_wanted(n, d1, G))
-                continue;
-            for (double mb = 1; mb <= o->global_batch && rc == AP_OK; mb *= 2) {
-                if (!batch_wanted(mb, o->global_batch, n, p))
-                    continue;
-                ss.tried++;
-                config cf;
-                memset(&cf, 0, sizeof cf);
-                cf.g = g;
-                cf.c = c;
-                cf.m = &m;
-                cf.p = p;
-                cf.nmicro = (int)(o->global_batch / mb);
-                cf.batch = mb;
-                cf.limit = limit;
-                ap_mesh_init(&cf.mesh, n / d1, d1, 0, G);
-                rc = try_config(&cf, o, &ss, err);
-                config_free(&cf);
-                progress(&ss, o);
-            }
-        }
+    ap_search_ctx ctx;
+    if (ap_search_ctx_init(&ctx, g, c, &m, o)) {
+        ap_parts_free(&m);
+        snprintf(err, AP_ERR_LEN, "out of memory");
+        return AP_EINTERNAL;
     }
+    rc = search_run(&ctx, out, err);
+    ap_search_ctx_free(&ctx);
     ap_parts_free(&m);
-    if (rc) {
-        if (ss.have)
-            ap_plan_free(&ss.best);
-        return rc;
-    }
-    if (!ss.have) {
-        if (isinf(ss.least_shortfall))
-            snprintf(err, AP_ERR_LEN,
-                     "%s does not fit on %d GPUs of %.0f GiB: no stage split, "
-                     "mesh or micro-batch fits; try more GPUs", g->name, D,
-                     limit / (1 << 30));
-        else
-            snprintf(err, AP_ERR_LEN,
-                     "%s does not fit on %d GPUs: the leanest plan needs %.1f GiB "
-                     "more per GPU than the %.1f GiB usable; try more GPUs, a "
-                     "smaller --global-batch or a shorter --seq", g->name, D,
-                     ss.least_shortfall / (1 << 30), limit / (1 << 30));
-        return AP_EINPUT;
-    }
-    *out = ss.best;
-    return AP_OK;
+    return rc;
 }

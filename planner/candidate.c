@@ -1,0 +1,337 @@
+/* candidate.c -- one configuration of the outer search solved into a plan:
+ * the blocks' ILPs on the candidate's mesh, the stage cuts by dynamic
+ * programming, per stage the memory/speed point and recomputation.
+ *
+ * The fastest ILP point of every block comes first; the sweep of leaner
+ * points runs only when memory binds, that is when the cuts found under the
+ * memory limit are slower than those found without one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/candidate.h"
+
+#define ALL_POINTS 64
+
+/* Everything priced for one (stage count, mesh, micro-batch). */
+typedef struct {
+    const ap_graph *g;
+    const ap_cluster *c;
+    const ap_parts *m;
+    ap_mesh mesh;
+    int p, nmicro;
+    double batch, limit;
+    ap_block *blocks; /* [nblocks] */
+    const int *cnt;   /* [nclasses][L+1] prefix counts of each class */
+} config;
+
+typedef struct {
+    double t, mem;
+    int point;
+    ap_recompute rc;
+} choice;
+
+static const ap_block_point *point_of(const ap_block *b, int k)
+{
+    if (!b->npoints)
+        return NULL;
+    return &b->points[k < b->npoints ? k : b->npoints - 1];
+}
+
+/* The fastest (point, recomputation) for layers [i, j) as stage s. */
+static int best_choice(const config *cf, int s, int i, int j, choice *out)
+{
+    double inflight = fmin(cf->p - s, cf->nmicro);
+    int maxpts = 1;
+    for (int b = 0; b < cf->m->nblocks; b++)
+        if (cf->blocks[b].npoints > maxpts)
+            maxpts = cf->blocks[b].npoints;
+    out->t = INFINITY;
+    for (int rc = AP_RECOMPUTE_NONE; rc <= AP_RECOMPUTE_FULL; rc += 2) {
+        for (int k = 0; k < maxpts; k++) {
+            double t = 0, param = 0, act = 0, work = 0;
+            for (int c = 0; c < cf->m->nclasses; c++) {
+                double n = cf->cnt[c * (cf->g->nlayers + 1) + j] -
+                           cf->cnt[c * (cf->g->nlayers + 1) + i];
+                const ap_block_point *bp = point_of(&cf->blocks[2 + c], k);
+                if (!n || !bp)
+                    continue;
+                t += n * (bp->fwd + bp->bwd + (rc ? bp->fwd : 0));
+                param += n * bp->param_bytes;
+                act += n * (rc ? bp->input_bytes : bp->act_bytes);
+                if (rc)
+                    work = fmax(work, bp->act_bytes);
+            }
+            for (int e = 0; e < 2; e++) {
+                if ((e == 0 && s != 0) || (e == 1 && s != cf->p - 1))
+                    continue;
+                const ap_block_point *bp = point_of(&cf->blocks[e], k);
+                if (!bp)
+                    continue;
+                t += bp->fwd + bp->bwd;
+                param += bp->param_bytes;
+                act += bp->act_bytes;
+            }
+            double mem = param + inflight * act + work;
+            if (mem <= cf->limit && t < out->t) {
+                *out = (choice){t, mem, k, (ap_recompute)rc};
+            }
+        }
+    }
+    return !isinf(out->t);
+}
+
+static int stage_cost(void *ctx, int s, int i, int j, double *t)
+{
+    choice ch;
+    if (!best_choice(ctx, s, i, j, &ch))
+        return 0;
+    *t = ch.t;
+    return 1;
+}
+
+static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
+                        char *err)
+{
+    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1};
+    for (int b = 0; b < cf->m->nblocks; b++) {
+        if (!cf->m->nops[b])
+            continue;
+        ap_block_free(&cf->blocks[b]);
+        int rc = ap_block_solve_points(&x, cf->m->ops[b], cf->m->nops[b], cf->p,
+                                       o->ilp_time_limit, o->ilp_gap, points,
+                                       &cf->blocks[b], err);
+        if (rc)
+            return rc;
+    }
+    return AP_OK;
+}
+
+/* A floor under any plan of the configuration, from prices alone: every op
+ * at its cheapest strategy, edges free; the busiest of p stages carries at
+ * least 1/p of that and runs it once per micro-batch. */
+static double lower_bound(const config *cf)
+{
+    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1};
+    double total = 0;
+    for (int b = 0; b < cf->m->nblocks; b++) {
+        double times = 1;
+        if (b >= 2)
+            times = cf->cnt[(b - 2) * (cf->g->nlayers + 1) + cf->g->nlayers];
+        for (int i = 0; i < cf->m->nops[b]; i++) {
+            ap_strategy st[96];
+            int n = ap_strategies(&x, cf->m->ops[b][i], st, 96);
+            double least = n ? INFINITY : 0;
+            for (int k = 0; k < n; k++) {
+                ap_op_cost c;
+                ap_price_op(&x, cf->m->ops[b][i], &st[k], &c);
+                least = fmin(least, c.fwd + c.bwd + c.fwd_comm + c.bwd_comm);
+            }
+            total += times * least;
+        }
+    }
+    return total * cf->nmicro / cf->p;
+}
+
+static void config_free(config *cf)
+{
+    if (cf->blocks)
+        for (int b = 0; b < cf->m->nblocks; b++)
+            ap_block_free(&cf->blocks[b]);
+    free(cf->blocks);
+}
+
+static int copy_block(const ap_block *src, int k, ap_block *dst)
+{
+    memset(dst, 0, sizeof *dst);
+    if (!src->npoints)
+        return 0;
+    k = k < src->npoints ? k : src->npoints - 1;
+    dst->ops = malloc(sizeof(int) * (size_t)src->nops);
+    dst->points = calloc(1, sizeof *dst->points);
+    if (!dst->ops || !dst->points)
+        return -1;
+    memcpy(dst->ops, src->ops, sizeof(int) * (size_t)src->nops);
+    dst->nops = src->nops;
+    dst->points[0] = src->points[k];
+    dst->points[0].strat = malloc(sizeof(ap_strategy) * (size_t)src->nops);
+    if (!dst->points[0].strat)
+        return -1;
+    memcpy(dst->points[0].strat, src->points[k].strat,
+           sizeof(ap_strategy) * (size_t)src->nops);
+    dst->npoints = 1;
+    dst->ilp = src->ilp;
+    return 0;
+}
+
+/* Turns the cuts of a configuration into a plan and prices it. */
+static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
+                     ap_plan *p, char *err)
+{
+    memset(p, 0, sizeof *p);
+    const ap_graph *g = cf->g;
+    snprintf(p->model, sizeof p->model, "%s", g->name);
+    snprintf(p->cluster, sizeof p->cluster, "%s", cf->c->name);
+    p->gpus = o->gpus;
+    p->gpus_per_node = cf->c->gpus_per_node;
+    p->global_batch = o->global_batch;
+    p->micro_batch = cf->batch;
+    p->nmicro = cf->nmicro;
+    p->schedule = AP_SCHED_1F1B;
+    p->vchunks = 1;
+    p->zero = AP_ZERO_1;
+    p->nstages = cf->p;
+    p->nclasses = cf->m->nclasses;
+    p->stages = calloc((size_t)cf->p, sizeof *p->stages);
+    p->classes = malloc(sizeof(int) * (size_t)p->nclasses);
+    if (!p->stages || !p->classes)
+        goto oom;
+    memcpy(p->classes, cf->m->classes, sizeof(int) * (size_t)p->nclasses);
+    int per = o->gpus / cf->p;
+    for (int s = 0; s < cf->p; s++) {
+        ap_stage *st = &p->stages[s];
+        int end = s + 1 < cf->p ? first[s + 1] : g->nlayers;
+        choice ch;
+        best_choice(cf, s, first[s], end, &ch);
+        st->first_layer = first[s];
+        st->nlayers = end - first[s];
+        st->has_pre = s == 0;
+        st->has_post = s == cf->p - 1;
+        st->first_rank = s * per;
+        st->ngpus = per;
+        ap_mesh_init(&st->mesh, cf->mesh.d[0], cf->mesh.d[1], st->first_rank,
+                     cf->c->gpus_per_node);
+        st->recompute = ch.rc;
+        st->blocks = calloc((size_t)cf->m->nblocks, sizeof *st->blocks);
+        st->point = calloc((size_t)cf->m->nblocks, sizeof *st->point);
+        if (!st->blocks || !st->point)
+            goto oom;
+        for (int b = 0; b < cf->m->nblocks; b++) {
+            if (copy_block(&cf->blocks[b], ch.point, &st->blocks[b]))
+                goto oom;
+            if (st->blocks[b].npoints) {
+                if (st->blocks[b].ilp.status > p->ilp_status)
+                    p->ilp_status = st->blocks[b].ilp.status;
+                p->ilp_gap = fmax(p->ilp_gap, st->blocks[b].ilp.gap);
+            }
+        }
+    }
+    return ap_plan_evaluate(g, cf->c, p, err);
+oom:
+    ap_plan_free(p);
+    snprintf(err, AP_ERR_LEN, "out of memory building a plan");
+    return AP_EINTERNAL;
+}
+
+
+int ap_search_ctx_init(ap_search_ctx *s, const ap_graph *g, const ap_cluster *c,
+                       const ap_parts *m, const ap_plan_opts *o)
+{
+    int L = g->nlayers;
+    *s = (ap_search_ctx){g, c, m, o, NULL, ap_cluster_usable_bytes(c)};
+    s->cnt = calloc((size_t)m->nclasses * (size_t)(L + 1), sizeof *s->cnt);
+    if (!s->cnt)
+        return -1;
+    for (int k = 0; k < m->nclasses; k++)
+        for (int l = 0; l < L; l++)
+            s->cnt[k * (L + 1) + l + 1] = s->cnt[k * (L + 1) + l] +
+                                          (m->layer_block[l] == 2 + k);
+    return 0;
+}
+
+void ap_search_ctx_free(ap_search_ctx *s)
+{
+    free(s->cnt);
+    s->cnt = NULL;
+}
+
+static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *k)
+{
+    memset(cf, 0, sizeof *cf);
+    cf->g = s->g;
+    cf->c = s->c;
+    cf->m = s->m;
+    cf->p = k->p;
+    cf->nmicro = (int)(s->o->global_batch / k->mb);
+    cf->batch = k->mb;
+    cf->limit = s->limit;
+    cf->cnt = s->cnt;
+    ap_mesh_init(&cf->mesh, k->d0, k->d1, 0, s->c->gpus_per_node);
+}
+
+void ap_candidate_bound(const ap_search_ctx *s, ap_candidate *k)
+{
+    config cf;
+    config_init(&cf, s, k);
+    k->bound = lower_bound(&cf);
+}
+
+/* How far the leanest points are from fitting, spread evenly over stages. */
+static double shortfall_of(const config *cf)
+{
+    double lean = 0;
+    int L = cf->g->nlayers;
+    for (int b = 0; b < cf->m->nblocks; b++) {
+        const ap_block *blk = &cf->blocks[b];
+        if (!blk->npoints)
+            continue;
+        const ap_block_point *bp = &blk->points[blk->npoints - 1];
+        double n = b >= 2 ? (double)L / cf->p : 1;
+        lean += n * (bp->param_bytes + bp->input_bytes * cf->p);
+    }
+    return lean - cf->limit;
+}
+
+static double cuts(config *cf, double limit, int *first)
+{
+    double keep = cf->limit;
+    cf->limit = limit;
+    double obj = ap_stage_dp(cf->g->nlayers, cf->p, cf->nmicro, stage_cost, cf,
+                             first);
+    cf->limit = keep;
+    return obj;
+}
+
+int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
+                       ap_plan *plan, int *have, double *shortfall, char *err)
+{
+    config cf;
+    config_init(&cf, s, k);
+    *have = 0;
+    *shortfall = INFINITY;
+    cf.blocks = calloc((size_t)cf.m->nblocks, sizeof *cf.blocks);
+    int *first = malloc(sizeof(int) * (size_t)cf.p);
+    int rc = AP_EINTERNAL;
+    if (!cf.blocks || !first) {
+        snprintf(err, AP_ERR_LEN, "out of memory");
+        goto done;
+    }
+    rc = solve_blocks(&cf, s->o, 1, err);
+    if (rc)
+        goto done;
+    double free_obj = cuts(&cf, INFINITY, first);
+    double obj = cuts(&cf, cf.limit, first);
+    if (!(obj <= free_obj * (1 + 1e-12))) {
+        /* Memory binds: trade speed for memory with the leaner points. */
+        rc = solve_blocks(&cf, s->o, ALL_POINTS, err);
+        if (rc)
+            goto done;
+        obj = cuts(&cf, cf.limit, first);
+    }
+    if (isinf(obj)) {
+        *shortfall = shortfall_of(&cf);
+        goto done;
+    }
+    rc = make_plan(&cf, first, s->o, plan, err);
+    if (rc == AP_OK && plan->max_mem_bytes <= cf.limit)
+        *have = 1;
+    else if (rc == AP_OK)
+        ap_plan_free(plan);
+done:
+    if (rc == AP_EINPUT)
+        rc = AP_OK; /* no strategy on this mesh: not a candidate */
+    free(first);
+    config_free(&cf);
+    return rc;
+}
