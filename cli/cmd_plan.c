@@ -12,7 +12,8 @@ static const char usage_text[] =
     "usage: autopar plan MODEL --gpus N [--gpus-per-node G] [--cluster NAME|FILE]\n"
     "                    [--global-batch B] [--seq N] [--flash-attention on|off]\n"
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
-    "                    [--ilp-gap G] [--json] [-o plan.json] [--quiet]\n"
+    "                    [--ilp-gap G] [--threads N] [--json] [-o plan.json]\n"
+    "                    [--quiet]\n"
     "\n"
     "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
     "micro-batching for the fastest training step that fits in memory, and\n"
@@ -28,6 +29,8 @@ static const char usage_text[] =
     "  --max-stages P       at most P pipeline stages\n"
     "  --ilp-time-limit S   seconds per ILP solve (default 10)\n"
     "  --ilp-gap G          relative MIP gap accepted (default 1e-4)\n"
+    "  --threads N          worker threads (default: the machine's cores); the\n"
+    "                       plan does not depend on it\n"
     "  --json               print plan.json to stdout instead of the summary\n"
     "  -o FILE              also write plan.json to FILE\n"
     "  --quiet              no progress on stderr\n";
@@ -68,6 +71,10 @@ int ap_cmd_plan(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--ilp-time-limit") && v) {
             if (ap_cli_double("plan", a, v, 1e-3, 3600, &o.ilp_time_limit))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (ap_cli_int("plan", a, v, 1, 256, &o.threads))
                 return 2;
             i++;
         } else if (!strcmp(a, "--ilp-gap") && v) {

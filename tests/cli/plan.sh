@@ -21,6 +21,16 @@ grep -q '"step_time_s":' "$tmp/plan.json" && ok || bad "plan.json has the predic
     --json >"$tmp/again.json" 2>/dev/null
 cmp -s "$tmp/plan.json" "$tmp/again.json" && ok || bad "same input, same bytes"
 
+# Threads share the candidates out; the winner must not depend on how.
+for t in 1 2 3; do
+    "$bin" plan "$src/examples/gpt-1.3b.json" --gpus 16 --global-batch 64 --quiet \
+        --threads $t --json >"$tmp/threads$t.json" 2>"$tmp/err" ||
+        bad "plan with --threads $t: $(cat "$tmp/err")"
+done
+cmp -s "$tmp/threads1.json" "$tmp/threads2.json" &&
+    cmp -s "$tmp/threads1.json" "$tmp/threads3.json" && ok ||
+    bad "--threads 1, 2 and 3 give the same bytes"
+
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 0 >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q -- "--gpus" "$tmp/err" && ok || bad "--gpus 0 is refused naming the flag"
 
