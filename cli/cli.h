@@ -9,6 +9,7 @@ int ap_cmd_profile(int argc, char **argv);
 
 int ap_cmd_plan(int argc, char **argv);
 int ap_cmd_estimate(int argc, char **argv);
+int ap_cmd_export(int argc, char **argv);
 
 /* Shared by the planning commands (common.c). */
 #include "costmodel/costmodel.h"
@@ -36,5 +37,12 @@ int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
 int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
                  ap_cluster *c);
 int ap_cli_write_file(const char *path, const char *text);
+
+/* --emit (cmd_export.c): checks the value (table, json or a launcher),
+ * printing the error; and exports plan.json text to launcher `to` on
+ * stdout. Both return the exit code. */
+int ap_cli_check_emit(const char *cmd, const char *emit);
+int ap_cli_emit_plan(const char *cmd, const ap_graph *g, const char *plan_json,
+                     const char *to);
 
 #endif

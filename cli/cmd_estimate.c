@@ -10,6 +10,7 @@
 static const char usage_text[] =
     "usage: autopar estimate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "                        [--gpus-per-node G] [--cluster NAME|FILE] [--seq N] [--json]\n"
+    "                        [--emit FORMAT] [-o plan.json]\n"
     "\n"
     "Maps a Megatron-LM configuration onto a plan (tensor-parallel attention and\n"
     "MLP, sequence parallelism, even layer split, 1F1B or interleaved schedule)\n"
@@ -22,7 +23,37 @@ static const char usage_text[] =
     "                         --pipeline-model-parallel-size 4 --sequence-parallel\n"
     "                         --micro-batch-size 1 --global-batch-size 512\n"
     "                         --use-distributed-optimizer\"\n"
-    "  --json                 print the plan with its prediction as JSON\n";
+    "  --json                 print the prediction as JSON\n"
+    "  --emit FORMAT          what to print: table (default), json (the whole\n"
+    "                         plan.json), megatron, torchtitan, deepspeed\n"
+    "  -o FILE                also write the configuration's plan.json to FILE\n";
+
+/* Prints what was asked for: the prediction (--json), the summary, the
+ * whole plan.json or a launcher's input; -o writes plan.json as well. */
+static int emit_plan(const ap_graph *g, const ap_plan *p, int json, const char *emit,
+                     const char *out)
+{
+    char *plan = ap_plan_to_json(g, p);
+    char *pred = json ? ap_plan_prediction_to_json(p) : NULL;
+    int rc = 0;
+    if (!plan || (json && !pred)) {
+        rc = 1;
+    } else if (out && ap_cli_write_file(out, plan)) {
+        fprintf(stderr, "autopar estimate: cannot write %s\n", out);
+        rc = 1;
+    } else if (json) {
+        printf("%s\n", pred);
+    } else if (!strcmp(emit, "json")) {
+        printf("%s\n", plan);
+    } else if (!strcmp(emit, "table")) {
+        ap_plan_print(g, p, stdout);
+    } else {
+        rc = ap_cli_emit_plan("estimate", g, plan, emit);
+    }
+    free(plan);
+    free(pred);
+    return rc;
+}
 
 int ap_cmd_estimate(int argc, char **argv)
 {
@@ -31,6 +62,7 @@ int ap_cmd_estimate(int argc, char **argv)
     ap_megatron m;
     ap_megatron_default(&m);
     int json = 0, have = 0;
+    const char *emit = "table", *out = NULL;
     char err[AP_ERR_LEN];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -47,6 +79,12 @@ int ap_cmd_estimate(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--emit") && v) {
+            emit = argv[++i];
+            if (ap_cli_check_emit("estimate", emit))
+                return 2;
+        } else if (!strcmp(a, "-o") && v) {
+            out = argv[++i];
         } else if ((!strcmp(a, "--megatron") || !strcmp(a, "--megatron-args")) && v) {
             int rc = !strcmp(a, "--megatron") ? ap_megatron_parse(v, &m, err)
                                               : ap_megatron_parse_args(v, &m, err);
@@ -77,19 +115,12 @@ int ap_cmd_estimate(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "autopar estimate: %s\n", err);
     } else {
-        char *text = json ? ap_plan_prediction_to_json(&p) : NULL;
-        if (text)
-            printf("%s\n", text);
-        else if (json)
-            rc = 1;
-        else
-            ap_plan_print(g, &p, stdout);
-        if (p.max_mem_bytes > p.hbm_limit)
+        rc = emit_plan(g, &p, json, emit, out);
+        if (!rc && p.max_mem_bytes > p.hbm_limit)
             fprintf(stderr, "autopar estimate: this configuration needs %.1f GiB per "
                     "GPU, %.1f GiB more than the %.1f GiB usable\n",
                     p.max_mem_bytes / (1 << 30), (p.max_mem_bytes - p.hbm_limit) / (1 << 30),
                     p.hbm_limit / (1 << 30));
-        free(text);
         ap_plan_free(&p);
     }
     ap_graph_free(g);

@@ -12,7 +12,7 @@ static const char usage_text[] =
     "usage: autopar plan MODEL --gpus N [--gpus-per-node G] [--cluster NAME|FILE]\n"
     "                    [--global-batch B] [--seq N] [--flash-attention on|off]\n"
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
-    "                    [--ilp-gap G] [--threads N] [--json] [-o plan.json]\n"
+    "                    [--ilp-gap G] [--threads N] [--emit FORMAT] [-o plan.json]\n"
     "                    [--quiet]\n"
     "\n"
     "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
@@ -31,7 +31,10 @@ static const char usage_text[] =
     "  --ilp-gap G          relative MIP gap accepted (default 1e-4)\n"
     "  --threads N          worker threads (default: the machine's cores); the\n"
     "                       plan does not depend on it\n"
-    "  --json               print plan.json to stdout instead of the summary\n"
+    "  --emit FORMAT        what to print: table (the summary, default), json\n"
+    "                       (plan.json), or a launcher's input: megatron,\n"
+    "                       torchtitan, deepspeed (docs/exports.md)\n"
+    "  --json               the same as --emit json\n"
     "  -o FILE              also write plan.json to FILE\n"
     "  --quiet              no progress on stderr\n";
 
@@ -41,8 +44,7 @@ int ap_cmd_plan(int argc, char **argv)
     ap_cli_common_default(&cm);
     ap_plan_opts o;
     ap_plan_opts_default(&o);
-    const char *out = NULL;
-    int json = 0;
+    const char *out = NULL, *emit = "table";
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -59,7 +61,11 @@ int ap_cmd_plan(int argc, char **argv)
         } else if (!strcmp(a, "--no-pipeline")) {
             o.no_pipeline = 1;
         } else if (!strcmp(a, "--json")) {
-            json = 1;
+            emit = "json";
+        } else if (!strcmp(a, "--emit") && v) {
+            emit = argv[++i];
+            if (ap_cli_check_emit("plan", emit))
+                return 2;
         } else if (!strcmp(a, "--quiet")) {
             o.progress = 0;
         } else if (!strcmp(a, "-o") && v) {
@@ -116,10 +122,12 @@ int ap_cmd_plan(int argc, char **argv)
     } else if (out && ap_cli_write_file(out, text)) {
         fprintf(stderr, "autopar plan: cannot write %s\n", out);
         rc = 1;
-    } else if (json) {
+    } else if (!strcmp(emit, "json")) {
         printf("%s\n", text);
-    } else {
+    } else if (!strcmp(emit, "table")) {
         ap_plan_print(g, &plan, stdout);
+    } else {
+        rc = ap_cli_emit_plan("plan", g, text, emit);
     }
     free(text);
     ap_plan_free(&plan);

@@ -14,6 +14,7 @@ static const command commands[] = {
     {"graph", ap_cmd_graph, "summarise a model's operator graph"},
     {"plan", ap_cmd_plan, "search the fastest training plan that fits"},
     {"estimate", ap_cmd_estimate, "price a hand-tuned Megatron-LM configuration"},
+    {"export", ap_cmd_export, "write a plan as Megatron-LM, torchtitan or DeepSpeed input"},
     {"profile", ap_cmd_profile, "measure this node's GPUs and write a cluster file"},
 };
 

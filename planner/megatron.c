@@ -275,6 +275,11 @@ static ap_strategy layout_of(const ap_graph *g, const ap_megatron *m, int opi)
     return s;
 }
 
+ap_strategy ap_megatron_layout(const ap_graph *g, const ap_megatron *m, int op)
+{
+    return layout_of(g, m, op);
+}
+
 static int fill_block(const ap_graph *g, const ap_megatron *m, const ap_parts *pt,
                       int b, ap_block *blk)
 {

@@ -122,11 +122,40 @@ char *ap_plan_prediction_to_json(const ap_plan *p)
     return s;
 }
 
+/* What launchers' model flags need, so that an export can state the
+ * model's shape and check that it reloaded the model the plan is for. */
+static cJSON *shape_json(const ap_graph *g)
+{
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "layers", s.layers);
+    cJSON_AddNumberToObject(o, "hidden", (double)s.hidden);
+    cJSON_AddNumberToObject(o, "heads", (double)s.heads);
+    cJSON_AddNumberToObject(o, "kv_heads", (double)s.kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", (double)s.head_dim);
+    cJSON_AddNumberToObject(o, "ffn", (double)s.ffn);
+    cJSON_AddNumberToObject(o, "vocab", (double)s.vocab);
+    cJSON_AddNumberToObject(o, "seq", (double)s.seq);
+    cJSON_AddNumberToObject(o, "experts", (double)s.experts);
+    cJSON_AddNumberToObject(o, "top_k", s.top_k);
+    cJSON_AddStringToObject(o, "dtype", ap_dtype_name(s.dtype));
+    cJSON_AddStringToObject(o, "norm", s.rmsnorm ? "rmsnorm" : "layernorm");
+    cJSON_AddStringToObject(o, "mlp", s.swiglu ? "swiglu" : "plain");
+    cJSON_AddStringToObject(o, "positions", s.learned_positions ? "learned" : "rotary");
+    cJSON_AddBoolToObject(o, "tied_embeddings", s.tied_embeddings);
+    cJSON_AddBoolToObject(o, "linear_bias", s.linear_bias);
+    cJSON_AddBoolToObject(o, "flash_attention", s.flash);
+    return o;
+}
+
 char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "format", "autopar-plan/1");
     cJSON_AddStringToObject(o, "model", p->model);
+    cJSON_AddStringToObject(o, "model_path", g->source);
+    cJSON_AddItemToObject(o, "model_shape", shape_json(g));
     cJSON_AddStringToObject(o, "cluster", p->cluster);
     cJSON_AddNumberToObject(o, "gpus", p->gpus);
     cJSON_AddNumberToObject(o, "gpus_per_node", p->gpus_per_node);

@@ -274,10 +274,113 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err);
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
                      const ap_megatron *m, ap_plan *out, char *err);
 
+/* The strategy Megatron-LM's layout gives op `op` under configuration m
+ * (every degree resolved: dp set, vpp >= 1). The exporter compares a plan's
+ * shardings with it. */
+ap_strategy ap_megatron_layout(const ap_graph *g, const ap_megatron *m, int op);
+
 /* plan.json (docs/plan-format.md) and the summary a person reads. */
 char *ap_plan_to_json(const ap_graph *g, const ap_plan *p);
 /* The prediction object of plan.json alone (what `estimate --json` prints). */
 char *ap_plan_prediction_to_json(const ap_plan *p);
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f);
+
+/* Exports (docs/exports.md): plan.json read back, classified into the
+ * degrees a training launcher takes, and written as that launcher's
+ * arguments or config. */
+
+/* What launchers' model flags need, derived from a graph; plan.json carries
+ * it as "model_shape". kv_heads equals heads without grouped-query
+ * attention; experts and top_k are 0 for a dense model. */
+typedef struct {
+    int layers;
+    long long hidden, heads, kv_heads, head_dim, ffn, vocab, seq, experts;
+    int top_k;
+    ap_dtype dtype;
+    int rmsnorm;           /* else LayerNorm */
+    int swiglu;            /* gated SiLU MLP; else the model's activation */
+    int learned_positions; /* a position table; else rotary (not in the graph) */
+    int tied_embeddings;   /* the LM head reads the embedding table */
+    int linear_bias;       /* matmuls carry biases */
+    int flash;             /* fused attention */
+} ap_model_shape;
+
+void ap_model_shape_of(const ap_graph *g, ap_model_shape *out);
+
+/* plan.json as read back: the layout the exporter needs, no prices beyond
+ * the predicted step time. Each stage lists every op of its blocks with
+ * the op's parsed sharding. */
+typedef struct {
+    char op[AP_NAME_LEN];
+    ap_strategy s;
+    int block; /* index in the stage's "blocks" array, for messages */
+} ap_plan_desc_op;
+
+typedef struct {
+    int first_layer, nlayers;
+    int embedding, head;
+    int first_rank, ngpus;
+    int mesh[2];
+    ap_recompute recompute;
+    int nops;
+    ap_plan_desc_op *ops;
+} ap_plan_desc_stage;
+
+typedef struct {
+    char source[AP_NAME_LEN * 2]; /* the plan file, for messages */
+    char model[AP_NAME_LEN];
+    char model_path[AP_NAME_LEN * 2]; /* "" when the plan has none */
+    char cluster[64];
+    int gpus, gpus_per_node;
+    double global_batch, micro_batch;
+    int nmicro, seq;
+    ap_schedule schedule;
+    int vchunks;
+    ap_zero zero;
+    int has_shape;
+    ap_model_shape shape;
+    int nstages;
+    ap_plan_desc_stage *stages;
+    double step_time;
+} ap_plan_desc;
+
+/* Parses autopar-plan/1 text; errors name `source` and the JSON path
+ * ("plan.json: stages[1].mesh: expected [d0, d1]"). On success the caller
+ * frees *out with ap_plan_desc_free(); on failure nothing is left to free. */
+int ap_plan_desc_parse(const char *text, size_t len, const char *source,
+                       ap_plan_desc *out, char *err);
+int ap_plan_read(const char *path, ap_plan_desc *out, char *err);
+void ap_plan_desc_free(ap_plan_desc *d);
+
+typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
+
+const char *ap_launcher_name(ap_launcher l); /* "Megatron-LM", ... */
+/* "megatron", "torchtitan" or "deepspeed"; AP_EINPUT naming the choices. */
+int ap_launcher_from_name(const char *s, ap_launcher *out, char *err);
+
+/* A plan as launcher degrees. mbs is per data-parallel replica. */
+typedef struct {
+    int tp, pp, dp, cp, ep, etp, vpp, sp, mbs;
+    double gbs;
+    int nmicro;
+    ap_recompute recompute;
+    ap_zero zero;
+    ap_schedule schedule;
+    int even; /* every stage holds the same number of layers */
+} ap_degrees;
+
+/* Derives the degrees from the stages' meshes and every op's sharding, and
+ * checks that launcher `to` runs exactly this plan: the same mesh on every
+ * stage, each op sharded as Megatron's tensor-parallel pattern shards it,
+ * one recomputation policy, a schedule and stage split the launcher can
+ * state. Anything else is AP_EINPUT saying what differs (stage, op,
+ * sharding, what the launcher would need). `g` is the plan's model. */
+int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
+                     ap_degrees *out, char *err);
+/* Classifies and writes the launcher's input: a shell snippet with the
+ * Megatron-LM arguments and a torchrun line, the torchtitan flags and a
+ * torchrun line, or a DeepSpeed config JSON. The caller frees *text. */
+int ap_export(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
+              char **text, char *err);
 
 #endif

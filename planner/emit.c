@@ -1,0 +1,271 @@
+/* emit.c -- launcher degrees written as each launcher takes them: Megatron-LM
+ * arguments with a torchrun line, torchtitan flags with a torchrun line, a
+ * DeepSpeed config. docs/exports.md explains each mapping. The text is a
+ * function of the plan and model alone, so exports can be compared byte for
+ * byte. */
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/emit.h"
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (b->len + (size_t)n + 1 > b->cap)) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (n >= 0 && cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *nb = n < 0 ? NULL : realloc(b->buf, cap);
+        if (!nb) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static char *finish(sbuf *b)
+{
+    if (b->oom) {
+        free(b->buf);
+        return NULL;
+    }
+    return b->buf;
+}
+
+const char *ap_emit_recompute_name(ap_recompute r)
+{
+    return r == AP_RECOMPUTE_FULL ? "full" : r == AP_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+const char *ap_emit_schedule_name(ap_schedule s)
+{
+    return s == AP_SCHED_GPIPE ? "gpipe" : s == AP_SCHED_INTERLEAVED ? "interleaved-1f1b" : "1f1b";
+}
+
+static int nodes_of(const ap_plan_desc *p)
+{
+    return p->gpus > p->gpus_per_node ? p->gpus / p->gpus_per_node : 1;
+}
+
+static int gpus_per_node(const ap_plan_desc *p)
+{
+    return p->gpus > p->gpus_per_node ? p->gpus_per_node : p->gpus;
+}
+
+static void header(sbuf *b, const char *who, const ap_plan_desc *p, const ap_degrees *d)
+{
+    put(b, "# %s launch for %s on %d GPUs (%d node%s x %d), from an autopar plan.\n", who,
+        p->model, p->gpus, nodes_of(p), nodes_of(p) > 1 ? "s" : "", gpus_per_node(p));
+    put(b, "# tp=%d pp=%d dp=%d cp=%d ep=%d sp=%d vpp=%d; %d micro-batches of %d per "
+           "replica, global batch %.0f; recompute %s; ZeRO-%d\n",
+        d->tp, d->pp, d->dp, d->cp, d->ep, d->sp, d->vpp, d->nmicro, d->mbs, d->gbs,
+        ap_emit_recompute_name(d->recompute), (int)d->zero);
+}
+
+static void torchrun(sbuf *b, const ap_plan_desc *p, const char *entry, const char *var)
+{
+    put(b, "torchrun --nnodes %d --nproc-per-node %d --node-rank \"${NODE_RANK:-0}\" \\\n"
+           "    --master-addr \"${MASTER_ADDR:-localhost}\" --master-port \"${MASTER_PORT:-6000}\" \\\n"
+           "    %s $%s\n", nodes_of(p), gpus_per_node(p), entry, var);
+}
+
+/* "Et*10|t*12|t*10L": the embedding, each stage's layers, then the loss. */
+static void megatron_layout(sbuf *b, const ap_plan_desc *p)
+{
+    put(b, "  --pipeline-model-parallel-layout \"");
+    for (int i = 0; i < p->nstages; i++) {
+        int n = p->stages[i].nlayers;
+        put(b, "%s%s", i ? "|" : "", i == 0 ? "E" : "");
+        if (n == 1)
+            put(b, "t");
+        else
+            put(b, "t*%d", n);
+        if (i == p->nstages - 1)
+            put(b, "L");
+    }
+    put(b, "\"\n");
+}
+
+static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *d,
+                              const ap_model_shape *s)
+{
+    put(b, "  --tensor-model-parallel-size %d\n", d->tp);
+    put(b, "  --pipeline-model-parallel-size %d\n", d->pp);
+    if (d->sp)
+        put(b, "  --sequence-parallel\n");
+    put(b, "  --context-parallel-size %d\n", d->cp);
+    if (s->experts) {
+        put(b, "  --expert-model-parallel-size %d\n", d->ep);
+        put(b, "  --expert-tensor-parallel-size %d\n", d->etp);
+    }
+    if (d->vpp > 1)
+        put(b, "  --num-layers-per-virtual-pipeline-stage %d\n", s->layers / (d->pp * d->vpp));
+    if (!d->even)
+        megatron_layout(b, p);
+    put(b, "  --micro-batch-size %d\n", d->mbs);
+    put(b, "  --global-batch-size %.0f\n", d->gbs);
+    if (d->recompute == AP_RECOMPUTE_SELECTIVE)
+        put(b, "  --recompute-granularity selective\n");
+    if (d->recompute == AP_RECOMPUTE_FULL)
+        put(b, "  --recompute-granularity full\n  --recompute-method uniform\n"
+               "  --recompute-num-layers 1\n");
+    if (d->zero == AP_ZERO_1)
+        put(b, "  --use-distributed-optimizer\n");
+}
+
+static void megatron_model(sbuf *b, const ap_model_shape *s)
+{
+    put(b, "  --num-layers %d\n  --hidden-size %lld\n  --num-attention-heads %lld\n",
+        s->layers, s->hidden, s->heads);
+    if (s->kv_heads != s->heads)
+        put(b, "  --group-query-attention\n  --num-query-groups %lld\n", s->kv_heads);
+    if (s->head_dim && s->head_dim * s->heads != s->hidden)
+        put(b, "  --kv-channels %lld\n", s->head_dim);
+    put(b, "  --ffn-hidden-size %lld\n", s->ffn);
+    if (s->experts)
+        put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n",
+            s->experts, s->top_k, s->ffn);
+    put(b, "  --seq-length %lld\n  --max-position-embeddings %lld\n", s->seq, s->seq);
+    put(b, "  --position-embedding-type %s\n", s->learned_positions ? "learned_absolute" : "rope");
+    if (s->rmsnorm)
+        put(b, "  --normalization RMSNorm\n");
+    if (s->swiglu)
+        put(b, "  --swiglu\n");
+    if (!s->tied_embeddings)
+        put(b, "  --untie-embeddings-and-output-weights\n");
+    if (!s->linear_bias)
+        put(b, "  --disable-bias-linear\n");
+    if (s->dtype == AP_BF16)
+        put(b, "  --bf16\n");
+    else if (s->dtype == AP_FP16)
+        put(b, "  --fp16\n");
+}
+
+char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s)
+{
+    sbuf b = {0};
+    put(&b, "#!/bin/sh\n");
+    header(&b, "Megatron-LM", p, d);
+    put(&b, "# Add your data, tokenizer (vocabulary %lld), optimizer and checkpoint "
+            "arguments.\n", s->vocab);
+    if (d->tp > 1 || d->cp > 1)
+        put(&b, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
+    put(&b, "MEGATRON_ARGS=\"\n");
+    megatron_parallel(&b, p, d, s);
+    megatron_model(&b, s);
+    put(&b, "\"\n");
+    torchrun(&b, p, "pretrain_gpt.py", "MEGATRON_ARGS");
+    return finish(&b);
+}
+
+static const char *titan_schedule(ap_schedule s)
+{
+    return s == AP_SCHED_GPIPE ? "GPipe" : s == AP_SCHED_INTERLEAVED ? "Interleaved1F1B" : "1F1B";
+}
+
+/* torchtitan shards data-parallel replicas with FSDP (ZeRO-3) or
+ * replicates them (DDP); ZeRO-1 and ZeRO-2 go to FSDP that keeps the
+ * parameters gathered between forward and backward, the nearest it has. */
+static void titan_data(sbuf *b, const ap_degrees *d)
+{
+    int shard = d->zero == AP_ZERO_NONE ? 1 : d->dp;
+    put(b, "  --parallelism.data_parallel_replicate_degree %d\n", d->dp / shard);
+    put(b, "  --parallelism.data_parallel_shard_degree %d\n", shard);
+    if (shard > 1 && d->zero != AP_ZERO_3)
+        put(b, "  --parallelism.fsdp_reshard_after_forward never\n");
+}
+
+static void titan_pipeline(sbuf *b, const ap_plan_desc *p, const ap_degrees *d,
+                           const ap_model_shape *s)
+{
+    put(b, "  --parallelism.pipeline_parallel_degree %d\n", d->pp);
+    if (d->pp == 1)
+        return;
+    put(b, "  --parallelism.pipeline_parallel_schedule %s\n", titan_schedule(d->schedule));
+    if (d->even) {
+        put(b, "  --parallelism.pipeline_parallel_layers_per_stage %d\n",
+            s->layers / (d->pp * d->vpp));
+    } else {
+        put(b, "  --parallelism.pipeline_parallel_split_points ");
+        for (int i = 1; i < p->nstages; i++)
+            put(b, "%slayers.%d", i > 1 ? "," : "", p->stages[i].first_layer);
+        put(b, "\n");
+    }
+    put(b, "  --parallelism.pipeline_parallel_microbatch_size %d\n", d->mbs);
+}
+
+char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s)
+{
+    sbuf b = {0};
+    put(&b, "#!/bin/sh\n");
+    header(&b, "torchtitan", p, d);
+    put(&b, "# CONFIG_FILE is the model's torchtitan .toml (%d layers, hidden %lld); these "
+            "flags override its parallelism and batch.\n", s->layers, s->hidden);
+    if (d->dp > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
+        put(&b, "# ZeRO-%d has no torchtitan equivalent: FSDP without resharding after "
+                "forward is the nearest, and also shards parameters.\n", (int)d->zero);
+    put(&b, "TORCHTITAN_ARGS=\"\n");
+    titan_data(&b, d);
+    put(&b, "  --parallelism.tensor_parallel_degree %d\n", d->tp);
+    titan_pipeline(&b, p, d, s);
+    put(&b, "  --parallelism.context_parallel_degree %d\n", d->cp);
+    put(&b, "  --parallelism.expert_parallel_degree %d\n", d->ep);
+    /* With a pipeline a step is one local batch cut into micro-batches;
+     * without one, torchtitan accumulates gradients over local batches
+     * until the global batch is reached. */
+    put(&b, "  --training.local_batch_size %.0f\n",
+        d->pp > 1 ? d->gbs / d->dp : (double)d->mbs);
+    put(&b, "  --training.global_batch_size %.0f\n", d->gbs);
+    put(&b, "  --training.seq_len %lld\n", s->seq);
+    put(&b, "  --activation_checkpoint.mode %s\n", ap_emit_recompute_name(d->recompute));
+    if (d->recompute == AP_RECOMPUTE_SELECTIVE)
+        put(&b, "  --activation_checkpoint.selective_ac_option op\n");
+    put(&b, "\"\n");
+    torchrun(&b, p, "-m torchtitan.train --job.config_file \"${CONFIG_FILE:?the model's "
+                    "torchtitan .toml}\"", "TORCHTITAN_ARGS");
+    return finish(&b);
+}
+
+char *ap_emit_deepspeed(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddNumberToObject(o, "train_batch_size", d->gbs);
+    cJSON_AddNumberToObject(o, "train_micro_batch_size_per_gpu", d->mbs);
+    cJSON_AddNumberToObject(o, "gradient_accumulation_steps", d->nmicro);
+    cJSON *z = cJSON_AddObjectToObject(o, "zero_optimization");
+    cJSON_AddNumberToObject(z, "stage", d->zero);
+    if (s->dtype == AP_BF16 || s->dtype == AP_FP16)
+        cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, s->dtype == AP_BF16 ? "bf16" : "fp16"),
+                              "enabled", 1);
+    cJSON *pipe = cJSON_AddObjectToObject(o, "pipeline");
+    cJSON_AddNumberToObject(pipe, "stages", d->pp);
+    cJSON_AddStringToObject(pipe, "partition", "uniform");
+    cJSON_AddNumberToObject(pipe, "activation_checkpoint_interval",
+                            d->recompute == AP_RECOMPUTE_FULL);
+    (void)p;
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    return text;
+}

@@ -1,0 +1,17 @@
+/* emit.h -- private to planner/: the launchers' writers behind ap_export().
+ * Each returns a malloc'd text the caller frees, or NULL when out of
+ * memory. */
+#ifndef AP_PLANNER_EMIT_H
+#define AP_PLANNER_EMIT_H
+
+#include "planner/planner.h"
+
+char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s);
+char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s);
+char *ap_emit_deepspeed(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s);
+
+/* The names plan.json uses. */
+const char *ap_emit_recompute_name(ap_recompute r);
+const char *ap_emit_schedule_name(ap_schedule s);
+
+#endif

@@ -1,0 +1,386 @@
+/* export.c -- a plan classified into launcher degrees.
+ *
+ * A launcher states a layout with a handful of degrees; a plan states one
+ * sharding per op. The plan is exportable when the degrees read off its
+ * meshes and shardings reproduce every op's sharding through Megatron's
+ * tensor-parallel pattern (ap_megatron_layout), which torchtitan and
+ * DeepSpeed share where they have tensor parallelism at all. Checking op by
+ * op is what keeps an export from flattening a plan into something else. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/emit.h"
+#include "planner/planner.h"
+
+/* Messages name files and ops, so they are cut at AP_ERR_LEN rather than
+ * checked for length at every call. */
+static int errf(char *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, AP_ERR_LEN, fmt, ap);
+    va_end(ap);
+    return AP_EINPUT;
+}
+
+static const char *const launcher_names[] = {"Megatron-LM", "torchtitan", "DeepSpeed"};
+static const char *const launcher_keys[] = {"megatron", "torchtitan", "deepspeed"};
+
+const char *ap_launcher_name(ap_launcher l)
+{
+    return (unsigned)l < 3 ? launcher_names[l] : "?";
+}
+
+int ap_launcher_from_name(const char *s, ap_launcher *out, char *err)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, launcher_keys[i])) {
+            *out = (ap_launcher)i;
+            return AP_OK;
+        }
+    errf(err, "unknown launcher \"%s\" (megatron, torchtitan, deepspeed)", s);
+    return AP_EINPUT;
+}
+
+static int model_parallel_kind(const ap_graph *g, char l)
+{
+    const ap_dim *d = l ? ap_graph_dim(g, l) : NULL;
+    return d && (d->kind == AP_DIM_HEADS || d->kind == AP_DIM_KV_HEADS ||
+                 d->kind == AP_DIM_FFN || d->kind == AP_DIM_VOCAB);
+}
+
+static int same_strategy(const ap_strategy *a, const ap_strategy *b)
+{
+    return a->axis[0] == b->axis[0] && a->axis[1] == b->axis[1] &&
+           a->rs[0] == b->rs[0] && a->rs[1] == b->rs[1];
+}
+
+/* The mesh as a launcher sees it: [outer, inner], inner the consecutive
+ * ranks. A [d0, 1] mesh has consecutive ranks on axis 0, so it is read as
+ * [1, d0] with the axes of every sharding swapped. */
+typedef struct {
+    int d0, d1, swap;
+} frame;
+
+static ap_strategy in_frame(const frame *f, ap_strategy s)
+{
+    if (f->swap) {
+        char a = s.axis[0], r = s.rs[0];
+        s.axis[0] = s.axis[1];
+        s.rs[0] = s.rs[1];
+        s.axis[1] = a;
+        s.rs[1] = r;
+    }
+    return s;
+}
+
+/* Without tensor parallelism the whole mesh is one data-parallel group:
+ * a label split on both axes (or on the only axis of size > 1) is split
+ * over all of it, which Megatron states as that label on axis 0. */
+static ap_strategy collapse(const frame *f, ap_strategy s)
+{
+    if (f->d0 == 1 && !s.axis[0]) {
+        s.axis[0] = s.axis[1];
+        s.rs[0] = s.rs[1];
+        s.axis[1] = s.rs[1] = 0;
+    } else if (s.axis[0] && s.axis[0] == s.axis[1] && s.rs[0] == s.rs[1]) {
+        s.axis[1] = s.rs[1] = 0;
+    }
+    return s;
+}
+
+static int find_op(const ap_graph *g, const ap_plan_desc *p, int st, int i,
+                   char *err)
+{
+    const char *name = p->stages[st].ops[i].op;
+    int k = ap_graph_find_op(g, name);
+    if (k < 0)
+        errf(err, "%s: stages[%d].blocks[%d]: op \"%s\" is not in "
+                 "the model %s; is that the model this plan was made for?",
+                 p->source, st, p->stages[st].ops[i].block, name, g->source);
+    return k;
+}
+
+static int check_shape(const ap_graph *g, const ap_plan_desc *p, char *err)
+{
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    if (p->seq != s.seq) {
+        errf(err, "%s: seq_length is %d but the model %s has %lld",
+                 p->source, p->seq, g->source, s.seq);
+        return AP_EINPUT;
+    }
+    if (!p->has_shape)
+        return AP_OK;
+    const char *names[] = {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "experts"};
+    long long want[] = {p->shape.layers, p->shape.hidden, p->shape.heads,
+                        p->shape.kv_heads, p->shape.ffn, p->shape.vocab, p->shape.experts};
+    long long have[] = {s.layers, s.hidden, s.heads, s.kv_heads, s.ffn, s.vocab, s.experts};
+    for (int i = 0; i < 7; i++)
+        if (want[i] != have[i]) {
+            errf(err, "%s: model_shape.%s is %lld but the model %s "
+                     "has %lld; pass the plan's model with --model", p->source,
+                     names[i], want[i], g->source, have[i]);
+            return AP_EINPUT;
+        }
+    return AP_OK;
+}
+
+static int check_stages(const ap_graph *g, const ap_plan_desc *p,
+                        const char *who, char *err)
+{
+    const ap_plan_desc_stage *s0 = &p->stages[0];
+    for (int i = 1; i < p->nstages; i++) {
+        const ap_plan_desc_stage *st = &p->stages[i];
+        if (st->mesh[0] != s0->mesh[0] || st->mesh[1] != s0->mesh[1]) {
+            errf(err, "%s: stage %d has mesh [%d, %d] on %d GPUs but "
+                     "stage 0 has [%d, %d] on %d; %s gives every pipeline stage the "
+                     "same tensor x data layout", p->source, i, st->mesh[0], st->mesh[1],
+                     st->ngpus, s0->mesh[0], s0->mesh[1], s0->ngpus, who);
+            return AP_EINPUT;
+        }
+        if (st->recompute != s0->recompute) {
+            errf(err, "%s: stage %d recomputes %s but stage 0 %s; %s "
+                     "applies one recomputation policy to every stage", p->source, i,
+                     ap_emit_recompute_name(st->recompute), ap_emit_recompute_name(s0->recompute), who);
+            return AP_EINPUT;
+        }
+    }
+    for (int i = 0; i < p->nstages; i++) {
+        const ap_plan_desc_stage *st = &p->stages[i];
+        if (st->embedding != (i == 0) || st->head != (i == p->nstages - 1)) {
+            errf(err, "%s: stage %d %s the embedding and %s the head; "
+                     "%s puts the embedding on the first stage and the head on the last",
+                     p->source, i, st->embedding ? "has" : "lacks",
+                     st->head ? "has" : "lacks", who);
+            return AP_EINPUT;
+        }
+    }
+    const ap_plan_desc_stage *last = &p->stages[p->nstages - 1];
+    if (last->first_layer + last->nlayers != g->nlayers) {
+        errf(err, "%s: the stages hold %d layers but the model %s has %d",
+                 p->source, last->first_layer + last->nlayers, g->source, g->nlayers);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+/* Reads tp, dp, cp, ep and sp off the shardings (in the launcher frame). */
+static void infer_degrees(const ap_graph *g, const ap_plan_desc *p, const frame *f,
+                          ap_degrees *d)
+{
+    char seq = ap_graph_label_of(g, AP_DIM_SEQ), batch = ap_graph_label_of(g, AP_DIM_BATCH);
+    char experts = ap_graph_label_of(g, AP_DIM_EXPERTS);
+    d->tp = 1;
+    for (int st = 0; st < p->nstages && f->d1 > 1; st++)
+        for (int i = 0; i < p->stages[st].nops; i++)
+            if (model_parallel_kind(g, in_frame(f, p->stages[st].ops[i].s).axis[1]))
+                d->tp = f->d1;
+    int outer = d->tp > 1 ? f->d0 : f->d0 * f->d1;
+    int on_batch = 0, on_seq = 0, on_experts = 0;
+    for (int st = 0; st < p->nstages; st++)
+        for (int i = 0; i < p->stages[st].nops; i++) {
+            ap_strategy s = in_frame(f, p->stages[st].ops[i].s);
+            if (d->tp == 1)
+                s = collapse(f, s);
+            on_batch |= batch && s.axis[0] == batch;
+            on_seq |= seq && s.axis[0] == seq;
+            on_experts |= experts && s.axis[0] == experts;
+            d->sp |= d->tp > 1 && seq && (s.axis[1] == seq || s.rs[1] == seq);
+        }
+    d->cp = outer > 1 && on_seq && !on_batch ? outer : 1;
+    d->dp = outer / d->cp;
+    d->ep = on_experts ? d->dp : 1;
+    d->etp = experts ? d->tp : 1;
+}
+
+static void to_megatron(const ap_degrees *d, ap_megatron *m)
+{
+    ap_megatron_default(m);
+    m->tp = d->tp;
+    m->pp = d->pp;
+    m->dp = d->dp;
+    m->cp = d->cp;
+    m->ep = d->ep;
+    m->vpp = d->vpp;
+    m->mbs = d->mbs;
+    m->sp = d->sp;
+    m->gbs = d->gbs;
+    m->recompute = d->recompute;
+    m->zero = d->zero;
+}
+
+/* Every op's sharding must be the one Megatron's pattern gives it. */
+static int check_ops(const ap_graph *g, const ap_plan_desc *p, const frame *f,
+                     const ap_degrees *d, ap_launcher to, char *err)
+{
+    const char *who = ap_launcher_name(to);
+    ap_megatron m;
+    to_megatron(d, &m);
+    for (int st = 0; st < p->nstages; st++)
+        for (int i = 0; i < p->stages[st].nops; i++) {
+            int k = find_op(g, p, st, i, err);
+            if (k < 0)
+                return AP_EINPUT;
+            ap_strategy have = in_frame(f, p->stages[st].ops[i].s);
+            if (d->tp == 1)
+                have = collapse(f, have);
+            ap_strategy want = ap_megatron_layout(g, &m, k);
+            if (same_strategy(&have, &want))
+                continue;
+            char hs[64], ws[64];
+            ap_strategy_format(&p->stages[st].ops[i].s, hs, sizeof hs);
+            ap_strategy_format(&want, ws, sizeof ws);
+            errf(err, "%s: stage %d, op \"%s\" (blocks[%d]) is sharded "
+                     "\"%s\" on mesh [%d, %d]; %s with tp=%d dp=%d cp=%d sp=%d would "
+                     "shard it \"%s\" on mesh [%d, %d]: this plan is outside %s's "
+                     "tensor-parallel pattern (plan with --target %s to stay inside it)",
+                     p->source, st, p->stages[st].ops[i].op,
+                     p->stages[st].ops[i].block, hs, p->stages[st].mesh[0],
+                     p->stages[st].mesh[1], who, d->tp, d->dp, d->cp, d->sp, ws,
+                     d->dp * d->cp, d->tp, who, to == AP_LAUNCHER_MEGATRON ? "megatron"
+                     : to == AP_LAUNCHER_TORCHTITAN ? "torchtitan" : "deepspeed");
+            return AP_EINPUT;
+        }
+    return AP_OK;
+}
+
+static int batch_degrees(const ap_plan_desc *p, ap_degrees *d, char *err)
+{
+    double mbs = p->micro_batch / d->dp;
+    if (mbs < 1 || mbs != floor(mbs) || mbs > 1e9) {
+        errf(err, "%s: micro_batch %g is not a whole number of "
+                 "sequences per data-parallel replica (dp=%d)", p->source,
+                 p->micro_batch, d->dp);
+        return AP_EINPUT;
+    }
+    d->mbs = (int)mbs;
+    d->gbs = p->global_batch;
+    d->nmicro = p->nmicro;
+    if (fabs(p->nmicro * p->micro_batch - p->global_batch) > 1e-9 * p->global_batch) {
+        errf(err, "%s: num_micro_batches %d x micro_batch %g is not "
+                 "global_batch %g", p->source, p->nmicro, p->micro_batch, p->global_batch);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *d,
+                          char *err)
+{
+    d->pp = p->nstages;
+    d->vpp = p->vchunks;
+    d->schedule = p->schedule;
+    d->even = g->nlayers % d->pp == 0;
+    for (int i = 0; i < p->nstages; i++)
+        d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
+    if ((d->vpp > 1) != (d->schedule == AP_SCHED_INTERLEAVED)) {
+        errf(err, "%s: virtual_stages %d does not match the %s schedule",
+                 p->source, d->vpp, ap_emit_schedule_name(d->schedule));
+        return AP_EINPUT;
+    }
+    if (d->vpp > 1 && (!d->even || g->nlayers % (d->pp * d->vpp))) {
+        errf(err, "%s: %d virtual stages per stage need the %d layers "
+                 "split evenly into pp*vpp = %d chunks", p->source, d->vpp,
+                 g->nlayers, d->pp * d->vpp);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+static int refuse(const ap_plan_desc *p, char *err, const char *fmt, const char *who,
+                  const char *what)
+{
+    char msg[AP_ERR_LEN];
+    errf(msg, fmt, who, what);
+    return errf(err, "%s: %s", p->source, msg);
+}
+
+/* What each launcher cannot state, beyond the shared checks. */
+static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launcher to,
+                          char *err)
+{
+    const char *who = ap_launcher_name(to);
+    if (to == AP_LAUNCHER_MEGATRON) {
+        if (d->schedule == AP_SCHED_GPIPE)
+            return refuse(p, err, "%s runs 1F1B or interleaved 1F1B, not the plan's %s schedule",
+                          who, "GPipe");
+        if (d->zero > AP_ZERO_1)
+            return refuse(p, err, "%s's distributed optimizer shards optimizer states "
+                          "only (ZeRO-1); the plan uses %s", who, d->zero == AP_ZERO_2
+                          ? "ZeRO-2" : "ZeRO-3");
+        return AP_OK;
+    }
+    if (to == AP_LAUNCHER_TORCHTITAN) {
+        if (d->tp > 1 && !d->sp)
+            return refuse(p, err, "%s's tensor parallelism always shards norms on the "
+                          "sequence (sequence parallelism); the plan uses %s",
+                          who, "tensor parallelism without it (Megatron-LM runs it)");
+        return AP_OK;
+    }
+    if (d->tp > 1 || d->cp > 1 || d->ep > 1)
+        return refuse(p, err, "%s has no %s of its own (Megatron-DeepSpeed does): "
+                      "export this plan to Megatron-LM", who, d->tp > 1
+                      ? "tensor parallelism" : d->cp > 1 ? "context parallelism"
+                      : "expert parallelism in its config");
+    if (d->pp > 1 && d->schedule != AP_SCHED_1F1B)
+        return refuse(p, err, "%s's pipeline engine runs 1F1B only; the plan uses %s",
+                      who, ap_emit_schedule_name(d->schedule));
+    if (d->pp > 1 && !d->even)
+        return refuse(p, err, "%s's config partitions layers evenly (\"uniform\"); "
+                      "the plan's stages are %s", who, "uneven");
+    if (d->pp > 1 && d->zero > AP_ZERO_1)
+        return refuse(p, err, "%s's pipeline engine supports ZeRO-1 at most; the plan "
+                      "uses %s", who, d->zero == AP_ZERO_2 ? "ZeRO-2" : "ZeRO-3");
+    if (d->recompute == AP_RECOMPUTE_SELECTIVE)
+        return refuse(p, err, "%s's config has no %s; only full recomputation",
+                      who, "selective recomputation");
+    return AP_OK;
+}
+
+int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
+                     ap_degrees *d, char *err)
+{
+    const char *who = ap_launcher_name(to);
+    memset(d, 0, sizeof *d);
+    int rc;
+    if ((rc = check_shape(g, p, err)) || (rc = check_stages(g, p, who, err)) ||
+        (rc = check_pipeline(g, p, d, err)))
+        return rc;
+    const ap_plan_desc_stage *s0 = &p->stages[0];
+    frame f = {s0->mesh[0], s0->mesh[1], 0};
+    if (f.d1 == 1 && f.d0 > 1) {
+        f.d1 = f.d0;
+        f.d0 = 1;
+        f.swap = 1;
+    }
+    infer_degrees(g, p, &f, d);
+    d->recompute = s0->recompute;
+    d->zero = p->zero;
+    if ((rc = batch_degrees(p, d, err)) || (rc = check_ops(g, p, &f, d, to, err)))
+        return rc;
+    return check_launcher(p, d, to, err);
+}
+
+int ap_export(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
+              char **text, char *err)
+{
+    ap_degrees d;
+    *text = NULL;
+    int rc = ap_plan_classify(g, p, to, &d, err);
+    if (rc)
+        return rc;
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    *text = to == AP_LAUNCHER_MEGATRON ? ap_emit_megatron(p, &d, &s)
+          : to == AP_LAUNCHER_TORCHTITAN ? ap_emit_torchtitan(p, &d, &s)
+          : ap_emit_deepspeed(p, &d, &s);
+    if (!*text) {
+        errf(err, "out of memory writing the %s export", ap_launcher_name(to));
+        return AP_EINTERNAL;
+    }
+    return AP_OK;
+}

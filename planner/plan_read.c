@@ -1,0 +1,523 @@
+/* plan_read.c -- plan.json (autopar-plan/1) read back for the exporters.
+ *
+ * The reader checks what the exporters rely on: types, ranges, and that
+ * stages cover the layers and ranks in order, each mesh holding its ranks.
+ * Every error names the file and the JSON path of the field at fault. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner.h"
+
+typedef struct {
+    const char *source;
+    char *err;
+} reader;
+
+static int fail(const reader *r, const char *path, const char *fmt, ...)
+{
+    int n = snprintf(r->err, AP_ERR_LEN, "%s: %s%s", r->source, path, *path ? ": " : "");
+    if (n < 0 || n >= AP_ERR_LEN)
+        return AP_EINPUT;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err + n, AP_ERR_LEN - (size_t)n, fmt, ap);
+    va_end(ap);
+    return AP_EINPUT;
+}
+
+static const cJSON *field(const cJSON *o, const char *name)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, name);
+}
+
+static int get_number(const reader *r, const cJSON *o, const char *name,
+                      const char *path, double lo, double hi, double *out)
+{
+    char at[256];
+    snprintf(at, sizeof at, "%s%s%s", path, *path ? "." : "", name);
+    const cJSON *v = field(o, name);
+    if (!v)
+        return fail(r, at, "missing");
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return fail(r, at, "expected a number");
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return fail(r, at, "%g is out of range [%g, %g]", v->valuedouble, lo, hi);
+    *out = v->valuedouble;
+    return AP_OK;
+}
+
+static int get_int(const reader *r, const cJSON *o, const char *name,
+                   const char *path, long long lo, long long hi, long long *out)
+{
+    double d;
+    int rc = get_number(r, o, name, path, (double)lo, (double)hi, &d);
+    if (rc)
+        return rc;
+    if (d != floor(d)) {
+        char at[256];
+        snprintf(at, sizeof at, "%s%s%s", path, *path ? "." : "", name);
+        return fail(r, at, "expected an integer, got %g", d);
+    }
+    *out = (long long)d;
+    return AP_OK;
+}
+
+static int get_small(const reader *r, const cJSON *o, const char *name,
+                     const char *path, int lo, int hi, int *out)
+{
+    long long v;
+    int rc = get_int(r, o, name, path, lo, hi, &v);
+    if (!rc)
+        *out = (int)v;
+    return rc;
+}
+
+static int get_string(const reader *r, const cJSON *o, const char *name,
+                      const char *path, char *out, size_t cap, int required)
+{
+    char at[256];
+    snprintf(at, sizeof at, "%s%s%s", path, *path ? "." : "", name);
+    const cJSON *v = field(o, name);
+    if (!v && !required) {
+        out[0] = 0;
+        return AP_OK;
+    }
+    if (!v)
+        return fail(r, at, "missing");
+    if (!cJSON_IsString(v))
+        return fail(r, at, "expected a string");
+    if (strlen(v->valuestring) >= cap)
+        return fail(r, at, "longer than %zu characters", cap - 1);
+    memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
+    return AP_OK;
+}
+
+static int get_bool(const reader *r, const cJSON *o, const char *name,
+                    const char *path, int *out)
+{
+    char at[256];
+    snprintf(at, sizeof at, "%s%s%s", path, *path ? "." : "", name);
+    const cJSON *v = field(o, name);
+    if (!v)
+        return fail(r, at, "missing");
+    if (!cJSON_IsBool(v))
+        return fail(r, at, "expected true or false");
+    *out = cJSON_IsTrue(v);
+    return AP_OK;
+}
+
+/* Reads a two-integer array such as "mesh": [d0, d1]. */
+static int get_pair(const reader *r, const cJSON *o, const char *name,
+                    const char *path, const char *shape, long long lo,
+                    long long hi, long long out[2])
+{
+    char at[256];
+    snprintf(at, sizeof at, "%s.%s", path, name);
+    const cJSON *v = field(o, name);
+    if (!v)
+        return fail(r, at, "missing");
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
+        return fail(r, at, "expected %s", shape);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+            e->valuedouble < (double)lo || e->valuedouble > (double)hi)
+            return fail(r, at, "expected %s of integers from %lld to %lld", shape, lo, hi);
+        out[i] = (long long)e->valuedouble;
+    }
+    return AP_OK;
+}
+
+static int parse_schedule(const reader *r, const cJSON *root, ap_schedule *out)
+{
+    char s[32];
+    int rc = get_string(r, root, "schedule", "", s, sizeof s, 1);
+    if (rc)
+        return rc;
+    if (!strcmp(s, "1f1b"))
+        *out = AP_SCHED_1F1B;
+    else if (!strcmp(s, "gpipe"))
+        *out = AP_SCHED_GPIPE;
+    else if (!strcmp(s, "interleaved-1f1b"))
+        *out = AP_SCHED_INTERLEAVED;
+    else
+        return fail(r, "schedule", "\"%s\" is not 1f1b, gpipe or interleaved-1f1b", s);
+    return AP_OK;
+}
+
+static int parse_recompute(const reader *r, const cJSON *o, const char *path,
+                           ap_recompute *out)
+{
+    char s[32];
+    int rc = get_string(r, o, "recompute", path, s, sizeof s, 1);
+    if (rc)
+        return rc;
+    if (!strcmp(s, "none"))
+        *out = AP_RECOMPUTE_NONE;
+    else if (!strcmp(s, "selective"))
+        *out = AP_RECOMPUTE_SELECTIVE;
+    else if (!strcmp(s, "full"))
+        *out = AP_RECOMPUTE_FULL;
+    else {
+        char at[256];
+        snprintf(at, sizeof at, "%s.recompute", path);
+        return fail(r, at, "\"%s\" is not none, selective or full", s);
+    }
+    return AP_OK;
+}
+
+static int is_label(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* The inverse of ap_strategy_format: "replicated" or space-separated
+ * "L@A" items, each optionally followed by "->rs:R". */
+static int parse_sharding(const reader *r, const char *at, const char *text,
+                          ap_strategy *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!strcmp(text, "replicated"))
+        return AP_OK;
+    const char *p = text;
+    int items = 0;
+    while (*p) {
+        if (!is_label(p[0]) || p[1] != '@' || (p[2] != '0' && p[2] != '1'))
+            return fail(r, at, "\"%s\" is not LABEL@AXIS items (axis 0 or 1) or "
+                        "\"replicated\"", text);
+        int a = p[2] - '0';
+        if (s->axis[a])
+            return fail(r, at, "\"%s\" splits axis %d twice", text, a);
+        s->axis[a] = p[0];
+        p += 3;
+        if (!strncmp(p, "->rs:", 5)) {
+            if (!is_label(p[5]))
+                return fail(r, at, "\"%s\": ->rs: needs a label", text);
+            s->rs[a] = p[5];
+            p += 6;
+        }
+        if (*p == ' ')
+            p++;
+        else if (*p)
+            return fail(r, at, "\"%s\" is not LABEL@AXIS items (axis 0 or 1) or "
+                        "\"replicated\"", text);
+        items++;
+    }
+    return items ? AP_OK : fail(r, at, "empty sharding");
+}
+
+static int parse_ops(const reader *r, const cJSON *blocks, const char *path,
+                     ap_plan_desc_stage *st)
+{
+    int n = 0;
+    const cJSON *b;
+    cJSON_ArrayForEach(b, blocks) {
+        const cJSON *ops = field(b, "ops");
+        n += cJSON_IsArray(ops) ? cJSON_GetArraySize(ops) : 0;
+    }
+    st->ops = calloc((size_t)(n ? n : 1), sizeof *st->ops);
+    if (!st->ops) {
+        snprintf(r->err, AP_ERR_LEN, "%s: out of memory", r->source);
+        return AP_EINTERNAL;
+    }
+    int bi = 0;
+    cJSON_ArrayForEach(b, blocks) {
+        char bat[160];
+        snprintf(bat, sizeof bat, "%s.blocks[%d]", path, bi);
+        if (!cJSON_IsObject(b))
+            return fail(r, bat, "expected an object");
+        const cJSON *ops = field(b, "ops");
+        if (!cJSON_IsArray(ops)) {
+            char at[200];
+            snprintf(at, sizeof at, "%s.ops", bat);
+            return fail(r, at, ops ? "expected an array" : "missing");
+        }
+        int oi = 0;
+        const cJSON *o;
+        cJSON_ArrayForEach(o, ops) {
+            char oat[200], sat[220];
+            snprintf(oat, sizeof oat, "%s.ops[%d]", bat, oi);
+            if (!cJSON_IsObject(o))
+                return fail(r, oat, "expected an object");
+            ap_plan_desc_op *d = &st->ops[st->nops];
+            char spec[64];
+            int rc = get_string(r, o, "op", oat, d->op, sizeof d->op, 1);
+            if (!rc)
+                rc = get_string(r, o, "sharding", oat, spec, sizeof spec, 1);
+            snprintf(sat, sizeof sat, "%s.sharding", oat);
+            if (!rc)
+                rc = parse_sharding(r, sat, spec, &d->s);
+            if (rc)
+                return rc;
+            d->block = bi;
+            st->nops++;
+            oi++;
+        }
+        bi++;
+    }
+    return AP_OK;
+}
+
+static int parse_stage(const reader *r, const cJSON *o, int i, ap_plan_desc *p)
+{
+    char path[64];
+    snprintf(path, sizeof path, "stages[%d]", i);
+    ap_plan_desc_stage *st = &p->stages[i];
+    if (!cJSON_IsObject(o))
+        return fail(r, path, "expected an object");
+    int index;
+    long long layers[2], ranks[2], mesh[2];
+    int rc = get_small(r, o, "index", path, 0, 1 << 20, &index);
+    if (!rc && index != i)
+        rc = fail(r, path, "index is %d, expected %d (stages in pipeline order)", index, i);
+    if (!rc)
+        rc = get_pair(r, o, "layers", path, "[first, end)", 0, 1 << 20, layers);
+    if (!rc)
+        rc = get_pair(r, o, "ranks", path, "[first, last]", 0, 1 << 20, ranks);
+    if (!rc)
+        rc = get_pair(r, o, "mesh", path, "[d0, d1]", 1, 1 << 20, mesh);
+    if (!rc)
+        rc = get_bool(r, o, "embedding", path, &st->embedding);
+    if (!rc)
+        rc = get_bool(r, o, "head", path, &st->head);
+    if (!rc)
+        rc = parse_recompute(r, o, path, &st->recompute);
+    if (rc)
+        return rc;
+    char at[96];
+    if (layers[1] <= layers[0]) {
+        snprintf(at, sizeof at, "%s.layers", path);
+        return fail(r, at, "[%lld, %lld) holds no layer", layers[0], layers[1]);
+    }
+    if (ranks[1] < ranks[0] || mesh[0] * mesh[1] != ranks[1] - ranks[0] + 1) {
+        snprintf(at, sizeof at, "%s.mesh", path);
+        return fail(r, at, "[%lld, %lld] does not hold the %lld ranks %lld-%lld",
+                    mesh[0], mesh[1], ranks[1] - ranks[0] + 1, ranks[0], ranks[1]);
+    }
+    st->first_layer = (int)layers[0];
+    st->nlayers = (int)(layers[1] - layers[0]);
+    st->first_rank = (int)ranks[0];
+    st->ngpus = (int)(ranks[1] - ranks[0] + 1);
+    st->mesh[0] = (int)mesh[0];
+    st->mesh[1] = (int)mesh[1];
+    const cJSON *blocks = field(o, "blocks");
+    if (!cJSON_IsArray(blocks)) {
+        snprintf(at, sizeof at, "%s.blocks", path);
+        return fail(r, at, blocks ? "expected an array" : "missing");
+    }
+    return parse_ops(r, blocks, path, st);
+}
+
+/* Stages follow each other: layers and ranks continue where the previous
+ * stage ended, the first starts at 0, and the last ends at the GPU count. */
+static int check_cover(const reader *r, const ap_plan_desc *p)
+{
+    char at[64];
+    for (int i = 0; i < p->nstages; i++) {
+        const ap_plan_desc_stage *st = &p->stages[i], *prev = i ? st - 1 : NULL;
+        int want_layer = prev ? prev->first_layer + prev->nlayers : 0;
+        int want_rank = prev ? prev->first_rank + prev->ngpus : 0;
+        if (st->first_layer != want_layer) {
+            snprintf(at, sizeof at, "stages[%d].layers", i);
+            return fail(r, at, "starts at layer %d, expected %d", st->first_layer, want_layer);
+        }
+        if (st->first_rank != want_rank) {
+            snprintf(at, sizeof at, "stages[%d].ranks", i);
+            return fail(r, at, "starts at rank %d, expected %d", st->first_rank, want_rank);
+        }
+    }
+    const ap_plan_desc_stage *last = &p->stages[p->nstages - 1];
+    if (last->first_rank + last->ngpus != p->gpus) {
+        snprintf(at, sizeof at, "stages[%d].ranks", p->nstages - 1);
+        return fail(r, at, "ends at rank %d, but the plan has %d GPUs",
+                    last->first_rank + last->ngpus - 1, p->gpus);
+    }
+    return AP_OK;
+}
+
+static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
+{
+    const char *at = "model_shape";
+    if (!cJSON_IsObject(o))
+        return fail(r, at, "expected an object");
+    memset(s, 0, sizeof *s);
+    const long long big = 1LL << 40;
+    int rc = get_small(r, o, "layers", at, 0, 1 << 20, &s->layers);
+    if (!rc)
+        rc = get_int(r, o, "hidden", at, 1, big, &s->hidden);
+    if (!rc)
+        rc = get_int(r, o, "heads", at, 0, big, &s->heads);
+    if (!rc)
+        rc = get_int(r, o, "kv_heads", at, 0, big, &s->kv_heads);
+    if (!rc)
+        rc = get_int(r, o, "head_dim", at, 0, big, &s->head_dim);
+    if (!rc)
+        rc = get_int(r, o, "ffn", at, 0, big, &s->ffn);
+    if (!rc)
+        rc = get_int(r, o, "vocab", at, 0, big, &s->vocab);
+    if (!rc)
+        rc = get_int(r, o, "seq", at, 1, big, &s->seq);
+    if (!rc)
+        rc = get_int(r, o, "experts", at, 0, big, &s->experts);
+    if (!rc)
+        rc = get_small(r, o, "top_k", at, 0, 1 << 20, &s->top_k);
+    char dt[16], norm[16], act[16], pos[16];
+    if (!rc)
+        rc = get_string(r, o, "dtype", at, dt, sizeof dt, 1);
+    if (!rc && ap_dtype_from_name(dt, &s->dtype))
+        rc = fail(r, "model_shape.dtype", "unknown dtype \"%s\"", dt);
+    if (!rc)
+        rc = get_string(r, o, "norm", at, norm, sizeof norm, 1);
+    if (!rc)
+        rc = get_string(r, o, "mlp", at, act, sizeof act, 1);
+    if (!rc)
+        rc = get_string(r, o, "positions", at, pos, sizeof pos, 1);
+    if (!rc)
+        rc = get_bool(r, o, "tied_embeddings", at, &s->tied_embeddings);
+    if (!rc)
+        rc = get_bool(r, o, "linear_bias", at, &s->linear_bias);
+    if (!rc)
+        rc = get_bool(r, o, "flash_attention", at, &s->flash);
+    if (rc)
+        return rc;
+    if (strcmp(norm, "rmsnorm") && strcmp(norm, "layernorm"))
+        return fail(r, "model_shape.norm", "\"%s\" is not rmsnorm or layernorm", norm);
+    if (strcmp(act, "swiglu") && strcmp(act, "plain"))
+        return fail(r, "model_shape.mlp", "\"%s\" is not swiglu or plain", act);
+    if (strcmp(pos, "learned") && strcmp(pos, "rotary"))
+        return fail(r, "model_shape.positions", "\"%s\" is not learned or rotary", pos);
+    s->rmsnorm = !strcmp(norm, "rmsnorm");
+    s->swiglu = !strcmp(act, "swiglu");
+    s->learned_positions = !strcmp(pos, "learned");
+    return AP_OK;
+}
+
+static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    char format[32];
+    int rc = get_string(r, root, "format", "", format, sizeof format, 1);
+    if (rc)
+        return rc;
+    if (strcmp(format, "autopar-plan/1"))
+        return fail(r, "format", "\"%s\" is not \"autopar-plan/1\"", format);
+    int zero;
+    if ((rc = get_string(r, root, "model", "", p->model, sizeof p->model, 1)) ||
+        (rc = get_string(r, root, "model_path", "", p->model_path, sizeof p->model_path, 0)) ||
+        (rc = get_string(r, root, "cluster", "", p->cluster, sizeof p->cluster, 1)) ||
+        (rc = get_small(r, root, "gpus", "", 1, 1 << 20, &p->gpus)) ||
+        (rc = get_small(r, root, "gpus_per_node", "", 1, 1024, &p->gpus_per_node)) ||
+        (rc = get_number(r, root, "global_batch", "", 1, 1e12, &p->global_batch)) ||
+        (rc = get_number(r, root, "micro_batch", "", 1e-9, 1e12, &p->micro_batch)) ||
+        (rc = get_small(r, root, "num_micro_batches", "", 1, 1 << 30, &p->nmicro)) ||
+        (rc = get_small(r, root, "seq_length", "", 1, 1 << 30, &p->seq)) ||
+        (rc = parse_schedule(r, root, &p->schedule)) ||
+        (rc = get_small(r, root, "virtual_stages", "", 1, 1 << 20, &p->vchunks)) ||
+        (rc = get_small(r, root, "zero", "", 0, 3, &zero)))
+        return rc;
+    p->zero = (ap_zero)zero;
+    const cJSON *shape = field(root, "model_shape");
+    if (shape) {
+        if ((rc = parse_shape(r, shape, &p->shape)))
+            return rc;
+        p->has_shape = 1;
+    }
+    const cJSON *pred = field(root, "prediction");
+    if (!cJSON_IsObject(pred))
+        return fail(r, "prediction", pred ? "expected an object" : "missing");
+    return get_number(r, pred, "step_time_s", "prediction", 0, 1e30, &p->step_time);
+}
+
+static int parse_root(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    if (!cJSON_IsObject(root))
+        return fail(r, "", "not a JSON object");
+    int rc = parse_top(r, root, p);
+    if (rc)
+        return rc;
+    const cJSON *stages = field(root, "stages");
+    if (!cJSON_IsArray(stages) || !cJSON_GetArraySize(stages))
+        return fail(r, "stages", stages ? "expected a non-empty array" : "missing");
+    int n = cJSON_GetArraySize(stages);
+    p->stages = calloc((size_t)n, sizeof *p->stages);
+    if (!p->stages) {
+        snprintf(r->err, AP_ERR_LEN, "%s: out of memory", r->source);
+        return AP_EINTERNAL;
+    }
+    p->nstages = n;
+    int i = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, stages) {
+        if ((rc = parse_stage(r, s, i++, p)))
+            return rc;
+    }
+    return check_cover(r, p);
+}
+
+void ap_plan_desc_free(ap_plan_desc *d)
+{
+    if (!d)
+        return;
+    for (int i = 0; i < d->nstages; i++)
+        free(d->stages[i].ops);
+    free(d->stages);
+    d->stages = NULL;
+    d->nstages = 0;
+}
+
+/* Line and column of byte `at`, for JSON syntax errors. */
+static void locate(const char *text, size_t at, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < at; i++) {
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+int ap_plan_desc_parse(const char *text, size_t len, const char *source,
+                       ap_plan_desc *out, char *err)
+{
+    reader r = {source ? source : "(plan)", err};
+    memset(out, 0, sizeof *out);
+    snprintf(out->source, sizeof out->source, "%s", r.source);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : len;
+        int line, col;
+        locate(text, at, &line, &col);
+        if (at >= len)
+            snprintf(err, AP_ERR_LEN, "%s: not valid JSON: unexpected end of input", r.source);
+        else
+            snprintf(err, AP_ERR_LEN, "%s: not valid JSON at line %d, column %d",
+                     r.source, line, col);
+        return AP_EINPUT;
+    }
+    int rc = parse_root(&r, root, out);
+    cJSON_Delete(root);
+    if (rc)
+        ap_plan_desc_free(out);
+    return rc;
+}
+
+int ap_plan_read(const char *path, ap_plan_desc *out, char *err)
+{
+    char *text;
+    size_t len;
+    memset(out, 0, sizeof *out);
+    int rc = ap_read_file(path, &text, &len, err);
+    if (rc)
+        return rc;
+    rc = ap_plan_desc_parse(text, len, path, out, err);
+    free(text);
+    return rc;
+}

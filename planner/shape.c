@@ -1,0 +1,89 @@
+/* shape.c -- the model's shape as launchers' flags state it, read off the
+ * graph: sizes from the dimension kinds, architecture from the op kinds. */
+#include <string.h>
+
+#include "planner/planner.h"
+
+static long long size_of(const ap_graph *g, ap_dim_kind k)
+{
+    char l = ap_graph_label_of(g, k);
+    return l ? (long long)ap_graph_dim(g, l)->size : 0;
+}
+
+static int is_param(const ap_graph *g, int t)
+{
+    return g->tensors[t].role == AP_TENSOR_PARAM;
+}
+
+/* A position table is a second embedding before the layers, or a
+ * parameter added to the token embeddings there. Rotary embeddings are not
+ * in the graph, so a model without a table is taken to use them. */
+static int has_position_table(const ap_graph *g)
+{
+    int embeddings = 0;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->layer >= 0)
+            continue;
+        if (op->kind == AP_OP_EMBEDDING && ++embeddings > 1)
+            return 1;
+        if (op->kind == AP_OP_BINARY && op->sub == AP_BINARY_ADD)
+            for (int k = 0; k < op->ninputs; k++)
+                if (is_param(g, op->inputs[k]))
+                    return 1;
+    }
+    return 0;
+}
+
+/* Tied: a matmul outside the layers reads the table an embedding reads. */
+static int head_is_tied(const ap_graph *g)
+{
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *e = &g->ops[i];
+        if (e->kind != AP_OP_EMBEDDING || e->ninputs < 2)
+            continue;
+        for (int j = 0; j < g->nops; j++) {
+            const ap_op *m = &g->ops[j];
+            if (m->kind == AP_OP_MATMUL && m->layer < 0 && m->ninputs >= 2 &&
+                m->inputs[1] == e->inputs[1])
+                return 1;
+        }
+    }
+    return 0;
+}
+
+void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->layers = g->nlayers;
+    s->hidden = size_of(g, AP_DIM_HIDDEN);
+    s->heads = size_of(g, AP_DIM_HEADS);
+    s->kv_heads = size_of(g, AP_DIM_KV_HEADS);
+    if (!s->kv_heads)
+        s->kv_heads = s->heads;
+    s->head_dim = size_of(g, AP_DIM_HEAD_DIM);
+    s->ffn = size_of(g, AP_DIM_FFN);
+    s->vocab = size_of(g, AP_DIM_VOCAB);
+    s->seq = size_of(g, AP_DIM_SEQ);
+    s->experts = size_of(g, AP_DIM_EXPERTS);
+    s->dtype = g->dtype;
+    int silu = 0, mul = 0;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind == AP_OP_NORM && op->sub == AP_NORM_RMS)
+            s->rmsnorm = 1;
+        if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_SILU && op->layer >= 0)
+            silu = 1;
+        if (op->kind == AP_OP_BINARY && op->sub == AP_BINARY_MUL && op->layer >= 0)
+            mul = 1;
+        if (op->kind == AP_OP_MATMUL && op->ninputs == 3)
+            s->linear_bias = 1;
+        if (op->kind == AP_OP_ATTENTION && op->flash)
+            s->flash = 1;
+        if (op->kind == AP_OP_ROUTER && !s->top_k)
+            s->top_k = op->top_k;
+    }
+    s->swiglu = silu && mul;
+    s->learned_positions = has_position_table(g);
+    s->tied_embeddings = head_is_tied(g);
+}
