@@ -495,7 +495,10 @@ int ap_plan_desc_parse(const char *text, size_t len, const char *source,
         size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : len;
         int line, col;
         locate(text, at, &line, &col);
-        if (at >= len)
+        size_t rest = at;
+        while (rest < len && strchr(" \t\r\n", text[rest]))
+            rest++;
+        if (rest >= len)
             snprintf(err, AP_ERR_LEN, "%s: not valid JSON: unexpected end of input", r.source);
         else
             snprintf(err, AP_ERR_LEN, "%s: not valid JSON at line %d, column %d",

@@ -1,0 +1,94 @@
+#!/bin/sh
+# autopar export: golden exports of Megatron-LM configurations of the
+# examples, the same bytes from `--emit`, the round trip of the exported
+# Megatron flags through `estimate --megatron-args`, and refusals.
+#
+# To regenerate the goldens after an intended change of the output:
+#   AP_REGEN=1 sh tests/cli/export.sh build/autopar .
+# and review the diff of tests/data/golden/ before committing it.
+set -u
+bin=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
+
+# name|model|gpus|Megatron spec|launcher
+cases="gpt-tiny|examples/gpt-tiny.json|4|tp=2,pp=2,sp=1,mbs=1,gbs=8|megatron
+gpt-tiny|examples/gpt-tiny.json|4|tp=1,pp=2,mbs=2,gbs=16|deepspeed
+gpt-1.3b|examples/gpt-1.3b.json|16|tp=2,pp=2,vpp=2,sp=1,mbs=1,gbs=64|megatron
+gpt-1.3b|examples/gpt-1.3b.json|16|tp=2,pp=2,vpp=2,sp=1,mbs=1,gbs=64|torchtitan
+gpt-1.3b|examples/gpt-1.3b.json|16|tp=1,pp=2,mbs=2,gbs=64,recompute=full|deepspeed
+llama-3-8b|examples/hf/llama-3-8b.json|16|tp=4,pp=2,sp=1,mbs=1,gbs=256,recompute=full|megatron
+llama-3-8b|examples/hf/llama-3-8b.json|16|tp=4,pp=2,sp=1,mbs=1,gbs=256,recompute=full|torchtitan
+mixtral-8x7b|examples/hf/mixtral-8x7b.json|64|tp=2,pp=4,ep=8,sp=1,mbs=1,gbs=256,recompute=selective|megatron"
+
+echo "$cases" >"$tmp/cases"
+while IFS='|' read -r name model gpus spec to; do
+    golden=$src/tests/data/golden/$name.$to.txt
+    "$bin" estimate "$src/$model" --gpus "$gpus" --megatron "$spec" \
+        -o "$tmp/plan.json" --emit "$to" >"$tmp/emitted" 2>"$tmp/err" ||
+        { bad "$name $to: estimate --emit: $(cat "$tmp/err")"; continue; }
+    "$bin" export "$tmp/plan.json" --to "$to" >"$tmp/exported" 2>"$tmp/err" ||
+        { bad "$name $to: export: $(cat "$tmp/err")"; continue; }
+    cmp -s "$tmp/emitted" "$tmp/exported" && ok || bad "$name $to: --emit and export differ"
+    if [ "${AP_REGEN:-0}" = 1 ]; then
+        cp "$tmp/exported" "$golden"
+    fi
+    diff -u "$golden" "$tmp/exported" >"$tmp/diff" && ok ||
+        bad "$name $to: differs from $golden:$(cat "$tmp/diff")"
+done <"$tmp/cases"
+
+# The Megatron flags exported for a configuration, fed back through
+# --megatron-args, price to the same prediction.
+roundtrip() { # model gpus spec
+    "$bin" estimate "$src/$1" --gpus "$2" --megatron "$3" -o "$tmp/rt.json" --json \
+        >"$tmp/want" 2>/dev/null
+    "$bin" export "$tmp/rt.json" --to megatron >"$tmp/args.sh"
+    args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+    "$bin" estimate "$src/$1" --gpus "$2" --megatron-args "$args" --json >"$tmp/got" 2>"$tmp/err"
+    grep -q '"step_time_s"' "$tmp/want" && cmp -s "$tmp/want" "$tmp/got" && ok ||
+        bad "round trip of $3: $(cat "$tmp/err") $(diff "$tmp/want" "$tmp/got")"
+}
+roundtrip examples/gpt-1.3b.json 16 "tp=2,pp=2,vpp=2,sp=1,mbs=1,gbs=64"
+roundtrip examples/hf/llama-3-8b.json 16 "tp=4,pp=2,sp=1,mbs=1,gbs=256,recompute=full"
+roundtrip examples/hf/llama-3-8b.json 16 "tp=2,pp=1,mbs=2,gbs=128,recompute=selective,zero=0"
+
+# plan --emit: a searched plan exported directly; json is --json.
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 1 --global-batch 8 --quiet \
+    --emit deepspeed >"$tmp/ds" 2>"$tmp/err"
+[ $? -eq 0 ] && grep -q '"train_batch_size":.8,' "$tmp/ds" && ok ||
+    bad "plan --emit deepspeed: $(cat "$tmp/err")"
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 1 --global-batch 8 --quiet \
+    --emit json >"$tmp/a" 2>/dev/null
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 1 --global-batch 8 --quiet \
+    --json >"$tmp/b" 2>/dev/null
+grep -q autopar-plan/1 "$tmp/a" && cmp -s "$tmp/a" "$tmp/b" && ok || bad "--emit json is --json"
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 1 --emit yaml >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q -- "--emit takes" "$tmp/err" && ok || bad "--emit yaml is refused"
+
+# Refusals: a sharding outside the pattern, the wrong model, a launcher
+# that cannot express the plan.
+"$bin" estimate "$src/examples/gpt-tiny.json" --gpus 4 --megatron "tp=2,pp=2,sp=1,mbs=1,gbs=8" \
+    -o "$tmp/tiny.json" >/dev/null 2>&1
+sed '0,/"sharding":\t"n@1"/s//"sharding":\t"d@1"/' "$tmp/tiny.json" >"$tmp/odd.json"
+"$bin" export "$tmp/odd.json" --to megatron >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "odd.json: stage 0, op \"l0.q\"" "$tmp/err" &&
+    grep -q "outside Megatron-LM's tensor-parallel pattern" "$tmp/err" && ok ||
+    bad "an op outside the pattern is refused naming it: $(cat "$tmp/err")"
+"$bin" export "$tmp/tiny.json" --to megatron --model "$src/examples/gpt-1.3b.json" \
+    >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "model_shape.layers is 2 but the model" "$tmp/err" && ok ||
+    bad "the wrong model is refused: $(cat "$tmp/err")"
+"$bin" export "$tmp/tiny.json" --to deepspeed >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "DeepSpeed has no tensor parallelism" "$tmp/err" && ok ||
+    bad "DeepSpeed refuses tensor parallelism: $(cat "$tmp/err")"
+"$bin" export "$tmp/tiny.json" --to slurm >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "megatron, torchtitan or deepspeed" "$tmp/err" && ok ||
+    bad "an unknown launcher is refused"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

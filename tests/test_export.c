@@ -1,0 +1,295 @@
+/* Exports: a Megatron-LM configuration priced as a plan, written to
+ * plan.json and read back, classifies to exactly its degrees; its exported
+ * flags price to the same step time; plans a launcher cannot state are
+ * refused naming the stage and op; each emitter states the numbers the
+ * launcher needs. */
+#include "test.h"
+
+#include "planner/planner.h"
+
+static ap_graph *load(const char *rel)
+{
+    char path[512], err[AP_ERR_LEN];
+    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = NULL;
+    if (ap_graph_load(path, &o, &g, err))
+        fprintf(stderr, "%s\n", err);
+    return g;
+}
+
+/* Prices spec on `gpus` H100s and reads its plan.json back into *d. */
+static int megatron_desc(const ap_graph *g, int gpus, const char *spec,
+                         ap_plan_desc *d, double *step)
+{
+    char err[AP_ERR_LEN];
+    ap_cluster c;
+    ap_megatron m;
+    ap_plan p;
+    ap_megatron_default(&m);
+    if (ap_cluster_preset("h100-sxm", gpus, 0, &c, err) || ap_megatron_parse(spec, &m, err) ||
+        ap_megatron_plan(g, &c, &m, &p, err)) {
+        fprintf(stderr, "%s: %s\n", spec, err);
+        return -1;
+    }
+    char *json = ap_plan_to_json(g, &p);
+    int rc = ap_plan_desc_parse(json, strlen(json), "plan.json", d, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    if (step)
+        *step = p.step_time;
+    free(json);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    return rc;
+}
+
+static void megatron_plan_classifies_back_to_its_degrees(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    ap_degrees k;
+    char err[AP_ERR_LEN];
+    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,vpp=2,mbs=1,gbs=64", &d, NULL));
+    CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err) == AP_OK);
+    CHECK(k.tp == 2 && k.pp == 2 && k.dp == 4 && k.sp == 1 && k.vpp == 2);
+    CHECK(k.cp == 1 && k.ep == 1 && k.mbs == 1 && k.gbs == 64 && k.nmicro == 16);
+    CHECK(k.zero == AP_ZERO_1 && k.recompute == AP_RECOMPUTE_NONE && k.even);
+    ap_plan_desc_free(&d);
+
+    /* Without sequence parallelism, with 2 sequences per replica, full
+     * recomputation and no distributed optimizer. */
+    CHECK(!megatron_desc(g, 16, "tp=4,pp=1,mbs=2,gbs=64,recompute=full,zero=0", &d, NULL));
+    CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err) == AP_OK);
+    CHECK(k.tp == 4 && k.pp == 1 && k.dp == 4 && k.sp == 0 && k.vpp == 1 && k.mbs == 2);
+    CHECK(k.zero == AP_ZERO_NONE && k.recompute == AP_RECOMPUTE_FULL);
+    ap_plan_desc_free(&d);
+
+    /* Pure data parallelism: the [16, 1] mesh is one group of 16. */
+    CHECK(!megatron_desc(g, 16, "tp=1,pp=1,mbs=1,gbs=64", &d, NULL));
+    CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err) == AP_OK);
+    CHECK(k.tp == 1 && k.dp == 16 && k.pp == 1);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* Collects the lines "  --flag value" between MEGATRON_ARGS=" and ". */
+static void args_of(const char *text, char *out, size_t cap)
+{
+    out[0] = 0;
+    const char *p = strstr(text, "MEGATRON_ARGS=\"\n");
+    if (!p)
+        return;
+    p += strlen("MEGATRON_ARGS=\"\n");
+    const char *end = strchr(p, '"');
+    size_t n = end ? (size_t)(end - p) : 0;
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, p, n);
+    out[n] = 0;
+}
+
+static void exported_megatron_flags_price_to_the_same_step(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    const char *specs[] = {"tp=2,pp=2,sp=1,vpp=2,mbs=1,gbs=64",
+                           "tp=4,pp=1,mbs=2,gbs=64,recompute=full,zero=0",
+                           "tp=8,pp=2,sp=1,mbs=1,gbs=32,recompute=selective"};
+    for (int i = 0; i < 3; i++) {
+        ap_plan_desc d;
+        double step = 0;
+        char err[AP_ERR_LEN], *text = NULL, args[4096];
+        CHECK(g && !megatron_desc(g, 16, specs[i], &d, &step));
+        CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_OK);
+        args_of(text ? text : "", args, sizeof args);
+        CHECK_STR_HAS(args, "--tensor-model-parallel-size");
+        ap_megatron m;
+        ap_megatron_default(&m);
+        ap_cluster c;
+        ap_plan p;
+        CHECK(ap_megatron_parse_args(args, &m, err) == AP_OK);
+        CHECK(ap_cluster_preset("h100-sxm", 16, 0, &c, err) == AP_OK);
+        CHECK(ap_megatron_plan(g, &c, &m, &p, err) == AP_OK);
+        CHECK_NEAR(p.step_time, step, 1e-12);
+        CHECK_NEAR(p.step_time, d.step_time, 1e-12);
+        ap_plan_free(&p);
+        ap_cluster_free(&c);
+        free(text);
+        ap_plan_desc_free(&d);
+    }
+    ap_graph_free(g);
+}
+
+static void megatron_flags_state_the_model_shape(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    CHECK(g && !megatron_desc(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=256", &d, NULL));
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_OK);
+    CHECK_STR_HAS(text, "--num-layers 32\n");
+    CHECK_STR_HAS(text, "--hidden-size 4096\n");
+    CHECK_STR_HAS(text, "--num-attention-heads 32\n");
+    CHECK_STR_HAS(text, "--group-query-attention\n  --num-query-groups 8\n");
+    CHECK_STR_HAS(text, "--ffn-hidden-size 14336\n");
+    CHECK_STR_HAS(text, "--seq-length 4096\n");
+    CHECK_STR_HAS(text, "--swiglu\n");
+    CHECK_STR_HAS(text, "--normalization RMSNorm\n");
+    CHECK_STR_HAS(text, "--position-embedding-type rope\n");
+    CHECK_STR_HAS(text, "--untie-embeddings-and-output-weights\n");
+    CHECK_STR_HAS(text, "torchrun --nnodes 2 --nproc-per-node 8");
+    CHECK(text && !strstr(text, "--kv-channels")); /* 32 x 128 = 4096 */
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+static void op_outside_the_pattern_is_refused_naming_stage_and_op(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    ap_degrees k;
+    char err[AP_ERR_LEN];
+    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL));
+    /* Shard stage 1's first op on the hidden dimension instead. */
+    ap_plan_desc_op *op = &d.stages[1].ops[0];
+    char name[AP_NAME_LEN + 8];
+    snprintf(name, sizeof name, "op \"%s\"", op->op);
+    op->s.axis[1] = 'h';
+    op->s.rs[1] = 0;
+    CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: stage 1, ");
+    CHECK_STR_HAS(err, name);
+    CHECK_STR_HAS(err, "outside Megatron-LM's tensor-parallel pattern");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+static void stages_with_different_meshes_or_recompute_are_refused(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    ap_degrees k;
+    char err[AP_ERR_LEN];
+    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL));
+    d.stages[1].mesh[0] = 2;
+    d.stages[1].mesh[1] = 4;
+    CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_TORCHTITAN, &k, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "stage 1 has mesh [2, 4] on 8 GPUs but stage 0 has [4, 2]");
+    d.stages[1].mesh[0] = 4;
+    d.stages[1].mesh[1] = 2;
+    d.stages[1].recompute = AP_RECOMPUTE_FULL;
+    CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "stage 1 recomputes full but stage 0 none");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+static void uneven_stages_need_a_layout_flag(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL));
+    d.stages[0].nlayers = 10; /* 10 + 14 of the 24 layers */
+    d.stages[1].first_layer = 10;
+    d.stages[1].nlayers = 14;
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_OK);
+    CHECK_STR_HAS(text, "--pipeline-model-parallel-layout \"Et*10|t*14L\"\n");
+    free(text);
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_OK);
+    CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_split_points layers.10\n");
+    free(text);
+    ap_plan_desc_free(&d);
+    CHECK(!megatron_desc(g, 16, "tp=1,pp=2,mbs=1,gbs=64", &d, NULL));
+    d.stages[0].nlayers = 10;
+    d.stages[1].first_layer = 10;
+    d.stages[1].nlayers = 14;
+    CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "uneven");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+static void deepspeed_config_states_batch_and_zero(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    /* dp = 16 / 2 = 8; 64 = 2 per GPU x 4 accumulation steps x 8 replicas. */
+    CHECK(g && !megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64", &d, NULL));
+    CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_OK);
+    CHECK_STR_HAS(text, "\"train_batch_size\":\t64,");
+    CHECK_STR_HAS(text, "\"train_micro_batch_size_per_gpu\":\t2,");
+    CHECK_STR_HAS(text, "\"gradient_accumulation_steps\":\t4,");
+    CHECK_STR_HAS(text, "\"stage\":\t1");
+    CHECK_STR_HAS(text, "\"bf16\":\t{\n\t\t\"enabled\":\ttrue");
+    CHECK_STR_HAS(text, "\"stages\":\t2,");
+    free(text);
+    ap_plan_desc_free(&d);
+    CHECK(!megatron_desc(g, 16, "tp=2,pp=2,mbs=1,gbs=64", &d, NULL));
+    CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "DeepSpeed has no tensor parallelism");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+static void torchtitan_batch_flags_follow_the_pipeline(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    /* pp=2, dp=4: a step is 64 / 4 = 16 local sequences in micro-batches of 1. */
+    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,zero=0", &d, NULL));
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_OK);
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_replicate_degree 4\n");
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 1\n");
+    CHECK_STR_HAS(text, "--training.local_batch_size 16\n");
+    CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_microbatch_size 1\n");
+    CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_layers_per_stage 12\n");
+    free(text);
+    ap_plan_desc_free(&d);
+    /* No pipeline: local batches of mbs, accumulated up to the global batch. */
+    CHECK(!megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=2,gbs=64", &d, NULL));
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_OK);
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 8\n");
+    CHECK_STR_HAS(text, "--training.local_batch_size 2\n");
+    CHECK_STR_HAS(text, "--training.global_batch_size 64\n");
+    free(text);
+    ap_plan_desc_free(&d);
+    /* torchtitan's tensor parallelism always shards the norms on the sequence. */
+    CHECK(!megatron_desc(g, 16, "tp=2,pp=1,mbs=2,gbs=64", &d, NULL));
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "sequence parallelism");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+static void reader_names_the_field_at_fault(void)
+{
+    ap_plan_desc d;
+    char err[AP_ERR_LEN];
+    const char *bad = "{\"format\": \"autopar-plan/2\"}";
+    CHECK(ap_plan_desc_parse(bad, strlen(bad), "p.json", &d, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "p.json: format: ");
+    const char *trunc = "{\"format\": ";
+    CHECK(ap_plan_desc_parse(trunc, strlen(trunc), "p.json", &d, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "p.json: not valid JSON");
+    CHECK(ap_plan_read("/nonexistent/plan.json", &d, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "/nonexistent/plan.json");
+}
+
+int main(void)
+{
+    RUN(megatron_plan_classifies_back_to_its_degrees);
+    RUN(exported_megatron_flags_price_to_the_same_step);
+    RUN(megatron_flags_state_the_model_shape);
+    RUN(op_outside_the_pattern_is_refused_naming_stage_and_op);
+    RUN(stages_with_different_meshes_or_recompute_are_refused);
+    RUN(uneven_stages_need_a_layout_flag);
+    RUN(deepspeed_config_states_batch_and_zero);
+    RUN(torchtitan_batch_flags_follow_the_pipeline);
+    RUN(reader_names_the_field_at_fault);
+    return DONE();
+}
