@@ -53,7 +53,7 @@ static int get_number(const reader *r, const cJSON *o, const char *name,
 static int get_int(const reader *r, const cJSON *o, const char *name,
                    const char *path, long long lo, long long hi, long long *out)
 {
-    double d;
+    double d = 0;
     int rc = get_number(r, o, name, path, (double)lo, (double)hi, &d);
     if (rc)
         return rc;
