@@ -108,30 +108,102 @@ static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
     return AP_OK;
 }
 
-/* A floor under any plan of the configuration, from prices alone: every op
- * at its cheapest strategy, edges free; the busiest of p stages carries at
- * least 1/p of that and runs it once per micro-batch. */
-static double lower_bound(const config *cf)
+/* A floor under any plan of the configuration. Under 1F1B stage s starts
+ * only after micro-batch 0 has passed the stages before it, works m * t_s,
+ * and its last backward must still pass back through them, so the step is
+ * at least max_s (sum_{i<s} t_i + m * t_s). Each stage holds a whole number
+ * of layers, each taking at least `layer` seconds, and the first and last
+ * stage carry the pieces before and after the layers: the floor is the least
+ * such maximum over all ways to cut the layers. */
+typedef struct {
+    int L, p;
+    double m, layer, pre, post;
+} floor_problem;
+
+/* Whether every term can stay within C: stages take as many layers as they
+ * can, which leaves the most room to the later ones when m >= 1. */
+static int cuts_within(const floor_problem *f, double C)
+{
+    double used = 0; /* layers before stage s */
+    for (int s = 0; s < f->p; s++) {
+        double prefix = used * f->layer + (s > 0 ? f->pre : 0);
+        double own = (s == 0 ? f->pre : 0) + (s == f->p - 1 ? f->post : 0);
+        double room = (C - prefix) / f->m - own;
+        double n = f->layer > 0 ? floor(room / f->layer * (1 + 1e-12)) : f->L;
+        if (room < 0 || n < 1)
+            return 0;
+        used += n;
+        if (used >= f->L)
+            return s + 1 <= f->p;
+    }
+    return used >= f->L;
+}
+
+static double pipeline_floor(const floor_problem *f)
+{
+    double lo = 0, hi = f->m * (f->L * f->layer + f->pre + f->post) + 1e-12;
+    while (!cuts_within(f, hi))
+        hi *= 2;
+    for (int i = 0; i < 64 && hi - lo > 1e-12 * hi; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (cuts_within(f, mid))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return lo;
+}
+
+/* The least time each op of block b can take (edges free), and the most
+ * gradient synchronisation it can cost, summed over the block's ops. */
+static void block_floor(const config *cf, const ap_price_ctx *x, int b,
+                        double *least_sum, double *sync_most)
+{
+    *least_sum = *sync_most = 0;
+    for (int i = 0; i < cf->m->nops[b]; i++) {
+        ap_strategy st[96];
+        int n = ap_strategies(x, cf->m->ops[b][i], st, 96);
+        double least = n ? INFINITY : 0, most = 0;
+        for (int k = 0; k < n; k++) {
+            ap_op_cost c;
+            ap_price_op(x, cf->m->ops[b][i], &st[k], &c);
+            least = fmin(least, c.fwd + c.bwd + c.fwd_comm + c.bwd_comm);
+            most = fmax(most, c.grad_sync);
+        }
+        *least_sum += least;
+        *sync_most += most;
+    }
+}
+
+/* Floors per block from prices alone or, once the blocks are solved, from
+ * the fastest points too: the fastest point minimises time plus
+ * synchronisation per micro-batch, so any other point takes at least its
+ * objective (less the solver's gap) less the most synchronisation the block
+ * can cost; recomputation only adds. */
+static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved)
 {
     ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1};
-    double total = 0;
+    floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
-        double times = 1;
-        if (b >= 2)
-            times = cf->cnt[(b - 2) * (cf->g->nlayers + 1) + cf->g->nlayers];
-        for (int i = 0; i < cf->m->nops[b]; i++) {
-            ap_strategy st[96];
-            int n = ap_strategies(&x, cf->m->ops[b][i], st, 96);
-            double least = n ? INFINITY : 0;
-            for (int k = 0; k < n; k++) {
-                ap_op_cost c;
-                ap_price_op(&x, cf->m->ops[b][i], &st[k], &c);
-                least = fmin(least, c.fwd + c.bwd + c.fwd_comm + c.bwd_comm);
-            }
-            total += times * least;
+        if (!cf->m->nops[b])
+            continue;
+        double least, sync;
+        block_floor(cf, &x, b, &least, &sync);
+        if (solved && cf->blocks[b].npoints) {
+            const ap_ilp_result *r = &cf->blocks[b].ilp;
+            double gap = fmax(r->gap, o->ilp_gap);
+            least = fmax(least, r->objective * (1 - gap) - sync / cf->nmicro);
         }
+        if (b == 0)
+            f.pre = least;
+        else if (b == 1)
+            f.post = least;
+        else
+            f.layer = fmin(f.layer, least);
     }
-    return total * cf->nmicro / cf->p;
+    if (isinf(f.layer))
+        f.layer = 0;
+    return pipeline_floor(&f);
 }
 
 static void config_free(config *cf)
@@ -264,7 +336,7 @@ void ap_candidate_bound(const ap_search_ctx *s, ap_candidate *k)
 {
     config cf;
     config_init(&cf, s, k);
-    k->bound = lower_bound(&cf);
+    k->bound = lower_bound_of(&cf, s->o, 0);
 }
 
 /* How far the leanest points are from fitting, spread evenly over stages. */
@@ -294,7 +366,8 @@ static double cuts(config *cf, double limit, int *first)
 }
 
 int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
-                       ap_plan *plan, int *have, double *shortfall, char *err)
+                       double beat, ap_plan *plan, int *have, double *shortfall,
+                       char *err)
 {
     config cf;
     config_init(&cf, s, k);
@@ -312,6 +385,10 @@ int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
         goto done;
     double free_obj = cuts(&cf, INFINITY, first);
     double obj = cuts(&cf, cf.limit, first);
+    if (!(obj <= free_obj * (1 + 1e-12)) && lower_bound_of(&cf, s->o, 1) > beat) {
+        *shortfall = -1; /* memory binds, and no plan here could win */
+        goto done;
+    }
     if (!(obj <= free_obj * (1 + 1e-12))) {
         /* Memory binds: trade speed for memory with the leaner points. */
         rc = solve_blocks(&cf, s->o, ALL_POINTS, err);

@@ -33,8 +33,11 @@ void ap_candidate_bound(const ap_search_ctx *s, ap_candidate *k);
 
 /* Solves the candidate. When a plan fits, *have = 1 and *plan is the
  * caller's to free; otherwise *shortfall says by how many bytes per GPU the
- * leanest stage misses (INFINITY when the mesh admits no strategy). */
+ * leanest stage misses (INFINITY when the mesh admits no strategy, negative
+ * when the candidate was given up because it provably cannot be faster
+ * than `beat` seconds). */
 int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
-                       ap_plan *plan, int *have, double *shortfall, char *err);
+                       double beat, ap_plan *plan, int *have,
+                       double *shortfall, char *err);
 
 #endif

@@ -32,14 +32,17 @@ void ap_plan_opts_default(ap_plan_opts *o)
 /* Logical meshes tried for a submesh of n GPUs: 1-D (1, n), and 2-D shapes
  * whose inner axis stays inside a node: (n/G, G) and (2n/G, G/2) across
  * nodes, (2, n/2) and (4, n/4) inside one. Other shapes only permute these
- * or put a node boundary inside the inner axis. */
+ * or put a node boundary inside the inner axis; inside a node both axes
+ * ride the same links, so (a, b) and (b, a) price alike and only a <= b is
+ * tried. */
 static int mesh_wanted(int n, int d1, int G)
 {
     if (d1 == n)
         return 1;
     if (n > G)
         return d1 == G || d1 == G / 2;
-    return d1 * 2 == n || (d1 * 4 == n && n >= 8);
+    int d0 = n / d1;
+    return d0 <= d1 && (d0 == 2 || d0 == 4);
 }
 
 /* Micro-batches of 1 .. 2n sequences (n GPUs per stage): beyond that the
@@ -171,6 +174,7 @@ static void *worker(void *arg)
     for (;;) {
         pthread_mutex_lock(&s->lock);
         const ap_candidate *k = take(s);
+        double beat = s->have ? s->best_step : INFINITY;
         pthread_mutex_unlock(&s->lock);
         if (!k)
             break;
@@ -178,7 +182,7 @@ static void *worker(void *arg)
         int have;
         double shortfall;
         char err[AP_ERR_LEN];
-        int rc = ap_candidate_solve(s->ctx, k, &plan, &have, &shortfall, err);
+        int rc = ap_candidate_solve(s->ctx, k, beat, &plan, &have, &shortfall, err);
         pthread_mutex_lock(&s->lock);
         s->solved++;
         if (rc && !s->rc) {
