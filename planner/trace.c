@@ -115,9 +115,14 @@ static void stage_names(const ap_plan *p, cJSON *events, int i)
 {
     const ap_stage *st = &p->stages[i];
     char buf[128];
-    snprintf(buf, sizeof buf, "stage %d: layers %d-%d, GPUs %d-%d", i,
-             st->first_layer, st->first_layer + st->nlayers - 1, st->first_rank,
-             st->first_rank + st->ngpus - 1);
+    if (p->vchunks > 1) /* a stage's chunks are not contiguous layers */
+        snprintf(buf, sizeof buf, "stage %d: GPUs %d-%d, %d layers in %d chunks", i,
+                 st->first_rank, st->first_rank + st->ngpus - 1, st->nlayers,
+                 p->vchunks);
+    else
+        snprintf(buf, sizeof buf, "stage %d: GPUs %d-%d, layers %d-%d", i,
+                 st->first_rank, st->first_rank + st->ngpus - 1, st->first_layer,
+                 st->first_layer + st->nlayers - 1);
     add_name(events, "process_name", i, -1, buf);
     add_name(events, "thread_name", i, TID_COMPUTE, "forward / backward / optimizer");
     add_name(events, "thread_name", i, TID_GRAD, "gradient sync");
@@ -181,7 +186,7 @@ char *ap_plan_trace_json(const ap_plan *p, char *err)
         return NULL;
     cJSON *o = trace_object(p, &r);
     ap_pipe_result_free(&r);
-    char *s = o ? cJSON_Print(o) : NULL;
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (!s)
         snprintf(err, AP_ERR_LEN, "out of memory writing the trace");
