@@ -87,7 +87,7 @@ int ap_cmd_plan(int argc, char **argv)
     ap_plan_opts_default(&o);
     const char *out = NULL, *emit = "table", *trace = NULL;
     int targeted = 0;
-    ap_launcher target = AP_LAUNCH_MEGATRON;
+    ap_launcher target = AP_LAUNCHER_MEGATRON;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -118,9 +118,9 @@ int ap_cmd_plan(int argc, char **argv)
             trace = v;
             i++;
         } else if (!strcmp(a, "--target") && v) {
-            if (ap_launcher_from_name(v, &target)) {
-                fprintf(stderr, "autopar plan: --target takes megatron, torchtitan or "
-                        "deepspeed, not '%s'\n", v);
+            char err[AP_ERR_LEN];
+            if (ap_launcher_from_name(v, &target, err)) {
+                fprintf(stderr, "autopar plan: --target: %s\n", err);
                 return 2;
             }
             targeted = 1;

@@ -319,14 +319,12 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
  * every field, in the form ap_megatron_parse reads back. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
-/* The launchers whose configuration spaces the sweep knows
- * (docs/compare.md): Megatron-LM; torchtitan (DDP or FSDP, TP with
- * sequence-parallel norms, PP, CP); DeepSpeed as Megatron-DeepSpeed (ZeRO
- * 0-3, ZeRO-1 at most with PP, TP without sequence parallelism). */
-typedef enum { AP_LAUNCH_MEGATRON, AP_LAUNCH_TORCHTITAN, AP_LAUNCH_DEEPSPEED } ap_launcher;
-const char *ap_launcher_name(ap_launcher l);
-int ap_launcher_from_name(const char *s, ap_launcher *out);
+typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
 
+/* The sweep over a launcher's configuration space (docs/compare.md):
+ * Megatron-LM; torchtitan (DDP or FSDP, TP with sequence-parallel norms, PP,
+ * CP); DeepSpeed as Megatron-DeepSpeed (ZeRO 0-3, ZeRO-1 at most with PP, TP
+ * without sequence parallelism). */
 typedef struct {
     ap_launcher launcher;
     double global_batch; /* sequences per step; 0: 512 */
@@ -433,8 +431,6 @@ int ap_plan_desc_parse(const char *text, size_t len, const char *source,
                        ap_plan_desc *out, char *err);
 int ap_plan_read(const char *path, ap_plan_desc *out, char *err);
 void ap_plan_desc_free(ap_plan_desc *d);
-
-typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
 
 const char *ap_launcher_name(ap_launcher l); /* "Megatron-LM", ... */
 /* "megatron", "torchtitan" or "deepspeed"; AP_EINPUT naming the choices. */

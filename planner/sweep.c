@@ -16,27 +16,10 @@
 
 #include "planner/planner.h"
 
-static const char *const launcher_names[] = {"megatron", "torchtitan", "deepspeed"};
-
-const char *ap_launcher_name(ap_launcher l)
-{
-    return l >= 0 && l <= AP_LAUNCH_DEEPSPEED ? launcher_names[l] : "?";
-}
-
-int ap_launcher_from_name(const char *s, ap_launcher *out)
-{
-    for (int i = 0; i <= AP_LAUNCH_DEEPSPEED; i++)
-        if (!strcmp(s, launcher_names[i])) {
-            *out = (ap_launcher)i;
-            return AP_OK;
-        }
-    return AP_EINPUT;
-}
-
 void ap_sweep_opts_default(ap_sweep_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->launcher = AP_LAUNCH_MEGATRON;
+    o->launcher = AP_LAUNCHER_MEGATRON;
     o->global_batch = 512;
 }
 
@@ -107,12 +90,12 @@ static void add_variants(const space *s, ap_megatron m, list *out)
     static const ap_zero ds_zero[] = {AP_ZERO_NONE, AP_ZERO_1, AP_ZERO_2, AP_ZERO_3};
     const ap_zero *zeros = megatron_zero;
     int nzero = 2, sp_lo = 0, sp_hi = m.tp > 1, rc_step = 1;
-    if (s->launcher == AP_LAUNCH_TORCHTITAN) {
+    if (s->launcher == AP_LAUNCHER_TORCHTITAN) {
         /* DDP (replicate) or FSDP (shard); TP always with sequence-parallel
          * norms. */
         zeros = titan_zero;
         sp_lo = sp_hi;
-    } else if (s->launcher == AP_LAUNCH_DEEPSPEED) {
+    } else if (s->launcher == AP_LAUNCHER_DEEPSPEED) {
         /* DeepSpeed's pipeline engine runs ZeRO-1 at most; its activation
          * checkpointing is whole layers; Megatron-DeepSpeed's TP has no
          * sequence parallelism. */
@@ -142,7 +125,7 @@ static void add_batching(const space *s, ap_megatron m, list *out)
     if (fmod(s->gbs, m.dp) != 0)
         return;
     long per_replica = (long)(s->gbs / m.dp);
-    int max_v = s->launcher == AP_LAUNCH_DEEPSPEED || m.pp < 2 ? 1 : s->layers / m.pp;
+    int max_v = s->launcher == AP_LAUNCHER_DEEPSPEED || m.pp < 2 ? 1 : s->layers / m.pp;
     for (long mbs = 1; mbs <= per_replica; mbs *= 2) {
         if (per_replica % mbs)
             break;
@@ -165,7 +148,7 @@ static void add_cp_ep(const space *s, ap_megatron m, list *out)
     for (int k = 0; k < 2; k++) {
         int cp = k == 0 ? 1 : rest;
         if (k == 1 && (cp == 1 || !s->seq || s->seq % cp ||
-                       s->launcher == AP_LAUNCH_DEEPSPEED))
+                       s->launcher == AP_LAUNCHER_DEEPSPEED))
             continue;
         m.cp = cp;
         m.dp = rest / cp;

@@ -67,7 +67,7 @@ grep -q "^torchtitan configuration tp=" "$tmp/out" && ok || bad "the target's co
 grep -q '"traceEvents":\[' "$tmp/trace.json" && grep -q '"ph":"X"' "$tmp/trace.json" &&
     ok || bad "--trace writes Chrome trace events"
 "$bin" plan "$model" --gpus 4 --target slurm >/dev/null 2>"$tmp/err"
-[ $? -eq 2 ] && grep -q "megatron, torchtitan or deepspeed" "$tmp/err" && ok ||
+[ $? -eq 2 ] && grep -q "megatron, torchtitan, deepspeed" "$tmp/err" && ok ||
     bad "an unknown --target is refused with the choices"
 "$bin" plan "$model" --gpus 4 --target megatron --no-pipeline >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "does not combine" "$tmp/err" && ok || bad "--target with --no-pipeline is refused"
