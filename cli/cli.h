@@ -10,10 +10,12 @@ int ap_cmd_profile(int argc, char **argv);
 int ap_cmd_plan(int argc, char **argv);
 int ap_cmd_estimate(int argc, char **argv);
 int ap_cmd_export(int argc, char **argv);
+int ap_cmd_compare(int argc, char **argv);
 
 /* Shared by the planning commands (common.c). */
 #include "costmodel/costmodel.h"
 #include "graph/graph.h"
+#include "planner/planner.h"
 
 typedef struct {
     const char *model;
@@ -37,6 +39,9 @@ int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
 int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
                  ap_cluster *c);
 int ap_cli_write_file(const char *path, const char *text);
+/* --trace FILE: the plan's timeline (ap_plan_trace_json); prints errors and
+ * returns 0 or the exit code 1. */
+int ap_cli_write_trace(const char *cmd, const ap_plan *p, const char *path);
 
 /* --emit (cmd_export.c): checks the value (table, json or a launcher),
  * printing the error; and exports plan.json text to launcher `to` on

@@ -11,6 +11,7 @@ static const char usage_text[] =
     "usage: autopar estimate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "                        [--gpus-per-node G] [--cluster NAME|FILE] [--seq N] [--json]\n"
     "                        [--emit FORMAT] [-o plan.json]\n"
+    "                        [--trace timeline.json]\n"
     "\n"
     "Maps a Megatron-LM configuration onto a plan (tensor-parallel attention and\n"
     "MLP, sequence parallelism, even layer split, 1F1B or interleaved schedule)\n"
@@ -26,7 +27,8 @@ static const char usage_text[] =
     "  --json                 print the prediction as JSON\n"
     "  --emit FORMAT          what to print: table (default), json (the whole\n"
     "                         plan.json), megatron, torchtitan, deepspeed\n"
-    "  -o FILE                also write the configuration's plan.json to FILE\n";
+    "  -o FILE                also write the configuration's plan.json to FILE\n"
+    "  --trace FILE           write the simulated step as Chrome Trace Event JSON\n";
 
 /* Prints what was asked for: the prediction (--json), the summary, the
  * whole plan.json or a launcher's input; -o writes plan.json as well. */
@@ -63,6 +65,7 @@ int ap_cmd_estimate(int argc, char **argv)
     ap_megatron_default(&m);
     int json = 0, have = 0;
     const char *emit = "table", *out = NULL;
+    const char *trace = NULL;
     char err[AP_ERR_LEN];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -85,6 +88,9 @@ int ap_cmd_estimate(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "-o") && v) {
             out = argv[++i];
+        } else if (!strcmp(a, "--trace") && v) {
+            trace = v;
+            i++;
         } else if ((!strcmp(a, "--megatron") || !strcmp(a, "--megatron-args")) && v) {
             int rc = !strcmp(a, "--megatron") ? ap_megatron_parse(v, &m, err)
                                               : ap_megatron_parse_args(v, &m, err);
@@ -115,7 +121,9 @@ int ap_cmd_estimate(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "autopar estimate: %s\n", err);
     } else {
-        rc = emit_plan(g, &p, json, emit, out);
+        rc = trace ? ap_cli_write_trace("estimate", &p, trace) : 0;
+        if (!rc)
+            rc = emit_plan(g, &p, json, emit, out);
         if (!rc && p.max_mem_bytes > p.hbm_limit)
             fprintf(stderr, "autopar estimate: this configuration needs %.1f GiB per "
                     "GPU, %.1f GiB more than the %.1f GiB usable\n",

@@ -12,8 +12,8 @@ static const char usage_text[] =
     "usage: autopar plan MODEL --gpus N [--gpus-per-node G] [--cluster NAME|FILE]\n"
     "                    [--global-batch B] [--seq N] [--flash-attention on|off]\n"
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
-    "                    [--ilp-gap G] [--threads N] [--emit FORMAT] [-o plan.json]\n"
-    "                    [--quiet]\n"
+    "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
+    "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
     "\n"
     "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
     "micro-batching for the fastest training step that fits in memory, and\n"
@@ -31,12 +31,53 @@ static const char usage_text[] =
     "  --ilp-gap G          relative MIP gap accepted (default 1e-4)\n"
     "  --threads N          worker threads (default: the machine's cores); the\n"
     "                       plan does not depend on it\n"
+    "  --target LAUNCHER    only what that launcher runs: the fastest of its\n"
+    "                       configurations that fits (docs/compare.md)\n"
     "  --emit FORMAT        what to print: table (the summary, default), json\n"
     "                       (plan.json), or a launcher's input: megatron,\n"
     "                       torchtitan, deepspeed (docs/exports.md)\n"
     "  --json               the same as --emit json\n"
     "  -o FILE              also write plan.json to FILE\n"
+    "  --trace FILE         write the simulated step as Chrome Trace Event JSON\n"
+    "                       (open it in Perfetto or chrome://tracing)\n"
     "  --quiet              no progress on stderr\n";
+
+/* --target: the fastest configuration of the launcher that fits, from the
+ * sweep, as the plan. */
+static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
+                       const ap_plan_opts *o, ap_plan *out, char *line, size_t len)
+{
+    ap_sweep_opts so;
+    ap_sweep_opts_default(&so);
+    so.launcher = l;
+    so.global_batch = o->global_batch;
+    so.threads = o->threads;
+    so.progress = o->progress;
+    ap_sweep_result r;
+    char err[AP_ERR_LEN];
+    int rc = ap_sweep(g, c, &so, &r, err);
+    if (rc) {
+        fprintf(stderr, "autopar plan: %s\n", err);
+        return rc;
+    }
+    if (!r.found) {
+        if (r.valid)
+            fprintf(stderr, "autopar plan: none of the %ld valid %s configurations fits; "
+                    "the leanest needs %.1f GiB per GPU (more GPUs, a smaller batch or "
+                    "another --target may help)\n", r.valid, ap_launcher_name(l),
+                    r.least_memory / (1 << 30));
+        else
+            fprintf(stderr, "autopar plan: %s has no valid configuration for this model "
+                    "on %d GPUs\n", ap_launcher_name(l), ap_cluster_gpus(c));
+        return AP_EINPUT;
+    }
+    char spec[256];
+    ap_megatron_format(&r.best, spec, sizeof spec);
+    snprintf(line, len, "%s configuration %s: the fastest of %ld valid (%ld fit)",
+             ap_launcher_name(l), spec, r.valid, r.fit);
+    *out = r.plan;
+    return AP_OK;
+}
 
 int ap_cmd_plan(int argc, char **argv)
 {
@@ -44,7 +85,9 @@ int ap_cmd_plan(int argc, char **argv)
     ap_cli_common_default(&cm);
     ap_plan_opts o;
     ap_plan_opts_default(&o);
-    const char *out = NULL, *emit = "table";
+    const char *out = NULL, *emit = "table", *trace = NULL;
+    int targeted = 0;
+    ap_launcher target = AP_LAUNCHER_MEGATRON;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -70,6 +113,17 @@ int ap_cmd_plan(int argc, char **argv)
             o.progress = 0;
         } else if (!strcmp(a, "-o") && v) {
             out = v;
+            i++;
+        } else if (!strcmp(a, "--trace") && v) {
+            trace = v;
+            i++;
+        } else if (!strcmp(a, "--target") && v) {
+            char err[AP_ERR_LEN];
+            if (ap_launcher_from_name(v, &target, err)) {
+                fprintf(stderr, "autopar plan: --target: %s\n", err);
+                return 2;
+            }
+            targeted = 1;
             i++;
         } else if (!strcmp(a, "--max-stages") && v) {
             if (ap_cli_int("plan", a, v, 1, 1 << 20, &o.max_stages))
@@ -108,10 +162,17 @@ int ap_cmd_plan(int argc, char **argv)
     o.global_batch = cm.global_batch;
     o.progress = o.progress && isatty(2);
     ap_plan plan;
-    char err[AP_ERR_LEN];
-    rc = ap_plan_search(g, &c, &o, &plan, err);
-    if (rc) {
+    char err[AP_ERR_LEN], line[512] = "";
+    if (targeted && (o.no_pipeline || o.max_stages)) {
+        fprintf(stderr, "autopar plan: --target searches the launcher's own "
+                "configurations; it does not combine with --no-pipeline or --max-stages\n");
+        rc = 2;
+    } else if (targeted) {
+        rc = target_plan(g, &c, target, &o, &plan, line, sizeof line);
+    } else if ((rc = ap_plan_search(g, &c, &o, &plan, err))) {
         fprintf(stderr, "autopar plan: %s\n", err);
+    }
+    if (rc) {
         ap_graph_free(g);
         ap_cluster_free(&c);
         return rc;
@@ -122,9 +183,13 @@ int ap_cmd_plan(int argc, char **argv)
     } else if (out && ap_cli_write_file(out, text)) {
         fprintf(stderr, "autopar plan: cannot write %s\n", out);
         rc = 1;
+    } else if (trace && ap_cli_write_trace("plan", &plan, trace)) {
+        rc = 1;
     } else if (!strcmp(emit, "json")) {
         printf("%s\n", text);
     } else if (!strcmp(emit, "table")) {
+        if (*line)
+            printf("%s\n", line);
         ap_plan_print(g, &plan, stdout);
     } else {
         rc = ap_cli_emit_plan("plan", g, text, emit);

@@ -111,3 +111,18 @@ int ap_cli_write_file(const char *path, const char *text)
     int bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
     return fclose(f) || bad ? -1 : 0;
 }
+
+int ap_cli_write_trace(const char *cmd, const ap_plan *p, const char *path)
+{
+    char err[AP_ERR_LEN];
+    char *text = ap_plan_trace_json(p, err);
+    if (!text) {
+        fprintf(stderr, "autopar %s: %s\n", cmd, err);
+        return 1;
+    }
+    int bad = ap_cli_write_file(path, text);
+    free(text);
+    if (bad)
+        fprintf(stderr, "autopar %s: cannot write %s\n", cmd, path);
+    return bad ? 1 : 0;
+}

@@ -15,6 +15,7 @@ static const command commands[] = {
     {"plan", ap_cmd_plan, "search the fastest training plan that fits"},
     {"estimate", ap_cmd_estimate, "price a hand-tuned Megatron-LM configuration"},
     {"export", ap_cmd_export, "write a plan as Megatron-LM, torchtitan or DeepSpeed input"},
+    {"compare", ap_cmd_compare, "a Megatron-LM configuration beside autopar's plan"},
     {"profile", ap_cmd_profile, "measure this node's GPUs and write a cluster file"},
 };
 

@@ -50,6 +50,56 @@ static double block_input_bytes(const ap_price_ctx *x, const int *ops, int nops,
     return 0;
 }
 
+/* The op's own communication by kind. Under ZeRO-3 the op is priced again
+ * at ZeRO-2, which differs only by the parameter all-gathers. */
+static void split_op_comm(const ap_price_ctx *x, int op, const ap_strategy *s,
+                          const ap_op_cost *c, ap_block_point *out)
+{
+    double fwd = c->fwd_comm, bwd = c->bwd_comm;
+    if (x->zero == AP_ZERO_3) {
+        ap_price_ctx z2 = *x;
+        z2.zero = AP_ZERO_2;
+        ap_op_cost c2;
+        ap_price_op(&z2, op, s, &c2);
+        out->kfwd.param_gather += fwd - c2.fwd_comm;
+        out->kbwd.param_gather += bwd - c2.bwd_comm;
+        fwd = c2.fwd_comm;
+        bwd = c2.bwd_comm;
+    }
+    ap_op_kind k = x->g->ops[op].kind;
+    if (k == AP_OP_DISPATCH || k == AP_OP_COMBINE) {
+        out->kfwd.expert += fwd;
+        out->kbwd.expert += bwd;
+    } else if (k == AP_OP_ATTENTION) {
+        out->kfwd.context += fwd;
+        out->kbwd.context += bwd;
+    } else {
+        out->kfwd.tp += fwd;
+        out->kbwd.tp += bwd;
+    }
+}
+
+/* An edge's backward part by kind: pricing it again with the consumer's
+ * axes that split a label the tensor lacks cleared leaves the layout
+ * conversion alone; the difference is the partial gradient's reduction. */
+static void split_edge_comm(const ap_price_ctx *x, int t, int prod,
+                            const ap_strategy *ps, int cons,
+                            const ap_strategy *cs, double total, double back,
+                            ap_block_point *out)
+{
+    ap_strategy conv = *cs;
+    const ap_op_kind k = x->g->ops[cons].kind;
+    for (int a = 0; a < 2; a++)
+        if (conv.axis[a] && !strchr(x->g->tensors[t].shape, conv.axis[a]) &&
+            k != AP_OP_DISPATCH && k != AP_OP_COMBINE)
+            conv.axis[a] = 0;
+    double conv_back;
+    ap_price_edge(x, t, prod, ps, cons, &conv, &conv_back);
+    out->kfwd.reshard += total - back;
+    out->kbwd.reshard += conv_back;
+    out->kbwd.tp += back - conv_back;
+}
+
 void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
                     const ap_strategy *strat, ap_block_point *out)
 {
@@ -67,6 +117,7 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         out->flops += c.flops;
         if (x->g->ops[ops[i]].kind == AP_OP_ATTENTION)
             out->attn_fwd += c.fwd;
+        split_op_comm(x, ops[i], &strat[i], &c, out);
     }
     ap_block_edge *e = NULL;
     int ne = ap_block_edges(x->g, ops, nops, &e);
@@ -78,6 +129,8 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         out->bwd += back;
         out->comm_fwd += total - back;
         out->comm_bwd += back;
+        split_edge_comm(x, e[k].tensor, ops[e[k].u], &strat[e[k].u], ops[e[k].v],
+                        &strat[e[k].v], total, back, out);
     }
     free(e);
     out->input_bytes = block_input_bytes(x, ops, nops, strat);

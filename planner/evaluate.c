@@ -21,6 +21,15 @@ static double graph_batch(const ap_graph *g)
     return b ? (double)ap_graph_dim(g, b)->size : 1;
 }
 
+static void add_kinds(ap_comm_kinds *to, const ap_comm_kinds *k, double times)
+{
+    to->tp += k->tp * times;
+    to->reshard += k->reshard * times;
+    to->expert += k->expert * times;
+    to->context += k->context * times;
+    to->param_gather += k->param_gather * times;
+}
+
 static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
                        ap_recompute rc)
 {
@@ -28,12 +37,17 @@ static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
     st->bwd += bp->bwd * times;
     st->comm_fwd += bp->comm_fwd * times;
     st->comm_bwd += bp->comm_bwd * times;
+    add_kinds(&st->kinds, &bp->kfwd, times);
+    add_kinds(&st->kinds, &bp->kbwd, times);
     st->grad_sync += bp->grad_sync * times;
     st->param_bytes += bp->param_bytes * times;
     st->flops += bp->flops * times;
     if (rc == AP_RECOMPUTE_FULL) {
-        /* Backward first redoes the forward; only the input is kept. */
+        /* Backward first redoes the forward, collectives included; only
+         * the input is kept. */
         st->bwd += bp->fwd * times;
+        st->comm_bwd += bp->comm_fwd * times;
+        add_kinds(&st->kinds, &bp->kfwd, times);
         st->act_bytes += bp->input_bytes * times;
     } else if (rc == AP_RECOMPUTE_SELECTIVE) {
         st->bwd += bp->attn_fwd * times;
@@ -57,6 +71,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     ap_price_ctx x = {g, c, &st->mesh, p->micro_batch, p->nmicro, p->zero};
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = 0;
     st->param_bytes = st->act_bytes = st->flops = 0;
+    memset(&st->kinds, 0, sizeof st->kinds);
     double largest_layer_act = 0;
     for (int b = 0; b < 2 + p->nclasses; b++) {
         ap_block *blk = &st->blocks[b];
@@ -110,7 +125,7 @@ static void price_p2p(const ap_cluster *c, const ap_plan *p)
     }
 }
 
-static int simulate(ap_plan *p, ap_pipe_result *r, char *err)
+int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
 {
     /* Under interleaving each stage runs v chunks of 1/v of its layers. */
     int v = p->vchunks > 1 ? p->vchunks : 1;
@@ -149,15 +164,18 @@ static double optimizer_time(const ap_cluster *c, const ap_stage *st)
 static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                     const ap_pipe_result *r)
 {
-    double sync = 0, opt = 0, mem = 0;
+    double sync = 0, opt = 0, mem = 0, p2p = 0, sync_total = 0;
     int slow = 0;
     for (int i = 0; i < p->nstages; i++) {
         ap_stage *st = &p->stages[i];
         /* Gradient reduction overlaps the last micro-batch's backward. */
-        double exposed = fmax(0, st->grad_sync - st->bwd);
-        sync = fmax(sync, exposed);
-        opt = fmax(opt, optimizer_time(c, st));
+        st->grad_sync_exposed = fmax(0, st->grad_sync - st->bwd);
+        st->optimizer = optimizer_time(c, st);
+        sync = fmax(sync, st->grad_sync_exposed);
+        sync_total = fmax(sync_total, st->grad_sync);
+        opt = fmax(opt, st->optimizer);
         mem = fmax(mem, st->mem_bytes);
+        p2p = fmax(p2p, 2 * p->nmicro * st->p2p);
         if (st->fwd + st->bwd > p->stages[slow].fwd + p->stages[slow].bwd)
             slow = i;
     }
@@ -168,6 +186,10 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     p->t_compute = p->nmicro * (b->fwd + b->bwd) - p->t_comm;
     p->t_bubble = fmax(0, r->step - p->nmicro * (b->fwd + b->bwd));
     p->t_grad_sync = sync;
+    p->t_grad_sync_total = sync_total;
+    p->t_p2p = p2p;
+    memset(&p->t_kinds, 0, sizeof p->t_kinds);
+    add_kinds(&p->t_kinds, &b->kinds, p->nmicro);
     p->t_optimizer = opt;
     p->max_mem_bytes = mem;
     double seq = seq_len(g);
@@ -198,7 +220,7 @@ int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     }
     price_p2p(c, p);
     ap_pipe_result r;
-    int rc = simulate(p, &r, err);
+    int rc = ap_plan_simulate(p, &r, err);
     if (rc)
         return rc;
     for (int i = 0; i < p->nstages; i++) {

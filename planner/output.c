@@ -111,6 +111,15 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddNumberToObject(bd, "bubble_s", p->t_bubble);
     cJSON_AddNumberToObject(bd, "grad_sync_exposed_s", p->t_grad_sync);
     cJSON_AddNumberToObject(bd, "optimizer_s", p->t_optimizer);
+    cJSON *k = cJSON_AddObjectToObject(bd, "communication_by_kind");
+    cJSON_AddNumberToObject(k, "tensor_parallel_s", p->t_kinds.tp);
+    cJSON_AddNumberToObject(k, "resharding_s", p->t_kinds.reshard);
+    cJSON_AddNumberToObject(k, "expert_all_to_all_s", p->t_kinds.expert);
+    cJSON_AddNumberToObject(k, "context_parallel_s", p->t_kinds.context);
+    cJSON_AddNumberToObject(k, "zero3_param_gather_s", p->t_kinds.param_gather);
+    cJSON_AddNumberToObject(k, "pipeline_send_recv_s", p->t_p2p);
+    cJSON_AddNumberToObject(k, "grad_sync_total_s", p->t_grad_sync_total);
+    cJSON_AddNumberToObject(k, "grad_sync_exposed_s", p->t_grad_sync);
     return pr;
 }
 
@@ -238,5 +247,15 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     fprintf(f, "  breakdown: compute %.3f s, communication %.3f s, bubble %.3f s, "
                "gradient sync %.3f s, optimizer %.3f s\n",
             p->t_compute, p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);
+    fprintf(f, "  communication: tensor-parallel %.3f s, resharding %.3f s",
+            p->t_kinds.tp, p->t_kinds.reshard);
+    if (p->t_kinds.expert > 0)
+        fprintf(f, ", expert all-to-all %.3f s", p->t_kinds.expert);
+    if (p->t_kinds.context > 0)
+        fprintf(f, ", context-parallel %.3f s", p->t_kinds.context);
+    if (p->t_kinds.param_gather > 0)
+        fprintf(f, ", ZeRO-3 gathers %.3f s", p->t_kinds.param_gather);
+    fprintf(f, "; pipeline send/recv %.3f s; gradient sync %.3f s (%.3f s exposed)\n",
+            p->t_p2p, p->t_grad_sync_total, p->t_grad_sync);
     fprintf(f, "  solver: %s (gap %.2g)\n", status_name(p->ilp_status), p->ilp_gap);
 }

@@ -132,6 +132,18 @@ void ap_ilp_thread_done(void);
 /* For tests: make the next ap_ilp_solve in this thread hit a GLPK error. */
 void ap_ilp_inject_fault(void);
 
+/* Communication by kind. Tensor-parallel: partial sums reduced (all-reduce,
+ * or reduce-scatter and its backward all-gather), forward by the ops
+ * themselves, backward on the edges where a consumer's sharding leaves its
+ * input's gradient partial (Megatron's f and g operators). Resharding:
+ * layout conversions on edges between ops (all-gather, all-to-all). Expert:
+ * the dispatch and combine all-to-all. Context: K and V exchanged by
+ * context-parallel attention. Parameter gather: ZeRO-3 all-gathers of
+ * weights before forward and backward. */
+typedef struct {
+    double tp, reshard, expert, context, param_gather;
+} ap_comm_kinds;
+
 /* One solution of a block (the ops of one layer, or the pieces before and
  * after the layers) on a mesh, priced per GPU. */
 typedef struct {
@@ -146,6 +158,7 @@ typedef struct {
     double input_bytes;   /* the block's input activation: what full
                              recomputation keeps */
     double flops;         /* forward FLOPs per GPU per micro-batch */
+    ap_comm_kinds kfwd, kbwd; /* comm_fwd and comm_bwd by kind */
 } ap_block_point;
 
 typedef struct {
@@ -193,6 +206,10 @@ typedef struct {
     double grad_sync;  /* per step */
     double param_bytes, act_bytes, inflight, mem_bytes;
     double flops;      /* forward FLOPs per GPU per micro-batch */
+    ap_comm_kinds kinds;  /* comm_fwd + comm_bwd by kind, and under full
+                             recomputation the forward's again */
+    double grad_sync_exposed; /* per step: what backward does not hide */
+    double optimizer;  /* per step */
 } ap_stage;
 
 typedef struct {
@@ -217,6 +234,13 @@ typedef struct {
         mfu, max_mem_bytes, bubble;
     double t_compute, t_comm, t_bubble, t_grad_sync, t_optimizer;
     double hbm_limit;
+    /* Communication per step by kind, of the stage t_comm is taken from
+     * (their sum is t_comm); the pipeline's send/recv on its busiest
+     * boundary, activations forward and gradients back (its exposed part
+     * is inside the bubble); and the gradient synchronisation in full,
+     * before overlap with backward (t_grad_sync is the exposed part). */
+    ap_comm_kinds t_kinds;
+    double t_p2p, t_grad_sync_total;
 } ap_plan;
 
 typedef struct {
@@ -252,6 +276,10 @@ int ap_plan_search(const ap_graph *g, const ap_cluster *c,
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                      char *err);
 void ap_plan_free(ap_plan *p);
+/* Simulates an evaluated plan's pipeline schedule again, for its events
+ * (ap_plan_evaluate keeps only the summary); the caller frees *r with
+ * ap_pipe_result_free(). */
+int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err);
 /* A hand-tuned Megatron-LM configuration, priced as a plan with the
  * planner's own code. dp 0 means GPUs / (tp * pp * cp). */
 typedef struct {
@@ -278,6 +306,58 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
  * (every degree resolved: dp set, vpp >= 1). The exporter compares a plan's
  * shardings with it. */
 ap_strategy ap_megatron_layout(const ap_graph *g, const ap_megatron *m, int op);
+
+/* The plan's simulated step as Chrome Trace Event JSON (Perfetto,
+ * chrome://tracing; docs/compare.md): a process per stage with tracks for
+ * the forward and backward passes ("F mb3 chunk0", "B mb3") and the
+ * optimizer step, gradient sync, and sends; "X" events in microseconds
+ * spanning exactly the predicted step. The plan must be evaluated. Returns
+ * a string the caller frees, or NULL with err set. */
+char *ap_plan_trace_json(const ap_plan *p, char *err);
+
+/* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
+ * every field, in the form ap_megatron_parse reads back. */
+void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
+
+typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
+
+/* The sweep over a launcher's configuration space (docs/compare.md):
+ * Megatron-LM; torchtitan (DDP or FSDP, TP with sequence-parallel norms, PP,
+ * CP); DeepSpeed as Megatron-DeepSpeed (ZeRO 0-3, ZeRO-1 at most with PP, TP
+ * without sequence parallelism). */
+typedef struct {
+    ap_launcher launcher;
+    double global_batch; /* sequences per step; 0: 512 */
+    int max_tp;          /* 0: GPUs per node (TP stays inside a node) */
+    int threads;         /* 0: the machine's cores */
+    int progress;        /* a progress line on stderr once a second has
+                            passed; the caller decides (a tty) */
+} ap_sweep_opts;
+
+void ap_sweep_opts_default(ap_sweep_opts *o);
+
+typedef struct {
+    long candidates;     /* configurations listed */
+    long valid;          /* priced: ap_megatron_plan accepted them */
+    long refused;        /* listed but refused by ap_megatron_plan (0 unless
+                            the list and the checks disagree) */
+    long fit;            /* valid and within the usable memory */
+    int found;           /* some configuration fits */
+    ap_megatron best;    /* the fastest that fits; ties keep the first listed
+                            (smaller tp, then pp, cp, ep, mbs, vpp; sp off,
+                            less recomputation, lower ZeRO first) */
+    ap_plan plan;        /* best's plan, when found */
+    double least_memory; /* the smallest memory per GPU of any valid one */
+    double seconds;
+} ap_sweep_result;
+
+/* Lists every configuration of the launcher for the model and cluster,
+ * prices each with ap_megatron_plan and keeps the fastest that fits. No
+ * configuration fitting is not an error: found is 0. The caller frees the
+ * result with ap_sweep_result_free(). */
+int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
+             ap_sweep_result *out, char *err);
+void ap_sweep_result_free(ap_sweep_result *r);
 
 /* plan.json (docs/plan-format.md) and the summary a person reads. */
 char *ap_plan_to_json(const ap_graph *g, const ap_plan *p);
@@ -351,8 +431,6 @@ int ap_plan_desc_parse(const char *text, size_t len, const char *source,
                        ap_plan_desc *out, char *err);
 int ap_plan_read(const char *path, ap_plan_desc *out, char *err);
 void ap_plan_desc_free(ap_plan_desc *d);
-
-typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
 
 const char *ap_launcher_name(ap_launcher l); /* "Megatron-LM", ... */
 /* "megatron", "torchtitan" or "deepspeed"; AP_EINPUT naming the choices. */

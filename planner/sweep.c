@@ -1,0 +1,351 @@
+/* sweep.c -- every configuration a launcher can run, each priced as a plan.
+ *
+ * The sweep is what a person tuning by hand could at best arrive at: it
+ * lists the launcher's valid configurations for the model and cluster,
+ * prices each with ap_megatron_plan (the same code that prices the
+ * planner's own plans), and keeps the fastest that fits. Listing first and
+ * pricing second gives the progress line its total and keeps the order, and
+ * so the tie-breaking, independent of the pricing. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "planner/planner.h"
+
+void ap_sweep_opts_default(ap_sweep_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->launcher = AP_LAUNCHER_MEGATRON;
+    o->global_batch = 512;
+}
+
+static const char *recompute_name(ap_recompute r)
+{
+    return r == AP_RECOMPUTE_FULL ? "full" : r == AP_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
+{
+    snprintf(buf, len, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,vpp=%d,mbs=%d,gbs=%.0f,"
+             "sp=%d,recompute=%s,zero=%d", m->tp, m->pp, m->dp, m->cp, m->ep,
+             m->vpp, m->mbs, m->gbs, m->sp, recompute_name(m->recompute), (int)m->zero);
+}
+
+/* A growing list of candidate configurations. */
+typedef struct {
+    ap_megatron *v;
+    long n, cap;
+    int oom;
+} list;
+
+static void push(list *l, const ap_megatron *m)
+{
+    if (l->oom)
+        return;
+    if (l->n == l->cap) {
+        long cap = l->cap ? 2 * l->cap : 256;
+        ap_megatron *v = realloc(l->v, sizeof *v * (size_t)cap);
+        if (!v) {
+            l->oom = 1;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = *m;
+}
+
+static long dim_size(const ap_graph *g, ap_dim_kind k)
+{
+    char l = ap_graph_label_of(g, k);
+    return l ? (long)ap_graph_dim(g, l)->size : 0;
+}
+
+/* What the model and cluster fix for every configuration. */
+typedef struct {
+    const ap_graph *g;
+    ap_launcher launcher;
+    int gpus, max_tp, layers;
+    long heads, kv_heads, seq, experts;
+    double gbs;
+} space;
+
+static int tp_ok(const space *s, int tp)
+{
+    return tp <= s->max_tp && (!s->heads || s->heads % tp == 0) &&
+           (!s->kv_heads || s->kv_heads % tp == 0);
+}
+
+/* The last choices: recomputation, ZeRO and sequence parallelism, as the
+ * launcher offers them. Duplicates are left out: sequence parallelism
+ * needs tp > 1 and ZeRO needs data-parallel replicas to shard over. */
+static void add_variants(const space *s, ap_megatron m, list *out)
+{
+    static const ap_zero megatron_zero[] = {AP_ZERO_NONE, AP_ZERO_1};
+    static const ap_zero titan_zero[] = {AP_ZERO_NONE, AP_ZERO_3};
+    static const ap_zero ds_zero[] = {AP_ZERO_NONE, AP_ZERO_1, AP_ZERO_2, AP_ZERO_3};
+    const ap_zero *zeros = megatron_zero;
+    int nzero = 2, sp_lo = 0, sp_hi = m.tp > 1, rc_step = 1;
+    if (s->launcher == AP_LAUNCHER_TORCHTITAN) {
+        /* DDP (replicate) or FSDP (shard); TP always with sequence-parallel
+         * norms. */
+        zeros = titan_zero;
+        sp_lo = sp_hi;
+    } else if (s->launcher == AP_LAUNCHER_DEEPSPEED) {
+        /* DeepSpeed's pipeline engine runs ZeRO-1 at most; its activation
+         * checkpointing is whole layers; Megatron-DeepSpeed's TP has no
+         * sequence parallelism. */
+        zeros = ds_zero;
+        nzero = m.pp > 1 ? 2 : 4;
+        sp_hi = 0;
+        rc_step = 2;
+    }
+    if (m.dp * m.cp == 1)
+        nzero = 1;
+    for (int sp = sp_lo; sp <= sp_hi; sp++)
+        for (int rc = AP_RECOMPUTE_NONE; rc <= AP_RECOMPUTE_FULL; rc += rc_step)
+            for (int z = 0; z < nzero; z++) {
+                m.sp = sp;
+                m.recompute = (ap_recompute)rc;
+                m.zero = zeros[z];
+                push(out, &m);
+            }
+}
+
+/* Micro-batch sizes (powers of two dividing the per-replica batch) and
+ * interleaving (chunks dividing a stage's layers, with at least two stages
+ * and a micro-batch count divisible by them). DeepSpeed does not
+ * interleave. */
+static void add_batching(const space *s, ap_megatron m, list *out)
+{
+    if (fmod(s->gbs, m.dp) != 0)
+        return;
+    long per_replica = (long)(s->gbs / m.dp);
+    int max_v = s->launcher == AP_LAUNCHER_DEEPSPEED || m.pp < 2 ? 1 : s->layers / m.pp;
+    for (long mbs = 1; mbs <= per_replica; mbs *= 2) {
+        if (per_replica % mbs)
+            break;
+        long nmicro = per_replica / mbs;
+        for (int v = 1; v <= max_v; v++) {
+            if ((s->layers / m.pp) % v || (v > 1 && nmicro % m.pp))
+                continue;
+            m.mbs = (int)mbs;
+            m.vpp = v;
+            add_variants(s, m, out);
+        }
+    }
+}
+
+/* Context parallelism is priced with dp = 1 only (a 3-D mesh is not), so
+ * cp is either 1 or takes every GPU tp and pp leave. */
+static void add_cp_ep(const space *s, ap_megatron m, list *out)
+{
+    int rest = s->gpus / (m.tp * m.pp);
+    for (int k = 0; k < 2; k++) {
+        int cp = k == 0 ? 1 : rest;
+        if (k == 1 && (cp == 1 || !s->seq || s->seq % cp ||
+                       s->launcher == AP_LAUNCHER_DEEPSPEED))
+            continue;
+        m.cp = cp;
+        m.dp = rest / cp;
+        for (int ep = 1; ep <= m.dp; ep++) {
+            if (ep > 1 && (!s->experts || s->experts % ep || m.dp % ep))
+                continue;
+            m.ep = ep;
+            add_batching(s, m, out);
+        }
+    }
+}
+
+static int enumerate(const space *s, list *out)
+{
+    ap_megatron m;
+    ap_megatron_default(&m);
+    m.gbs = s->gbs;
+    for (int tp = 1; tp <= s->gpus; tp++) {
+        if (s->gpus % tp || !tp_ok(s, tp))
+            continue;
+        for (int pp = 1; pp <= s->gpus / tp; pp++) {
+            if ((s->gpus / tp) % pp || s->layers % pp)
+                continue;
+            m.tp = tp;
+            m.pp = pp;
+            add_cp_ep(s, m, out);
+        }
+    }
+    return out->oom ? AP_EINTERNAL : AP_OK;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* One thread's share of the list: every nthreads-th configuration. Each
+ * keeps its own best, the lowest index among equal times, so that the
+ * merged answer is the one a single thread would give. */
+typedef struct {
+    const ap_graph *g;
+    const ap_cluster *c;
+    const list *l;
+    int index, nthreads, progress;
+    double t0;
+    long valid, refused, fit, best;
+    ap_plan plan;
+    double least_memory;
+    int rc;
+    char err[AP_ERR_LEN];
+} worker;
+
+static void *price_share(void *arg)
+{
+    worker *w = arg;
+    w->best = -1;
+    for (long i = w->index; i < w->l->n; i += w->nthreads) {
+        if (w->progress && (i / w->nthreads) % 64 == 0 && now() - w->t0 > 1) {
+            fprintf(stderr, "\rsweep: %ld of %ld configurations priced", i, w->l->n);
+            w->progress = 2;
+        }
+        ap_plan p;
+        int rc = ap_megatron_plan(w->g, w->c, &w->l->v[i], &p, w->err);
+        if (rc == AP_EINPUT) {
+            w->refused++; /* a rule of ap_megatron_plan the list missed */
+            continue;
+        }
+        if (rc) {
+            w->rc = rc;
+            break;
+        }
+        if (w->valid++ == 0 || p.max_mem_bytes < w->least_memory)
+            w->least_memory = p.max_mem_bytes;
+        int fits = p.max_mem_bytes <= p.hbm_limit;
+        w->fit += fits;
+        if (fits && (w->best < 0 || p.step_time < w->plan.step_time)) {
+            if (w->best >= 0)
+                ap_plan_free(&w->plan);
+            w->plan = p;
+            w->best = i;
+        } else {
+            ap_plan_free(&p);
+        }
+    }
+    return NULL;
+}
+
+static int better(const worker *a, const worker *b)
+{
+    if (a->best < 0)
+        return 0;
+    if (b->best < 0)
+        return 1;
+    return a->plan.step_time < b->plan.step_time ||
+           (a->plan.step_time == b->plan.step_time && a->best < b->best);
+}
+
+static int merge(worker *w, int n, const list *l, ap_sweep_result *out,
+                 char *err)
+{
+    int rc = AP_OK, win = -1;
+    for (int t = 0; t < n; t++) {
+        out->valid += w[t].valid;
+        out->refused += w[t].refused;
+        out->fit += w[t].fit;
+        if (w[t].valid && (out->least_memory == 0 || w[t].least_memory < out->least_memory))
+            out->least_memory = w[t].least_memory;
+        if (w[t].rc && !rc) {
+            rc = w[t].rc;
+            memcpy(err, w[t].err, AP_ERR_LEN);
+        }
+        if (win < 0 ? w[t].best >= 0 : better(&w[t], &w[win]))
+            win = t;
+    }
+    for (int t = 0; t < n; t++)
+        if (w[t].best >= 0 && (t != win || rc))
+            ap_plan_free(&w[t].plan);
+    if (!rc && win >= 0) {
+        out->found = 1;
+        out->plan = w[win].plan;
+        out->best = l->v[w[win].best];
+    }
+    return rc;
+}
+
+static int thread_count(int asked, long work)
+{
+    long n = asked > 0 ? asked : sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    if (n > 64)
+        n = 64;
+    return (int)(n < work ? n : work > 0 ? work : 1);
+}
+
+int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
+             ap_sweep_result *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    double t0 = now();
+    int gpn = c->gpus_per_node, gpus = ap_cluster_gpus(c);
+    space s = {g, o->launcher, gpus,
+               o->max_tp > 0 ? o->max_tp : gpn < gpus ? gpn : gpus,
+               g->nlayers > 0 ? g->nlayers : 1, dim_size(g, AP_DIM_HEADS),
+               dim_size(g, AP_DIM_KV_HEADS), dim_size(g, AP_DIM_SEQ),
+               dim_size(g, AP_DIM_EXPERTS), o->global_batch > 0 ? o->global_batch : 512};
+    if (s.gbs != floor(s.gbs) || s.gbs > 1e9) {
+        snprintf(err, AP_ERR_LEN, "sweep: the global batch must be a whole number "
+                 "of sequences, not %g", s.gbs);
+        return AP_EINPUT;
+    }
+    list l = {0};
+    int n = 0, rc = enumerate(&s, &l);
+    worker *w = NULL;
+    if (!rc) {
+        n = thread_count(o->threads, l.n);
+        w = calloc((size_t)n, sizeof *w);
+        rc = w ? AP_OK : AP_EINTERNAL;
+    }
+    if (rc) {
+        free(l.v);
+        snprintf(err, AP_ERR_LEN, "out of memory listing configurations");
+        return AP_EINTERNAL;
+    }
+    out->candidates = l.n;
+    pthread_t *tid = calloc((size_t)n, sizeof *tid);
+    int *started = calloc((size_t)n, sizeof *started);
+    for (int t = 0; t < n; t++) {
+        w[t] = (worker){.g = g, .c = c, .l = &l, .index = t, .nthreads = n,
+                        .progress = t == 0 && o->progress, .t0 = t0, .best = -1};
+        /* Thread 0 is this one; a thread that cannot start is done here. */
+        if (t > 0 && tid && started)
+            started[t] = !pthread_create(&tid[t], NULL, price_share, &w[t]);
+    }
+    price_share(&w[0]);
+    for (int t = 1; t < n; t++) {
+        if (started && started[t])
+            pthread_join(tid[t], NULL);
+        else
+            price_share(&w[t]);
+    }
+    if (w[0].progress == 2)
+        fprintf(stderr, "\r%60s\r", "");
+    rc = merge(w, n, &l, out, err);
+    free(tid);
+    free(started);
+    free(w);
+    free(l.v);
+    out->seconds = now() - t0;
+    return rc;
+}
+
+void ap_sweep_result_free(ap_sweep_result *r)
+{
+    if (r->found)
+        ap_plan_free(&r->plan);
+    r->found = 0;
+}

@@ -1,0 +1,79 @@
+#!/bin/sh
+# autopar compare: a Megatron configuration beside autopar's plan (and the
+# sweep's best), exit codes and errors that name what is wrong; --target and
+# --trace on autopar plan.
+set -u
+bin=$1
+src=$2
+model=$src/examples/gpt-tiny.json
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
+
+"$bin" compare "$model" --gpus 4 --global-batch 16 --quiet \
+    --megatron "tp=2,pp=2,mbs=1,sp=1" --sweep >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && ok || bad "compare exits 0: $(cat "$tmp/err")"
+for want in "megatron (yours)" "autopar" "megatron (sweep)" "step time" "tokens/s" \
+    "MFU" "TFLOP/s per GPU" "memory per GPU" "pipeline bubble" "tensor-parallel" \
+    "resharding" "pipeline send/recv" "gradient sync, exposed" "speedup over yours" \
+    "tp=2,pp=2,dp=1,cp=1,ep=1,vpp=1,mbs=1,gbs=16,sp=1" "valid Megatron configurations"; do
+    grep -qF "$want" "$tmp/out" && ok || bad "the table shows '$want'"
+done
+
+"$bin" compare "$model" --gpus 4 --global-batch 16 --quiet --json \
+    --megatron-args "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel" \
+    >"$tmp/json" 2>"$tmp/err"
+[ $? -eq 0 ] && ok || bad "compare --json exits 0: $(cat "$tmp/err")"
+for want in '"yours":' '"autopar":' '"configuration":' '"speedup":' '"step_time_s":' \
+    '"communication_by_kind":' '"tensor_parallel_s":' '"pipeline_send_recv_s":' \
+    '"grad_sync_total_s":' '"global_batch":	16'; do
+    grep -qF "$want" "$tmp/json" && ok || bad "the JSON has $want"
+done
+grep -q '"sweep":' "$tmp/json" && bad "no sweep without --sweep" || ok
+# Your column is what estimate prices for the same flags.
+"$bin" estimate "$model" --gpus 4 --json --megatron-args \
+    "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --global-batch-size 16" \
+    >"$tmp/est" 2>/dev/null
+a=$(grep -m1 '"step_time_s"' "$tmp/est" | tr -d ' \t,')
+b=$(grep -m1 '"step_time_s"' "$tmp/json" | tr -d ' \t,')
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "your column is estimate's price: $a vs $b"
+
+expect() {
+    want=$1
+    shift
+    out=$("$bin" compare "$model" --gpus 4 --quiet "$@" 2>&1 >/dev/null)
+    rc=$?
+    [ $rc -eq 2 ] && echo "$out" | grep -qF -- "$want" && ok ||
+        bad "compare $* -> rc $rc, '$out' lacks '$want'"
+}
+expect "not the 4 GPUs" --megatron "tp=2,pp=2,dp=2"
+expect "does not divide the 4 heads" --megatron "tp=8,dp=1" --gpus 8
+expect "unknown key" --megatron "tq=2"
+expect "bad value" --megatron "tp=x"
+expect "is not key=value" --megatron "tp"
+expect "a configuration (--megatron or --megatron-args) is required"
+expect "--global-batch 32 and the configuration's gbs=16 differ" \
+    --megatron "gbs=16" --global-batch 32
+expect "give one --megatron or --megatron-args" --megatron "tp=2" --megatron "tp=1"
+expect "unexpected argument '--frobnicate'" --megatron "tp=2" --frobnicate
+
+"$bin" plan "$model" --gpus 4 --global-batch 16 --quiet --target torchtitan \
+    --trace "$tmp/trace.json" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 0 ] && ok || bad "plan --target torchtitan exits 0: $(cat "$tmp/err")"
+grep -q "^torchtitan configuration tp=" "$tmp/out" && ok || bad "the target's configuration is shown"
+grep -q '"traceEvents":\[' "$tmp/trace.json" && grep -q '"ph":"X"' "$tmp/trace.json" &&
+    ok || bad "--trace writes Chrome trace events"
+"$bin" plan "$model" --gpus 4 --target slurm >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "megatron, torchtitan, deepspeed" "$tmp/err" && ok ||
+    bad "an unknown --target is refused with the choices"
+"$bin" plan "$model" --gpus 4 --target megatron --no-pipeline >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "does not combine" "$tmp/err" && ok || bad "--target with --no-pipeline is refused"
+"$bin" plan "$model" --gpus 4 --global-batch 16 --quiet --target megatron --trace /nonexistent/dir/t.json \
+    >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "cannot write" "$tmp/err" && ok || bad "an unwritable --trace fails"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
