@@ -39,6 +39,8 @@ static int next_same_layer(const ap_graph *g, const int *ops, int nops)
     if (!nops)
         return -1;
     int l = g->ops[ops[0]].layer;
+    if (g->ops[ops[nops - 1]].layer != l)
+        return -1; /* a span of layers has its own edges between them */
     if (l < 0 || l + 1 >= g->nlayers ||
         g->layer_class[l + 1] != g->layer_class[l])
         return -1;

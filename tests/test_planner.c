@@ -173,6 +173,89 @@ static void tight_memory_chooses_sequence_parallelism(void)
     ap_graph_free(g);
 }
 
+/* The ILP over four whole layers, each free to differ, finds nothing better
+ * than the one-layer answer repeated: solving one block per layer class
+ * loses no speed. Prices compare per micro-batch, synchronisation
+ * amortised, as the ILP's objective counts them. */
+static double block_objective(const ap_price_ctx *x, const int *ops, int n,
+                              const ap_strategy *s)
+{
+    ap_block_point bp;
+    ap_block_price(x, ops, n, s, &bp);
+    return bp.fwd + bp.bwd + bp.grad_sync / x->nmicro;
+}
+
+static void shared_layer_strategy_equals_unshared_ilp(void)
+{
+    ap_graph *g = load("tests/data/llama-4layer.json", 2048);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    ap_cluster_preset("h100-sxm", 8, 8, &c, err);
+    static const int meshes[][2] = {{1, 8}, {2, 4}, {1, 2}};
+    for (int k = 0; k < 3; k++) {
+        ap_mesh m;
+        ap_mesh_init(&m, meshes[k][0], meshes[k][1], 0, 8);
+        ap_price_ctx x = {g, &c, &m, 8, 4, AP_ZERO_1};
+        int all[512], n = 0;
+        for (int l = 0; l < 4; l++)
+            n += layer_ops(g, l, all + n);
+        int per = n / 4;
+        ap_block one, four;
+        CHECK(ap_block_solve_points(&x, all, per, 1, 10, 1e-9, 1, &one, err) == AP_OK);
+        CHECK(ap_block_solve_points(&x, all, n, 1, 10, 1e-9, 1, &four, err) == AP_OK);
+        ap_strategy repeated[512];
+        for (int i = 0; i < n; i++)
+            repeated[i] = one.points[0].strat[i % per];
+        double shared = block_objective(&x, all, n, repeated);
+        double unshared = block_objective(&x, all, n, four.points[0].strat);
+        CHECK(four.ilp.status == AP_ILP_OPTIMAL);
+        CHECK_NEAR(unshared, four.ilp.objective, 1e-9 * unshared);
+        CHECK_NEAR(shared, unshared, 1e-6 * unshared);
+        ap_block_free(&one);
+        ap_block_free(&four);
+    }
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* A 2-D mesh, memory to spare and many sequences per micro-batch: one axis
+ * (at least) carries data parallelism, and every matmul splits the batch on
+ * it. */
+static void ample_memory_and_batch_put_data_parallelism_on_an_axis(void)
+{
+    ap_graph *g = load("tests/data/llama-4layer.json", 2048);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    ap_cluster_preset("h100-sxm", 8, 8, &c, err);
+    ap_mesh m;
+    ap_mesh_init(&m, 2, 4, 0, 8);
+    ap_price_ctx x = {g, &c, &m, 64, 8, AP_ZERO_1};
+    int ops[256], n = layer_ops(g, 0, ops);
+    ap_block b;
+    CHECK(ap_block_solve_points(&x, ops, n, 1, 10, 1e-6, 1, &b, err) == AP_OK);
+    char batch = kind_label(g, AP_DIM_BATCH);
+    int dp_axis = -1;
+    for (int a = 0; a < 2 && dp_axis < 0; a++) {
+        int all = 1;
+        for (int i = 0; i < n; i++)
+            all = all && b.points[0].strat[i].axis[a] == batch;
+        if (all)
+            dp_axis = a;
+    }
+    CHECK(dp_axis >= 0);
+    ap_block_free(&b);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
 static void plans_cover_every_layer_and_gpu_once_and_repeat_exactly(void)
 {
     ap_graph *g = load("examples/gpt-tiny.json", 0);
@@ -219,6 +302,8 @@ int main(void)
     RUN(stage_dp_equals_brute_force);
     RUN(tensor_only_mesh_gives_megatron_layout);
     RUN(tight_memory_chooses_sequence_parallelism);
+    RUN(shared_layer_strategy_equals_unshared_ilp);
+    RUN(ample_memory_and_batch_put_data_parallelism_on_an_axis);
     RUN(plans_cover_every_layer_and_gpu_once_and_repeat_exactly);
     return DONE();
 }
