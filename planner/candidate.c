@@ -339,20 +339,45 @@ void ap_candidate_bound(const ap_search_ctx *s, ap_candidate *k)
     k->bound = lower_bound_of(&cf, s->o, 0);
 }
 
-/* How far the leanest points are from fitting, spread evenly over stages. */
-static double shortfall_of(const config *cf)
+static const ap_block_point *leanest(const ap_block *b)
 {
-    double lean = 0;
+    return b->npoints ? &b->points[b->npoints - 1] : NULL;
+}
+
+/* What stage s of an even split needs at the leanest points with full
+ * recomputation: each layer keeps only its input, for each of the p - s
+ * micro-batches in flight, plus one layer's activations being redone. */
+static double stage_need(const config *cf, int s, int i, int j)
+{
     int L = cf->g->nlayers;
-    for (int b = 0; b < cf->m->nblocks; b++) {
-        const ap_block *blk = &cf->blocks[b];
-        if (!blk->npoints)
+    double inflight = fmin(cf->p - s, cf->nmicro), need = 0, work = 0;
+    for (int k = 0; k < cf->m->nclasses; k++) {
+        double n = cf->cnt[k * (L + 1) + j] - cf->cnt[k * (L + 1) + i];
+        const ap_block_point *bp = leanest(&cf->blocks[2 + k]);
+        if (!n || !bp)
             continue;
-        const ap_block_point *bp = &blk->points[blk->npoints - 1];
-        double n = b >= 2 ? (double)L / cf->p : 1;
-        lean += n * (bp->param_bytes + bp->input_bytes * cf->p);
+        need += n * (bp->param_bytes + inflight * bp->input_bytes);
+        work = fmax(work, bp->act_bytes);
     }
-    return lean - cf->limit;
+    for (int e = 0; e < 2; e++) {
+        const ap_block_point *bp = leanest(&cf->blocks[e]);
+        if (bp && ((e == 0 && s == 0) || (e == 1 && s == cf->p - 1)))
+            need += bp->param_bytes + inflight * bp->act_bytes;
+    }
+    return need + work;
+}
+
+static void shortfall_of(const config *cf, ap_shortfall *sf)
+{
+    int L = cf->g->nlayers;
+    sf->bytes = -INFINITY;
+    for (int s = 0; s < cf->p; s++) {
+        int i = (int)((long)L * s / cf->p), j = (int)((long)L * (s + 1) / cf->p);
+        double need = stage_need(cf, s, i, j);
+        if (need - cf->limit > sf->bytes)
+            *sf = (ap_shortfall){need - cf->limit, need, s, cf->p, i, j,
+                                 cf->mesh.d[0] * cf->mesh.d[1]};
+    }
 }
 
 static double cuts(config *cf, double limit, int *first)
@@ -366,13 +391,14 @@ static double cuts(config *cf, double limit, int *first)
 }
 
 int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
-                       double beat, ap_plan *plan, int *have, double *shortfall,
+                       double beat, ap_plan *plan, int *have, ap_shortfall *sf,
                        char *err)
 {
     config cf;
     config_init(&cf, s, k);
     *have = 0;
-    *shortfall = INFINITY;
+    memset(sf, 0, sizeof *sf);
+    sf->bytes = INFINITY;
     cf.blocks = calloc((size_t)cf.m->nblocks, sizeof *cf.blocks);
     int *first = malloc(sizeof(int) * (size_t)cf.p);
     int rc = AP_EINTERNAL;
@@ -386,7 +412,7 @@ int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
     double free_obj = cuts(&cf, INFINITY, first);
     double obj = cuts(&cf, cf.limit, first);
     if (!(obj <= free_obj * (1 + 1e-12)) && lower_bound_of(&cf, s->o, 1) > beat) {
-        *shortfall = -1; /* memory binds, and no plan here could win */
+        sf->bytes = -1; /* memory binds, and no plan here could win */
         goto done;
     }
     if (!(obj <= free_obj * (1 + 1e-12))) {
@@ -397,7 +423,7 @@ int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
         obj = cuts(&cf, cf.limit, first);
     }
     if (isinf(obj)) {
-        *shortfall = shortfall_of(&cf);
+        shortfall_of(&cf, sf);
         goto done;
     }
     rc = make_plan(&cf, first, s->o, plan, err);

@@ -31,13 +31,20 @@ void ap_search_ctx_free(ap_search_ctx *s);
 /* Fills k->bound from prices alone (no ILP). */
 void ap_candidate_bound(const ap_search_ctx *s, ap_candidate *k);
 
+/* Why a candidate has no plan that fits: the stage of an even split that
+ * misses the memory limit by most at its leanest. */
+typedef struct {
+    double bytes;   /* over the limit; INFINITY: the mesh admits no strategy;
+                       negative: given up, it cannot beat the best plan */
+    double need;    /* bytes per GPU that stage needs */
+    int stage, nstages, first_layer, end_layer, ngpus;
+} ap_shortfall;
+
 /* Solves the candidate. When a plan fits, *have = 1 and *plan is the
- * caller's to free; otherwise *shortfall says by how many bytes per GPU the
- * leanest stage misses (INFINITY when the mesh admits no strategy, negative
- * when the candidate was given up because it provably cannot be faster
- * than `beat` seconds). */
+ * caller's to free; otherwise *sf says why not. Candidates that provably
+ * cannot be faster than `beat` seconds are given up early. */
 int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
-                       double beat, ap_plan *plan, int *have,
-                       double *shortfall, char *err);
+                       double beat, ap_plan *plan, int *have, ap_shortfall *sf,
+                       char *err);
 
 #endif

@@ -124,7 +124,8 @@ typedef struct {
     double best_step;
     int best_index, have;
     ap_plan best;
-    double least_shortfall;
+    ap_shortfall least;     /* the candidate closest to fitting */
+    int least_index;
     int rc;
     char err[AP_ERR_LEN];
     time_t started;
@@ -183,9 +184,9 @@ static void *worker(void *arg)
             break;
         ap_plan plan;
         int have;
-        double shortfall;
+        ap_shortfall sf;
         char err[AP_ERR_LEN];
-        int rc = ap_candidate_solve(s->ctx, k, beat, &plan, &have, &shortfall, err);
+        int rc = ap_candidate_solve(s->ctx, k, beat, &plan, &have, &sf, err);
         pthread_mutex_lock(&s->lock);
         s->solved++;
         if (rc && !s->rc) {
@@ -194,8 +195,12 @@ static void *worker(void *arg)
         }
         if (rc == AP_OK && have)
             offer(s, k, &plan);
-        if (rc == AP_OK && !have && shortfall > 0 && shortfall < s->least_shortfall)
-            s->least_shortfall = shortfall;
+        if (rc == AP_OK && !have && sf.bytes > 0 && !isinf(sf.bytes) &&
+            (sf.bytes < s->least.bytes ||
+             (sf.bytes == s->least.bytes && k->index < s->least_index))) {
+            s->least = sf;
+            s->least_index = k->index;
+        }
         show_progress(s);
         pthread_mutex_unlock(&s->lock);
     }
@@ -230,17 +235,23 @@ static int run_workers(search *s, int nthreads)
 static void explain_no_fit(const ap_graph *g, const search *s, int D,
                            double limit, char *err)
 {
-    if (isinf(s->least_shortfall))
+    const ap_shortfall *f = &s->least;
+    double gib = 1 << 30;
+    if (isinf(f->bytes))
         snprintf(err, AP_ERR_LEN,
-                 "%s does not fit on %d GPUs of %.0f GiB: no stage split, "
-                 "mesh or micro-batch fits; try more GPUs", g->name, D,
-                 limit / (1 << 30));
+                 "%s does not fit on %d GPUs of %.1f GiB usable: no stage "
+                 "split, mesh or micro-batch admits a sharding; try more GPUs",
+                 g->name, D, limit / gib);
     else
         snprintf(err, AP_ERR_LEN,
-                 "%s does not fit on %d GPUs: the leanest plan needs %.1f GiB "
-                 "more per GPU than the %.1f GiB usable; try more GPUs, a "
-                 "smaller --global-batch or a shorter --seq", g->name, D,
-                 s->least_shortfall / (1 << 30), limit / (1 << 30));
+                 "%s does not fit on %d GPU%s: even at its leanest (full "
+                 "recomputation, the most sharded ops), stage %d of %d (layers "
+                 "%d-%d on %d GPU%s) needs %.1f GiB per GPU, %.1f GiB more than "
+                 "the %.1f GiB usable; try more GPUs, a smaller --global-batch "
+                 "or a shorter --seq", g->name, D, D == 1 ? "" : "s", f->stage,
+                 f->nstages, f->first_layer, f->end_layer - 1, f->ngpus,
+                 f->ngpus == 1 ? "" : "s", f->need / gib,
+                 f->bytes / gib, limit / gib);
 }
 
 static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
@@ -248,7 +259,7 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
     search s;
     memset(&s, 0, sizeof s);
     s.ctx = ctx;
-    s.least_shortfall = INFINITY;
+    s.least.bytes = INFINITY;
     s.started = time(NULL);
     s.ncand = enumerate(ctx->o, ctx->g->nlayers, ctx->c->gpus_per_node, &s.cand);
     if (s.ncand < 0) {
