@@ -918,6 +918,8 @@ int ap_graph_finalize(ap_graph *g, char *err)
         rc = check_layers(g, err);
     if (!rc)
         rc = derive(g, err);
+    if (!rc && g->nlayers == 0 && g->nops > 0)
+        rc = ap_graph_cluster_layers(g);
     if (!rc)
         rc = classify(g, err);
     if (rc)

@@ -31,6 +31,7 @@
 #define AP_MAX_IO 8    /* inputs or outputs per op */
 #define AP_MAX_DIMS 52 /* a-z, A-Z */
 #define AP_NAME_LEN 128
+#define AP_AUTO_LAYERS 64 /* most layers given to a graph that tags none */
 
 /* Status codes double as the process exit codes of the command-line tool. */
 typedef enum {
@@ -145,7 +146,9 @@ typedef struct {
     /* Derived by ap_graph_finalize(). */
     int finalized;
     int *topo;       /* op indices in a topological order (stable: by index) */
-    int nlayers;     /* 1 + the largest layer index, 0 if untagged */
+    int nlayers;     /* 1 + the largest layer index */
+    int auto_layers; /* the model tagged no layers: ap_graph_finalize cut the
+                        topological order into runs of even FLOPs */
     int *layer_class;/* per layer: the smallest layer index with an identical
                         block (same kinds, shapes, attributes and wiring) */
     double total_flops, total_params, total_param_bytes, total_saved_bytes;

@@ -9,4 +9,7 @@
 void ap_graph_fail(const ap_graph *g, char *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Gives every op of a graph that tags none a layer (layers.c). */
+int ap_graph_cluster_layers(ap_graph *g);
+
 #endif

@@ -364,6 +364,43 @@ static void a_matmul_must_contract_a_label(void)
     ap_graph_free(g);
 }
 
+/* A model that tags no layers is cut, in topological order, into runs of
+ * about equal FLOPs: contiguous, none empty, none heavier than its share
+ * plus the heaviest single op. */
+static void untagged_model_gets_layers_of_even_flops(void)
+{
+    char path[512], err[AP_ERR_LEN];
+    snprintf(path, sizeof path, "%s/tests/data/gpt-tiny-untagged.json", ap_test_src());
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = NULL;
+    CHECK(ap_graph_load(path, &o, &g, err) == AP_OK);
+    if (!g)
+        return;
+    CHECK(g->auto_layers == 1);
+    int heavy = 0;
+    double total = 0, biggest = 0, per[AP_AUTO_LAYERS] = {0};
+    for (int i = 0; i < g->nops; i++) {
+        heavy += g->ops[i].kind == AP_OP_MATMUL || g->ops[i].kind == AP_OP_ATTENTION;
+        total += g->ops[i].flops;
+        if (g->ops[i].flops > biggest)
+            biggest = g->ops[i].flops;
+    }
+    CHECK(g->nlayers == heavy); /* 13 matmuls and 2 attentions */
+    CHECK(g->nlayers == 15);
+    int last = 0;
+    for (int k = 0; k < g->nops; k++) {
+        const ap_op *op = &g->ops[g->topo[k]];
+        CHECK(op->layer == last || op->layer == last + 1);
+        last = op->layer;
+        per[op->layer] += op->flops;
+    }
+    CHECK(last == g->nlayers - 1);
+    for (int l = 0; l < g->nlayers; l++)
+        CHECK(per[l] <= total / g->nlayers + biggest);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(block_has_12h2_plus_13h_parameters);
@@ -378,5 +415,6 @@ int main(void)
     RUN(a_second_producer_is_rejected);
     RUN(bad_shapes_and_names_are_rejected);
     RUN(a_matmul_must_contract_a_label);
+    RUN(untagged_model_gets_layers_of_even_flops);
     return DONE();
 }
