@@ -53,6 +53,10 @@ typedef struct {
 /* Size of a label at the context's batch (batch and capacity labels scale). */
 double ap_label_size(const ap_price_ctx *x, char label);
 
+/* The most strategies one op has: 7 choices per axis (none or one of up to
+ * six labels), reduce-scatter variants included, stay below it. */
+#define AP_MAX_STRATEGIES 96
+
 /* All valid strategies of op `i` on the mesh: labels that divide, by kind.
  * Fills out[] (at most max) and returns the count. */
 int ap_strategies(const ap_price_ctx *x, int op, ap_strategy *out, int max);

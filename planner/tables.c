@@ -7,7 +7,6 @@
 
 #include "planner/tables.h"
 
-#define MAX_STRATEGIES 96
 
 static int position_in(const int *ops, int nops, int op)
 {
@@ -158,10 +157,10 @@ static int add_leader(const ap_price_ctx *x, const int *ops, int v,
 {
     int gi = t->ngroups++;
     t->group[v] = gi;
-    t->strat[v] = malloc(sizeof **t->strat * MAX_STRATEGIES);
+    t->strat[v] = malloc(sizeof **t->strat * AP_MAX_STRATEGIES);
     if (!t->strat[v])
         return AP_EINTERNAL;
-    t->ns[gi] = ap_strategies(x, ops[v], t->strat[v], MAX_STRATEGIES);
+    t->ns[gi] = ap_strategies(x, ops[v], t->strat[v], AP_MAX_STRATEGIES);
     if (t->ns[gi] == 0) {
         snprintf(err, AP_ERR_LEN, "op \"%s\" has no valid strategy on a %dx%d mesh",
                  x->g->ops[ops[v]].name, x->mesh->d[0], x->mesh->d[1]);
@@ -176,9 +175,9 @@ static int add_follower(const ap_price_ctx *x, const int *ops, int v, int u,
                         const ap_block_edge *lead, double act_weight,
                         ap_tables *t)
 {
-    ap_strategy own[MAX_STRATEGIES];
-    double cost[MAX_STRATEGIES], mem;
-    int n = ap_strategies(x, ops[v], own, MAX_STRATEGIES);
+    ap_strategy own[AP_MAX_STRATEGIES];
+    double cost[AP_MAX_STRATEGIES], mem;
+    int n = ap_strategies(x, ops[v], own, AP_MAX_STRATEGIES);
     if (n == 0)
         return -1;
     for (int j = 0; j < n; j++)
@@ -276,41 +275,131 @@ static int classes_of_rows(const double *m, int rows, int cols, int stride_r,
     return n;
 }
 
-/* Prices every pairing of the two groups' choices on one edge, then keeps one
- * row per producer class and one column per consumer class: the cost depends
- * on the producer's output layout and the consumer's input layout, far fewer
- * than the choices. */
-static int edge_table(const ap_price_ctx *x, const int *ops,
-                      const ap_block_edge *be, ap_tables *t)
+/* Prices every pairing of the two groups' choices on one edge; the full
+ * matrix stands in ecost until compress_edge() replaces it. */
+static int price_edge_matrix(const ap_price_ctx *x, const int *ops,
+                             const ap_block_edge *be, ap_tables *t)
 {
     int e = t->nedges;
     int gu = t->group[be->u], gv = t->group[be->v];
     int nu = t->ns[gu], nv = t->ns[gv];
     double *full = malloc(sizeof *full * (size_t)(nu * nv));
-    t->cu[e] = malloc(sizeof(int) * (size_t)nu);
-    t->cv[e] = malloc(sizeof(int) * (size_t)nv);
-    t->nedges++;
-    if (!full || !t->cu[e] || !t->cv[e]) {
-        free(full);
+    if (!full)
         return -1;
-    }
+    t->nedges++;
     for (int i = 0; i < nu; i++)
         for (int j = 0; j < nv; j++)
             full[i * nv + j] = ap_price_edge(x, be->tensor, ops[be->u],
                                              &t->strat[be->u][i], ops[be->v],
                                              &t->strat[be->v][j], NULL);
+    t->ecost[e] = full;
+    t->edges[e] = (ap_ilp_edge){gu, gv, full, 0, 0, NULL, NULL};
+    return 0;
+}
+
+/* Whether choice a of group g is no worse than choice b in everything the
+ * ILP sees: its own time and memory, and every edge against every choice
+ * of the other end. */
+static int no_worse(const ap_tables *t, int g, int a, int b)
+{
+    if (t->cost[g][a] > t->cost[g][b] || t->mem[g][a] > t->mem[g][b])
+        return 0;
+    for (int e = 0; e < t->nedges; e++) {
+        const ap_ilp_edge *ed = &t->edges[e];
+        int nu = t->ns[ed->u], nv = t->ns[ed->v];
+        if (ed->u == g)
+            for (int j = 0; j < nv; j++)
+                if (ed->cost[a * nv + j] > ed->cost[b * nv + j])
+                    return 0;
+        if (ed->v == g)
+            for (int i = 0; i < nu; i++)
+                if (ed->cost[i * nv + a] > ed->cost[i * nv + b])
+                    return 0;
+    }
+    return 1;
+}
+
+static int same_everywhere(const ap_tables *t, int g, int a, int b)
+{
+    return no_worse(t, g, a, b) && no_worse(t, g, b, a);
+}
+
+/* Choices another choice dominates never help the ILP: it could swap them
+ * for the dominating one at no cost in time or memory. Of identical
+ * choices the first stays. */
+static void find_dominated(const ap_tables *t, int g, char *keep)
+{
+    int n = t->ns[g];
+    for (int i = 0; i < n; i++)
+        keep[i] = 1;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n && keep[i]; j++)
+            if (j != i && keep[j] && no_worse(t, g, j, i) &&
+                (j < i || !same_everywhere(t, g, j, i)))
+                keep[i] = 0;
+}
+
+/* Drops the choices keep[] rules out from group g and from the edge
+ * matrices at its ends. */
+static void compact_group(ap_tables *t, int g, const char *keep)
+{
+    int n = t->ns[g], m = 0;
+    for (int e = 0; e < t->nedges; e++) {
+        ap_ilp_edge *ed = &t->edges[e];
+        if (ed->u != g && ed->v != g)
+            continue;
+        int nu = t->ns[ed->u], nv = t->ns[ed->v], k = 0;
+        double *c = t->ecost[e];
+        for (int i = 0; i < nu; i++)
+            for (int j = 0; j < nv; j++)
+                if ((ed->u != g || keep[i]) && (ed->v != g || keep[j]))
+                    c[k++] = c[i * nv + j];
+    }
+    for (int i = 0; i < n; i++) {
+        if (!keep[i])
+            continue;
+        t->cost[g][m] = t->cost[g][i];
+        t->mem[g][m] = t->mem[g][i];
+        for (int v = 0; v < t->nops; v++)
+            if (t->group[v] == g)
+                t->strat[v][m] = t->strat[v][i];
+        m++;
+    }
+    t->ns[g] = m;
+}
+
+static void prune_dominated(ap_tables *t)
+{
+    char keep[AP_MAX_STRATEGIES];
+    for (int g = 0; g < t->ngroups; g++) {
+        find_dominated(t, g, keep);
+        compact_group(t, g, keep);
+    }
+}
+
+/* Keeps one row per producer class and one column per consumer class: the
+ * cost depends on the producer's output layout and the consumer's input
+ * layout, far fewer than the choices. */
+static int compress_edge(ap_tables *t, int e)
+{
+    ap_ilp_edge *ed = &t->edges[e];
+    int nu = t->ns[ed->u], nv = t->ns[ed->v];
+    double *full = t->ecost[e];
+    t->cu[e] = malloc(sizeof(int) * (size_t)nu);
+    t->cv[e] = malloc(sizeof(int) * (size_t)nv);
+    if (!t->cu[e] || !t->cv[e])
+        return -1;
     int na = classes_of_rows(full, nu, nv, nv, 1, t->cu[e]);
     int nb = classes_of_rows(full, nv, nu, 1, nv, t->cv[e]);
-    t->ecost[e] = malloc(sizeof **t->ecost * (size_t)(na * nb));
-    if (!t->ecost[e]) {
-        free(full);
+    double *m = malloc(sizeof *m * (size_t)(na * nb));
+    if (!m)
         return -1;
-    }
     for (int i = 0; i < nu; i++)
         for (int j = 0; j < nv; j++)
-            t->ecost[e][t->cu[e][i] * nb + t->cv[e][j]] = full[i * nv + j];
+            m[t->cu[e][i] * nb + t->cv[e][j]] = full[i * nv + j];
     free(full);
-    t->edges[e] = (ap_ilp_edge){gu, gv, t->ecost[e], na, nb, t->cu[e], t->cv[e]};
+    t->ecost[e] = m;
+    *ed = (ap_ilp_edge){ed->u, ed->v, m, na, nb, t->cu[e], t->cv[e]};
     return 0;
 }
 
@@ -325,7 +414,12 @@ static int edge_tables(const ap_price_ctx *x, const int *ops,
     if (!t->edges || !t->ecost || !t->cu || !t->cv)
         return -1;
     for (int i = 0; i < ne; i++)
-        if (t->group[e[i].u] != t->group[e[i].v] && edge_table(x, ops, &e[i], t))
+        if (t->group[e[i].u] != t->group[e[i].v] &&
+            price_edge_matrix(x, ops, &e[i], t))
+            return -1;
+    prune_dominated(t);
+    for (int i = 0; i < t->nedges; i++)
+        if (compress_edge(t, i))
             return -1;
     return 0;
 }
