@@ -12,7 +12,9 @@
 #include "planner/planner.h"
 #include "planner/tables.h"
 
-#define MAX_POINTS 6
+/* The fastest point, the leanest and two budgets between: on the benchmark
+ * models six points chose the same plans as four, at 1.8x the time. */
+#define MAX_POINTS 4
 
 static int position_in(const int *ops, int nops, int op)
 {
