@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 DEMO_MODEL ?= examples/hf/llama-3-8b.json
 DEMO_GPUS ?= 16
 
-.PHONY: all deps deps-mpi build demo test asan clean
+.PHONY: all deps deps-mpi build demo test asan bench clean
 
 all: build
 
@@ -36,6 +36,11 @@ test: build
 asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan \
 	  CMAKE_FLAGS="-DAP_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)"
+
+# Planning speed and ILP sizes (docs/benchmarks.md); never part of `make test`.
+bench: build
+	./$(BUILD)/bench/bench_ilp
+	sh bench/plan.sh ./$(BUILD)/autopar
 
 clean:
 	rm -rf build build-asan

@@ -254,6 +254,47 @@ static void explain_no_fit(const ap_graph *g, const search *s, int D,
                  f->bytes / gib, limit / gib);
 }
 
+/* Whether every stage's layers split into v equal chunks. */
+static int chunks_divide(const ap_plan *p, int v)
+{
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i].nlayers % v)
+            return 0;
+    return p->nmicro % p->nstages == 0;
+}
+
+/* Interleaved 1F1B on the chosen cuts: each stage runs v chunks of its
+ * layers, which shrinks the bubble by v at the price of v times the sends
+ * and more micro-batches in flight; the simulation prices both. Kept only
+ * when it is faster and fits. */
+static int try_interleaving(const ap_graph *g, const ap_cluster *c, ap_plan *p,
+                            double limit, char *err)
+{
+    if (p->nstages < 2)
+        return AP_OK;
+    double best = p->step_time;
+    int best_v = 1, most = p->stages[0].nlayers;
+    for (int i = 1; i < p->nstages; i++)
+        if (p->stages[i].nlayers < most)
+            most = p->stages[i].nlayers;
+    for (int v = 2; v <= most; v++) {
+        if (!chunks_divide(p, v))
+            continue;
+        p->schedule = AP_SCHED_INTERLEAVED;
+        p->vchunks = v;
+        int rc = ap_plan_evaluate(g, c, p, err);
+        if (rc)
+            return rc;
+        if (p->max_mem_bytes <= limit && p->step_time < best) {
+            best = p->step_time;
+            best_v = v;
+        }
+    }
+    p->schedule = best_v > 1 ? AP_SCHED_INTERLEAVED : AP_SCHED_1F1B;
+    p->vchunks = best_v;
+    return ap_plan_evaluate(g, c, p, err);
+}
+
 static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 {
     search s;
@@ -284,6 +325,11 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
     if (!s.have) {
         explain_no_fit(ctx->g, &s, ctx->o->gpus, ctx->limit, err);
         return AP_EINPUT;
+    }
+    int rc = try_interleaving(ctx->g, ctx->c, &s.best, ctx->limit, err);
+    if (rc) {
+        ap_plan_free(&s.best);
+        return rc;
     }
     *out = s.best;
     return AP_OK;
