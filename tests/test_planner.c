@@ -297,6 +297,38 @@ static void plans_cover_every_layer_and_gpu_once_and_repeat_exactly(void)
     ap_graph_free(g);
 }
 
+/* A deep pipeline with one-sequence micro-batches: splitting each stage into
+ * chunks (interleaved 1F1B) shrinks the bubble, and the planner keeps it
+ * only because the simulation says it is faster than plain 1F1B. */
+static void deep_pipelines_interleave_when_it_pays(void)
+{
+    ap_graph *g = load("examples/hf/gpt3-175b.json", 2048);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    ap_cluster_preset("h100-sxm", 128, 8, &c, err);
+    ap_plan_opts o;
+    ap_plan_opts_default(&o);
+    o.gpus = 128;
+    o.global_batch = 64;
+    o.progress = 0;
+    ap_plan p;
+    CHECK(ap_plan_search(g, &c, &o, &p, err) == AP_OK);
+    CHECK(p.nstages > 1);
+    CHECK(p.schedule == AP_SCHED_INTERLEAVED && p.vchunks > 1);
+    double interleaved = p.step_time;
+    p.schedule = AP_SCHED_1F1B;
+    p.vchunks = 1;
+    CHECK(ap_plan_evaluate(g, &c, &p, err) == AP_OK);
+    CHECK(p.step_time > interleaved);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(stage_dp_equals_brute_force);
@@ -305,5 +337,6 @@ int main(void)
     RUN(shared_layer_strategy_equals_unshared_ilp);
     RUN(ample_memory_and_batch_put_data_parallelism_on_an_axis);
     RUN(plans_cover_every_layer_and_gpu_once_and_repeat_exactly);
+    RUN(deep_pipelines_interleave_when_it_pays);
     return DONE();
 }
