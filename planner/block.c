@@ -58,15 +58,20 @@ static void split_op_comm(const ap_price_ctx *x, int op, const ap_strategy *s,
                           const ap_op_cost *c, ap_block_point *out)
 {
     double fwd = c->fwd_comm, bwd = c->bwd_comm;
-    if (x->zero == AP_ZERO_3) {
-        ap_price_ctx z2 = *x;
-        z2.zero = AP_ZERO_2;
-        ap_op_cost c2;
-        ap_price_op(&z2, op, s, &c2);
+    if (x->zero >= AP_ZERO_2) {
+        /* What ZeRO-1 would not pay: ZeRO-3's weight gathers beyond
+         * ZeRO-2, and ZeRO-2's per-micro-batch gradient reductions. */
+        ap_price_ctx z = *x;
+        ap_op_cost c1, c2;
+        z.zero = AP_ZERO_1;
+        ap_price_op(&z, op, s, &c1);
+        z.zero = AP_ZERO_2;
+        ap_price_op(&z, op, s, &c2);
         out->kfwd.param_gather += fwd - c2.fwd_comm;
         out->kbwd.param_gather += bwd - c2.bwd_comm;
-        fwd = c2.fwd_comm;
-        bwd = c2.bwd_comm;
+        out->kbwd.grad_reduce += c2.bwd_comm - c1.bwd_comm;
+        fwd = c1.fwd_comm;
+        bwd = c1.bwd_comm;
     }
     ap_op_kind k = x->g->ops[op].kind;
     if (k == AP_OP_DISPATCH || k == AP_OP_COMBINE) {

@@ -28,6 +28,7 @@ static void add_kinds(ap_comm_kinds *to, const ap_comm_kinds *k, double times)
     to->expert += k->expert * times;
     to->context += k->context * times;
     to->param_gather += k->param_gather * times;
+    to->grad_reduce += k->grad_reduce * times;
 }
 
 static void accumulate(ap_stage *st, const ap_block_point *bp, double times,

@@ -143,9 +143,11 @@ void ap_ilp_inject_fault(void);
  * layout conversions on edges between ops (all-gather, all-to-all). Expert:
  * the dispatch and combine all-to-all. Context: K and V exchanged by
  * context-parallel attention. Parameter gather: ZeRO-3 all-gathers of
- * weights before forward and backward. */
+ * weights before forward and backward. Gradient reduce: ZeRO-2/3 keep only
+ * their shard of the gradients, so each micro-batch's are reduce-scattered
+ * in its backward. */
 typedef struct {
-    double tp, reshard, expert, context, param_gather;
+    double tp, reshard, expert, context, param_gather, grad_reduce;
 } ap_comm_kinds;
 
 /* One solution of a block (the ops of one layer, or the pieces before and

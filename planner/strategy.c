@@ -443,11 +443,22 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         if (!mask)
             continue;
         double gbytes = elems * 2; /* bf16 gradients */
-        if (x->zero == AP_ZERO_NONE)
+        if (x->zero == AP_ZERO_NONE) {
             c->grad_sync += coll(x, AP_COLL_ALLREDUCE, mask, gbytes);
-        else /* reduce-scatter the gradients, all-gather the updated params */
+        } else if (x->zero == AP_ZERO_1) {
+            /* Reduce-scatter the accumulated gradients once per step, then
+             * all-gather the updated parameters. */
             c->grad_sync += coll(x, AP_COLL_REDUCESCATTER, mask, gbytes) +
                             coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+        } else {
+            /* ZeRO-2/3 keep only their shard of the gradients, so every
+             * micro-batch's are reduce-scattered in its backward (DeepSpeed
+             * and FSDP both do); ZeRO-2 then all-gathers the updated
+             * parameters, ZeRO-3 gathers them at each use instead. */
+            c->bwd_comm += coll(x, AP_COLL_REDUCESCATTER, mask, gbytes);
+            if (x->zero == AP_ZERO_2)
+                c->grad_sync += coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+        }
         if (x->zero == AP_ZERO_3) {
             /* Parameters are gathered before forward and again before
              * backward, for every micro-batch. */

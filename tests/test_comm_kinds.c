@@ -42,7 +42,7 @@ static const ap_block_point *layer(const ap_plan *p)
 
 static double kinds_sum(const ap_comm_kinds *k)
 {
-    return k->tp + k->reshard + k->expert + k->context + k->param_gather;
+    return k->tp + k->reshard + k->expert + k->context + k->param_gather + k->grad_reduce;
 }
 
 /* b * s * h bf16 elements: one layer's activation for one micro-batch. */
@@ -130,7 +130,9 @@ static void zero3_gathers_are_their_own_kind(void)
         CHECK(z1.t_kinds.param_gather == 0 && z3.t_kinds.param_gather > 0);
         CHECK_NEAR(z3.t_kinds.tp, z1.t_kinds.tp, 1e-12);
         CHECK_NEAR(z3.t_kinds.reshard, z1.t_kinds.reshard, 1e-12);
-        CHECK_NEAR(z3.t_comm - z1.t_comm, z3.t_kinds.param_gather, 1e-9);
+        CHECK(z1.t_kinds.grad_reduce == 0 && z3.t_kinds.grad_reduce > 0);
+        CHECK_NEAR(z3.t_comm - z1.t_comm,
+                   z3.t_kinds.param_gather + z3.t_kinds.grad_reduce, 1e-9);
         CHECK_NEAR(kinds_sum(&z3.t_kinds), z3.t_comm, 1e-12);
         /* Forward and backward each gather every weight of the layer over
          * the 4 data-parallel ranks: at least the bandwidth term of one
@@ -140,6 +142,9 @@ static void zero3_gathers_are_their_own_kind(void)
         double ag = ap_cost_allgather(&c3, 4, 1, 2 * params);
         CHECK(bp->kfwd.param_gather >= ag * 0.99 && bp->kbwd.param_gather >= ag * 0.99);
         CHECK_NEAR(bp->kfwd.param_gather, bp->kbwd.param_gather, 1e-12);
+        /* And every micro-batch's gradients are reduce-scattered over them. */
+        double rs = ap_cost_reducescatter(&c3, 4, 1, 2 * params);
+        CHECK(bp->kbwd.grad_reduce >= rs * 0.99 && bp->kfwd.grad_reduce == 0);
     }
     if (z1.stages)
         ap_plan_free(&z1);
