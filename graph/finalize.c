@@ -757,7 +757,11 @@ static int derive(ap_graph *g, char *err)
     for (int t = 0; t < g->ntensors; t++) {
         st.root[t] = t;
         g->tensors[t].layer = -1;
+        g->tensors[t].consumers = 0;
     }
+    for (int k = 0; k < g->nops; k++)
+        for (int i = 0; i < g->ops[k].ninputs; i++)
+            g->tensors[g->ops[k].inputs[i]].consumers++;
     g->total_flops = g->total_params = g->total_param_bytes = 0;
     g->total_saved_bytes = 0;
     for (int k = 0; k < g->nops; k++) {

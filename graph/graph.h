@@ -100,6 +100,7 @@ typedef struct {
     int layer;     /* layer of the producer (activations) or first consumer */
     int64_t elems; /* product of the label sizes */
     int64_t bytes;
+    int consumers; /* inputs of ops that name it (derived) */
 } ap_tensor;
 
 typedef struct {

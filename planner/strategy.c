@@ -558,10 +558,7 @@ static char in_layout(const ap_price_ctx *x, int cons, const ap_strategy *cs,
  * consumer edge carries its share of that reduction. */
 static int activation_consumers(const ap_graph *g, int t)
 {
-    int n = 0;
-    for (int i = 0; i < g->nops; i++)
-        for (int k = 0; k < g->ops[i].ninputs; k++)
-            n += g->ops[i].inputs[k] == t;
+    int n = g->tensors[t].consumers;
     return n ? n : 1;
 }
 
@@ -582,7 +579,11 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
         double bytes = full / (other && x->mesh->d[1 - a] > 1 ? x->mesh->d[1 - a] : 1);
         int mask = 1 << a;
         if (p && !q) {
-            cost += coll(x, AP_COLL_ALLGATHER, mask, bytes);
+            /* One gathered copy serves every consumer that needs it, as
+             * Megatron gathers a sequence-parallel norm's output once for
+             * q, k and v; each edge carries its share. */
+            cost += coll(x, AP_COLL_ALLGATHER, mask, bytes) /
+                    activation_consumers(x->g, t);
         } else if (!p && q) {
             back += coll(x, AP_COLL_ALLGATHER, mask, bytes);
         } else if (p && q && p != q) {
