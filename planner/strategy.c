@@ -416,6 +416,18 @@ static int is_param(const ap_price_ctx *x, int t)
 
 /* Parameters: their shard's model states, and their gradient reduction over
  * the axes that split a label the parameter lacks (data parallel). */
+/* A matmul's bias is added after the partial sums are all-reduced, so on
+ * an axis that splits a contracted label without reduce-scattering, every
+ * rank sees the whole output gradient and computes the whole bias gradient:
+ * nothing to synchronise there (Megatron's row-parallel bias). */
+static int whole_after_reduce(const ap_price_ctx *x, const ap_op *op,
+                              const ap_strategy *s, int input, int a)
+{
+    (void)x;
+    return op->kind == AP_OP_MATMUL && input == 2 && !s->rs[a] &&
+           has_label(op->contracted, s->axis[a]);
+}
+
 static void price_params(const ap_price_ctx *x, const ap_op *op,
                          const ap_strategy *s, ap_op_cost *c)
 {
@@ -433,7 +445,8 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         double elems = (double)tt->elems / tensor_split(x, s, tt->shape);
         int mask = 0;
         for (int a = 0; a < 2; a++)
-            if (s->axis[a] && !has_label(tt->shape, s->axis[a]) && x->mesh->d[a] > 1)
+            if (s->axis[a] && !has_label(tt->shape, s->axis[a]) && x->mesh->d[a] > 1 &&
+                !whole_after_reduce(x, op, s, i, a))
                 mask |= 1 << a;
         int replicas = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
         if (first_user) {

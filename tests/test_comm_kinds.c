@@ -179,6 +179,30 @@ static void full_recompute_counts_repeated_collectives(void)
     ap_graph_free(g);
 }
 
+/* With tensor parallelism alone nothing needs a gradient synchronised: the
+ * row-parallel bias is added after the all-reduce, so every rank holds its
+ * whole gradient. Under sequence parallelism the ranks see different
+ * sequence slices and norm weights and biases are all-reduced across them. */
+static void tensor_parallelism_alone_syncs_no_gradients(void)
+{
+    ap_graph *g = gpt13();
+    ap_cluster c1, c2;
+    ap_plan tp, sp;
+    int ok = plan(g, &c1, 8, "tp=8,mbs=1,gbs=8", &tp) == AP_OK;
+    ok &= plan(g, &c2, 8, "tp=8,sp=1,mbs=1,gbs=8", &sp) == AP_OK;
+    if (ok) {
+        CHECK(layer(&tp)->grad_sync == 0);
+        CHECK(layer(&sp)->grad_sync > 0);
+    }
+    if (tp.stages)
+        ap_plan_free(&tp);
+    if (sp.stages)
+        ap_plan_free(&sp);
+    ap_cluster_free(&c1);
+    ap_cluster_free(&c2);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(megatron_tp_layer_has_two_allreduces_each_way);
@@ -186,5 +210,6 @@ int main(void)
     RUN(pipeline_sends_one_activation_each_way_per_micro_batch);
     RUN(zero3_gathers_are_their_own_kind);
     RUN(full_recompute_counts_repeated_collectives);
+    RUN(tensor_parallelism_alone_syncs_no_gradients);
     return DONE();
 }
