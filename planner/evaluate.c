@@ -112,16 +112,19 @@ static double boundary_bytes(const ap_plan *p, const ap_stage *st)
     return 0;
 }
 
+/* Stage i sends to stage i + 1; under interleaving the last stage also
+ * sends each chunk's output back to the first stage's next chunk. */
 static void price_p2p(const ap_cluster *c, const ap_plan *p)
 {
     int G = c->gpus_per_node;
     for (int i = 0; i < p->nstages; i++) {
         ap_stage *st = &p->stages[i];
         st->p2p = 0;
-        if (i + 1 == p->nstages)
+        if (i + 1 == p->nstages && !(p->vchunks > 1 && p->nstages > 1))
             continue;
-        const ap_stage *nx = &p->stages[i + 1];
-        int nodes = (st->first_rank + st->ngpus - 1) / G == nx->first_rank / G ? 1 : 2;
+        const ap_stage *nx = &p->stages[(i + 1) % p->nstages];
+        int nodes = (st->first_rank + st->ngpus - 1) / G == nx->first_rank / G &&
+                    st->first_rank / G == (nx->first_rank + nx->ngpus - 1) / G ? 1 : 2;
         st->p2p = ap_cost_sendrecv(c, nodes, boundary_bytes(p, st));
     }
 }

@@ -203,6 +203,29 @@ static void tensor_parallelism_alone_syncs_no_gradients(void)
     ap_graph_free(g);
 }
 
+/* Interleaving sends each chunk's output from the last stage back to the
+ * first; plain 1F1B's last stage sends nothing on. */
+static void interleaving_pays_the_wrap_around_send(void)
+{
+    ap_graph *g = gpt13();
+    ap_cluster c1, c2;
+    ap_plan plain, inter;
+    int ok = plan(g, &c1, 16, "tp=8,pp=2,mbs=1,gbs=16", &plain) == AP_OK;
+    ok &= plan(g, &c2, 16, "tp=8,pp=2,vpp=2,mbs=1,gbs=16", &inter) == AP_OK;
+    if (ok) {
+        CHECK(plain.stages[1].p2p == 0);
+        CHECK(inter.stages[1].p2p > 0);
+        CHECK_NEAR(inter.stages[1].p2p, inter.stages[0].p2p, 1e-12);
+    }
+    if (plain.stages)
+        ap_plan_free(&plain);
+    if (inter.stages)
+        ap_plan_free(&inter);
+    ap_cluster_free(&c1);
+    ap_cluster_free(&c2);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(megatron_tp_layer_has_two_allreduces_each_way);
@@ -211,5 +234,6 @@ int main(void)
     RUN(zero3_gathers_are_their_own_kind);
     RUN(full_recompute_counts_repeated_collectives);
     RUN(tensor_parallelism_alone_syncs_no_gradients);
+    RUN(interleaving_pays_the_wrap_around_send);
     return DONE();
 }
