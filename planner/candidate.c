@@ -24,6 +24,7 @@ typedef struct {
     double batch, limit;
     ap_block *blocks; /* [nblocks] */
     const int *cnt;   /* [nclasses][L+1] prefix counts of each class */
+    ap_zero zero;     /* the optimizer-state sharding the points are priced at */
 } config;
 
 typedef struct {
@@ -252,7 +253,7 @@ static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
     p->nmicro = cf->nmicro;
     p->schedule = AP_SCHED_1F1B;
     p->vchunks = 1;
-    p->zero = AP_ZERO_1;
+    p->zero = cf->zero;
     p->nstages = cf->p;
     p->nclasses = cf->m->nclasses;
     p->stages = calloc((size_t)cf->p, sizeof *p->stages);
@@ -329,6 +330,7 @@ static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *
     cf->batch = k->mb;
     cf->limit = s->limit;
     cf->cnt = s->cnt;
+    cf->zero = AP_ZERO_1;
     ap_mesh_init(&cf->mesh, k->d0, k->d1, 0, s->c->gpus_per_node);
 }
 
@@ -390,6 +392,41 @@ static double cuts(config *cf, double limit, int *first)
     return obj;
 }
 
+/* Prices every point of every block again under another ZeRO level; the
+ * strategies stay. */
+static void reprice(config *cf, ap_zero zero)
+{
+    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, zero};
+    cf->zero = zero;
+    for (int b = 0; b < cf->m->nblocks; b++) {
+        ap_block *blk = &cf->blocks[b];
+        for (int i = 0; i < blk->npoints; i++) {
+            ap_strategy *strat = blk->points[i].strat;
+            ap_block_price(&x, blk->ops, blk->nops, strat, &blk->points[i]);
+            blk->points[i].strat = strat;
+        }
+    }
+}
+
+/* When memory binds under ZeRO-1, sharding gradients (ZeRO-2) or weights
+ * too (ZeRO-3) frees memory for faster points at the price of more
+ * communication: the cuts are found again at each level and the fastest
+ * level kept. Without memory pressure they can only be slower. */
+static double try_zero_levels(config *cf, double obj, int *first)
+{
+    ap_zero best = AP_ZERO_1;
+    for (ap_zero z = AP_ZERO_2; z <= AP_ZERO_3; z++) {
+        reprice(cf, z);
+        double o = cuts(cf, cf->limit, first);
+        if (o < obj) {
+            obj = o;
+            best = z;
+        }
+    }
+    reprice(cf, best);
+    return cuts(cf, cf->limit, first);
+}
+
 int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
                        double beat, ap_plan *plan, int *have, ap_shortfall *sf,
                        char *err)
@@ -420,7 +457,7 @@ int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
         rc = solve_blocks(&cf, s->o, ALL_POINTS, err);
         if (rc)
             goto done;
-        obj = cuts(&cf, cf.limit, first);
+        obj = try_zero_levels(&cf, cuts(&cf, cf.limit, first), first);
     }
     if (isinf(obj)) {
         shortfall_of(&cf, sf);

@@ -329,6 +329,38 @@ static void deep_pipelines_interleave_when_it_pays(void)
     ap_graph_free(g);
 }
 
+/* Four GPUs of 6 GiB cannot hold gpt-1.3b's fastest layout with whole
+ * gradients per replica: the search shards them (ZeRO-2), and the same plan
+ * with ZeRO-1 would not fit. */
+static void tight_memory_searches_zero_levels(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json", 0);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    ap_cluster_preset("h100-sxm", 4, 8, &c, err);
+    c.hbm_bytes = 6.0 * (1 << 30);
+    c.mem_reserved = 0;
+    ap_plan_opts o;
+    ap_plan_opts_default(&o);
+    o.gpus = 4;
+    o.global_batch = 32;
+    o.progress = 0;
+    ap_plan p;
+    CHECK(ap_plan_search(g, &c, &o, &p, err) == AP_OK);
+    CHECK(p.zero >= AP_ZERO_2);
+    CHECK(p.max_mem_bytes <= c.hbm_bytes);
+    p.zero = AP_ZERO_1;
+    CHECK(ap_plan_evaluate(g, &c, &p, err) == AP_OK);
+    CHECK(p.max_mem_bytes > c.hbm_bytes);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(stage_dp_equals_brute_force);
@@ -338,5 +370,6 @@ int main(void)
     RUN(ample_memory_and_batch_put_data_parallelism_on_an_axis);
     RUN(plans_cover_every_layer_and_gpu_once_and_repeat_exactly);
     RUN(deep_pipelines_interleave_when_it_pays);
+    RUN(tight_memory_searches_zero_levels);
     return DONE();
 }
