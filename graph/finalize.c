@@ -835,50 +835,98 @@ static int sig_op(const ap_graph *g, int layer, const ap_op *op,
     return rc;
 }
 
+static uint64_t sig_hash(const sig *s)
+{
+    uint64_t h = 1469598103934665603u;
+    for (size_t i = 0; i < s->n; i++)
+        h = (h ^ (uint64_t)s->v[i]) * 1099511628211u;
+    return h;
+}
+
+static int sig_equal(const sig *a, const sig *b)
+{
+    return a->n == b->n && !memcmp(a->v, b->v, a->n * sizeof *a->v);
+}
+
+/* Gives each layer the smallest layer index with an equal signature, through
+ * a hash table of the representatives found so far: linear in the layers
+ * even when no two are alike. */
+static int match_classes(ap_graph *g, const sig *sigs)
+{
+    int L = g->nlayers;
+    size_t cap = 16;
+    while (cap < (size_t)L * 2)
+        cap *= 2;
+    int *slot = calloc(cap, sizeof *slot); /* layer + 1; 0 is empty */
+    if (!slot)
+        return AP_EINTERNAL;
+    for (int l = 0; l < L; l++) {
+        size_t h = sig_hash(&sigs[l]) & (cap - 1);
+        while (slot[h] && !sig_equal(&sigs[slot[h] - 1], &sigs[l]))
+            h = (h + 1) & (cap - 1);
+        if (!slot[h])
+            slot[h] = l + 1;
+        g->layer_class[l] = slot[h] - 1;
+    }
+    free(slot);
+    return AP_OK;
+}
+
+/* The ops of each layer in index order: by_layer[start[l] .. start[l+1]). */
+static int group_by_layer(const ap_graph *g, int **by_layer, int **start)
+{
+    int L = g->nlayers;
+    *start = calloc((size_t)L + 2, sizeof **start);
+    *by_layer = malloc(((size_t)g->nops + 1) * sizeof **by_layer);
+    if (!*start || !*by_layer)
+        return AP_EINTERNAL;
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer >= 0)
+            (*start)[g->ops[i].layer + 2]++;
+    for (int l = 0; l < L; l++)
+        (*start)[l + 2] += (*start)[l + 1];
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer >= 0)
+            (*by_layer)[(*start)[g->ops[i].layer + 1]++] = i;
+    return AP_OK;
+}
+
 static int classify(ap_graph *g, char *err)
 {
     int L = g->nlayers, rc = AP_OK;
+    int *by_layer = NULL, *start = NULL;
     sig *sigs = calloc((size_t)L + 1, sizeof *sigs);
     int *pos = malloc(((size_t)g->nops + 1) * sizeof *pos);
     int *ext = malloc(((size_t)g->ntensors + 1) * sizeof *ext);
-    int *count = calloc((size_t)L + 1, sizeof *count);
     g->layer_class = malloc(((size_t)L + 1) * sizeof *g->layer_class);
-    if (!sigs || !pos || !ext || !count || !g->layer_class)
+    if (!sigs || !pos || !ext || !g->layer_class ||
+        group_by_layer(g, &by_layer, &start))
         rc = AP_EINTERNAL;
-    for (int i = 0; !rc && i < g->nops; i++)
-        if (g->ops[i].layer >= 0)
-            pos[i] = count[g->ops[i].layer]++;
+    for (int l = 0; !rc && l < L; l++)
+        for (int k = start[l]; k < start[l + 1]; k++)
+            pos[by_layer[k]] = k - start[l];
     for (int t = 0; !rc && t < g->ntensors; t++)
         ext[t] = -1;
-    int *next = calloc((size_t)L + 1, sizeof *next);
-    if (!next)
-        rc = AP_EINTERNAL;
     /* Outside tensors are numbered per layer; a tensor read by two layers
-     * gets a number in each, so ext[] is reset between layers below. */
+     * gets a number in each, so ext[] is reset after each layer. */
     for (int l = 0; !rc && l < L; l++) {
-        for (int i = 0; !rc && i < g->nops; i++)
-            if (g->ops[i].layer == l &&
-                sig_op(g, l, &g->ops[i], pos, ext, &next[l], &sigs[l]))
+        int next = 0;
+        for (int k = start[l]; !rc && k < start[l + 1]; k++)
+            if (sig_op(g, l, &g->ops[by_layer[k]], pos, ext, &next, &sigs[l]))
                 rc = AP_EINTERNAL;
-        for (int i = 0; !rc && i < g->nops; i++)
-            for (int k = 0; g->ops[i].layer == l && k < g->ops[i].ninputs;
-                 k++)
-                ext[g->ops[i].inputs[k]] = -1;
+        for (int k = start[l]; k < start[l + 1]; k++) {
+            const ap_op *op = &g->ops[by_layer[k]];
+            for (int i = 0; i < op->ninputs; i++)
+                ext[op->inputs[i]] = -1;
+        }
     }
-    for (int l = 0; !rc && l < L; l++) {
-        g->layer_class[l] = l;
-        for (int r = 0; r < l; r++)
-            if (g->layer_class[r] == r && sigs[r].n == sigs[l].n &&
-                !memcmp(sigs[r].v, sigs[l].v, sigs[l].n * sizeof(int64_t))) {
-                g->layer_class[l] = r;
-                break;
-            }
-    }
+    if (!rc)
+        rc = match_classes(g, sigs);
     if (rc)
         ap_graph_fail(g, err, "out of memory");
     for (int l = 0; sigs && l < L; l++)
         free(sigs[l].v);
-    free(sigs), free(pos), free(ext), free(count), free(next);
+    free(sigs), free(pos), free(ext), free(by_layer), free(start);
     return rc;
 }
 

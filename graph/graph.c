@@ -147,8 +147,88 @@ void ap_build_opts_default(ap_build_opts *o)
     o->dropout = 0;
 }
 
-/* Lookups. Linear scans: graphs hold thousands of items, not millions, and
- * lookups happen while building, not while planning. */
+/* Name lookups go through one open-addressing hash table per item kind,
+ * grown with the arrays: building a graph of n items stays O(n) where
+ * linear scans made a generated or hostile file of a million items take
+ * hours. Slots hold index + 1; 0 is empty. */
+
+typedef struct {
+    int *slot;
+    size_t cap; /* a power of two, at least twice the items */
+} name_table;
+
+struct ap_graph_index {
+    name_table tensors, ops;
+};
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+static const char *tensor_name(const ap_graph *g, int i)
+{
+    return g->tensors[i].name;
+}
+
+static const char *op_name(const ap_graph *g, int i)
+{
+    return g->ops[i].name;
+}
+
+typedef const char *(*name_of)(const ap_graph *g, int i);
+
+static int table_find(const ap_graph *g, const name_table *t, name_of nm,
+                      const char *name)
+{
+    if (!t->cap)
+        return -1;
+    for (size_t h = hash_name(name) & (t->cap - 1);; h = (h + 1) & (t->cap - 1)) {
+        int v = t->slot[h];
+        if (!v)
+            return -1;
+        if (!strcmp(nm(g, v - 1), name))
+            return v - 1;
+    }
+}
+
+static void table_put(const ap_graph *g, name_table *t, name_of nm, int i)
+{
+    size_t h = hash_name(nm(g, i)) & (t->cap - 1);
+    while (t->slot[h])
+        h = (h + 1) & (t->cap - 1);
+    t->slot[h] = i + 1;
+}
+
+/* Makes room for item n (0-based) and records it; -1 when out of memory. */
+static int table_add(const ap_graph *g, name_table *t, name_of nm, int n)
+{
+    if ((size_t)(n + 1) * 2 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 128;
+        int *slot = calloc(cap, sizeof *slot);
+        if (!slot)
+            return -1;
+        free(t->slot);
+        t->slot = slot;
+        t->cap = cap;
+        for (int i = 0; i < n; i++)
+            table_put(g, t, nm, i);
+    }
+    table_put(g, t, nm, n);
+    return 0;
+}
+
+static struct ap_graph_index *graph_index(ap_graph *g)
+{
+    if (!g->index)
+        g->index = calloc(1, sizeof *g->index);
+    return g->index;
+}
+
+/* Other lookups are linear: a model has at most 52 dimensions. */
 
 int ap_graph_dim_index(const ap_graph *g, char label)
 {
@@ -166,18 +246,16 @@ const ap_dim *ap_graph_dim(const ap_graph *g, char label)
 
 int ap_graph_find_tensor(const ap_graph *g, const char *name)
 {
-    for (int i = 0; name && i < g->ntensors; i++)
-        if (!strcmp(g->tensors[i].name, name))
-            return i;
-    return -1;
+    if (!name || !g->index)
+        return -1;
+    return table_find(g, &g->index->tensors, tensor_name, name);
 }
 
 int ap_graph_find_op(const ap_graph *g, const char *name)
 {
-    for (int i = 0; name && i < g->nops; i++)
-        if (!strcmp(g->ops[i].name, name))
-            return i;
-    return -1;
+    if (!name || !g->index)
+        return -1;
+    return table_find(g, &g->index->ops, op_name, name);
 }
 
 char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind)
@@ -208,6 +286,11 @@ void ap_graph_free(ap_graph *g)
         free(g->tensors[i].name);
     for (int i = 0; i < g->nops; i++)
         free(g->ops[i].name);
+    if (g->index) {
+        free(g->index->tensors.slot);
+        free(g->index->ops.slot);
+        free(g->index);
+    }
     free(g->tensors);
     free(g->ops);
     free(g->topo);
@@ -345,6 +428,10 @@ int ap_graph_add_tensor(ap_graph *g, const char *name, const char *shape,
              name, dup);
         return -1;
     }
+    if (idx >= AP_MAX_TENSORS) {
+        ap_graph_fail(g, err, "tensors: more than %d tensors", AP_MAX_TENSORS);
+        return -1;
+    }
     if ((int)dtype < 0 || (int)dtype >= NDTYPES) {
         ap_graph_fail(g, err, "tensors[%d].dtype: unknown dtype %d", idx, (int)dtype);
         return -1;
@@ -371,7 +458,9 @@ int ap_graph_add_tensor(ap_graph *g, const char *name, const char *shape,
     }
     ap_tensor *t = &g->tensors[idx];
     memset(t, 0, sizeof *t);
-    if (!(t->name = dupstr(name))) {
+    if (!(t->name = dupstr(name)) || !graph_index(g) ||
+        table_add(g, &g->index->tensors, tensor_name, idx)) {
+        free(t->name);
         ap_graph_fail(g, err, "out of memory");
         return -1;
     }
@@ -455,6 +544,10 @@ int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
              (int)kind, sub);
         return -1;
     }
+    if (idx >= AP_MAX_OPS) {
+        ap_graph_fail(g, err, "ops: more than %d ops", AP_MAX_OPS);
+        return -1;
+    }
     if (layer < -1) {
         ap_graph_fail(g, err, "ops[%d].layer: must be >= 0, got %d", idx, layer);
         return -1;
@@ -479,7 +572,9 @@ int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
     }
     ap_op *op = &g->ops[idx];
     memset(op, 0, sizeof *op);
-    if (!(op->name = dupstr(name))) {
+    if (!(op->name = dupstr(name)) || !graph_index(g) ||
+        table_add(g, &g->index->ops, op_name, idx)) {
+        free(op->name);
         ap_graph_fail(g, err, "out of memory");
         return -1;
     }

@@ -32,6 +32,11 @@
 #define AP_MAX_DIMS 52 /* a-z, A-Z */
 #define AP_NAME_LEN 128
 #define AP_AUTO_LAYERS 64 /* most layers given to a graph that tags none */
+/* Bounds on a model (docs/hardening.md): beyond them no search is sensible,
+ * and refusing early keeps loading any file to well under a second. */
+#define AP_MAX_TENSORS 1000000
+#define AP_MAX_OPS 1000000
+#define AP_MAX_FLOPS 1e30 /* forward FLOPs of one step */
 
 /* Status codes double as the process exit codes of the command-line tool. */
 typedef enum {
@@ -153,6 +158,8 @@ typedef struct {
     int *layer_class;/* per layer: the smallest layer index with an identical
                         block (same kinds, shapes, attributes and wiring) */
     double total_flops, total_params, total_param_bytes, total_saved_bytes;
+
+    struct ap_graph_index *index; /* private to graph.c: names to indices */
 } ap_graph;
 
 /* Construction. Each add returns the new item's index (>= 0), or -1 with `err`
@@ -185,6 +192,10 @@ typedef struct {
 void ap_build_opts_default(ap_build_opts *o);
 int ap_graph_load(const char *path, const ap_build_opts *opt, ap_graph **out,
                   char *err);
+/* The same from text already in memory (a file's contents, a fuzzer's
+ * input); `source` names it in messages. */
+int ap_graph_load_buffer(const char *text, size_t len, const char *source,
+                         const ap_build_opts *opt, ap_graph **out, char *err);
 int ap_graph_parse_json(const char *text, size_t len, const char *source,
                         ap_graph **out, char *err);
 int ap_graph_from_hf(const char *text, size_t len, const char *source,

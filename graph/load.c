@@ -263,6 +263,10 @@ static int load_tensors(const ctx *c, const cJSON *arr, ap_graph *g)
     char path[64];
     if (!cJSON_IsArray(arr))
         return fail(c, "tensors: expected an array");
+    int count = cJSON_GetArraySize(arr);
+    if (count > AP_MAX_TENSORS)
+        return fail(c, "tensors: %d tensors, more than the limit of %d",
+                    count, AP_MAX_TENSORS);
     int i = 0;
     for (const cJSON *t = arr->child; t; t = t->next, i++) {
         snprintf(path, sizeof path, "tensors[%d]", i);
@@ -390,6 +394,10 @@ static int load_ops(const ctx *c, const cJSON *arr, ap_graph *g)
     char path[64];
     if (!cJSON_IsArray(arr))
         return fail(c, "ops: expected an array");
+    int count = cJSON_GetArraySize(arr);
+    if (count > AP_MAX_OPS)
+        return fail(c, "ops: %d ops, more than the limit of %d", count,
+                    AP_MAX_OPS);
     int i = 0;
     for (const cJSON *o = arr->child; o; o = o->next, i++) {
         snprintf(path, sizeof path, "ops[%d]", i);
@@ -475,38 +483,48 @@ int ap_graph_parse_json(const char *text, size_t len, const char *source,
     return rc;
 }
 
-int ap_graph_load(const char *path, const ap_build_opts *opt, ap_graph **out,
-                  char *err)
+int ap_graph_load_buffer(const char *text, size_t len, const char *source,
+                         const ap_build_opts *opt, ap_graph **out, char *err)
 {
     ap_build_opts defaults;
-    char *text;
-    size_t len;
-    ctx c = {path, err};
+    ctx c = {source ? source : "(model)", err};
     *out = NULL;
     if (!opt) {
         ap_build_opts_default(&defaults);
         opt = &defaults;
     }
     if (opt->seq < 0 || opt->batch < 0) {
-        snprintf(err, AP_ERR_LEN, "%s: sequence length and batch must be "
-                 "positive", path);
+        fail(&c, "sequence length and batch must be positive");
         return AP_EINPUT;
     }
+    if (len > AP_MAX_FILE_BYTES) {
+        fail(&c, "over the limit of %u MiB", AP_MAX_FILE_BYTES >> 20);
+        return AP_EINPUT;
+    }
+    cJSON *root = parse(text, len, &c);
+    if (!root)
+        return AP_EINPUT;
+    int rc;
+    if (cJSON_IsObject(root) && field(root, "model_type")) {
+        cJSON_Delete(root);
+        rc = ap_graph_from_hf(text, len, c.source, opt, out, err);
+    } else {
+        rc = from_json(root, c.source, opt, out, err);
+        cJSON_Delete(root);
+    }
+    return rc;
+}
+
+int ap_graph_load(const char *path, const ap_build_opts *opt, ap_graph **out,
+                  char *err)
+{
+    char *text;
+    size_t len;
+    *out = NULL;
     int rc = ap_read_file(path, &text, &len, err);
     if (rc)
         return rc;
-    cJSON *root = parse(text, len, &c);
-    if (!root) {
-        free(text);
-        return AP_EINPUT;
-    }
-    if (cJSON_IsObject(root) && field(root, "model_type")) {
-        cJSON_Delete(root);
-        rc = ap_graph_from_hf(text, len, path, opt, out, err);
-    } else {
-        rc = from_json(root, path, opt, out, err);
-        cJSON_Delete(root);
-    }
+    rc = ap_graph_load_buffer(text, len, path, opt, out, err);
     free(text);
     return rc;
 }
