@@ -21,7 +21,11 @@ typedef struct {
     char *err;
 } ctx;
 
-typedef enum { NUM_POSITIVE, NUM_NONNEG, NUM_FRACTION } num_kind;
+/* NUM_SECONDS is a measured time: no kernel or collective takes under a
+ * nanosecond, and the bound keeps the rates written back (bytes/seconds,
+ * FLOP/seconds) finite. NUM_INFO is a figure derived from the others and
+ * ignored on reading (algbw, busbw, tflops): any finite positive number. */
+typedef enum { NUM_POSITIVE, NUM_NONNEG, NUM_FRACTION, NUM_SECONDS, NUM_INFO } num_kind;
 
 static int fail(ctx *x, const char *path, const char *fmt, ...)
 {
@@ -86,16 +90,20 @@ static int get_number(ctx *x, const cJSON *obj, const char *prefix,
         return AP_OK;
     }
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-    int ok = isfinite(d) && d < 1e30;
-    if (kind == NUM_POSITIVE)
+    int ok = isfinite(d) && (d < 1e30 || kind == NUM_INFO);
+    if (kind == NUM_POSITIVE || kind == NUM_INFO)
         ok = ok && d > 0;
     else if (kind == NUM_NONNEG)
         ok = ok && d >= 0;
+    else if (kind == NUM_SECONDS)
+        ok = ok && d >= 1e-9;
     else
         ok = ok && d > 0 && d <= 1;
     if (!ok)
-        return fail(x, path, kind == NUM_POSITIVE ? "must be a positive number"
+        return fail(x, path, kind == NUM_POSITIVE || kind == NUM_INFO
+                                 ? "must be a positive number"
                              : kind == NUM_NONNEG ? "must be a non-negative number"
+                             : kind == NUM_SECONDS ? "must be a time from 1e-9 to 1e30 seconds"
                                                   : "must be a number in (0, 1]");
     *out = d;
     return AP_OK;
@@ -272,8 +280,8 @@ static int parse_gemm_sample(ctx *x, const cJSON *e, const char *p,
         (rc = get_number(x, e, p, "m", NUM_POSITIVE, 1, &s->m)) ||
         (rc = get_number(x, e, p, "n", NUM_POSITIVE, 1, &s->n)) ||
         (rc = get_number(x, e, p, "k", NUM_POSITIVE, 1, &s->k)) ||
-        (rc = get_number(x, e, p, "seconds", NUM_POSITIVE, 1, &s->seconds)) ||
-        (rc = get_number(x, e, p, "tflops", NUM_POSITIVE, 0, &tflops)))
+        (rc = get_number(x, e, p, "seconds", NUM_SECONDS, 1, &s->seconds)) ||
+        (rc = get_number(x, e, p, "tflops", NUM_INFO, 0, &tflops)))
         return rc;
     if (ap_dtype_from_name(dt, &s->dtype) != AP_OK ||
         (s->dtype != AP_BF16 && s->dtype != AP_FP16 && s->dtype != AP_FP32 &&
@@ -300,9 +308,9 @@ static int parse_coll_sample(ctx *x, const cJSON *e, const char *p,
         (rc = get_int(x, e, p, "ranks", 2, 1000000, 1, &s->ranks)) ||
         (rc = get_int(x, e, p, "nodes", 1, 1000000, 1, &s->nodes)) ||
         (rc = get_number(x, e, p, "bytes", NUM_POSITIVE, 1, &s->bytes)) ||
-        (rc = get_number(x, e, p, "seconds", NUM_POSITIVE, 1, &s->seconds)) ||
-        (rc = get_number(x, e, p, "algbw", NUM_POSITIVE, 0, &ignored)) ||
-        (rc = get_number(x, e, p, "busbw", NUM_POSITIVE, 0, &ignored)))
+        (rc = get_number(x, e, p, "seconds", NUM_SECONDS, 1, &s->seconds)) ||
+        (rc = get_number(x, e, p, "algbw", NUM_INFO, 0, &ignored)) ||
+        (rc = get_number(x, e, p, "busbw", NUM_INFO, 0, &ignored)))
         return rc;
     int k = ap_coll_from_name(op);
     if (k < 0) {
@@ -417,6 +425,16 @@ static int parse_text(const char *text, size_t len, const char *file,
     return rc;
 }
 
+int ap_cluster_parse(const char *text, size_t len, const char *source,
+                     int gpus, int gpus_per_node, ap_cluster *c, char *err)
+{
+    memset(c, 0, sizeof *c);
+    int rc = parse_text(text, len, source ? source : "(cluster)", c, err);
+    if (rc == AP_OK && (rc = ap_cluster_set_size(c, gpus, gpus_per_node, err)))
+        ap_cluster_free(c);
+    return rc;
+}
+
 int ap_cluster_load(const char *path, int gpus, int gpus_per_node,
                     ap_cluster *c, char *err)
 {
@@ -426,10 +444,8 @@ int ap_cluster_load(const char *path, int gpus, int gpus_per_node,
     int rc = ap_read_file(path, &text, &len, err);
     if (rc != AP_OK)
         return rc;
-    rc = parse_text(text, len, path, c, err);
+    rc = ap_cluster_parse(text, len, path, gpus, gpus_per_node, c, err);
     free(text);
-    if (rc == AP_OK && (rc = ap_cluster_set_size(c, gpus, gpus_per_node, err)))
-        ap_cluster_free(c);
     return rc;
 }
 

@@ -97,6 +97,9 @@ const char *ap_cluster_preset_names(void);
  * when non-zero, override the file's counts. */
 int ap_cluster_load(const char *path, int gpus, int gpus_per_node,
                     ap_cluster *c, char *err);
+/* The same from text in memory; `source` names it in messages. */
+int ap_cluster_parse(const char *text, size_t len, const char *source,
+                     int gpus, int gpus_per_node, ap_cluster *c, char *err);
 /* A preset name or a path: tries the preset first. */
 int ap_cluster_resolve(const char *name_or_path, int gpus, int gpus_per_node,
                        ap_cluster *c, char *err);
