@@ -23,7 +23,11 @@ void ap_megatron_default(ap_megatron *m)
     m->zero = AP_ZERO_1;
 }
 
-static int set_key(ap_megatron *m, const char *k, const char *v, char *err)
+/* Sets one size or setting; `who` names it in messages: "--megatron: tp"
+ * for the spec, "--megatron-args: --tensor-model-parallel-size" for flags.
+ * Sizes stop at 2^30 so that the products of check() fit a long. */
+static int set_key(ap_megatron *m, const char *k, const char *v,
+                   const char *who, char *err)
 {
     char *end;
     if (!strcmp(k, "recompute")) {
@@ -37,40 +41,44 @@ static int set_key(ap_megatron *m, const char *k, const char *v, char *err)
             goto bad;
         return AP_OK;
     }
-    long n = strtol(v, &end, 10);
-    if (!*v || *end || n < 0 || n > (1L << 30))
-        goto bad;
     int *slot = !strcmp(k, "tp") ? &m->tp : !strcmp(k, "pp") ? &m->pp
               : !strcmp(k, "dp") ? &m->dp : !strcmp(k, "cp") ? &m->cp
               : !strcmp(k, "ep") ? &m->ep : !strcmp(k, "vpp") ? &m->vpp
               : !strcmp(k, "mbs") ? &m->mbs : !strcmp(k, "sp") ? &m->sp : NULL;
-    if (!strcmp(k, "gbs")) {
-        m->gbs = (double)n;
-        return n > 0 ? AP_OK : AP_EINPUT;
-    }
-    if (!strcmp(k, "zero")) {
-        if (n > 3)
-            goto bad;
-        m->zero = (ap_zero)n;
-        return AP_OK;
-    }
-    if (!slot) {
-        snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%s\" (known: tp, pp, "
+    if (!slot && strcmp(k, "gbs") && strcmp(k, "zero")) {
+        snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero)", k);
         return AP_EINPUT;
     }
-    if (n < (slot == &m->sp || slot == &m->dp ? 0 : 1))
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 0 || n > (1L << 30))
         goto bad;
-    *slot = (int)n;
+    if (!strcmp(k, "gbs")) {
+        if (n < 1)
+            goto bad;
+        m->gbs = (double)n;
+    } else if (!strcmp(k, "zero")) {
+        if (n > 3)
+            goto bad;
+        m->zero = (ap_zero)n;
+    } else {
+        if (n < (slot == &m->sp || slot == &m->dp ? 0 : 1))
+            goto bad;
+        *slot = (int)n;
+    }
     return AP_OK;
 bad:
-    snprintf(err, AP_ERR_LEN, "--megatron: bad value \"%s\" for %s", v, k);
+    snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\"%s", who, v,
+             !strcmp(k, "recompute") ? " (none, selective or full)"
+             : !strcmp(k, "zero") ? " (0 to 3)"
+             : !strcmp(k, "sp") || !strcmp(k, "dp") ? " (an integer from 0 to 2^30)"
+                                                    : " (an integer from 1 to 2^30)");
     return AP_EINPUT;
 }
 
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err)
 {
-    char buf[1024];
+    char buf[1024], who[80];
     if (strlen(spec) >= sizeof buf) {
         snprintf(err, AP_ERR_LEN, "--megatron: specification too long");
         return AP_EINPUT;
@@ -80,11 +88,12 @@ int ap_megatron_parse(const char *spec, ap_megatron *m, char *err)
          tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq) {
-            snprintf(err, AP_ERR_LEN, "--megatron: \"%s\" is not key=value", tok);
+            snprintf(err, AP_ERR_LEN, "--megatron: \"%.64s\" is not key=value", tok);
             return AP_EINPUT;
         }
         *eq = 0;
-        int rc = set_key(m, tok, eq + 1, err);
+        snprintf(who, sizeof who, "--megatron: %.64s", tok);
+        int rc = set_key(m, tok, eq + 1, who, err);
         if (rc)
             return rc;
     }
@@ -100,18 +109,28 @@ static const struct {
     {"--expert-model-parallel-size", "ep"},
     {"--micro-batch-size", "mbs"},
     {"--global-batch-size", "gbs"},
+    {"--recompute-granularity", "recompute"},
 };
+
+/* The value after a flag that takes one; NULL with err set when missing. */
+static char *flag_value(const char *flag, char **save, char *err)
+{
+    char *v = strtok_r(NULL, " \t\n", save);
+    if (!v)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s needs a value", flag);
+    return v;
+}
 
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
-    char buf[4096];
+    char buf[4096], who[80];
     if (strlen(args) >= sizeof buf) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: too long");
         return AP_EINPUT;
     }
     strcpy(buf, args);
     m->zero = AP_ZERO_NONE; /* Megatron's default without the flag */
-    int layers_per_chunk = 0;
+    long layers_per_chunk = 0;
     char *save = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
          tok = strtok_r(NULL, " \t\n", &save)) {
@@ -119,12 +138,11 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
             if (strcmp(tok, flags[i].flag))
                 continue;
-            char *v = strtok_r(NULL, " \t\n", &save);
-            if (!v) {
-                snprintf(err, AP_ERR_LEN, "--megatron-args: %s needs a value", tok);
+            char *v = flag_value(tok, &save, err);
+            if (!v)
                 return AP_EINPUT;
-            }
-            int rc = set_key(m, flags[i].key, v, err);
+            snprintf(who, sizeof who, "--megatron-args: %s", tok);
+            int rc = set_key(m, flags[i].key, v, who, err);
             if (rc)
                 return rc;
             known = 1;
@@ -135,32 +153,51 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             m->sp = 1;
         } else if (!strcmp(tok, "--use-distributed-optimizer")) {
             m->zero = AP_ZERO_1;
-        } else if (!strcmp(tok, "--recompute-granularity")) {
-            char *v = strtok_r(NULL, " \t\n", &save);
-            int rc = set_key(m, "recompute", v ? v : "", err);
-            if (rc)
-                return rc;
         } else if (!strcmp(tok, "--num-layers-per-virtual-pipeline-stage")) {
-            char *v = strtok_r(NULL, " \t\n", &save);
-            layers_per_chunk = v ? atoi(v) : 0;
-            if (layers_per_chunk < 1) {
-                snprintf(err, AP_ERR_LEN, "--megatron-args: %s needs a positive count", tok);
+            char *v = flag_value(tok, &save, err), *end;
+            if (!v)
+                return AP_EINPUT;
+            layers_per_chunk = strtol(v, &end, 10);
+            if (*end || layers_per_chunk < 1 || layers_per_chunk > (1L << 30)) {
+                snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" "
+                         "(an integer from 1 to 2^30)", tok, v);
                 return AP_EINPUT;
             }
         }
         /* Other flags (model shape, optimizer, logging) do not change the
          * parallel layout and are ignored. */
     }
-    m->vpp = -layers_per_chunk; /* resolved against the layer count later */
+    m->vpp = (int)-layers_per_chunk; /* resolved against the layer count later */
     return AP_OK;
+}
+
+/* tp*pp*cp (and dp) checked against the GPUs one factor at a time, so that
+ * no product of sizes up to 2^30 overflows. */
+static int fits_gpus(const ap_megatron *m, int gpus, int with_dp)
+{
+    long p = 1;
+    const int f[] = {m->tp, m->pp, m->cp, with_dp ? m->dp : 1};
+    for (int i = 0; i < 4; i++) {
+        p *= f[i];
+        if (p > gpus)
+            return 0;
+    }
+    return 1;
 }
 
 static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  char *err)
 {
     int gpus = ap_cluster_gpus(c), L = g->nlayers;
-    if (m->vpp < 0) /* layers per virtual stage, from --megatron-args */
-        m->vpp = L % (m->pp * -m->vpp) ? 0 : L / (m->pp * -m->vpp);
+    if (!fits_gpus(m, gpus, m->dp > 0)) {
+        snprintf(err, AP_ERR_LEN, "tp*pp*dp*cp = %d*%d*%d*%d is more than the %d GPUs",
+                 m->tp, m->pp, m->dp, m->cp, gpus);
+        return AP_EINPUT;
+    }
+    if (m->vpp < 0) { /* layers per virtual stage, from --megatron-args */
+        long chunk = (long)m->pp * -m->vpp;
+        m->vpp = L % chunk ? 0 : (int)(L / chunk);
+    }
     if (m->vpp == 0)
         m->vpp = 1;
     if (!m->dp)
@@ -180,14 +217,16 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
             return AP_EINPUT;
         }
     }
-    if (L % (m->pp * m->vpp)) {
-        snprintf(err, AP_ERR_LEN, "pp*vpp = %d does not divide the %d layers",
-                 m->pp * m->vpp, L);
+    long chunks = (long)m->pp * m->vpp;
+    if (L % chunks) {
+        snprintf(err, AP_ERR_LEN, "pp*vpp = %ld does not divide the %d layers",
+                 chunks, L);
         return AP_EINPUT;
     }
-    if (fmod(m->gbs, (double)m->mbs * m->dp)) {
-        snprintf(err, AP_ERR_LEN, "gbs=%.0f is not a multiple of mbs*dp = %d",
-                 m->gbs, m->mbs * m->dp);
+    double micro = (double)m->mbs * m->dp;
+    if (fmod(m->gbs, micro)) {
+        snprintf(err, AP_ERR_LEN, "gbs=%.0f is not a multiple of mbs*dp = %.0f",
+                 m->gbs, micro);
         return AP_EINPUT;
     }
     char e = ap_graph_label_of(g, AP_DIM_EXPERTS);
@@ -201,7 +240,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  "priced yet; use cp with dp=1");
         return AP_EINPUT;
     }
-    if (m->vpp > 1 && (long)(m->gbs / (m->mbs * m->dp)) % m->pp) {
+    if (m->vpp > 1 && fmod(m->gbs / micro, m->pp)) {
         snprintf(err, AP_ERR_LEN, "interleaving needs the micro-batch count "
                  "gbs/(mbs*dp) to be a multiple of pp=%d", m->pp);
         return AP_EINPUT;
