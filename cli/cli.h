@@ -17,6 +17,12 @@ int ap_cmd_compare(int argc, char **argv);
 #include "graph/graph.h"
 #include "planner/planner.h"
 
+/* Bounds on what the planning commands take (docs/hardening.md): past
+ * them a search would run for hours, or the answer would mean nothing. */
+#define AP_CLI_MAX_GLOBAL_BATCH 65536 /* sequences per step */
+#define AP_CLI_MAX_LAYERS 2048
+#define AP_CLI_MAX_CLASSES 64 /* distinct layers; each is its own ILP */
+
 typedef struct {
     const char *model;
     const char *cluster;
@@ -35,7 +41,8 @@ int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
                   double hi, double *out);
 /* Loads the model and resolves the cluster; prints errors; returns the exit
- * code. On success the caller frees *g and *c. */
+ * code. Refuses models past the layer and class bounds. On success the
+ * caller frees *g and *c. */
 int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
                  ap_cluster *c);
 int ap_cli_write_file(const char *path, const char *text);

@@ -34,13 +34,14 @@ typedef struct {
     ap_build_opts build;
 } options;
 
-static int parse_count(const char *flag, const char *s, int64_t *out)
+static int parse_count(const char *flag, const char *s, long long max,
+                       int64_t *out)
 {
     char *end;
     long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || *end || v < 1 || v > (1LL << 40)) {
-        fprintf(stderr, "autopar graph: %s needs a positive integer, got "
-                        "'%s'\n", flag, s ? s : "");
+    if (!s || !*s || *end || v < 1 || v > max) {
+        fprintf(stderr, "autopar graph: %s needs an integer from 1 to %lld, "
+                        "got '%s'\n", flag, max, s ? s : "");
         return 2;
     }
     *out = v;
@@ -73,9 +74,9 @@ static int parse_args(int argc, char **argv, options *o)
             o->json = 1;
             continue;
         } else if (!strcmp(a, "--seq")) {
-            rc = parse_count(a, v, &o->build.seq);
+            rc = parse_count(a, v, AP_MAX_SEQ, &o->build.seq);
         } else if (!strcmp(a, "--batch")) {
-            rc = parse_count(a, v, &o->build.batch);
+            rc = parse_count(a, v, AP_MAX_BATCH, &o->build.batch);
         } else if (!strcmp(a, "--flash-attention")) {
             rc = parse_switch(a, v, &o->build.flash);
             o->flash_set = 1;
@@ -116,15 +117,25 @@ typedef struct {
     double flops, saved, params;
 } span;
 
-static void sum_layer(const ap_graph *g, int layer, span *s)
+/* Totals of every layer in one pass: sums[l + 1] for layer l, sums[0] for
+ * the ops outside layers; the count of a class is kept at its
+ * representative. A generated model may have a hundred thousand classes,
+ * so nothing here loops over the ops once per class. NULL when out of
+ * memory. */
+static span *layer_sums(const ap_graph *g)
 {
-    s->flops = s->saved = s->params = 0;
-    for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].layer == layer) {
-            s->flops += g->ops[i].flops;
-            s->saved += g->ops[i].saved_bytes;
-            s->params += g->ops[i].param_count;
-        }
+    span *s = calloc((size_t)g->nlayers + 1, sizeof *s);
+    if (!s)
+        return NULL;
+    for (int i = 0; i < g->nops; i++) {
+        span *t = &s[g->ops[i].layer + 1];
+        t->flops += g->ops[i].flops;
+        t->saved += g->ops[i].saved_bytes;
+        t->params += g->ops[i].param_count;
+    }
+    for (int l = 0; l < g->nlayers; l++)
+        s[g->layer_class[l] + 1].count++;
+    return s;
 }
 
 static double tokens(const ap_graph *g)
@@ -177,15 +188,7 @@ static int distinct_kinds(const ap_graph *g, const char **kinds)
     return n;
 }
 
-static int class_size(const ap_graph *g, int rep)
-{
-    int n = 0;
-    for (int l = 0; l < g->nlayers; l++)
-        n += g->layer_class[l] == rep;
-    return n;
-}
-
-static void print_text(const ap_graph *g)
+static int print_text(const ap_graph *g)
 {
     char b1[32], b2[32], b3[32];
     printf("model     %s (%s, %s)\n", g->name, g->source,
@@ -210,19 +213,21 @@ static void print_text(const ap_graph *g)
            human(b2, sizeof b2, g->total_param_bytes, byte_units),
            ap_dtype_name(g->dtype));
     printf("per layer class (one layer each):\n");
+    span *sums = layer_sums(g);
+    if (!sums)
+        return 1;
     for (int l = 0; l < g->nlayers; l++) {
         if (g->layer_class[l] != l)
             continue;
-        span s;
-        sum_layer(g, l, &s);
+        const span *s = &sums[l + 1];
         printf("  class %-3d %3d layer%s  %s params  saved %s  forward %s\n",
-               l, class_size(g, l), class_size(g, l) == 1 ? " " : "s",
-               human(b1, sizeof b1, s.params, count_units),
-               human(b2, sizeof b2, s.saved, byte_units),
-               human(b3, sizeof b3, s.flops, flop_units));
+               l, s->count, s->count == 1 ? " " : "s",
+               human(b1, sizeof b1, s->params, count_units),
+               human(b2, sizeof b2, s->saved, byte_units),
+               human(b3, sizeof b3, s->flops, flop_units));
     }
-    span out;
-    sum_layer(g, -1, &out);
+    span out = sums[0];
+    free(sums);
     printf("  outside layers  %s params  saved %s  forward %s\n",
            human(b1, sizeof b1, out.params, count_units),
            human(b2, sizeof b2, out.saved, byte_units),
@@ -232,6 +237,7 @@ static void print_text(const ap_graph *g)
     printf("forward   %s total, %s per token\n",
            human(b1, sizeof b1, g->total_flops, flop_units),
            human(b2, sizeof b2, g->total_flops / tokens(g), flop_units));
+    return 0;
 }
 
 static cJSON *summary_json(const ap_graph *g)
@@ -253,22 +259,27 @@ static cJSON *summary_json(const ap_graph *g)
     for (int l = 0; l < g->nlayers; l++)
         cJSON_AddItemToArray(lc, cJSON_CreateNumber(g->layer_class[l]));
     cJSON *classes = cJSON_AddArrayToObject(o, "classes");
+    span *sums = layer_sums(g);
+    if (!sums) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     for (int l = -1; l < g->nlayers; l++) {
         if (l >= 0 && g->layer_class[l] != l)
             continue;
-        span s;
-        sum_layer(g, l, &s);
+        span s = sums[l + 1];
         cJSON *c = l < 0 ? cJSON_AddObjectToObject(o, "outside_layers")
                          : cJSON_CreateObject();
         if (l >= 0) {
             cJSON_AddItemToArray(classes, c);
             cJSON_AddNumberToObject(c, "class", l);
-            cJSON_AddNumberToObject(c, "count", class_size(g, l));
+            cJSON_AddNumberToObject(c, "count", s.count);
         }
         cJSON_AddNumberToObject(c, "params", s.params);
         cJSON_AddNumberToObject(c, "saved_bytes", s.saved);
         cJSON_AddNumberToObject(c, "flops", s.flops);
     }
+    free(sums);
     const char *kinds[32];
     int nk = distinct_kinds(g, kinds);
     cJSON *ops = cJSON_AddObjectToObject(o, "ops_by_kind");
@@ -351,8 +362,10 @@ int ap_cmd_graph(int argc, char **argv)
         rc = write_model(g, o.out);
     if (!rc && o.json)
         rc = print_json(g);
-    else if (!rc)
-        print_text(g);
+    else if (!rc && print_text(g)) {
+        fprintf(stderr, "autopar graph: out of memory\n");
+        rc = 1;
+    }
     ap_graph_free(g);
     return rc;
 }

@@ -59,13 +59,17 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
         }
     }
     if (!strcmp(a, "--gpus"))
-        return ap_cli_int(cmd, a, v, 1, 1 << 20, &c->gpus) ? -1 : 2;
+        return ap_cli_int(cmd, a, v, 1, AP_MAX_GPUS, &c->gpus) ? -1 : 2;
     if (!strcmp(a, "--gpus-per-node"))
         return ap_cli_int(cmd, a, v, 1, 1024, &c->gpus_per_node) ? -1 : 2;
-    if (!strcmp(a, "--global-batch"))
-        return ap_cli_double(cmd, a, v, 1, 1e9, &c->global_batch) ? -1 : 2;
+    if (!strcmp(a, "--global-batch")) {
+        if (ap_cli_int(cmd, a, v, 1, AP_CLI_MAX_GLOBAL_BATCH, &n))
+            return -1;
+        c->global_batch = n;
+        return 2;
+    }
     if (!strcmp(a, "--seq")) {
-        if (ap_cli_int(cmd, a, v, 1, 1 << 24, &n))
+        if (ap_cli_int(cmd, a, v, 1, AP_MAX_SEQ, &n))
             return -1;
         c->build.seq = n;
         return 2;
@@ -85,6 +89,25 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
     return 0;
 }
 
+static int plannable(const ap_graph *g, const char *cmd)
+{
+    int classes = 0;
+    for (int l = 0; l < g->nlayers; l++)
+        classes += g->layer_class[l] == l;
+    if (g->nlayers > AP_CLI_MAX_LAYERS) {
+        fprintf(stderr, "autopar %s: %s: %d layers; plans are searched for "
+                "at most %d\n", cmd, g->source, g->nlayers, AP_CLI_MAX_LAYERS);
+        return 0;
+    }
+    if (classes > AP_CLI_MAX_CLASSES) {
+        fprintf(stderr, "autopar %s: %s: %d distinct layers (layer classes); "
+                "plans are searched for at most %d\n", cmd, g->source, classes,
+                AP_CLI_MAX_CLASSES);
+        return 0;
+    }
+    return 1;
+}
+
 int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
                  ap_cluster *c)
 {
@@ -94,9 +117,19 @@ int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
         fprintf(stderr, "autopar %s: %s\n", cmd, err);
         return rc;
     }
+    if (!plannable(*g, cmd)) {
+        ap_graph_free(*g);
+        return AP_EINPUT;
+    }
     rc = ap_cluster_resolve(cm->cluster, cm->gpus, cm->gpus_per_node, c, err);
     if (rc) {
-        fprintf(stderr, "autopar %s: %s\n", cmd, err);
+        /* The cluster's own message names its file or preset; the flags
+         * that sized it may be what is wrong. */
+        fprintf(stderr, "autopar %s: --cluster %s --gpus %d", cmd, cm->cluster,
+                cm->gpus);
+        if (cm->gpus_per_node)
+            fprintf(stderr, " --gpus-per-node %d", cm->gpus_per_node);
+        fprintf(stderr, ": %s\n", err);
         ap_graph_free(*g);
         return rc;
     }

@@ -6,13 +6,11 @@
 
 #include "costmodel/costmodel.h"
 
-#define MAX_GPUS 1000000
-
 int ap_cluster_set_size(ap_cluster *c, int gpus, int gpus_per_node, char *err)
 {
-    if (gpus < 0 || gpus > MAX_GPUS) {
+    if (gpus < 0 || gpus > AP_MAX_GPUS) {
         snprintf(err, AP_ERR_LEN, "%s: gpus: must be between 1 and %d, not %d",
-                 c->source, MAX_GPUS, gpus);
+                 c->source, AP_MAX_GPUS, gpus);
         return AP_EINPUT;
     }
     if (gpus_per_node < 0 || gpus_per_node > 1024) {

@@ -83,6 +83,9 @@ typedef struct {
     char measured_command[256];
 } ap_cluster;
 
+/* The most GPUs a cluster may have (docs/hardening.md). */
+#define AP_MAX_GPUS 1000000
+
 /* Presets: "a100-80g", "h100-sxm", "h200", "b200", "h800". Fills *c for
  * `gpus` GPUs in nodes of `gpus_per_node` (0 = the preset's default). */
 int ap_cluster_preset(const char *name, int gpus, int gpus_per_node,

@@ -764,14 +764,25 @@ static int derive(ap_graph *g, char *err)
             g->tensors[g->ops[k].inputs[i]].consumers++;
     g->total_flops = g->total_params = g->total_param_bytes = 0;
     g->total_saved_bytes = 0;
+    int rc = AP_OK;
     for (int k = 0; k < g->nops; k++) {
         ap_op *op = &g->ops[g->topo[k]];
         derive_op(g, &st, op);
         g->total_flops += op->flops;
         g->total_params += op->param_count;
         g->total_saved_bytes += op->saved_bytes;
+        /* Sizes up to 2^53 per label keep each tensor under 2^63 elements,
+         * but an op's iteration space multiplies those of its tensors. */
+        if (!rc && !(g->total_flops <= AP_MAX_FLOPS)) {
+            ap_graph_fail(g, err, "ops[%d]: op \"%s\" brings the forward pass to "
+                          "%.3g FLOPs, over the limit of %.0e", g->topo[k],
+                          op->name, g->total_flops, AP_MAX_FLOPS);
+            rc = AP_EINPUT;
+        }
     }
     free(st.root), free(st.kept), free(st.read), free(st.placed);
+    if (rc)
+        return rc;
     return AP_OK;
 }
 

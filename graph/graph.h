@@ -37,6 +37,8 @@
 #define AP_MAX_TENSORS 1000000
 #define AP_MAX_OPS 1000000
 #define AP_MAX_FLOPS 1e30 /* forward FLOPs of one step */
+#define AP_MAX_SEQ (1 << 24)   /* tokens per sequence a build may ask for */
+#define AP_MAX_BATCH (1 << 20) /* sequences a graph may be built at */
 
 /* Status codes double as the process exit codes of the command-line tool. */
 typedef enum {

@@ -493,8 +493,10 @@ int ap_graph_load_buffer(const char *text, size_t len, const char *source,
         ap_build_opts_default(&defaults);
         opt = &defaults;
     }
-    if (opt->seq < 0 || opt->batch < 0) {
-        fail(&c, "sequence length and batch must be positive");
+    if (opt->seq < 0 || opt->batch < 0 || opt->seq > AP_MAX_SEQ ||
+        opt->batch > AP_MAX_BATCH) {
+        fail(&c, "sequence length must be from 1 to %d and batch from 1 to "
+                 "%d", AP_MAX_SEQ, AP_MAX_BATCH);
         return AP_EINPUT;
     }
     if (len > AP_MAX_FILE_BYTES) {
