@@ -25,7 +25,11 @@ typedef struct {
  * nanosecond, and the bound keeps the rates written back (bytes/seconds,
  * FLOP/seconds) finite. NUM_INFO is a figure derived from the others and
  * ignored on reading (algbw, busbw, tflops): any finite positive number. */
-typedef enum { NUM_POSITIVE, NUM_NONNEG, NUM_FRACTION, NUM_SECONDS, NUM_INFO } num_kind;
+/* NUM_RATE is a FLOP/s or bytes/s figure, from 1e6: the cost model divides
+ * by it, and a rate of 1e-300 would turn every price into infinity. */
+typedef enum {
+    NUM_POSITIVE, NUM_NONNEG, NUM_FRACTION, NUM_SECONDS, NUM_INFO, NUM_RATE
+} num_kind;
 
 static int fail(ctx *x, const char *path, const char *fmt, ...)
 {
@@ -97,6 +101,8 @@ static int get_number(ctx *x, const cJSON *obj, const char *prefix,
         ok = ok && d >= 0;
     else if (kind == NUM_SECONDS)
         ok = ok && d >= 1e-9;
+    else if (kind == NUM_RATE)
+        ok = ok && d >= 1e6;
     else
         ok = ok && d > 0 && d <= 1;
     if (!ok)
@@ -104,6 +110,7 @@ static int get_number(ctx *x, const cJSON *obj, const char *prefix,
                                  ? "must be a positive number"
                              : kind == NUM_NONNEG ? "must be a non-negative number"
                              : kind == NUM_SECONDS ? "must be a time from 1e-9 to 1e30 seconds"
+                             : kind == NUM_RATE ? "must be a rate from 1e6 to 1e30 per second"
                                                   : "must be a number in (0, 1]");
     *out = d;
     return AP_OK;
@@ -155,10 +162,10 @@ static int parse_peaks(ctx *x, const cJSON *gpu, ap_cluster *c)
         return rc;
     const char *p = "gpu.peak_flops";
     if ((rc = check_fields(x, pk, p, fields)) ||
-        (rc = get_number(x, pk, p, "bf16", NUM_POSITIVE, 1, &c->peak_flops[AP_BF16])) ||
-        (rc = get_number(x, pk, p, "fp16", NUM_POSITIVE, 1, &c->peak_flops[AP_FP16])) ||
-        (rc = get_number(x, pk, p, "fp32", NUM_POSITIVE, 1, &c->peak_flops[AP_FP32])) ||
-        (rc = get_number(x, pk, p, "fp8", NUM_POSITIVE, 0, &c->peak_flops[AP_FP8])))
+        (rc = get_number(x, pk, p, "bf16", NUM_RATE, 1, &c->peak_flops[AP_BF16])) ||
+        (rc = get_number(x, pk, p, "fp16", NUM_RATE, 1, &c->peak_flops[AP_FP16])) ||
+        (rc = get_number(x, pk, p, "fp32", NUM_RATE, 1, &c->peak_flops[AP_FP32])) ||
+        (rc = get_number(x, pk, p, "fp8", NUM_RATE, 0, &c->peak_flops[AP_FP8])))
         return rc;
     return AP_OK;
 }
@@ -199,7 +206,7 @@ static int parse_gpu(ctx *x, const cJSON *root, ap_cluster *c)
         (rc = get_int(x, g, p, "sms", 1, 100000, 1, &c->sms)) ||
         (rc = get_number(x, g, p, "memory_bytes", NUM_POSITIVE, 1, &c->hbm_bytes)) ||
         (rc = get_number(x, g, p, "reserved_bytes", NUM_NONNEG, 1, &c->mem_reserved)) ||
-        (rc = get_number(x, g, p, "hbm_bandwidth", NUM_POSITIVE, 1, &c->hbm_bw)) ||
+        (rc = get_number(x, g, p, "hbm_bandwidth", NUM_RATE, 1, &c->hbm_bw)) ||
         (rc = get_number(x, g, p, "hbm_efficiency", NUM_FRACTION, 1, &c->hbm_eff)) ||
         (rc = get_number(x, g, p, "gemm_efficiency", NUM_FRACTION, 1, &c->gemm_eff)) ||
         (rc = get_number(x, g, p, "attention_efficiency", NUM_FRACTION, 0, &c->attn_eff)) ||
@@ -225,7 +232,7 @@ static int parse_link(ctx *x, const cJSON *links, const char *key, double *bw,
     if (!l)
         return rc;
     if ((rc = check_fields(x, l, p, fields)) ||
-        (rc = get_number(x, l, p, "bandwidth", NUM_POSITIVE, 1, bw)) ||
+        (rc = get_number(x, l, p, "bandwidth", NUM_RATE, 1, bw)) ||
         (rc = get_number(x, l, p, "latency_s", NUM_NONNEG, 1, lat)))
         return rc;
     if (*lat > 1)
@@ -371,7 +378,7 @@ static int parse_measured(ctx *x, const cJSON *root, ap_cluster *c)
     if ((rc = check_fields(x, m, p, fields)) ||
         (rc = get_string(x, m, p, "date", 0, c->measured_date, sizeof c->measured_date)) ||
         (rc = get_string(x, m, p, "command", 0, c->measured_command, sizeof c->measured_command)) ||
-        (rc = get_number(x, m, p, "hbm_bandwidth", NUM_POSITIVE, 0, &c->hbm_bw_measured)))
+        (rc = get_number(x, m, p, "hbm_bandwidth", NUM_RATE, 0, &c->hbm_bw_measured)))
         return rc;
     return parse_samples(x, m, c);
 }
