@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 DEMO_MODEL ?= examples/hf/llama-3-8b.json
 DEMO_GPUS ?= 16
 
-.PHONY: all deps deps-mpi build demo test asan bench clean
+.PHONY: all deps deps-mpi build demo test asan bench fuzz valgrind clean
 
 all: build
 
@@ -42,5 +42,16 @@ bench: build
 	./$(BUILD)/bench/bench_ilp
 	sh bench/plan.sh ./$(BUILD)/autopar
 
+# libFuzzer harnesses (clang), FUZZ_SECONDS each, from fuzz/corpus/.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@AP_WITH_FUZZ=1 sh scripts/install-deps.sh
+	@sh scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# Valgrind memcheck over the unit tests and the end-to-end CLI commands.
+valgrind:
+	@AP_WITH_VALGRIND=1 sh scripts/install-deps.sh
+	@sh scripts/valgrind.sh
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz build-valgrind

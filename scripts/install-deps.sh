@@ -6,6 +6,9 @@ set -eu
 
 pkgs="build-essential cmake pkg-config libglpk-dev libcjson-dev"
 [ "${AP_WITH_MPI:-0}" = 1 ] && pkgs="$pkgs libopenmpi-dev openmpi-bin"
+# Opt-in tools of the hardening checks (docs/hardening.md).
+[ "${AP_WITH_FUZZ:-0}" = 1 ] && pkgs="$pkgs clang"
+[ "${AP_WITH_VALGRIND:-0}" = 1 ] && pkgs="$pkgs valgrind"
 
 missing=""
 for p in $pkgs; do
