@@ -61,8 +61,8 @@ static cJSON *parse(const char *text, size_t len, const ctx *c)
     }
     /* cJSON points at the last byte when the input ran out; a closing
      * bracket there is a real error at that place instead. */
-    if (end >= text + len - 1 && (end == text + len || (*end != '}' &&
-                                                         *end != ']')))
+    size_t at = (size_t)(end - text); /* text + len - 1 is UB when len is 0 */
+    if (at + 1 >= len && (at == len || (*end != '}' && *end != ']')))
         fail(c, "line %d, column %d: malformed JSON: unexpected end of "
                 "input", line, col);
     else
