@@ -27,8 +27,11 @@ typedef struct {
  * ignored on reading (algbw, busbw, tflops): any finite positive number. */
 /* NUM_RATE is a FLOP/s or bytes/s figure, from 1e6: the cost model divides
  * by it, and a rate of 1e-300 would turn every price into infinity. */
+/* NUM_SIZE is a GEMM dimension or a buffer in bytes, from 1: the measured
+ * tables are interpolated in log space. */
 typedef enum {
-    NUM_POSITIVE, NUM_NONNEG, NUM_FRACTION, NUM_SECONDS, NUM_INFO, NUM_RATE
+    NUM_POSITIVE, NUM_NONNEG, NUM_FRACTION, NUM_SECONDS, NUM_INFO, NUM_RATE,
+    NUM_SIZE
 } num_kind;
 
 static int fail(ctx *x, const char *path, const char *fmt, ...)
@@ -103,15 +106,18 @@ static int get_number(ctx *x, const cJSON *obj, const char *prefix,
         ok = ok && d >= 1e-9;
     else if (kind == NUM_RATE)
         ok = ok && d >= 1e6;
-    else
-        ok = ok && d > 0 && d <= 1;
+    else if (kind == NUM_SIZE)
+        ok = ok && d >= 1;
+    else /* an efficiency; the cost model divides by it too */
+        ok = ok && d >= 1e-3 && d <= 1;
     if (!ok)
         return fail(x, path, kind == NUM_POSITIVE || kind == NUM_INFO
                                  ? "must be a positive number"
                              : kind == NUM_NONNEG ? "must be a non-negative number"
                              : kind == NUM_SECONDS ? "must be a time from 1e-9 to 1e30 seconds"
                              : kind == NUM_RATE ? "must be a rate from 1e6 to 1e30 per second"
-                                                  : "must be a number in (0, 1]");
+                             : kind == NUM_SIZE ? "must be a size from 1 to 1e30"
+                                                  : "must be a number in [0.001, 1]");
     *out = d;
     return AP_OK;
 }
@@ -284,9 +290,9 @@ static int parse_gemm_sample(ctx *x, const cJSON *e, const char *p,
         return fail(x, p, "must be an object");
     if ((rc = check_fields(x, e, p, fields)) ||
         (rc = get_string(x, e, p, "dtype", 1, dt, sizeof dt)) ||
-        (rc = get_number(x, e, p, "m", NUM_POSITIVE, 1, &s->m)) ||
-        (rc = get_number(x, e, p, "n", NUM_POSITIVE, 1, &s->n)) ||
-        (rc = get_number(x, e, p, "k", NUM_POSITIVE, 1, &s->k)) ||
+        (rc = get_number(x, e, p, "m", NUM_SIZE, 1, &s->m)) ||
+        (rc = get_number(x, e, p, "n", NUM_SIZE, 1, &s->n)) ||
+        (rc = get_number(x, e, p, "k", NUM_SIZE, 1, &s->k)) ||
         (rc = get_number(x, e, p, "seconds", NUM_SECONDS, 1, &s->seconds)) ||
         (rc = get_number(x, e, p, "tflops", NUM_INFO, 0, &tflops)))
         return rc;
@@ -314,7 +320,7 @@ static int parse_coll_sample(ctx *x, const cJSON *e, const char *p,
         (rc = get_string(x, e, p, "op", 1, op, sizeof op)) ||
         (rc = get_int(x, e, p, "ranks", 2, 1000000, 1, &s->ranks)) ||
         (rc = get_int(x, e, p, "nodes", 1, 1000000, 1, &s->nodes)) ||
-        (rc = get_number(x, e, p, "bytes", NUM_POSITIVE, 1, &s->bytes)) ||
+        (rc = get_number(x, e, p, "bytes", NUM_SIZE, 1, &s->bytes)) ||
         (rc = get_number(x, e, p, "seconds", NUM_SECONDS, 1, &s->seconds)) ||
         (rc = get_number(x, e, p, "algbw", NUM_INFO, 0, &ignored)) ||
         (rc = get_number(x, e, p, "busbw", NUM_INFO, 0, &ignored)))
