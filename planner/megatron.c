@@ -190,8 +190,13 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
 {
     int gpus = ap_cluster_gpus(c), L = g->nlayers;
     if (!fits_gpus(m, gpus, m->dp > 0)) {
-        snprintf(err, AP_ERR_LEN, "tp*pp*dp*cp = %d*%d*%d*%d is more than the %d GPUs",
-                 m->tp, m->pp, m->dp, m->cp, gpus);
+        double p = (double)m->tp * m->pp * m->cp;
+        if (m->dp > 0)
+            snprintf(err, AP_ERR_LEN, "tp*pp*dp*cp = %d*%d*%d*%d = %.0f, not the %d GPUs",
+                     m->tp, m->pp, m->dp, m->cp, p * m->dp, gpus);
+        else
+            snprintf(err, AP_ERR_LEN, "tp*pp*cp = %d*%d*%d = %.0f, more than the %d GPUs",
+                     m->tp, m->pp, m->cp, p, gpus);
         return AP_EINPUT;
     }
     if (m->vpp < 0) { /* layers per virtual stage, from --megatron-args */
