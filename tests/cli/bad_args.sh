@@ -61,6 +61,19 @@ refused "-o needs a file name" "$bin" graph "$tiny" -o
 refused "unknown option '--gpus'" "$bin" graph "$tiny" --gpus 8
 refused "/nonexistent/model.json: cannot open" "$bin" graph /nonexistent/model.json
 
+for extra in "--megatron tp=1"; do
+    # shellcheck disable=SC2086
+    {
+        refused "--gpus needs an integer from 1 to 1000000, got '0'" "$bin" compare "$tiny" $extra --gpus 0
+        refused "--global-batch needs an integer from 1 to 65536, got '70000'" "$bin" compare "$tiny" $extra --global-batch 70000
+        refused "--megatron: gbs: bad value \"0\"" "$bin" compare "$tiny" --megatron gbs=0
+        refused "unexpected argument '--bogus'" "$bin" compare "$tiny" $extra --bogus
+    }
+done
+refused "/nonexistent/plan.json: cannot open" "$bin" export /nonexistent/plan.json --to megatron
+refused "--to takes megatron, torchtitan or deepspeed, got 'bogus'" "$bin" export "$tiny" --to bogus
+refused "unexpected argument '--bogus'" "$bin" export --bogus
+
 refused "unknown option \"--bogus\"" "$bin" profile --bogus
 refused "unknown command 'plann'" "$bin" plann "$tiny"
 
