@@ -5,12 +5,12 @@
 # a crash, leak, sanitizer report or slow input stops the run and leaves the
 # input in $AP_FUZZ_DIR (default build-fuzz/findings) to turn into a test.
 #
-# usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: model hf cluster megatron)
+# usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: model hf cluster megatron plan)
 set -eu
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-model hf cluster megatron}
+targets=${*:-model hf cluster megatron plan}
 build=${AP_FUZZ_BUILD:-build-fuzz}
 out=${AP_FUZZ_DIR:-$build/findings}
 
