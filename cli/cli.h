@@ -57,4 +57,23 @@ int ap_cli_check_emit(const char *cmd, const char *emit);
 int ap_cli_emit_plan(const char *cmd, const ap_graph *g, const char *plan_json,
                      const char *to);
 
+/* --emit FORMAT, -o FILE and --trace FILE, shared by plan and estimate
+ * (output.c). ap_cli_output_arg consumes one like ap_cli_common_arg. */
+typedef struct {
+    const char *emit;  /* table, json or a launcher */
+    const char *out;   /* plan.json path, or NULL */
+    const char *trace; /* timeline path, or NULL */
+} ap_cli_output;
+
+void ap_cli_output_default(ap_cli_output *o);
+int ap_cli_output_arg(ap_cli_output *o, const char *cmd, const char *a,
+                      const char *v);
+/* Writes -o and --trace, then prints what --emit asks for: the summary
+ * (after `header` when it is not empty), plan.json, or a launcher's input;
+ * `instead`, when not NULL, is printed in place of all that. Prints errors
+ * and returns the exit code. */
+int ap_cli_output_plan(const ap_cli_output *o, const char *cmd,
+                       const ap_graph *g, const ap_plan *p, const char *header,
+                       const char *instead);
+
 #endif

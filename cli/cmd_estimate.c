@@ -30,33 +30,6 @@ static const char usage_text[] =
     "  -o FILE                also write the configuration's plan.json to FILE\n"
     "  --trace FILE           write the simulated step as Chrome Trace Event JSON\n";
 
-/* Prints what was asked for: the prediction (--json), the summary, the
- * whole plan.json or a launcher's input; -o writes plan.json as well. */
-static int emit_plan(const ap_graph *g, const ap_plan *p, int json, const char *emit,
-                     const char *out)
-{
-    char *plan = ap_plan_to_json(g, p);
-    char *pred = json ? ap_plan_prediction_to_json(p) : NULL;
-    int rc = 0;
-    if (!plan || (json && !pred)) {
-        rc = 1;
-    } else if (out && ap_cli_write_file(out, plan)) {
-        fprintf(stderr, "autopar estimate: cannot write %s\n", out);
-        rc = 1;
-    } else if (json) {
-        printf("%s\n", pred);
-    } else if (!strcmp(emit, "json")) {
-        printf("%s\n", plan);
-    } else if (!strcmp(emit, "table")) {
-        ap_plan_print(g, p, stdout);
-    } else {
-        rc = ap_cli_emit_plan("estimate", g, plan, emit);
-    }
-    free(plan);
-    free(pred);
-    return rc;
-}
-
 int ap_cmd_estimate(int argc, char **argv)
 {
     ap_cli_common cm;
@@ -64,13 +37,15 @@ int ap_cmd_estimate(int argc, char **argv)
     ap_megatron m;
     ap_megatron_default(&m);
     int json = 0, have = 0;
-    const char *emit = "table", *out = NULL;
-    const char *trace = NULL;
+    ap_cli_output out;
+    ap_cli_output_default(&out);
     char err[AP_ERR_LEN];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = ap_cli_common_arg(&cm, "estimate", a, v);
+        if (used == 0)
+            used = ap_cli_output_arg(&out, "estimate", a, v);
         if (used < 0)
             return 2;
         if (used > 0) {
@@ -82,15 +57,6 @@ int ap_cmd_estimate(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if (!strcmp(a, "--emit") && v) {
-            emit = argv[++i];
-            if (ap_cli_check_emit("estimate", emit))
-                return 2;
-        } else if (!strcmp(a, "-o") && v) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--trace") && v) {
-            trace = v;
-            i++;
         } else if ((!strcmp(a, "--megatron") || !strcmp(a, "--megatron-args")) && v) {
             int rc = !strcmp(a, "--megatron") ? ap_megatron_parse(v, &m, err)
                                               : ap_megatron_parse_args(v, &m, err);
@@ -121,9 +87,11 @@ int ap_cmd_estimate(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "autopar estimate: %s\n", err);
     } else {
-        rc = trace ? ap_cli_write_trace("estimate", &p, trace) : 0;
-        if (!rc)
-            rc = emit_plan(g, &p, json, emit, out);
+        /* --json prints the prediction alone. */
+        char *pred = json ? ap_plan_prediction_to_json(&p) : NULL;
+        rc = json && !pred ? 1
+                           : ap_cli_output_plan(&out, "estimate", g, &p, NULL, pred);
+        free(pred);
         if (!rc && p.max_mem_bytes > p.hbm_limit)
             fprintf(stderr, "autopar estimate: this configuration needs %.1f GiB per "
                     "GPU, %.1f GiB more than the %.1f GiB usable\n",

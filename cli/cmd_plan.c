@@ -85,13 +85,16 @@ int ap_cmd_plan(int argc, char **argv)
     ap_cli_common_default(&cm);
     ap_plan_opts o;
     ap_plan_opts_default(&o);
-    const char *out = NULL, *emit = "table", *trace = NULL;
+    ap_cli_output out;
+    ap_cli_output_default(&out);
     int targeted = 0;
     ap_launcher target = AP_LAUNCHER_MEGATRON;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = ap_cli_common_arg(&cm, "plan", a, v);
+        if (used == 0)
+            used = ap_cli_output_arg(&out, "plan", a, v);
         if (used < 0)
             return 2;
         if (used > 0) {
@@ -104,19 +107,9 @@ int ap_cmd_plan(int argc, char **argv)
         } else if (!strcmp(a, "--no-pipeline")) {
             o.no_pipeline = 1;
         } else if (!strcmp(a, "--json")) {
-            emit = "json";
-        } else if (!strcmp(a, "--emit") && v) {
-            emit = argv[++i];
-            if (ap_cli_check_emit("plan", emit))
-                return 2;
+            out.emit = "json";
         } else if (!strcmp(a, "--quiet")) {
             o.progress = 0;
-        } else if (!strcmp(a, "-o") && v) {
-            out = v;
-            i++;
-        } else if (!strcmp(a, "--trace") && v) {
-            trace = v;
-            i++;
         } else if (!strcmp(a, "--target") && v) {
             char err[AP_ERR_LEN];
             if (ap_launcher_from_name(v, &target, err)) {
@@ -177,24 +170,7 @@ int ap_cmd_plan(int argc, char **argv)
         ap_cluster_free(&c);
         return rc;
     }
-    char *text = ap_plan_to_json(g, &plan);
-    if (!text) {
-        rc = 1;
-    } else if (out && ap_cli_write_file(out, text)) {
-        fprintf(stderr, "autopar plan: cannot write %s\n", out);
-        rc = 1;
-    } else if (trace && ap_cli_write_trace("plan", &plan, trace)) {
-        rc = 1;
-    } else if (!strcmp(emit, "json")) {
-        printf("%s\n", text);
-    } else if (!strcmp(emit, "table")) {
-        if (*line)
-            printf("%s\n", line);
-        ap_plan_print(g, &plan, stdout);
-    } else {
-        rc = ap_cli_emit_plan("plan", g, text, emit);
-    }
-    free(text);
+    rc = ap_cli_output_plan(&out, "plan", g, &plan, line, NULL);
     ap_plan_free(&plan);
     ap_graph_free(g);
     ap_cluster_free(&c);
