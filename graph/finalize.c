@@ -758,10 +758,14 @@ static int derive(ap_graph *g, char *err)
         st.root[t] = t;
         g->tensors[t].layer = -1;
         g->tensors[t].consumers = 0;
+        g->tensors[t].first_consumer = -1;
     }
     for (int k = 0; k < g->nops; k++)
-        for (int i = 0; i < g->ops[k].ninputs; i++)
-            g->tensors[g->ops[k].inputs[i]].consumers++;
+        for (int i = 0; i < g->ops[k].ninputs; i++) {
+            ap_tensor *in = &g->tensors[g->ops[k].inputs[i]];
+            if (in->consumers++ == 0)
+                in->first_consumer = k;
+        }
     g->total_flops = g->total_params = g->total_param_bytes = 0;
     g->total_saved_bytes = 0;
     int rc = AP_OK;

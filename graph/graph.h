@@ -108,6 +108,7 @@ typedef struct {
     int64_t elems; /* product of the label sizes */
     int64_t bytes;
     int consumers; /* inputs of ops that name it (derived) */
+    int first_consumer; /* lowest index of an op reading it, -1 if none */
 } ap_tensor;
 
 typedef struct {

@@ -162,8 +162,8 @@ static void block_floor(const config *cf, const ap_price_ctx *x, int b,
 {
     *least_sum = *sync_most = 0;
     for (int i = 0; i < cf->m->nops[b]; i++) {
-        ap_strategy st[96];
-        int n = ap_strategies(x, cf->m->ops[b][i], st, 96);
+        ap_strategy st[AP_MAX_STRATEGIES];
+        int n = ap_strategies(x, cf->m->ops[b][i], st, AP_MAX_STRATEGIES);
         double least = n ? INFINITY : 0, most = 0;
         for (int k = 0; k < n; k++) {
             ap_op_cost c;

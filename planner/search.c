@@ -49,9 +49,8 @@ static int mesh_wanted(int n, int d1, int G)
  * at least p of them; the bounds rule out the hopeless ones cheaply. Large
  * micro-batches run GEMMs nearer peak and leave one long backward to hide
  * the gradient synchronisation behind. */
-static int batch_wanted(double mb, double gbs, int n, int p)
+static int batch_wanted(double mb, double gbs, int p)
 {
-    (void)n;
     if (fmod(gbs, mb) != 0)
         return 0;
     return p == 1 || gbs / mb >= p;
@@ -87,7 +86,7 @@ static int enumerate(const ap_plan_opts *o, int L, int G, ap_candidate **out)
             if (per % d1 || !mesh_wanted(per, d1, G))
                 continue;
             for (double mb = 1; mb <= o->global_batch; mb *= 2) {
-                if (!batch_wanted(mb, o->global_batch, per, p))
+                if (!batch_wanted(mb, o->global_batch, p))
                     continue;
                 if (n == cap) {
                     cap *= 2;
@@ -211,11 +210,11 @@ static void *worker(void *arg)
 static int thread_count(const ap_plan_opts *o, int ncand)
 {
     long n = o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1)
-        n = 1;
     if (n > ncand)
         n = ncand;
-    return n > 256 ? 256 : (int)(n < 1 ? 1 : n);
+    if (n > 256)
+        n = 256;
+    return n < 1 ? 1 : (int)n;
 }
 
 static int run_workers(search *s, int nthreads)

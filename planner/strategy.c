@@ -420,10 +420,9 @@ static int is_param(const ap_price_ctx *x, int t)
  * an axis that splits a contracted label without reduce-scattering, every
  * rank sees the whole output gradient and computes the whole bias gradient:
  * nothing to synchronise there (Megatron's row-parallel bias). */
-static int whole_after_reduce(const ap_price_ctx *x, const ap_op *op,
-                              const ap_strategy *s, int input, int a)
+static int whole_after_reduce(const ap_op *op, const ap_strategy *s,
+                              int input, int a)
 {
-    (void)x;
     return op->kind == AP_OP_MATMUL && input == 2 && !s->rs[a] &&
            has_label(op->contracted, s->axis[a]);
 }
@@ -437,16 +436,12 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
             continue;
         const ap_tensor *tt = &x->g->tensors[t];
         /* A parameter shared by two ops (tied embeddings) is stored once. */
-        int first_user = 1;
-        for (int k = 0; k < op - x->g->ops && first_user; k++)
-            for (int j = 0; j < x->g->ops[k].ninputs; j++)
-                if (x->g->ops[k].inputs[j] == t)
-                    first_user = 0;
+        int first_user = tt->first_consumer == op - x->g->ops;
         double elems = (double)tt->elems / tensor_split(x, s, tt->shape);
         int mask = 0;
         for (int a = 0; a < 2; a++)
             if (s->axis[a] && !has_label(tt->shape, s->axis[a]) && x->mesh->d[a] > 1 &&
-                !whole_after_reduce(x, op, s, i, a))
+                !whole_after_reduce(op, s, i, a))
                 mask |= 1 << a;
         int replicas = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
         if (first_user) {

@@ -319,11 +319,6 @@ static int no_worse(const ap_tables *t, int g, int a, int b)
     return 1;
 }
 
-static int same_everywhere(const ap_tables *t, int g, int a, int b)
-{
-    return no_worse(t, g, a, b) && no_worse(t, g, b, a);
-}
-
 /* Choices another choice dominates never help the ILP: it could swap them
  * for the dominating one at no cost in time or memory. Of identical
  * choices the first stays. */
@@ -335,7 +330,7 @@ static void find_dominated(const ap_tables *t, int g, char *keep)
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n && keep[i]; j++)
             if (j != i && keep[j] && no_worse(t, g, j, i) &&
-                (j < i || !same_everywhere(t, g, j, i)))
+                (j < i || !no_worse(t, g, i, j)))
                 keep[i] = 0;
 }
 
