@@ -5,17 +5,11 @@
  * 2022), pipeline sends of one activation per micro-batch each way, and
  * ZeRO-3's weight gathers, with the kinds adding up to the total. */
 #include "planner/planner.h"
-#include "test.h"
+#include "model.h"
 
 static ap_graph *gpt13(void)
 {
-    char path[512], err[AP_ERR_LEN];
-    snprintf(path, sizeof path, "%s/examples/gpt-1.3b.json", ap_test_src());
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    ap_graph *g = NULL;
-    if (ap_graph_load(path, &o, &g, err))
-        fprintf(stderr, "%s\n", err);
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
     CHECK(g != NULL);
     return g;
 }

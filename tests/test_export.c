@@ -3,20 +3,13 @@
  * flags price to the same step time; plans a launcher cannot state are
  * refused naming the stage and op; each emitter states the numbers the
  * launcher needs. */
-#include "test.h"
+#include "model.h"
 
 #include "planner/planner.h"
 
 static ap_graph *load(const char *rel)
 {
-    char path[512], err[AP_ERR_LEN];
-    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    ap_graph *g = NULL;
-    if (ap_graph_load(path, &o, &g, err))
-        fprintf(stderr, "%s\n", err);
-    return g;
+    return ap_test_model(rel, 0);
 }
 
 /* Prices spec on `gpus` H100s and reads its plan.json back into *d. */

@@ -5,17 +5,14 @@
  * planner's search, not about this test: the message names the Megatron
  * configuration that beats the plan and by how much. */
 #include "planner/planner.h"
-#include "test.h"
+#include "model.h"
 
 static void plan_is_no_slower_than_best_megatron(void)
 {
-    char path[512], err[AP_ERR_LEN];
-    snprintf(path, sizeof path, "%s/examples/gpt-1.3b.json", ap_test_src());
-    ap_build_opts bo;
-    ap_build_opts_default(&bo);
-    ap_graph *g = NULL;
+    char err[AP_ERR_LEN];
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
     ap_cluster c;
-    CHECK(ap_graph_load(path, &bo, &g, err) == AP_OK);
+    CHECK(g != NULL);
     CHECK(ap_cluster_preset("h100-sxm", 16, 8, &c, err) == AP_OK);
     if (!g)
         return;

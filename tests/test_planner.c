@@ -1,7 +1,7 @@
 /* The planner: the stage DP is exact over its search space, the block ILP
  * rediscovers Megatron's tensor-parallel layout and sequence parallelism,
  * and plans cover every layer and GPU once, byte for byte the same each run. */
-#include "test.h"
+#include "model.h"
 
 #include "planner/planner.h"
 
@@ -66,18 +66,6 @@ static void stage_dp_equals_brute_force(void)
     }
 }
 
-static ap_graph *load(const char *rel, int seq)
-{
-    char path[512], err[AP_ERR_LEN];
-    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    o.seq = seq;
-    ap_graph *g = NULL;
-    if (ap_graph_load(path, &o, &g, err))
-        fprintf(stderr, "%s\n", err);
-    return g;
-}
 
 static int layer_ops(const ap_graph *g, int layer, int *ops)
 {
@@ -106,7 +94,7 @@ static char kind_label(const ap_graph *g, ap_dim_kind k)
  * the only way to split the block over 1x8. */
 static void tensor_only_mesh_gives_megatron_layout(void)
 {
-    ap_graph *g = load("examples/hf/gpt3-175b.json", 1001);
+    ap_graph *g = ap_test_model("examples/hf/gpt3-175b.json", 1001);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -145,7 +133,7 @@ static void tensor_only_mesh_gives_megatron_layout(void)
  * sequence parallelism keeps norms and residuals split too. */
 static void tight_memory_chooses_sequence_parallelism(void)
 {
-    ap_graph *g = load("examples/hf/gpt3-175b.json", 2048);
+    ap_graph *g = ap_test_model("examples/hf/gpt3-175b.json", 2048);
     if (!g) {
         CHECK(0);
         return;
@@ -187,7 +175,7 @@ static double block_objective(const ap_price_ctx *x, const int *ops, int n,
 
 static void shared_layer_strategy_equals_unshared_ilp(void)
 {
-    ap_graph *g = load("tests/data/llama-4layer.json", 2048);
+    ap_graph *g = ap_test_model("tests/data/llama-4layer.json", 2048);
     if (!g) {
         CHECK(0);
         return;
@@ -227,7 +215,7 @@ static void shared_layer_strategy_equals_unshared_ilp(void)
  * it. */
 static void ample_memory_and_batch_put_data_parallelism_on_an_axis(void)
 {
-    ap_graph *g = load("tests/data/llama-4layer.json", 2048);
+    ap_graph *g = ap_test_model("tests/data/llama-4layer.json", 2048);
     if (!g) {
         CHECK(0);
         return;
@@ -258,7 +246,7 @@ static void ample_memory_and_batch_put_data_parallelism_on_an_axis(void)
 
 static void plans_cover_every_layer_and_gpu_once_and_repeat_exactly(void)
 {
-    ap_graph *g = load("examples/gpt-tiny.json", 0);
+    ap_graph *g = ap_test_model("examples/gpt-tiny.json", 0);
     if (!g) {
         CHECK(0);
         return;
@@ -302,7 +290,7 @@ static void plans_cover_every_layer_and_gpu_once_and_repeat_exactly(void)
  * only because the simulation says it is faster than plain 1F1B. */
 static void deep_pipelines_interleave_when_it_pays(void)
 {
-    ap_graph *g = load("examples/hf/gpt3-175b.json", 2048);
+    ap_graph *g = ap_test_model("examples/hf/gpt3-175b.json", 2048);
     if (!g) {
         CHECK(0);
         return;
@@ -334,7 +322,7 @@ static void deep_pipelines_interleave_when_it_pays(void)
  * with ZeRO-1 would not fit. */
 static void tight_memory_searches_zero_levels(void)
 {
-    ap_graph *g = load("examples/gpt-1.3b.json", 0);
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
     if (!g) {
         CHECK(0);
         return;

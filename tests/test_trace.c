@@ -5,17 +5,11 @@
 #include <cjson/cJSON.h>
 
 #include "planner/planner.h"
-#include "test.h"
+#include "model.h"
 
 static ap_graph *load(const char *rel)
 {
-    char path[512], err[AP_ERR_LEN];
-    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    ap_graph *g = NULL;
-    if (ap_graph_load(path, &o, &g, err))
-        fprintf(stderr, "%s\n", err);
+    ap_graph *g = ap_test_model(rel, 0);
     CHECK(g != NULL);
     return g;
 }
