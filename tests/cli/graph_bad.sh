@@ -9,38 +9,17 @@ src=$2
 tmp=${TMPDIR:-/tmp}/autopar-graph-bad.$$
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-failed=0
-checked=0
-
-expect_refusal() { # file, expected substring
-    out=$("$autopar" graph "$1" 2>&1 >/dev/null)
-    rc=$?
-    checked=$((checked + 1))
-    if [ "$rc" -ne 2 ]; then
-        echo "FAIL $1: exit $rc, expected 2 ($out)"
-        failed=$((failed + 1))
-        return
-    fi
-    case "$out" in
-    *"$1"*"$2"*) ;;
-    *)
-        echo "FAIL $1: message does not name the file and contain '$2':"
-        echo "  $out"
-        failed=$((failed + 1))
-        ;;
-    esac
-}
+. "$src/tests/cli/refusal.inc"
 
 for f in "$src"/tests/data/bad/model_*.json; do
-    expect=$(cat "${f%.json}.expect")
-    expect_refusal "$f" "$expect"
+    expect_refusal "$f" "$(cat "${f%.json}.expect")" graph "$f"
 done
 
 # One byte over AP_MAX_FILE_BYTES (64 MiB), as a sparse file.
 dd if=/dev/null of="$tmp/huge.json" bs=1 seek=67108865 2>/dev/null
-expect_refusal "$tmp/huge.json" "over the limit of 64 MiB"
-expect_refusal "$tmp/missing.json" "cannot open"
-expect_refusal "$tmp" "not a regular file"
+expect_refusal "$tmp/huge.json" "over the limit of 64 MiB" graph "$tmp/huge.json"
+expect_refusal "$tmp/missing.json" "cannot open" graph "$tmp/missing.json"
+expect_refusal "$tmp" "not a regular file" graph "$tmp"
 
 if [ "$checked" -lt 40 ]; then
     echo "FAIL: only $checked bad models checked"
