@@ -49,6 +49,21 @@ static int ap_test_pass, ap_test_fail;
         }                                                                    \
     } while (0)
 
+/* A call that must succeed before the rest of the test means anything: on
+ * failure it prints the call's error message and leaves the test function,
+ * so that later checks never read what the call did not fill in. */
+#define REQUIRE_OK(call, err)                                                \
+    do {                                                                     \
+        if ((call) == 0) {                                                   \
+            ap_test_pass++;                                                  \
+        } else {                                                             \
+            ap_test_fail++;                                                  \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__,    \
+                    #call, (err));                                           \
+            return;                                                          \
+        }                                                                    \
+    } while (0)
+
 #define RUN(fn)                                                              \
     do {                                                                     \
         int ap_f0_ = ap_test_fail;                                           \

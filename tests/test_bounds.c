@@ -49,7 +49,7 @@ static void names_are_found_among_many(void)
     /* A duplicate far from the first is still caught, and names the first. */
     CHECK(ap_graph_add_tensor(g, "t7", "bg", AP_BF16, AP_TENSOR_ACT, err) == -1);
     CHECK_STR_HAS(err, "\"t7\" is already tensors[9]");
-    CHECK(ap_graph_finalize(g, err) == AP_OK);
+    REQUIRE_OK(ap_graph_finalize(g, err), err);
     ap_graph_free(g);
 }
 
@@ -57,7 +57,7 @@ static void layer_classes_follow_the_kinds_of_their_ops(void)
 {
     char err[AP_ERR_LEN];
     ap_graph *g = chain(3000, 3, err);
-    CHECK(ap_graph_finalize(g, err) == AP_OK);
+    REQUIRE_OK(ap_graph_finalize(g, err), err);
     CHECK(g->nlayers == 3000);
     /* Layer l is relu when l % 3 == 0, else gelu: classes 0 and 1. */
     int wrong = 0;
@@ -73,10 +73,10 @@ static void loading_from_memory_equals_loading_the_file(void)
     snprintf(path, sizeof path, "%s/examples/gpt-tiny.json", ap_test_src());
     char *text;
     size_t len;
-    CHECK(ap_read_file(path, &text, &len, err) == AP_OK);
+    REQUIRE_OK(ap_read_file(path, &text, &len, err), err);
     ap_graph *a = NULL, *b = NULL;
-    CHECK(ap_graph_load(path, NULL, &a, err) == AP_OK);
-    CHECK(ap_graph_load_buffer(text, len, "tiny", NULL, &b, err) == AP_OK);
+    REQUIRE_OK(ap_graph_load(path, NULL, &a, err), err);
+    REQUIRE_OK(ap_graph_load_buffer(text, len, "tiny", NULL, &b, err), err);
     CHECK(a && b && a->nops == b->nops && a->total_flops == b->total_flops);
     CHECK(b && !strcmp(b->source, "tiny"));
     ap_build_opts o;
@@ -107,13 +107,13 @@ static void megatron_sizes_that_overflow_an_int_are_refused(void)
     char err[AP_ERR_LEN];
     ap_megatron m;
     ap_megatron_default(&m);
-    CHECK(ap_megatron_parse("tp=1073741824,pp=1073741824,cp=4", &m, err) == AP_OK);
+    REQUIRE_OK(ap_megatron_parse("tp=1073741824,pp=1073741824,cp=4", &m, err), err);
     ap_graph *g = NULL;
     char path[512];
     snprintf(path, sizeof path, "%s/examples/gpt-tiny.json", ap_test_src());
-    CHECK(ap_graph_load(path, NULL, &g, err) == AP_OK);
+    REQUIRE_OK(ap_graph_load(path, NULL, &g, err), err);
     ap_cluster c;
-    CHECK(ap_cluster_preset("h100-sxm", 16, 8, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 8, &c, err), err);
     ap_plan p;
     CHECK(ap_megatron_plan(g, &c, &m, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "tp*pp*cp = 1073741824*1073741824*4 = 4611686018427387904, more than the 16 GPUs");

@@ -8,7 +8,7 @@ static void h100_preset_has_datasheet_numbers(void)
 {
     ap_cluster c;
     char err[AP_ERR_LEN];
-    CHECK(ap_cluster_preset("h100-sxm", 0, 0, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 0, 0, &c, err), err);
     CHECK_NEAR(c.peak_flops[AP_BF16], 989.4e12, 1e-12);
     CHECK_NEAR(c.peak_flops[AP_FP8], 2 * 989.45e12, 1e-3);
     CHECK_NEAR(c.hbm_bw, 3.35e12, 1e-12);
@@ -27,7 +27,7 @@ static void every_preset_loads_with_sane_numbers(void)
     for (int i = 0; i < 5; i++) {
         ap_cluster c;
         char err[AP_ERR_LEN];
-        CHECK(ap_cluster_preset(names[i], 16, 0, &c, err) == AP_OK);
+        REQUIRE_OK(ap_cluster_preset(names[i], 16, 0, &c, err), err);
         CHECK(c.nodes == 2 && c.gpus_per_node == 8);
         CHECK(c.intra_bw > c.inter_bw);
         CHECK(c.gemm_eff > 0.5 && c.gemm_eff < 1);
@@ -40,8 +40,8 @@ static void h800_nvlink_is_the_deepseek_figure(void)
 {
     ap_cluster h800, h100;
     char err[AP_ERR_LEN];
-    CHECK(ap_cluster_preset("h800", 0, 0, &h800, err) == AP_OK);
-    CHECK(ap_cluster_preset("h100-sxm", 0, 0, &h100, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_preset("h800", 0, 0, &h800, err), err);
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 0, 0, &h100, err), err);
     CHECK_NEAR(h800.intra_bw, 160e9, 1e-12);
     CHECK_NEAR(h800.peak_flops[AP_BF16], h100.peak_flops[AP_BF16], 1e-12);
 }
@@ -50,9 +50,9 @@ static void sizing_fills_whole_nodes_or_fails(void)
 {
     ap_cluster c;
     char err[AP_ERR_LEN];
-    CHECK(ap_cluster_preset("a100-80g", 4, 0, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_preset("a100-80g", 4, 0, &c, err), err);
     CHECK(c.nodes == 1 && c.gpus_per_node == 4);
-    CHECK(ap_cluster_preset("a100-80g", 64, 4, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_preset("a100-80g", 64, 4, &c, err), err);
     CHECK(c.nodes == 16 && c.gpus_per_node == 4);
     CHECK(ap_cluster_preset("a100-80g", 12, 0, &c, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "whole nodes");
@@ -117,7 +117,7 @@ static void presets_round_trip_through_files(void)
     for (int i = 0; i < 5; i++) {
         ap_cluster c;
         char err[AP_ERR_LEN];
-        CHECK(ap_cluster_preset(names[i], 32, 0, &c, err) == AP_OK);
+        REQUIRE_OK(ap_cluster_preset(names[i], 32, 0, &c, err), err);
         round_trip(&c);
     }
 }
@@ -128,7 +128,7 @@ static void measured_file_round_trips_and_overrides_hbm(void)
     snprintf(path, sizeof path, "%s/examples/clusters/synthetic-measured.json",
              ap_test_src());
     ap_cluster c;
-    CHECK(ap_cluster_load(path, 0, 0, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_load(path, 0, 0, &c, err), err);
     CHECK(c.ngemm == 4 && c.ncoll == 5);
     CHECK(c.coll[3].op == AP_COLL_ALLGATHER);
     /* The measured 3.0 TB/s replaces 3.35 TB/s x 0.9. */
@@ -142,13 +142,13 @@ static void file_counts_can_be_overridden(void)
     char path[512], err[AP_ERR_LEN];
     snprintf(path, sizeof path, "%s/examples/clusters/h100-2node.json", ap_test_src());
     ap_cluster c;
-    CHECK(ap_cluster_load(path, 0, 0, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_load(path, 0, 0, &c, err), err);
     CHECK(ap_cluster_gpus(&c) == 16);
-    CHECK(ap_cluster_load(path, 64, 0, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_load(path, 64, 0, &c, err), err);
     CHECK(c.nodes == 8);
-    CHECK(ap_cluster_resolve(path, 0, 0, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_resolve(path, 0, 0, &c, err), err);
     CHECK(!strcmp(c.name, "h100-sxm-2node"));
-    CHECK(ap_cluster_resolve("h200", 0, 0, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_resolve("h200", 0, 0, &c, err), err);
     CHECK(!strcmp(c.name, "h200"));
     CHECK(ap_cluster_resolve("no-such-gpu", 0, 0, &c, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "unknown cluster preset");

@@ -45,7 +45,7 @@ static void megatron_plan_classifies_back_to_its_degrees(void)
     ap_degrees k;
     char err[AP_ERR_LEN];
     CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,vpp=2,mbs=1,gbs=64", &d, NULL));
-    CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err) == AP_OK);
+    REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
     CHECK(k.tp == 2 && k.pp == 2 && k.dp == 4 && k.sp == 1 && k.vpp == 2);
     CHECK(k.cp == 1 && k.ep == 1 && k.mbs == 1 && k.gbs == 64 && k.nmicro == 16);
     CHECK(k.zero == AP_ZERO_1 && k.recompute == AP_RECOMPUTE_NONE && k.even);
@@ -54,14 +54,14 @@ static void megatron_plan_classifies_back_to_its_degrees(void)
     /* Without sequence parallelism, with 2 sequences per replica, full
      * recomputation and no distributed optimizer. */
     CHECK(!megatron_desc(g, 16, "tp=4,pp=1,mbs=2,gbs=64,recompute=full,zero=0", &d, NULL));
-    CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err) == AP_OK);
+    REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
     CHECK(k.tp == 4 && k.pp == 1 && k.dp == 4 && k.sp == 0 && k.vpp == 1 && k.mbs == 2);
     CHECK(k.zero == AP_ZERO_NONE && k.recompute == AP_RECOMPUTE_FULL);
     ap_plan_desc_free(&d);
 
     /* Pure data parallelism: the [16, 1] mesh is one group of 16. */
     CHECK(!megatron_desc(g, 16, "tp=1,pp=1,mbs=1,gbs=64", &d, NULL));
-    CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err) == AP_OK);
+    REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
     CHECK(k.tp == 1 && k.dp == 16 && k.pp == 1);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
@@ -94,16 +94,16 @@ static void exported_megatron_flags_price_to_the_same_step(void)
         double step = 0;
         char err[AP_ERR_LEN], *text = NULL, args[4096];
         CHECK(g && !megatron_desc(g, 16, specs[i], &d, &step));
-        CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_OK);
+        REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
         args_of(text ? text : "", args, sizeof args);
         CHECK_STR_HAS(args, "--tensor-model-parallel-size");
         ap_megatron m;
         ap_megatron_default(&m);
         ap_cluster c;
         ap_plan p;
-        CHECK(ap_megatron_parse_args(args, &m, err) == AP_OK);
-        CHECK(ap_cluster_preset("h100-sxm", 16, 0, &c, err) == AP_OK);
-        CHECK(ap_megatron_plan(g, &c, &m, &p, err) == AP_OK);
+        REQUIRE_OK(ap_megatron_parse_args(args, &m, err), err);
+        REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 0, &c, err), err);
+        REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
         CHECK_NEAR(p.step_time, step, 1e-12);
         CHECK_NEAR(p.step_time, d.step_time, 1e-12);
         ap_plan_free(&p);
@@ -120,7 +120,7 @@ static void megatron_flags_state_the_model_shape(void)
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
     CHECK(g && !megatron_desc(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=256", &d, NULL));
-    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_OK);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "--num-layers 32\n");
     CHECK_STR_HAS(text, "--hidden-size 4096\n");
     CHECK_STR_HAS(text, "--num-attention-heads 32\n");
@@ -188,10 +188,10 @@ static void uneven_stages_need_a_layout_flag(void)
     d.stages[0].nlayers = 10; /* 10 + 14 of the 24 layers */
     d.stages[1].first_layer = 10;
     d.stages[1].nlayers = 14;
-    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_OK);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "--pipeline-model-parallel-layout \"Et*10|t*14L\"\n");
     free(text);
-    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_OK);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_split_points layers.10\n");
     free(text);
     ap_plan_desc_free(&d);
@@ -212,7 +212,7 @@ static void deepspeed_config_states_batch_and_zero(void)
     char err[AP_ERR_LEN], *text = NULL;
     /* dp = 16 / 2 = 8; 64 = 2 per GPU x 4 accumulation steps x 8 replicas. */
     CHECK(g && !megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64", &d, NULL));
-    CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_OK);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err), err);
     CHECK_STR_HAS(text, "\"train_batch_size\":\t64,");
     CHECK_STR_HAS(text, "\"train_micro_batch_size_per_gpu\":\t2,");
     CHECK_STR_HAS(text, "\"gradient_accumulation_steps\":\t4,");
@@ -235,7 +235,7 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     char err[AP_ERR_LEN], *text = NULL;
     /* pp=2, dp=4: a step is 64 / 4 = 16 local sequences in micro-batches of 1. */
     CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,zero=0", &d, NULL));
-    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_OK);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "--parallelism.data_parallel_replicate_degree 4\n");
     CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 1\n");
     CHECK_STR_HAS(text, "--training.local_batch_size 16\n");
@@ -245,7 +245,7 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     ap_plan_desc_free(&d);
     /* No pipeline: local batches of mbs, accumulated up to the global batch. */
     CHECK(!megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=2,gbs=64", &d, NULL));
-    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_OK);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 8\n");
     CHECK_STR_HAS(text, "--training.local_batch_size 2\n");
     CHECK_STR_HAS(text, "--training.global_batch_size 64\n");

@@ -281,7 +281,7 @@ static void a_block_with_other_attributes_is_another_class(void)
     if (!g)
         return;
     g->ops[ap_graph_find_op(g, "l1.attn")].flash = 1;
-    CHECK(ap_graph_finalize(g, err) == AP_OK);
+    REQUIRE_OK(ap_graph_finalize(g, err), err);
     CHECK(g->layer_class[0] == 0);
     CHECK(g->layer_class[1] == 1);
     CHECK(g->layer_class[2] == 0);
@@ -374,7 +374,7 @@ static void untagged_model_gets_layers_of_even_flops(void)
     ap_build_opts o;
     ap_build_opts_default(&o);
     ap_graph *g = NULL;
-    CHECK(ap_graph_load(path, &o, &g, err) == AP_OK);
+    REQUIRE_OK(ap_graph_load(path, &o, &g, err), err);
     if (!g)
         return;
     CHECK(g->auto_layers == 1);

@@ -132,7 +132,7 @@ static void optimum_equals_brute_force_on_random_graphs(void)
         int choice[MAXN];
         ap_ilp_result r;
         char err[AP_ERR_LEN];
-        CHECK(ap_ilp_solve(&ilp, choice, &r, err) == AP_OK);
+        REQUIRE_OK(ap_ilp_solve(&ilp, choice, &r, err), err);
         double best = brute_force(&p, limit);
         if (isinf(best)) {
             CHECK(r.status == AP_ILP_INFEASIBLE);
@@ -160,7 +160,7 @@ static void edge_classes_keep_the_optimum(void)
         int choice[MAXN];
         ap_ilp_result r;
         char err[AP_ERR_LEN];
-        CHECK(ap_ilp_solve(&ilp, choice, &r, err) == AP_OK);
+        REQUIRE_OK(ap_ilp_solve(&ilp, choice, &r, err), err);
         /* The brute force prices the expanded matrices. */
         problem full = p;
         for (int e = 0; e < full.ne; e++) {
@@ -201,7 +201,7 @@ static void memory_row_forces_the_smaller_choice(void)
     CHECK(ap_ilp_solve(&ilp, choice, &r, err) == AP_OK && choice[0] == 1);
     CHECK_NEAR(r.memory, 2, 1e-12);
     fill(&p, &ilp, cost, mem, 1);
-    CHECK(ap_ilp_solve(&ilp, choice, &r, err) == AP_OK);
+    REQUIRE_OK(ap_ilp_solve(&ilp, choice, &r, err), err);
     CHECK(r.status == AP_ILP_INFEASIBLE);
 }
 

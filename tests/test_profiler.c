@@ -26,7 +26,7 @@ static void gemm_grid_covers_bf16_fp16_tf32_sorted_without_duplicates(void)
     ap_profile_gemm_shape *g;
     int n;
     char err[AP_ERR_LEN];
-    CHECK(ap_profile_gemm_grid(0, &g, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_gemm_grid(0, &g, &n, err), err);
     CHECK(n > 0);
     CHECK(g[0].dtype == AP_BF16);
     CHECK(g[n - 1].dtype == AP_FP32);
@@ -58,7 +58,7 @@ static void gemm_grid_holds_the_tensor_parallel_shapes_of_a_layer(void)
     ap_profile_gemm_shape *g;
     int n;
     char err[AP_ERR_LEN];
-    CHECK(ap_profile_gemm_grid(0, &g, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_gemm_grid(0, &g, &n, err), err);
     CHECK(has_shape(g, n, AP_BF16, 8192, 1536, 4096));
     CHECK(has_shape(g, n, AP_BF16, 8192, 4096, 1536));
     CHECK(has_shape(g, n, AP_BF16, 4096, 1536, 8192));
@@ -68,7 +68,7 @@ static void gemm_grid_holds_the_tensor_parallel_shapes_of_a_layer(void)
     for (int i = 0; i < n; i++)
         CHECK(g[i].m >= 512 && g[i].n >= 512 && g[i].k >= 512);
     free(g);
-    CHECK(ap_profile_gemm_grid(1, &g, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_gemm_grid(1, &g, &n, err), err);
     CHECK(has_shape(g, n, AP_BF16, 4096, 1536, 4096));
     free(g);
 }
@@ -78,15 +78,15 @@ static void collective_sizes_step_by_4_or_16_from_1k(void)
     double *s;
     int n;
     char err[AP_ERR_LEN];
-    CHECK(ap_profile_coll_sizes(0, GIB, &s, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_coll_sizes(0, GIB, &s, &n, err), err);
     CHECK(n == 11);
     CHECK(s[0] == KIB && s[1] == 4 * KIB && s[n - 1] == GIB);
     free(s);
-    CHECK(ap_profile_coll_sizes(1, GIB, &s, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_coll_sizes(1, GIB, &s, &n, err), err);
     CHECK(n == 6);
     CHECK(s[1] == 16 * KIB && s[n - 1] == GIB);
     free(s);
-    CHECK(ap_profile_coll_sizes(0, 1024 * KIB, &s, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_coll_sizes(0, 1024 * KIB, &s, &n, err), err);
     CHECK(n == 6 && s[5] == 1024 * KIB);
     free(s);
 }
@@ -96,11 +96,11 @@ static void groups_are_powers_of_two_within_and_across_nodes(void)
     ap_profile_group *g;
     int n;
     char err[AP_ERR_LEN];
-    CHECK(ap_profile_groups(1, 8, &g, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_groups(1, 8, &g, &n, err), err);
     CHECK(n == 3);
     CHECK(g[0].nodes == 1 && g[0].per_node == 2 && g[2].per_node == 8);
     free(g);
-    CHECK(ap_profile_groups(4, 8, &g, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_groups(4, 8, &g, &n, err), err);
     CHECK(n == 7);
     CHECK(g[3].nodes == 2 && g[3].per_node == 1);
     CHECK(g[4].nodes == 2 && g[4].per_node == 8);
@@ -111,7 +111,7 @@ static void groups_are_powers_of_two_within_and_across_nodes(void)
     CHECK(!ap_profile_group_has(g[3], 8, 1));
     CHECK(!ap_profile_group_has(g[3], 8, 16));
     free(g);
-    CHECK(ap_profile_groups(2, 1, &g, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_groups(2, 1, &g, &n, err), err);
     CHECK(n == 1 && g[0].nodes == 2 && g[0].per_node == 1);
     free(g);
     CHECK(ap_profile_groups(0, 8, &g, &n, err) == AP_EINPUT);
@@ -217,7 +217,7 @@ static void fitted_links_make_the_analytic_model_agree(void)
     r.coll = malloc(32 * sizeof *r.coll);
     r.ncoll = synth(r.coll, 0, AP_COLL_ALLREDUCE, 8, 1, 360e9, 20e-6);
     r.ncoll = synth(r.coll, r.ncoll, AP_COLL_ALLREDUCE, 16, 2, 40e9, 70e-6);
-    CHECK(ap_profile_build_cluster(&r, &c, err) == AP_OK);
+    REQUIRE_OK(ap_profile_build_cluster(&r, &c, err), err);
     ap_cluster bare = c;
     bare.ncoll = 0;
     bare.coll = NULL;
@@ -334,7 +334,7 @@ static void measured_file_changes_the_cost_model(void)
 {
     ap_cluster preset;
     char err[AP_ERR_LEN];
-    CHECK(ap_cluster_preset("h100-sxm", 8, 8, &preset, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 8, 8, &preset, err), err);
     double big = 256 * 1024 * KIB;
     double before = 1.75 * big / preset.intra_bw;
     CHECK(ap_cost_allreduce(&preset, 8, 1, big) >= before);
@@ -362,7 +362,7 @@ static void unknown_gpu_is_scaled_to_its_measured_peak(void)
     char err[AP_ERR_LEN];
     fake_profile(&r, 150, 100e9);
     snprintf(r.gpu_name, sizeof r.gpu_name, "NVIDIA RTX 6000 Ada Generation");
-    CHECK(ap_profile_build_cluster(&r, &c, err) == AP_OK);
+    REQUIRE_OK(ap_profile_build_cluster(&r, &c, err), err);
     CHECK_NEAR(c.peak_flops[AP_BF16] * c.gemm_eff, 150e12, 1e-9);
     CHECK_STR_HAS(c.name, "RTX 6000");
     ap_cluster_free(&c);
@@ -410,7 +410,7 @@ static void default_grids_fit_their_time_budgets(void)
     ap_cluster c;
     ap_profile_options quick, full;
     char err[AP_ERR_LEN];
-    CHECK(ap_cluster_preset("h100-sxm", 8, 8, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 8, 8, &c, err), err);
     CHECK(parse("--quick", &quick, err) == AP_OK);
     CHECK(parse("", &full, err) == AP_OK);
     double tq = ap_profile_estimate_seconds(&quick, &c, 8);
@@ -438,11 +438,11 @@ static void run_reports_a_missing_device_or_profiles_one(void)
         CHECK_STR_HAS(err, "no CUDA device found: ");
         return;
     }
-    CHECK(ap_profile_run(&o, err) == AP_OK);
+    REQUIRE_OK(ap_profile_run(&o, err), err);
     ap_cluster c;
     ap_profile_gemm_shape *g;
     int n;
-    CHECK(ap_profile_gemm_grid(1, &g, &n, err) == AP_OK);
+    REQUIRE_OK(ap_profile_gemm_grid(1, &g, &n, err), err);
     free(g);
     if (ap_cluster_load(o.out, 0, 0, &c, err) == AP_OK) {
         CHECK(c.ngemm == n);

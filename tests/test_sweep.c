@@ -188,7 +188,7 @@ static void format_reads_back(void)
     CHECK_STR_HAS(buf, "tp=4,pp=2,dp=8,cp=1,ep=1,vpp=3,mbs=2,gbs=1024,sp=1,"
                        "recompute=selective,zero=0");
     ap_megatron_default(&back);
-    CHECK(ap_megatron_parse(buf, &back, err) == AP_OK);
+    REQUIRE_OK(ap_megatron_parse(buf, &back, err), err);
     CHECK(!memcmp(&m, &back, sizeof m));
 }
 
