@@ -193,6 +193,12 @@ int ap_block_solve_points(const ap_price_ctx *x, const int *ops, int nops,
     ap_ilp_result r;
     if (rc == AP_OK)
         rc = ap_ilp_solve(&ilp, choice, &r, err);
+    if (rc == AP_OK && r.status == AP_ILP_TIMEOUT) {
+        out->ilp = r; /* no points: the caller drops the configuration */
+        free(choice);
+        ap_tables_free(&t);
+        return AP_OK;
+    }
     if (rc == AP_OK) {
         out->ilp = r;
         fast_mem = last_mem = r.memory;
@@ -206,7 +212,7 @@ int ap_block_solve_points(const ap_price_ctx *x, const int *ops, int nops,
                 double f = (double)k / (MAX_POINTS - 1);
                 ilp.mem_limit = fast_mem * pow(lean_mem / fast_mem, f) * (1 + 1e-9);
                 rc = ap_ilp_solve(&ilp, choice, &r, err);
-                if (rc != AP_OK || r.status == AP_ILP_INFEASIBLE)
+                if (rc != AP_OK || r.status > AP_ILP_FEASIBLE)
                     continue;
                 if (r.memory >= last_mem * 0.99)
                     continue;

@@ -92,8 +92,10 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
     return 1;
 }
 
+/* Solves every block; *timed_out says that one found no solution within
+ * the ILP time limit, and then the configuration cannot be priced. */
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
-                        char *err)
+                        int *timed_out, char *err)
 {
     ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1};
     for (int b = 0; b < cf->m->nblocks; b++) {
@@ -105,6 +107,10 @@ static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                                        &cf->blocks[b], err);
         if (rc)
             return rc;
+        if (cf->blocks[b].ilp.status == AP_ILP_TIMEOUT) {
+            *timed_out = 1;
+            return AP_OK;
+        }
     }
     return AP_OK;
 }
@@ -378,7 +384,7 @@ static void shortfall_of(const config *cf, ap_shortfall *sf)
         double need = stage_need(cf, s, i, j);
         if (need - cf->limit > sf->bytes)
             *sf = (ap_shortfall){need - cf->limit, need, s, cf->p, i, j,
-                                 cf->mesh.d[0] * cf->mesh.d[1]};
+                                 cf->mesh.d[0] * cf->mesh.d[1], 0};
     }
 }
 
@@ -443,8 +449,8 @@ int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
         snprintf(err, AP_ERR_LEN, "out of memory");
         goto done;
     }
-    rc = solve_blocks(&cf, s->o, 1, err);
-    if (rc)
+    rc = solve_blocks(&cf, s->o, 1, &sf->timed_out, err);
+    if (rc || sf->timed_out)
         goto done;
     double free_obj = cuts(&cf, INFINITY, first);
     double obj = cuts(&cf, cf.limit, first);
@@ -454,8 +460,8 @@ int ap_candidate_solve(const ap_search_ctx *s, const ap_candidate *k,
     }
     if (!(obj <= free_obj * (1 + 1e-12))) {
         /* Memory binds: trade speed for memory with the leaner points. */
-        rc = solve_blocks(&cf, s->o, ALL_POINTS, err);
-        if (rc)
+        rc = solve_blocks(&cf, s->o, ALL_POINTS, &sf->timed_out, err);
+        if (rc || sf->timed_out)
             goto done;
         obj = try_zero_levels(&cf, cuts(&cf, cf.limit, first), first);
     }

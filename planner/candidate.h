@@ -38,6 +38,7 @@ typedef struct {
                        negative: given up, it cannot beat the best plan */
     double need;    /* bytes per GPU that stage needs */
     int stage, nstages, first_layer, end_layer, ngpus;
+    int timed_out;  /* an ILP found nothing within the time limit: unpriced */
 } ap_shortfall;
 
 /* Solves the candidate. When a plan fits, *have = 1 and *plan is the

@@ -210,6 +210,10 @@ static int solve(glp_prob *lp, const ap_ilp *p, ap_ilp_result *res, char *err)
         res->status = AP_ILP_INFEASIBLE;
         return AP_OK;
     }
+    if (rc == GLP_ETMLIM && st != GLP_OPT && st != GLP_FEAS) {
+        res->status = AP_ILP_TIMEOUT;
+        return AP_OK;
+    }
     if (st != GLP_OPT && st != GLP_FEAS) {
         snprintf(err, AP_ERR_LEN, "GLPK found no solution (glp_intopt returned %d)", rc);
         return AP_EINTERNAL;
@@ -240,7 +244,7 @@ static int run(job *j)
         j->res->rows = glp_get_num_rows(lp);
         j->res->cols = glp_get_num_cols(lp);
         status = solve(lp, j->p, j->res, j->err);
-        if (status == AP_OK && j->res->status != AP_ILP_INFEASIBLE) {
+        if (status == AP_OK && j->res->status <= AP_ILP_FEASIBLE) {
             read_choice(lp, j->p, j->base, j->choice, j->res);
             double bound = glp_get_obj_val(lp);
             ap_ilp_result *r = j->res;

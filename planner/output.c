@@ -20,7 +20,10 @@ static const char *recompute_name(ap_recompute r)
 
 static const char *status_name(ap_ilp_status s)
 {
-    return s == AP_ILP_OPTIMAL ? "optimal" : s == AP_ILP_FEASIBLE ? "feasible" : "infeasible";
+    return s == AP_ILP_OPTIMAL    ? "optimal"
+           : s == AP_ILP_FEASIBLE ? "feasible"
+           : s == AP_ILP_TIMEOUT  ? "timeout"
+                                  : "infeasible";
 }
 
 static const char *block_name(const ap_graph *g, const ap_plan *p, int b,
@@ -179,6 +182,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
     cJSON_AddNumberToObject(solver, "gap", p->ilp_gap);
+    if (p->ilp_timeouts)
+        cJSON_AddNumberToObject(solver, "timeouts", p->ilp_timeouts);
     cJSON *stages = cJSON_AddArrayToObject(o, "stages");
     for (int i = 0; i < p->nstages; i++)
         cJSON_AddItemToArray(stages, stage_json(g, p, &p->stages[i], i));

@@ -114,7 +114,14 @@ typedef struct {
     double gap;          /* relative MIP gap accepted, e.g. 1e-4 */
 } ap_ilp;
 
-typedef enum { AP_ILP_OPTIMAL, AP_ILP_FEASIBLE, AP_ILP_INFEASIBLE } ap_ilp_status;
+/* TIMEOUT: the time limit passed before any solution was found, which says
+ * nothing about feasibility. */
+typedef enum {
+    AP_ILP_OPTIMAL,
+    AP_ILP_FEASIBLE,
+    AP_ILP_INFEASIBLE,
+    AP_ILP_TIMEOUT
+} ap_ilp_status;
 
 typedef struct {
     ap_ilp_status status;
@@ -178,7 +185,9 @@ typedef struct {
 /* Solves the block's ILP with no memory row, then again under tighter memory
  * budgets (param_bytes + act_weight * act_bytes) to trace the trade-off
  * between speed and memory. Edges from the previous layer of the same class
- * are included as if the block repeats (wrap edges). */
+ * are included as if the block repeats (wrap edges). When the first solve
+ * finds nothing within ilp_time_limit, it returns AP_OK with no points and
+ * out->ilp.status AP_ILP_TIMEOUT. */
 int ap_block_solve(const ap_price_ctx *x, const int *ops, int nops,
                    double act_weight, double ilp_time_limit, double ilp_gap,
                    ap_block *out, char *err);
@@ -235,6 +244,8 @@ typedef struct {
     int *classes;          /* layer-class representatives, ascending */
     ap_ilp_status ilp_status; /* worst over the ILPs behind the plan */
     double ilp_gap;
+    int ilp_timeouts;      /* configurations left unpriced: an ILP found
+                              nothing within the time limit */
     /* Prediction. */
     double step_time, tokens_per_s, model_tflops_per_gpu, hw_tflops_per_gpu,
         mfu, max_mem_bytes, bubble;
@@ -255,7 +266,7 @@ typedef struct {
     int threads;          /* 0: the machine's cores */
     int no_pipeline;      /* one stage on all GPUs */
     int max_stages;       /* 0: no limit beyond layers and GPUs */
-    double ilp_time_limit;/* seconds per ILP, 0: 10 */
+    double ilp_time_limit;/* seconds per ILP solve, 0: no limit */
     double ilp_gap;       /* 0: 1e-4 */
     int progress;         /* print progress to stderr when slow */
 } ap_plan_opts;

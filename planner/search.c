@@ -119,7 +119,7 @@ typedef struct {
     ap_candidate *cand;
     int ncand;
     pthread_mutex_t lock;
-    int next, solved, skipped;
+    int next, solved, skipped, timeouts;
     double best_step;
     int best_index, have;
     ap_plan best;
@@ -194,6 +194,8 @@ static void *worker(void *arg)
         }
         if (rc == AP_OK && have)
             offer(s, k, &plan);
+        if (rc == AP_OK && sf.timed_out)
+            s->timeouts++;
         if (rc == AP_OK && !have && sf.bytes > 0 && !isinf(sf.bytes) &&
             (sf.bytes < s->least.bytes ||
              (sf.bytes == s->least.bytes && k->index < s->least_index))) {
@@ -321,10 +323,20 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
         memcpy(err, s.err, AP_ERR_LEN);
         return s.rc;
     }
+    if (!s.have && s.timeouts) {
+        snprintf(err, AP_ERR_LEN,
+                 "%s: no plan found: the sharding ILP found no solution within "
+                 "--ilp-time-limit %g s for %d of the %d configurations tried%s; "
+                 "raise --ilp-time-limit", ctx->g->name, ctx->o->ilp_time_limit,
+                 s.timeouts, s.solved,
+                 s.timeouts < s.solved ? ", and none of the others fits" : "");
+        return AP_EINPUT;
+    }
     if (!s.have) {
         explain_no_fit(ctx->g, &s, ctx->o->gpus, ctx->limit, err);
         return AP_EINPUT;
     }
+    s.best.ilp_timeouts = s.timeouts;
     int rc = try_interleaving(ctx->g, ctx->c, &s.best, ctx->limit, err);
     if (rc) {
         ap_plan_free(&s.best);

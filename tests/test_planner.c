@@ -100,13 +100,13 @@ static void tensor_only_mesh_gives_megatron_layout(void)
         return;
     ap_cluster c;
     char err[AP_ERR_LEN];
-    CHECK(ap_cluster_preset("h100-sxm", 8, 8, &c, err) == AP_OK);
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 8, 8, &c, err), err);
     ap_mesh m;
     ap_mesh_init(&m, 1, 8, 0, 8);
     ap_price_ctx x = {g, &c, &m, 1, 8, AP_ZERO_1};
     int ops[256], n = layer_ops(g, 0, ops);
     ap_block b;
-    CHECK(ap_block_solve(&x, ops, n, 1, 10, 1e-6, &b, err) == AP_OK);
+    REQUIRE_OK(ap_block_solve(&x, ops, n, 1, 10, 1e-6, &b, err), err);
     CHECK(b.ilp.status == AP_ILP_OPTIMAL);
     char heads = kind_label(g, AP_DIM_HEADS), ffn = kind_label(g, AP_DIM_FFN);
     /* Column-parallel projections into heads, attention by heads, row-parallel
@@ -146,7 +146,7 @@ static void tight_memory_chooses_sequence_parallelism(void)
     ap_price_ctx x = {g, &c, &m, 1, 8, AP_ZERO_1};
     int ops[256], n = layer_ops(g, 0, ops);
     ap_block b;
-    CHECK(ap_block_solve(&x, ops, n, 8, 10, 1e-6, &b, err) == AP_OK);
+    REQUIRE_OK(ap_block_solve(&x, ops, n, 8, 10, 1e-6, &b, err), err);
     CHECK(b.npoints >= 2);
     const ap_block_point *lean = &b.points[b.npoints - 1];
     CHECK(lean->act_bytes < b.points[0].act_bytes || lean->param_bytes < b.points[0].param_bytes);
@@ -193,8 +193,8 @@ static void shared_layer_strategy_equals_unshared_ilp(void)
             n += layer_ops(g, l, all + n);
         int per = n / 4;
         ap_block one, four;
-        CHECK(ap_block_solve_points(&x, all, per, 1, 10, 1e-9, 1, &one, err) == AP_OK);
-        CHECK(ap_block_solve_points(&x, all, n, 1, 10, 1e-9, 1, &four, err) == AP_OK);
+        REQUIRE_OK(ap_block_solve_points(&x, all, per, 1, 10, 1e-9, 1, &one, err), err);
+        REQUIRE_OK(ap_block_solve_points(&x, all, n, 1, 10, 1e-9, 1, &four, err), err);
         ap_strategy repeated[512];
         for (int i = 0; i < n; i++)
             repeated[i] = one.points[0].strat[i % per];
@@ -228,7 +228,7 @@ static void ample_memory_and_batch_put_data_parallelism_on_an_axis(void)
     ap_price_ctx x = {g, &c, &m, 64, 8, AP_ZERO_1};
     int ops[256], n = layer_ops(g, 0, ops);
     ap_block b;
-    CHECK(ap_block_solve_points(&x, ops, n, 1, 10, 1e-6, 1, &b, err) == AP_OK);
+    REQUIRE_OK(ap_block_solve_points(&x, ops, n, 1, 10, 1e-6, 1, &b, err), err);
     char batch = kind_label(g, AP_DIM_BATCH);
     int dp_axis = -1;
     for (int a = 0; a < 2 && dp_axis < 0; a++) {
@@ -244,6 +244,20 @@ static void ample_memory_and_batch_put_data_parallelism_on_an_axis(void)
     ap_graph_free(g);
 }
 
+/* Search options for the tests below: no progress line and no ILP time
+ * limit, so that the plan asserted never depends on how busy the machine is
+ * (valgrind runs every thread on one core, fifty times slower). */
+static ap_plan_opts search_opts(int gpus, double global_batch)
+{
+    ap_plan_opts o;
+    ap_plan_opts_default(&o);
+    o.gpus = gpus;
+    o.global_batch = global_batch;
+    o.progress = 0;
+    o.ilp_time_limit = 0;
+    return o;
+}
+
 static void plans_cover_every_layer_and_gpu_once_and_repeat_exactly(void)
 {
     ap_graph *g = ap_test_model("examples/gpt-tiny.json", 0);
@@ -255,15 +269,11 @@ static void plans_cover_every_layer_and_gpu_once_and_repeat_exactly(void)
     char err[AP_ERR_LEN];
     ap_cluster_preset("h100-sxm", 4, 4, &c, err);
     for (int stages = 1; stages <= 2; stages++) {
-        ap_plan_opts o;
-        ap_plan_opts_default(&o);
-        o.gpus = 4;
-        o.global_batch = 16;
-        o.progress = 0;
+        ap_plan_opts o = search_opts(4, 16);
         o.max_stages = stages;
         ap_plan p, q;
-        CHECK(ap_plan_search(g, &c, &o, &p, err) == AP_OK);
-        CHECK(ap_plan_search(g, &c, &o, &q, err) == AP_OK);
+        REQUIRE_OK(ap_plan_search(g, &c, &o, &p, err), err);
+        REQUIRE_OK(ap_plan_search(g, &c, &o, &q, err), err);
         int layer = 0, rank = 0;
         for (int s = 0; s < p.nstages; s++) {
             CHECK(p.stages[s].first_layer == layer);
@@ -298,19 +308,15 @@ static void deep_pipelines_interleave_when_it_pays(void)
     ap_cluster c;
     char err[AP_ERR_LEN];
     ap_cluster_preset("h100-sxm", 128, 8, &c, err);
-    ap_plan_opts o;
-    ap_plan_opts_default(&o);
-    o.gpus = 128;
-    o.global_batch = 64;
-    o.progress = 0;
+    ap_plan_opts o = search_opts(128, 64);
     ap_plan p;
-    CHECK(ap_plan_search(g, &c, &o, &p, err) == AP_OK);
+    REQUIRE_OK(ap_plan_search(g, &c, &o, &p, err), err);
     CHECK(p.nstages > 1);
     CHECK(p.schedule == AP_SCHED_INTERLEAVED && p.vchunks > 1);
     double interleaved = p.step_time;
     p.schedule = AP_SCHED_1F1B;
     p.vchunks = 1;
-    CHECK(ap_plan_evaluate(g, &c, &p, err) == AP_OK);
+    REQUIRE_OK(ap_plan_evaluate(g, &c, &p, err), err);
     CHECK(p.step_time > interleaved);
     ap_plan_free(&p);
     ap_cluster_free(&c);
@@ -332,19 +338,49 @@ static void tight_memory_searches_zero_levels(void)
     ap_cluster_preset("h100-sxm", 4, 8, &c, err);
     c.hbm_bytes = 6.0 * (1 << 30);
     c.mem_reserved = 0;
-    ap_plan_opts o;
-    ap_plan_opts_default(&o);
-    o.gpus = 4;
-    o.global_batch = 32;
-    o.progress = 0;
+    ap_plan_opts o = search_opts(4, 32);
     ap_plan p;
-    CHECK(ap_plan_search(g, &c, &o, &p, err) == AP_OK);
+    REQUIRE_OK(ap_plan_search(g, &c, &o, &p, err), err);
     CHECK(p.zero >= AP_ZERO_2);
     CHECK(p.max_mem_bytes <= c.hbm_bytes);
     p.zero = AP_ZERO_1;
-    CHECK(ap_plan_evaluate(g, &c, &p, err) == AP_OK);
+    REQUIRE_OK(ap_plan_evaluate(g, &c, &p, err), err);
     CHECK(p.max_mem_bytes > c.hbm_bytes);
     ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* A solve that runs out of time before GLPK finds any sharding says nothing
+ * about the mesh: the block comes back with no points and status TIMEOUT
+ * (the search then leaves that configuration out and says so), never an
+ * error that stops the whole search. GLPK checks its limit (less one
+ * millisecond) before it solves each subproblem, the root included, so a
+ * limit of 1 ms stops it before any solution wherever presolve alone does
+ * not settle the problem, as it cannot for a 2x4 block. */
+static void an_ilp_out_of_time_leaves_the_block_unsolved(void)
+{
+    ap_graph *g = ap_test_model("tests/data/llama-4layer.json", 2048);
+    if (!g) {
+        CHECK(0);
+        return;
+    }
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    ap_cluster_preset("h100-sxm", 8, 8, &c, err);
+    ap_mesh m;
+    ap_mesh_init(&m, 2, 4, 0, 8);
+    ap_price_ctx x = {g, &c, &m, 64, 8, AP_ZERO_1};
+    int ops[256], n = layer_ops(g, 0, ops);
+    ap_block b;
+    REQUIRE_OK(ap_block_solve(&x, ops, n, 1, 1e-3, 1e-6, &b, err), err);
+    CHECK(b.npoints == 0);
+    CHECK(b.ilp.status == AP_ILP_TIMEOUT);
+    ap_block_free(&b);
+    REQUIRE_OK(ap_block_solve(&x, ops, n, 1, 0, 1e-6, &b, err), err);
+    CHECK(b.npoints >= 1);
+    CHECK(b.ilp.status == AP_ILP_OPTIMAL);
+    ap_block_free(&b);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
@@ -359,5 +395,6 @@ int main(void)
     RUN(plans_cover_every_layer_and_gpu_once_and_repeat_exactly);
     RUN(deep_pipelines_interleave_when_it_pays);
     RUN(tight_memory_searches_zero_levels);
+    RUN(an_ilp_out_of_time_leaves_the_block_unsolved);
     return DONE();
 }

@@ -45,5 +45,17 @@ cmp -s "$tmp/threads1.json" "$tmp/threads2.json" &&
 [ $? -eq 2 ] && grep -q "does not fit" "$tmp/err" && grep -q "GiB" "$tmp/err" && ok ||
     bad "a model that cannot fit says by how much: $(cat "$tmp/err")"
 
+# Out of ILP time is the user's limit, not a crash: the configurations left
+# unsolved are counted, and with none solved the message says what to raise.
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 4 --global-batch 16 --quiet \
+    --ilp-time-limit 0.001 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "raise --ilp-time-limit" "$tmp/err" && ok ||
+    bad "no ILP solved in time: exit 2 saying to raise the limit: $(cat "$tmp/err")"
+"$bin" plan "$src/examples/gpt-1.3b.json" --gpus 8 --global-batch 64 --quiet \
+    --ilp-time-limit 0.001 -o "$tmp/partial.json" >/dev/null 2>"$tmp/err"
+[ $? -eq 0 ] && grep -q "configurations were left out" "$tmp/err" &&
+    grep -q '"timeouts":' "$tmp/partial.json" && ok ||
+    bad "some ILPs out of time: a plan, a warning and solver.timeouts: $(cat "$tmp/err")"
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
