@@ -210,38 +210,69 @@ static void shared_layer_strategy_equals_unshared_ilp(void)
     ap_graph_free(g);
 }
 
-/* A 2-D mesh, memory to spare and many sequences per micro-batch: one axis
- * (at least) carries data parallelism, and every matmul splits the batch on
- * it. */
-static void ample_memory_and_batch_put_data_parallelism_on_an_axis(void)
+/* Solves layer 0 of the 4-layer Llama on a 2x4 mesh of H100s with 64
+ * sequences in 8 micro-batches; *batch is the graph's batch label. */
+static int llama_layer_on_2x4(double time_limit, int max_points, ap_block *b,
+                              char *batch, char *err)
 {
     ap_graph *g = ap_test_model("tests/data/llama-4layer.json", 2048);
     if (!g) {
-        CHECK(0);
-        return;
+        snprintf(err, AP_ERR_LEN, "tests/data/llama-4layer.json does not load");
+        return AP_EINPUT;
     }
     ap_cluster c;
-    char err[AP_ERR_LEN];
     ap_cluster_preset("h100-sxm", 8, 8, &c, err);
     ap_mesh m;
     ap_mesh_init(&m, 2, 4, 0, 8);
     ap_price_ctx x = {g, &c, &m, 64, 8, AP_ZERO_1};
     int ops[256], n = layer_ops(g, 0, ops);
+    *batch = kind_label(g, AP_DIM_BATCH);
+    int rc = ap_block_solve_points(&x, ops, n, 1, time_limit, 1e-6, max_points,
+                                   b, err);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+    return rc;
+}
+
+/* A 2-D mesh, memory to spare and many sequences per micro-batch: one axis
+ * (at least) carries data parallelism, and every matmul splits the batch on
+ * it. */
+static void ample_memory_and_batch_put_data_parallelism_on_an_axis(void)
+{
     ap_block b;
-    REQUIRE_OK(ap_block_solve_points(&x, ops, n, 1, 10, 1e-6, 1, &b, err), err);
-    char batch = kind_label(g, AP_DIM_BATCH);
+    char batch, err[AP_ERR_LEN];
+    REQUIRE_OK(llama_layer_on_2x4(10, 1, &b, &batch, err), err);
     int dp_axis = -1;
     for (int a = 0; a < 2 && dp_axis < 0; a++) {
         int all = 1;
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < b.nops; i++)
             all = all && b.points[0].strat[i].axis[a] == batch;
         if (all)
             dp_axis = a;
     }
     CHECK(dp_axis >= 0);
     ap_block_free(&b);
-    ap_cluster_free(&c);
-    ap_graph_free(g);
+}
+
+/* A solve that runs out of time before GLPK finds any sharding says nothing
+ * about the mesh: the block comes back with no points and status TIMEOUT
+ * (the search then leaves that configuration out and says so), never an
+ * error that stops the whole search. GLPK checks its limit (less one
+ * millisecond) before it solves each subproblem, the root included, so a
+ * limit of 1 ms stops it before any solution wherever presolve alone does
+ * not settle the problem, as it cannot for a 2x4 block. */
+static void an_ilp_out_of_time_leaves_the_block_unsolved(void)
+{
+    ap_block b;
+    char batch, err[AP_ERR_LEN];
+    REQUIRE_OK(llama_layer_on_2x4(1e-3, 4, &b, &batch, err), err);
+    CHECK(b.npoints == 0);
+    CHECK(b.ilp.status == AP_ILP_TIMEOUT);
+    ap_block_free(&b);
+    REQUIRE_OK(llama_layer_on_2x4(0, 4, &b, &batch, err), err);
+    CHECK(b.npoints >= 1);
+    CHECK(b.ilp.status == AP_ILP_OPTIMAL);
+    ap_block_free(&b);
 }
 
 /* Search options for the tests below: no progress line and no ILP time
@@ -347,40 +378,6 @@ static void tight_memory_searches_zero_levels(void)
     REQUIRE_OK(ap_plan_evaluate(g, &c, &p, err), err);
     CHECK(p.max_mem_bytes > c.hbm_bytes);
     ap_plan_free(&p);
-    ap_cluster_free(&c);
-    ap_graph_free(g);
-}
-
-/* A solve that runs out of time before GLPK finds any sharding says nothing
- * about the mesh: the block comes back with no points and status TIMEOUT
- * (the search then leaves that configuration out and says so), never an
- * error that stops the whole search. GLPK checks its limit (less one
- * millisecond) before it solves each subproblem, the root included, so a
- * limit of 1 ms stops it before any solution wherever presolve alone does
- * not settle the problem, as it cannot for a 2x4 block. */
-static void an_ilp_out_of_time_leaves_the_block_unsolved(void)
-{
-    ap_graph *g = ap_test_model("tests/data/llama-4layer.json", 2048);
-    if (!g) {
-        CHECK(0);
-        return;
-    }
-    ap_cluster c;
-    char err[AP_ERR_LEN];
-    ap_cluster_preset("h100-sxm", 8, 8, &c, err);
-    ap_mesh m;
-    ap_mesh_init(&m, 2, 4, 0, 8);
-    ap_price_ctx x = {g, &c, &m, 64, 8, AP_ZERO_1};
-    int ops[256], n = layer_ops(g, 0, ops);
-    ap_block b;
-    REQUIRE_OK(ap_block_solve(&x, ops, n, 1, 1e-3, 1e-6, &b, err), err);
-    CHECK(b.npoints == 0);
-    CHECK(b.ilp.status == AP_ILP_TIMEOUT);
-    ap_block_free(&b);
-    REQUIRE_OK(ap_block_solve(&x, ops, n, 1, 0, 1e-6, &b, err), err);
-    CHECK(b.npoints >= 1);
-    CHECK(b.ilp.status == AP_ILP_OPTIMAL);
-    ap_block_free(&b);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
