@@ -46,6 +46,9 @@ int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
 int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
                  ap_cluster *c);
 int ap_cli_write_file(const char *path, const char *text);
+/* Warns on stderr when the search left configurations out because their
+ * ILP found nothing within the time limit. */
+void ap_cli_warn_timeouts(const char *cmd, const ap_plan *p, double limit);
 /* --trace FILE: the plan's timeline (ap_plan_trace_json); prints errors and
  * returns 0 or the exit code 1. */
 int ap_cli_write_trace(const char *cmd, const ap_plan *p, const char *path);

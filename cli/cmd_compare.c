@@ -271,6 +271,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         ap_plan_free(&yours);
         return rc;
     }
+    ap_cli_warn_timeouts("compare", &ours, po.ilp_time_limit);
     describe_plan(&ours, cols[1].config, sizeof cols[1].config);
     cols[0].plan = &yours;
     cols[1].plan = &ours;

@@ -172,12 +172,7 @@ int ap_cmd_plan(int argc, char **argv)
         ap_cluster_free(&c);
         return rc;
     }
-    if (plan.ilp_timeouts)
-        fprintf(stderr, "autopar plan: warning: %d configuration%s left out: "
-                "the sharding ILP found no solution within --ilp-time-limit "
-                "%g s; a larger limit may find a faster plan\n",
-                plan.ilp_timeouts, plan.ilp_timeouts == 1 ? " was" : "s were",
-                o.ilp_time_limit);
+    ap_cli_warn_timeouts("plan", &plan, o.ilp_time_limit);
     rc = ap_cli_output_plan(&out, "plan", g, &plan, line, NULL);
     ap_plan_free(&plan);
     ap_graph_free(g);

@@ -145,6 +145,15 @@ int ap_cli_write_file(const char *path, const char *text)
     return fclose(f) || bad ? -1 : 0;
 }
 
+void ap_cli_warn_timeouts(const char *cmd, const ap_plan *p, double limit)
+{
+    if (p->ilp_timeouts)
+        fprintf(stderr, "autopar %s: warning: %d configuration%s left out: the "
+                "sharding ILP found no solution within %g s (--ilp-time-limit); "
+                "a larger limit may find a faster plan\n", cmd, p->ilp_timeouts,
+                p->ilp_timeouts == 1 ? " was" : "s were", limit);
+}
+
 int ap_cli_write_trace(const char *cmd, const ap_plan *p, const char *path)
 {
     char err[AP_ERR_LEN];
