@@ -1,0 +1,177 @@
+#!/bin/sh
+# Compares `autopar estimate` with published step times of real training
+# runs (bench/validation/runs.json, docs/validation.md).
+#
+#   sh bench/validate.sh build/autopar [runs.json]
+#
+# Every run is priced with the preset of its GPU and the Megatron-LM
+# configuration it used; nothing is fitted. A run that autopar refuses is
+# printed with its error and left out of the statistics, as is a run measured
+# in a precision autopar does not price (FP8: Hugging Face models are built in
+# bf16, so the prediction is of a bf16 step).
+#
+# The comparison is of step times. Each published figure is turned into the
+# step time it implies, using the source's own FLOP count where the figure is
+# a FLOP rate:
+#   megatron-2021  Narayanan et al. 2021, eq. (3):
+#                  F = 96 B s l h^2 (1 + s/6h + V/16lh) per step, which counts
+#                  the recomputed forward pass; step = F / (X n)
+#   tokens         step = gbs * seq / (tokens per second per GPU * n)
+#   model          the source counts model FLOPs without recomputation and
+#                  does not give its formula; autopar's model FLOPs per step
+#                  (3 x the forward FLOPs of its graph) stand in for it, so
+#                  step = model FLOPs / (X n)
+# The predicted figure is the predicted step time put through the same
+# conversion backwards, so the two columns are in the published unit.
+# Error = (predicted step - published step) / published step: negative means
+# autopar predicts a faster step than was measured.
+set -u
+
+if [ $# -lt 1 ]; then
+    echo "usage: sh bench/validate.sh path/to/autopar [runs.json]" >&2
+    exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$1
+case $bin in /*) ;; *) bin=$(pwd)/$bin ;; esac
+runs=${2:-$root/bench/validation/runs.json}
+if [ ! -x "$bin" ]; then
+    echo "validate.sh: $bin is not an executable autopar" >&2
+    exit 2
+fi
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "validate.sh: needs python3 to read $runs" >&2
+    exit 2
+fi
+
+cd "$root" && exec python3 - "$bin" "$runs" <<'EOF'
+import json, os, subprocess, sys, tempfile
+
+autopar, runs_path = sys.argv[1], sys.argv[2]
+
+
+def spec_value(spec, key):
+    for part in spec.split(","):
+        k, _, v = part.partition("=")
+        if k.strip() == key:
+            return float(v)
+    raise ValueError(f"--megatron spec has no {key}")
+
+
+def megatron_2021_flops(run):
+    """Narayanan et al. 2021, eq. (3): FLOPs of one step with full recomputation."""
+    with open(run["model"]) as f:
+        cfg = json.load(f)
+    l, h, V = cfg["n_layer"], cfg["n_embd"], cfg["vocab_size"]
+    B, s = spec_value(run["megatron"], "gbs"), run["seq"]
+    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+def estimate(run, tmp):
+    """autopar's prediction as a dict, or None and the error it printed.
+
+    A run with graph_options (e.g. attention without flash for a 2021 run)
+    is first converted by `autopar graph` into a project-format model."""
+    model = run["model"]
+    if run.get("graph_options"):
+        model = os.path.join(tmp, "model.json")
+        g = subprocess.run([autopar, "graph", run["model"], "--seq", str(run["seq"])] +
+                           run["graph_options"] + ["-o", model],
+                           capture_output=True, text=True, timeout=300)
+        if g.returncode != 0:
+            return None, (g.stderr.strip().splitlines() or ["graph failed"])[-1]
+    cmd = [autopar, "estimate", model, "--gpus", str(run["gpus"]),
+           "--gpus-per-node", str(run["gpus_per_node"]), "--cluster", run["gpu"],
+           "--seq", str(run["seq"]), "--megatron", run["megatron"], "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        msg = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
+        return None, msg.replace("autopar estimate: ", "")
+    return json.loads(p.stdout), None
+
+
+def steps(run, pred):
+    """(published step, published figure, predicted figure) in the source's unit."""
+    pub = run["published"]
+    X, n, conv = pub["value"], run["gpus"], run["flops"]
+    t = pred["step_time_s"]
+    if pub["metric"] == "tflops_per_gpu" and conv == "megatron-2021":
+        F = megatron_2021_flops(run)
+        return F / (X * 1e12 * n), X, F / (t * n * 1e12)
+    if pub["metric"] == "tflops_per_gpu" and conv == "model":
+        F = pred["model_tflops_per_gpu"] * 1e12 * n * t
+        return F / (X * 1e12 * n), X, pred["model_tflops_per_gpu"]
+    if pub["metric"] == "mfu" and conv == "model":
+        return pred["mfu"] * t / X, X, pred["mfu"]
+    if pub["metric"] == "step_time_s":
+        return X, X, t
+    if pub["metric"] in ("tokens_per_s", "tokens_per_s_per_gpu") and conv == "tokens":
+        per = n if pub["metric"] == "tokens_per_s_per_gpu" else 1
+        tokens = spec_value(run["megatron"], "gbs") * run["seq"]
+        return tokens / (X * per), X, tokens / (t * per)
+    raise ValueError(f"no conversion for metric {pub['metric']} with flops {conv}")
+
+
+def fmt(x):
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}" if x < 1 else f"{x:.1f}"
+
+
+with open(runs_path) as f:
+    runs = json.load(f)
+
+rows, stats = [], {}
+for run in runs:
+    unit = run["published"]["metric"]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            pred, err = estimate(run, tmp)
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        pred, err = None, str(e)
+    if pred is None:
+        rows.append([run["name"], run["gpu"], fmt(run["published"]["value"]) + " " + unit,
+                     "error: " + err])
+        continue
+    try:
+        pub_t, pub_x, pred_x = steps(run, pred)
+    except (OSError, KeyError, ValueError) as e:
+        rows.append([run["name"], run["gpu"], fmt(run["published"]["value"]) + " " + unit,
+                     "error: " + str(e)])
+        continue
+    t = pred["step_time_s"]
+    e = 100 * (t - pub_t) / pub_t
+    b = pred["breakdown"]
+    counted = run.get("precision", "bf16") == "bf16"
+    if counted:
+        stats.setdefault(run["gpu"], []).append((e, run["name"]))
+    rows.append([run["name"], run["gpu"], f"{fmt(pub_x)} {unit}", f"{fmt(pred_x)}",
+                 f"{pub_t:.3f}", f"{t:.3f}", f"{e:+.1f}%" + ("" if counted else " *"),
+                 f"{100 * b['compute_s'] / t:.0f}/{100 * b['communication_s'] / t:.0f}"
+                 f"/{100 * b['bubble_s'] / t:.0f}", "" if pred.get("fits", True) else "over HBM"])
+
+head = ["run", "gpu", "published", "predicted", "step pub (s)", "step pred (s)", "error",
+        "comp/comm/bubble %", ""]
+widths = [max([len(head[i])] + [len(r[i]) for r in rows if len(r) > 4]) for i in range(len(head))]
+print("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip())
+for r in rows:
+    if len(r) == 4:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
+    else:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+print()
+print("error = (predicted step - published step) / published step; negative: autopar is optimistic")
+print("* measured in FP8, predicted in bf16: shown, not in the statistics")
+allrows = []
+for gpu in sorted(stats):
+    errs = stats[gpu]
+    allrows += errs
+    mae = sum(abs(e) for e, _ in errs) / len(errs)
+    mean = sum(e for e, _ in errs) / len(errs)
+    worst = max(errs, key=lambda x: abs(x[0]))
+    within = sum(1 for e, _ in errs if abs(e) <= 10)
+    print(f"{gpu}: {len(errs)} runs, mean |error| {mae:.1f}%, mean error {mean:+.1f}%, "
+          f"within 10%: {within}, worst {worst[0]:+.1f}% ({worst[1]})")
+if allrows:
+    mae = sum(abs(e) for e, _ in allrows) / len(allrows)
+    worst = max(allrows, key=lambda x: abs(x[0]))
+    print(f"all: {len(allrows)} runs, mean |error| {mae:.1f}%, worst {worst[0]:+.1f}% ({worst[1]})")
+EOF
