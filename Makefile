@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 DEMO_MODEL ?= examples/hf/llama-3-8b.json
 DEMO_GPUS ?= 16
 
-.PHONY: all deps deps-mpi build demo test asan bench fuzz valgrind clean
+.PHONY: all deps deps-mpi build demo test asan bench validate fuzz valgrind clean
 
 all: build
 
@@ -41,6 +41,10 @@ asan:
 bench: build
 	./$(BUILD)/bench/bench_ilp
 	sh bench/plan.sh ./$(BUILD)/autopar
+
+# Predictions against published training runs (docs/validation.md).
+validate: build
+	sh bench/validate.sh ./$(BUILD)/autopar
 
 # libFuzzer harnesses (clang), FUZZ_SECONDS each, from fuzz/corpus/.
 FUZZ_SECONDS ?= 60
