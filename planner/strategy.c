@@ -372,9 +372,16 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
             continue;
         }
         if (op->kind == AP_OP_LOSS) {
+            const char *lg = shape_of(x, op->inputs[0]);
+            if (l != lg[2]) {
+                /* Batch or sequence split: each rank's loss is a mean over
+                 * its own tokens, averaged across ranks as one scalar (as
+                 * Megatron-LM reports it every micro-batch). */
+                c->fwd_comm += coll(x, AP_COLL_ALLREDUCE, 1 << a, 4);
+                continue;
+            }
             /* Vocabulary-parallel cross entropy reduces three fp32 numbers
              * per token (max, sum of exponentials, target logit). */
-            const char *lg = shape_of(x, op->inputs[0]);
             double tok = ap_label_size(x, lg[0]) * ap_label_size(x, lg[1]) /
                          tensor_split(x, s, lg) * (has_label(lg, l) ? x->mesh->d[a] : 1);
             c->fwd_comm += 3 * coll(x, AP_COLL_ALLREDUCE, 1 << a, 4 * tok);

@@ -65,6 +65,27 @@ static void megatron_tp_layer_has_two_allreduces_each_way(void)
     ap_graph_free(g);
 }
 
+/* Pure data parallelism splits the batch of the loss too: each rank's loss
+ * is a mean over its own tokens, and the ranks average one scalar per
+ * micro-batch; there is no vocabulary-parallel reduction (three numbers per
+ * token), which only a split vocabulary needs. */
+static void data_parallel_loss_reduces_one_scalar_per_micro_batch(void)
+{
+    ap_graph *g = gpt13();
+    ap_cluster c;
+    ap_plan p;
+    if (plan(g, &c, 16, "tp=1,mbs=2,gbs=64", &p) == AP_OK) {
+        double scalar = ap_cost_allreduce(&c, 16, 2, 4);
+        CHECK(scalar > 0);
+        CHECK(p.nmicro == 2);
+        CHECK_NEAR(p.t_kinds.tp, p.nmicro * scalar, 1e-12);
+        CHECK(p.t_kinds.reshard == 0);
+        ap_plan_free(&p);
+    }
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
 static void sequence_parallel_trades_allreduce_for_rs_and_ag(void)
 {
     ap_graph *g = gpt13();
@@ -223,6 +244,7 @@ static void interleaving_pays_the_wrap_around_send(void)
 int main(void)
 {
     RUN(megatron_tp_layer_has_two_allreduces_each_way);
+    RUN(data_parallel_loss_reduces_one_scalar_per_micro_batch);
     RUN(sequence_parallel_trades_allreduce_for_rs_and_ag);
     RUN(pipeline_sends_one_activation_each_way_per_micro_batch);
     RUN(zero3_gathers_are_their_own_kind);
