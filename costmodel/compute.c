@@ -1,6 +1,6 @@
 /* compute.c -- what a kernel costs: GEMMs (measured tables or a roofline
- * with tile and wave quantisation), memory-bound kernels and fused
- * attention. docs/cost-model.md derives each formula. */
+ * with tile and wave quantisation), memory-bound kernels, and attention
+ * fused (flash) or unfused. docs/cost-model.md derives each formula. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -181,4 +181,32 @@ double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,
     double bytes = dtype_bytes(dt) * bn * (s * d + t * d + t * e + s * e);
     double memory = bytes / ap_cluster_hbm_bw(c);
     return fmax(fmax(compute, memory), c->kernel_floor);
+}
+
+/* FLOPs per score of the memory-bound kernels between the two GEMMs: the
+ * graph's own counts for a softmax and a dropout (graph/finalize.c), used
+ * for their backward passes too; their bytes dominate either way. */
+#define SOFTMAX_FLOPS 5.0
+#define DROPOUT_FLOPS 2.0
+#define MASK_BYTES 1.0
+
+/* Unfused attention runs each step as its own kernel, so the bn*s*t scores
+ * cross HBM between them: written by one, read by the next. */
+double ap_cost_attention_unfused(const ap_cluster *c, ap_dtype dt, double bn,
+                                 double s, double t, double d, double e,
+                                 double dropout, int backward)
+{
+    if (!(bn > 0 && s > 0 && t > 0 && d > 0 && e > 0))
+        return 0;
+    double sz = dtype_bytes(dt), scores = bn * s * t;
+    double drop = dropout > 0 ? ap_cost_memop(c, DROPOUT_FLOPS * scores,
+                                              (2 * sz + MASK_BYTES) * scores)
+                              : 0;
+    if (!backward)
+        return ap_cost_bgemm(c, dt, bn, s, t, d) +
+               ap_cost_memop(c, SOFTMAX_FLOPS * scores, 2 * sz * scores) +
+               drop + ap_cost_bgemm(c, dt, bn, s, e, t);
+    return ap_cost_bgemm(c, dt, bn, s, t, e) + ap_cost_bgemm(c, dt, bn, t, e, s) +
+           drop + ap_cost_memop(c, SOFTMAX_FLOPS * scores, 3 * sz * scores) +
+           ap_cost_bgemm(c, dt, bn, s, d, t) + ap_cost_bgemm(c, dt, bn, t, d, s);
 }

@@ -132,6 +132,27 @@ double ap_cost_memop(const ap_cluster *c, double flops, double bytes);
  * d (scores) and e (values); causal halves the work. */
 double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,
                          double t, double d, double e, int causal);
+/* Unfused attention (Megatron-LM before flash attention), forward or, with
+ * `backward`, backward; arguments as for ap_cost_attention, and `dropout` the
+ * attention-dropout probability (0: no dropout kernels). One kernel per step,
+ * so the bn*s*t scores go through HBM between them (P = bn*s*t elements of
+ * size(dt) bytes; masks are 1 byte):
+ *   forward   bgemm(bn, s, t, d)             QK^T, scale fused, writes P
+ *           + memop(5P, 2P*size)             scale-mask-softmax
+ *           + memop(2P, (2*size + 1)P)       dropout, if any: probs in,
+ *                                            dropped probs and mask out
+ *           + bgemm(bn, s, e, t)             PV
+ *   backward  bgemm(bn, s, t, e) + bgemm(bn, t, e, s)   dP = dO V^T, dV = P^T dO
+ *           + memop(2P, (2*size + 1)P)       dropout backward, if any
+ *           + memop(5P, 3P*size)             softmax backward: probs and
+ *                                            their gradient in, scores' out
+ *           + bgemm(bn, s, d, t) + bgemm(bn, t, d, s)   dQ = dS K, dK = dS^T Q
+ * Causal masking does not change the cost: the mask is applied to all s*t
+ * scores, none is skipped, which is why there is no `causal` argument.
+ * Recomputation is the caller's: it adds the forward again. */
+double ap_cost_attention_unfused(const ap_cluster *c, ap_dtype dt, double bn,
+                                 double s, double t, double d, double e,
+                                 double dropout, int backward);
 
 /* Communication, alpha-beta with the nccl-tests bus-bandwidth conventions:
  *   all-reduce       t = alpha + 2(n-1)/n * bytes / busbw

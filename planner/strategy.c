@@ -338,10 +338,17 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
                     ap_label_size(x, q[2]) / split_of(x, s, q[2]);
         double sq = ap_label_size(x, q[1]) / split_of(x, s, q[1]);
         double t = ap_label_size(x, q[1]);
-        c->fwd = ap_cost_attention(x->c, x->g->tensors[op->inputs[0]].dtype, bn,
-                                   sq, t, ap_label_size(x, q[3]),
-                                   ap_label_size(x, v[3]), op->causal);
-        c->bwd = 2.5 * c->fwd; /* FlashAttention-2: backward ~2.5x forward */
+        double d = ap_label_size(x, q[3]), e = ap_label_size(x, v[3]);
+        ap_dtype dt = x->g->tensors[op->inputs[0]].dtype;
+        if (op->flash) {
+            c->fwd = ap_cost_attention(x->c, dt, bn, sq, t, d, e, op->causal);
+            c->bwd = 2.5 * c->fwd; /* FlashAttention-2: backward ~2.5x forward */
+        } else {
+            c->fwd = ap_cost_attention_unfused(x->c, dt, bn, sq, t, d, e,
+                                               op->dropout_p, 0);
+            c->bwd = ap_cost_attention_unfused(x->c, dt, bn, sq, t, d, e,
+                                               op->dropout_p, 1);
+        }
     } else {
         c->fwd = ap_cost_memop(x->c, c->flops, op->bytes_moved * scale / shard);
         c->bwd = op->kind == AP_OP_RESHAPE ? 0 : 2 * c->fwd;

@@ -1,4 +1,5 @@
-/* test_cost_compute.c -- GEMM, attention and memory-bound kernel costs. */
+/* test_cost_compute.c -- GEMM, attention (flash and unfused) and
+ * memory-bound kernel costs. */
 #include "costmodel/costmodel.h"
 #include "test.h"
 
@@ -115,6 +116,79 @@ static void causal_attention_does_half_the_work(void)
     CHECK_NEAR(causal, full / 2, 1e-9);
 }
 
+/* 32 heads of 128 over 2048 tokens on an H100: every kernel of unfused
+ * attention is bound by HBM (QK^T reads q and k and writes the scores: 128
+ * FLOPs per byte, under the 246 the preset sustains), so the time is the
+ * bytes each kernel moves over 3.35 TB/s x 0.9. P = bn*s*t scores of 2
+ * bytes, masks of 1. */
+static const double bn_ = 32, s_ = 2048, d_ = 128;
+static double bw(void) { return 3.35e12 * 0.9; }
+static double scores(void) { return bn_ * s_ * s_; }
+/* A batched GEMM of bf16 m x k by k x n: all three matrices cross HBM once. */
+static double gemm_bytes(double m, double n, double k) { return 2 * bn_ * (m * k + k * n + m * n); }
+
+static void unfused_forward_is_two_gemms_softmax_and_dropout_through_hbm(void)
+{
+    ap_cluster c = h100();
+    double P = scores();
+    double qk = gemm_bytes(s_, s_, d_), pv = gemm_bytes(s_, d_, s_);
+    double softmax = 2 * 2 * P;      /* scores in, probabilities out */
+    double dropout = (2 + 2 + 1) * P; /* probabilities in, dropped and mask out */
+    CHECK_NEAR(ap_cost_attention_unfused(&c, AP_BF16, bn_, s_, s_, d_, d_, 0.1, 0),
+               (qk + softmax + dropout + pv) / bw(), 1e-9);
+    CHECK_NEAR(ap_cost_attention_unfused(&c, AP_BF16, bn_, s_, s_, d_, d_, 0, 0),
+               (qk + softmax + pv) / bw(), 1e-9);
+}
+
+static void unfused_backward_is_four_gemms_and_the_two_kernels_backward(void)
+{
+    ap_cluster c = h100();
+    double P = scores();
+    /* dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q. */
+    double gemms = gemm_bytes(s_, s_, d_) + gemm_bytes(s_, d_, s_) +
+                   gemm_bytes(s_, d_, s_) + gemm_bytes(s_, d_, s_);
+    double dropout = (2 + 1 + 2) * P; /* gradient and mask in, gradient out */
+    double softmax = 3 * 2 * P;       /* probabilities and gradient in, one out */
+    CHECK_NEAR(ap_cost_attention_unfused(&c, AP_BF16, bn_, s_, s_, d_, d_, 0.1, 1),
+               (gemms + dropout + softmax) / bw(), 1e-9);
+    CHECK_NEAR(ap_cost_attention_unfused(&c, AP_BF16, bn_, s_, s_, d_, d_, 0, 1),
+               (gemms + softmax) / bw(), 1e-9);
+}
+
+/* Flash attention (causal, backward 2.5x forward as the planner prices it)
+ * against unfused with dropout, forward plus backward: at 2048 tokens the
+ * unfused path is several times slower, and the gap grows as s^2 because
+ * it is the s x s traffic (doubling s multiplies it by just under 4: the
+ * reads of q, k and v grow only as s). */
+static double unfused_step(const ap_cluster *c, double s)
+{
+    return ap_cost_attention_unfused(c, AP_BF16, bn_, s, s, d_, d_, 0.1, 0) +
+           ap_cost_attention_unfused(c, AP_BF16, bn_, s, s, d_, d_, 0.1, 1);
+}
+
+static double flash_step(const ap_cluster *c, double s)
+{
+    return 3.5 * ap_cost_attention(c, AP_BF16, bn_, s, s, d_, d_, 1);
+}
+
+static void unfused_attention_is_slower_than_flash_by_a_gap_growing_as_s_squared(void)
+{
+    ap_cluster c = h100();
+    CHECK(unfused_step(&c, 2048) > 5 * flash_step(&c, 2048));
+    double gap2k = unfused_step(&c, 2048) - flash_step(&c, 2048);
+    double gap4k = unfused_step(&c, 4096) - flash_step(&c, 4096);
+    double gap8k = unfused_step(&c, 8192) - flash_step(&c, 8192);
+    CHECK(gap4k > 3.85 * gap2k && gap4k < 4 * gap2k);
+    CHECK(gap8k > 3.85 * gap4k && gap8k < 4 * gap4k);
+}
+
+static void unfused_attention_of_nothing_costs_nothing(void)
+{
+    ap_cluster c = h100();
+    CHECK(ap_cost_attention_unfused(&c, AP_BF16, 0, s_, s_, d_, d_, 0.1, 0) == 0);
+    CHECK(ap_cost_attention_unfused(&c, AP_BF16, bn_, s_, s_, d_, 0, 0.1, 1) == 0);
+}
+
 static void memop_is_a_roofline_with_a_floor(void)
 {
     ap_cluster c = h100();
@@ -135,6 +209,10 @@ int main(void)
     RUN(measured_gemm_returns_the_sample_at_its_shape);
     RUN(measured_gemm_interpolates_between_samples);
     RUN(causal_attention_does_half_the_work);
+    RUN(unfused_forward_is_two_gemms_softmax_and_dropout_through_hbm);
+    RUN(unfused_backward_is_four_gemms_and_the_two_kernels_backward);
+    RUN(unfused_attention_is_slower_than_flash_by_a_gap_growing_as_s_squared);
+    RUN(unfused_attention_of_nothing_costs_nothing);
     RUN(memop_is_a_roofline_with_a_floor);
     return DONE();
 }

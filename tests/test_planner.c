@@ -210,6 +210,61 @@ static void shared_layer_strategy_equals_unshared_ilp(void)
     ap_graph_free(g);
 }
 
+static int op_named(const ap_graph *g, const char *name)
+{
+    for (int i = 0; i < g->nops; i++)
+        if (!strcmp(g->ops[i].name, name))
+            return i;
+    return -1;
+}
+
+/* GPT-3 XL's attention (16 heads of 128, 2048 tokens, dropout 0.1), heads
+ * split over 8 GPUs, two sequences a micro-batch: each GPU runs 2 x 16 / 8
+ * = 4 heads. Without flash it is priced as unfused attention, forward and
+ * backward each by its own kernels, and the causal mask saves nothing; with
+ * flash it is the fused kernel, which skips the masked half, and backward
+ * is 2.5 x forward. */
+static void attention_is_priced_unfused_unless_flash(void)
+{
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
+    int i = g ? op_named(g, "l0.attn") : -1;
+    CHECK(i >= 0);
+    if (i < 0) {
+        ap_graph_free(g);
+        return;
+    }
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 8, 8, &c, err), err);
+    ap_mesh m;
+    ap_mesh_init(&m, 1, 8, 0, 8);
+    ap_price_ctx x = {g, &c, &m, 2, 8, AP_ZERO_1};
+    ap_strategy heads = {{0, kind_label(g, AP_DIM_HEADS)}, {0, 0}};
+    ap_op *op = &g->ops[i];
+    ap_op_cost oc;
+
+    op->flash = 0;
+    ap_price_op(&x, i, &heads, &oc);
+    CHECK_NEAR(oc.fwd, ap_cost_attention_unfused(&c, AP_BF16, 4, 2048, 2048, 128, 128, 0.1, 0), 1e-12);
+    CHECK_NEAR(oc.bwd, ap_cost_attention_unfused(&c, AP_BF16, 4, 2048, 2048, 128, 128, 0.1, 1), 1e-12);
+    double causal_fwd = oc.fwd, causal_bwd = oc.bwd;
+    op->causal = 0;
+    ap_price_op(&x, i, &heads, &oc);
+    CHECK(oc.fwd == causal_fwd && oc.bwd == causal_bwd);
+
+    op->flash = 1;
+    ap_price_op(&x, i, &heads, &oc);
+    double full = oc.fwd;
+    op->causal = 1;
+    ap_price_op(&x, i, &heads, &oc);
+    CHECK_NEAR(oc.fwd, ap_cost_attention(&c, AP_BF16, 4, 2048, 2048, 128, 128, 1), 1e-12);
+    CHECK_NEAR(oc.fwd, full / 2, 1e-9);
+    CHECK_NEAR(oc.bwd, 2.5 * oc.fwd, 1e-12);
+    CHECK(causal_fwd + causal_bwd > 5 * (oc.fwd + oc.bwd));
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
 /* Solves layer 0 of the 4-layer Llama on a 2x4 mesh of H100s with 64
  * sequences in 8 micro-batches; *batch is the graph's batch label. */
 static int llama_layer_on_2x4(double time_limit, int max_points, ap_block *b,
@@ -388,6 +443,7 @@ int main(void)
     RUN(tensor_only_mesh_gives_megatron_layout);
     RUN(tight_memory_chooses_sequence_parallelism);
     RUN(shared_layer_strategy_equals_unshared_ilp);
+    RUN(attention_is_priced_unfused_unless_flash);
     RUN(ample_memory_and_batch_put_data_parallelism_on_an_axis);
     RUN(plans_cover_every_layer_and_gpu_once_and_repeat_exactly);
     RUN(deep_pipelines_interleave_when_it_pays);
