@@ -2,6 +2,8 @@
  * gradient reduction overlaps the backward (--overlap-grad-reduce), and
  * first and last pipeline stages with their own layer counts
  * (--decoder-first/last-pipeline-num-layers). */
+#include <cjson/cJSON.h>
+
 #include "model.h"
 
 #include "planner/planner.h"
@@ -77,6 +79,46 @@ static void serial_sync_is_recorded_and_read_back(void)
     CHECK(d.serial_grad_sync == 0);
     ap_plan_desc_free(&d);
     free(json);
+    ap_plan_free(&p);
+    ap_graph_free(g);
+}
+
+/* The trace puts a sync that is not overlapped right after the stage's last
+ * pass, and still spans exactly the predicted step. */
+static void trace_puts_serial_sync_after_the_backward(void)
+{
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL);
+    REQUIRE_OK(plan_of(g, 16, "tp=2,pp=4,mbs=2,gbs=32,sp=1,overlap_grad=0", 0, &p, err), err);
+    char *text = ap_plan_trace_json(&p, err);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    CHECK(o != NULL);
+    double last[4] = {0}, sync[4] = {0}, lo = 1e30, hi = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(o, "traceEvents")) {
+        const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+        if (!ph || strcmp(ph, "X"))
+            continue;
+        const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat"));
+        int pid = cJSON_GetObjectItem(e, "pid")->valueint;
+        double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
+        double end = ts + cJSON_GetObjectItem(e, "dur")->valuedouble;
+        lo = fmin(lo, ts);
+        hi = fmax(hi, end);
+        if (pid < 0 || pid > 3)
+            continue;
+        if (!strcmp(cat, "forward") || !strcmp(cat, "backward"))
+            last[pid] = fmax(last[pid], end);
+        if (!strcmp(cat, "grad_sync"))
+            sync[pid] = ts;
+    }
+    for (int i = 0; i < 4; i++)
+        CHECK_NEAR(sync[i], last[i], 1e-6);
+    CHECK_NEAR((hi - lo) / 1e6, p.step_time, 1e-9);
+    cJSON_Delete(o);
+    free(text);
     ap_plan_free(&p);
     ap_graph_free(g);
 }
@@ -182,6 +224,7 @@ int main(void)
 {
     RUN(gradient_sync_is_all_exposed_without_overlap);
     RUN(serial_sync_is_recorded_and_read_back);
+    RUN(trace_puts_serial_sync_after_the_backward);
     RUN(flags_default_to_megatron_and_spec_to_overlap);
     RUN(first_and_last_stages_take_their_own_layers);
     RUN(uneven_stages_under_interleaving);
