@@ -118,9 +118,15 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --expert-model-parallel-size %d\n", d->ep);
         put(b, "  --expert-tensor-parallel-size %d\n", d->etp);
     }
-    if (d->vpp > 1)
+    if (d->vpp > 1 && d->even)
         put(b, "  --num-layers-per-virtual-pipeline-stage %d\n", s->layers / (d->pp * d->vpp));
-    if (!d->even)
+    if (d->vpp > 1 && !d->even)
+        put(b, "  --num-virtual-stages-per-pipeline-rank %d\n", d->vpp);
+    if (d->first)
+        put(b, "  --decoder-first-pipeline-num-layers %d\n", d->first);
+    if (d->last)
+        put(b, "  --decoder-last-pipeline-num-layers %d\n", d->last);
+    if (!d->even && !d->first && !d->last)
         megatron_layout(b, p);
     put(b, "  --micro-batch-size %d\n", d->mbs);
     put(b, "  --global-batch-size %.0f\n", d->gbs);
@@ -131,6 +137,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
                "  --recompute-num-layers 1\n");
     if (d->zero == AP_ZERO_1)
         put(b, "  --use-distributed-optimizer\n");
+    if (d->overlap_grad)
+        put(b, "  --overlap-grad-reduce\n");
 }
 
 static void megatron_model(sbuf *b, const ap_model_shape *s)
@@ -224,6 +232,9 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (d->dp > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
         put(&b, "# ZeRO-%d has no torchtitan equivalent: FSDP without resharding after "
                 "forward is the nearest, and also shards parameters.\n", (int)d->zero);
+    if (d->dp > 1 && !d->overlap_grad)
+        put(&b, "# The plan was priced with the gradient reduction after the backward; "
+                "torchtitan's DDP and FSDP always overlap it, so expect a faster step.\n");
     put(&b, "TORCHTITAN_ARGS=\"\n");
     titan_data(&b, d);
     put(&b, "  --parallelism.tensor_parallel_degree %d\n", d->tp);
@@ -256,6 +267,9 @@ char *ap_emit_deepspeed(const ap_plan_desc *p, const ap_degrees *d, const ap_mod
     cJSON_AddNumberToObject(o, "gradient_accumulation_steps", d->nmicro);
     cJSON *z = cJSON_AddObjectToObject(o, "zero_optimization");
     cJSON_AddNumberToObject(z, "stage", d->zero);
+    /* DeepSpeed overlaps the reduction only under ZeRO-2 and 3; ZeRO-0 and 1
+     * ignore the key and reduce after the backward. */
+    cJSON_AddBoolToObject(z, "overlap_comm", d->overlap_grad);
     if (s->dtype == AP_BF16 || s->dtype == AP_FP16)
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, s->dtype == AP_BF16 ? "bf16" : "fp16"),
                               "enabled", 1);

@@ -172,8 +172,10 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     int slow = 0;
     for (int i = 0; i < p->nstages; i++) {
         ap_stage *st = &p->stages[i];
-        /* Gradient reduction overlaps the last micro-batch's backward. */
-        st->grad_sync_exposed = fmax(0, st->grad_sync - st->bwd);
+        /* Gradient reduction overlaps the last micro-batch's backward, or
+         * waits for it to end (Megatron-LM without --overlap-grad-reduce). */
+        st->grad_sync_exposed = p->serial_grad_sync ? st->grad_sync
+                                                    : fmax(0, st->grad_sync - st->bwd);
         st->optimizer = optimizer_time(c, st);
         sync = fmax(sync, st->grad_sync_exposed);
         sync_total = fmax(sync_total, st->grad_sync);

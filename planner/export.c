@@ -211,6 +211,9 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->gbs = d->gbs;
     m->recompute = d->recompute;
     m->zero = d->zero;
+    m->overlap_grad = d->overlap_grad;
+    m->first = d->first;
+    m->last = d->last;
 }
 
 /* Every op's sharding must be the one Megatron's pattern gives it. */
@@ -268,21 +271,49 @@ static int batch_degrees(const ap_plan_desc *p, ap_degrees *d, char *err)
     return AP_OK;
 }
 
+/* Uneven stages that Megatron-LM's --decoder-first/last-pipeline-num-layers
+ * state: every stage but the first and the last holds the same count. */
+static void first_last(const ap_plan_desc *p, ap_degrees *d)
+{
+    int n = p->nstages, mid = n > 2 ? p->stages[1].nlayers : 0;
+    for (int i = 1; i < n - 1; i++)
+        if (p->stages[i].nlayers != mid)
+            return;
+    d->first = n == 2 || p->stages[0].nlayers != mid ? p->stages[0].nlayers : 0;
+    d->last = n == 2 || p->stages[n - 1].nlayers != mid ? p->stages[n - 1].nlayers : 0;
+}
+
+/* Interleaving needs every stage's layers to divide into the chunks. */
+static int chunks_divide(const ap_graph *g, const ap_plan_desc *p, const ap_degrees *d)
+{
+    if (d->even)
+        return g->nlayers % (d->pp * d->vpp) == 0;
+    if (!d->first && !d->last)
+        return 0;
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i].nlayers % d->vpp)
+            return 0;
+    return 1;
+}
+
 static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *d,
                           char *err)
 {
     d->pp = p->nstages;
     d->vpp = p->vchunks;
     d->schedule = p->schedule;
+    d->overlap_grad = !p->serial_grad_sync;
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
+    if (!d->even)
+        first_last(p, d);
     if ((d->vpp > 1) != (d->schedule == AP_SCHED_INTERLEAVED)) {
         errf(err, "%s: virtual_stages %d does not match the %s schedule",
                  p->source, d->vpp, ap_emit_schedule_name(d->schedule));
         return AP_EINPUT;
     }
-    if (d->vpp > 1 && (!d->even || g->nlayers % (d->pp * d->vpp))) {
+    if (d->vpp > 1 && !chunks_divide(g, p, d)) {
         errf(err, "%s: %d virtual stages per stage need the %d layers "
                  "split evenly into pp*vpp = %d chunks", p->source, d->vpp,
                  g->nlayers, d->pp * d->vpp);
@@ -319,6 +350,9 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
             return refuse(p, err, "%s's tensor parallelism always shards norms on the "
                           "sequence (sequence parallelism); the plan uses %s",
                           who, "tensor parallelism without it (Megatron-LM runs it)");
+        if (d->vpp > 1 && !d->even)
+            return refuse(p, err, "%s's split points cut the layers into pp*vpp even "
+                          "chunks here; the plan interleaves %s", who, "uneven stages");
         return AP_OK;
     }
     if (d->tp > 1 || d->cp > 1 || d->ep > 1)

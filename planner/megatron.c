@@ -21,6 +21,7 @@ void ap_megatron_default(ap_megatron *m)
     m->tp = m->pp = m->cp = m->ep = m->vpp = m->mbs = 1;
     m->gbs = 512;
     m->zero = AP_ZERO_1;
+    m->overlap_grad = 1;
 }
 
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
@@ -44,10 +45,13 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     int *slot = !strcmp(k, "tp") ? &m->tp : !strcmp(k, "pp") ? &m->pp
               : !strcmp(k, "dp") ? &m->dp : !strcmp(k, "cp") ? &m->cp
               : !strcmp(k, "ep") ? &m->ep : !strcmp(k, "vpp") ? &m->vpp
-              : !strcmp(k, "mbs") ? &m->mbs : !strcmp(k, "sp") ? &m->sp : NULL;
-    if (!slot && strcmp(k, "gbs") && strcmp(k, "zero")) {
+              : !strcmp(k, "mbs") ? &m->mbs : !strcmp(k, "sp") ? &m->sp
+              : !strcmp(k, "first") ? &m->first : !strcmp(k, "last") ? &m->last
+              : NULL;
+    if (!slot && strcmp(k, "gbs") && strcmp(k, "zero") && strcmp(k, "overlap_grad")) {
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
-                 "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero)", k);
+                 "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
+                 "first, last)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -61,6 +65,10 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
         if (n > 3)
             goto bad;
         m->zero = (ap_zero)n;
+    } else if (!strcmp(k, "overlap_grad")) {
+        if (n > 1)
+            goto bad;
+        m->overlap_grad = (int)n;
     } else {
         if (n < (slot == &m->sp || slot == &m->dp ? 0 : 1))
             goto bad;
@@ -71,6 +79,7 @@ bad:
     snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\"%s", who, v,
              !strcmp(k, "recompute") ? " (none, selective or full)"
              : !strcmp(k, "zero") ? " (0 to 3)"
+             : !strcmp(k, "overlap_grad") ? " (0 or 1)"
              : !strcmp(k, "sp") || !strcmp(k, "dp") ? " (an integer from 0 to 2^30)"
                                                     : " (an integer from 1 to 2^30)");
     return AP_EINPUT;
@@ -110,6 +119,9 @@ static const struct {
     {"--micro-batch-size", "mbs"},
     {"--global-batch-size", "gbs"},
     {"--recompute-granularity", "recompute"},
+    {"--decoder-first-pipeline-num-layers", "first"},
+    {"--decoder-last-pipeline-num-layers", "last"},
+    {"--num-virtual-stages-per-pipeline-rank", "vpp"},
 };
 
 /* The value after a flag that takes one; NULL with err set when missing. */
@@ -129,7 +141,9 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         return AP_EINPUT;
     }
     strcpy(buf, args);
-    m->zero = AP_ZERO_NONE; /* Megatron's default without the flag */
+    /* Megatron's defaults without the flags */
+    m->zero = AP_ZERO_NONE;
+    m->overlap_grad = 0;
     long layers_per_chunk = 0;
     char *save = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
@@ -153,6 +167,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             m->sp = 1;
         } else if (!strcmp(tok, "--use-distributed-optimizer")) {
             m->zero = AP_ZERO_1;
+        } else if (!strcmp(tok, "--overlap-grad-reduce")) {
+            m->overlap_grad = 1;
         } else if (!strcmp(tok, "--num-layers-per-virtual-pipeline-stage")) {
             char *v = flag_value(tok, &save, err), *end;
             if (!v)
@@ -167,7 +183,14 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         /* Other flags (model shape, optimizer, logging) do not change the
          * parallel layout and are ignored. */
     }
-    m->vpp = (int)-layers_per_chunk; /* resolved against the layer count later */
+    if (layers_per_chunk && (m->first || m->last)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --num-layers-per-virtual-pipeline-stage "
+                 "assumes even stages; with --decoder-first/last-pipeline-num-layers give "
+                 "--num-virtual-stages-per-pipeline-rank");
+        return AP_EINPUT;
+    }
+    if (layers_per_chunk) /* resolved against the layer count later */
+        m->vpp = (int)-layers_per_chunk;
     return AP_OK;
 }
 
@@ -183,6 +206,80 @@ static int fits_gpus(const ap_megatron *m, int gpus, int with_dp)
             return 0;
     }
     return 1;
+}
+
+/* The layers of the stages between the first and the last: what first and
+ * last leave, split evenly. */
+static int middle_stages(const ap_megatron *m)
+{
+    return m->pp - (m->first > 0) - (m->last > 0);
+}
+
+static int middle_layers(const ap_megatron *m, int L)
+{
+    int n = middle_stages(m);
+    return n > 0 ? (L - m->first - m->last) / n : 0;
+}
+
+/* Megatron-LM's rules for --decoder-first/last-pipeline-num-layers: two
+ * stages at least, the middle stages split what is left evenly, and under
+ * interleaving each stage's layers divide into its virtual stages. */
+static int check_uneven(const ap_megatron *m, int L, char *err)
+{
+    char who[96];
+    snprintf(who, sizeof who, "first=%d,last=%d (--decoder-first/last-pipeline-num-layers)",
+             m->first, m->last);
+    if (m->pp < 2) {
+        snprintf(err, AP_ERR_LEN, "%s: uneven stages need pp >= 2, not pp=%d", who, m->pp);
+        return AP_EINPUT;
+    }
+    long rest = (long)L - m->first - m->last;
+    int mid = middle_stages(m);
+    if (rest < 0 || (mid == 0 && rest != 0) || (mid > 0 && (rest < mid || rest % mid))) {
+        if (rest < mid)
+            snprintf(err, AP_ERR_LEN, "%s: the %d layers leave fewer than one for each of "
+                     "the %d middle stages", who, L, mid);
+        else if (mid == 0)
+            snprintf(err, AP_ERR_LEN, "%s: with pp=2 first and last must add up to the %d "
+                     "layers", who, L);
+        else
+            snprintf(err, AP_ERR_LEN, "%s: the %ld layers left do not split evenly over "
+                     "the %d middle stages of pp=%d", who, rest, mid, m->pp);
+        return AP_EINPUT;
+    }
+    const int n[] = {m->first, m->last, middle_layers(m, L)};
+    const char *what[] = {"first stage's", "last stage's", "middle stages'"};
+    for (int i = 0; i < 3; i++)
+        if (n[i] && n[i] % m->vpp) {
+            snprintf(err, AP_ERR_LEN, "%s: the %s %d layers do not divide into vpp=%d "
+                     "virtual stages", who, what[i], n[i], m->vpp);
+            return AP_EINPUT;
+        }
+    return AP_OK;
+}
+
+static int check_split(const ap_megatron *m, int L, char *err)
+{
+    if (m->first || m->last)
+        return check_uneven(m, L, err);
+    long chunks = (long)m->pp * m->vpp;
+    if (L % chunks) {
+        snprintf(err, AP_ERR_LEN, "pp*vpp = %ld does not divide the %d layers%s",
+                 chunks, L, m->pp > 1 ? " (first=N,last=N give the first and last "
+                 "stage their own count)" : "");
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+/* Layers of stage s under a checked configuration. */
+static int stage_layers(const ap_megatron *m, int L, int s)
+{
+    if (s == 0 && m->first)
+        return m->first;
+    if (s == m->pp - 1 && m->last)
+        return m->last;
+    return m->first || m->last ? middle_layers(m, L) : L / m->pp;
 }
 
 static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
@@ -222,12 +319,9 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
             return AP_EINPUT;
         }
     }
-    long chunks = (long)m->pp * m->vpp;
-    if (L % chunks) {
-        snprintf(err, AP_ERR_LEN, "pp*vpp = %ld does not divide the %d layers",
-                 chunks, L);
-        return AP_EINPUT;
-    }
+    int rc = check_split(m, L, err);
+    if (rc)
+        return rc;
     double micro = (double)m->mbs * m->dp;
     if (fmod(m->gbs, micro)) {
         snprintf(err, AP_ERR_LEN, "gbs=%.0f is not a multiple of mbs*dp = %.0f",
@@ -368,6 +462,7 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->schedule = m.vpp > 1 ? AP_SCHED_INTERLEAVED : AP_SCHED_1F1B;
     p->vchunks = m.vpp;
     p->zero = m.zero;
+    p->serial_grad_sync = !m.overlap_grad;
     p->nstages = m.pp;
     p->nclasses = pt.nclasses;
     p->stages = calloc((size_t)m.pp, sizeof *p->stages);
@@ -375,11 +470,12 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     if (!p->stages || !p->classes)
         goto oom;
     memcpy(p->classes, pt.classes, sizeof(int) * (size_t)pt.nclasses);
-    int per = p->gpus / m.pp, span = g->nlayers / m.pp;
+    int per = p->gpus / m.pp, next = 0;
     for (int s = 0; s < m.pp; s++) {
         ap_stage *st = &p->stages[s];
-        st->first_layer = s * span;
-        st->nlayers = span;
+        st->first_layer = next;
+        st->nlayers = stage_layers(&m, g->nlayers, s);
+        next += st->nlayers;
         st->has_pre = s == 0;
         st->has_post = s == m.pp - 1;
         st->first_rank = s * per;

@@ -179,6 +179,7 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
     cJSON_AddNumberToObject(o, "virtual_stages", p->vchunks);
     cJSON_AddNumberToObject(o, "zero", p->zero);
+    cJSON_AddBoolToObject(o, "overlap_grad_reduce", !p->serial_grad_sync);
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
     cJSON_AddNumberToObject(solver, "gap", p->ilp_gap);
@@ -263,7 +264,8 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
         fprintf(f, ", ZeRO-3 gathers %.3f s", p->t_kinds.param_gather);
     if (p->t_kinds.grad_reduce > 0)
         fprintf(f, ", ZeRO-2/3 gradient reduce-scatters %.3f s", p->t_kinds.grad_reduce);
-    fprintf(f, "; pipeline send/recv %.3f s; gradient sync %.3f s (%.3f s exposed)\n",
-            p->t_p2p, p->t_grad_sync_total, p->t_grad_sync);
+    fprintf(f, "; pipeline send/recv %.3f s; gradient sync %.3f s (%.3f s exposed%s)\n",
+            p->t_p2p, p->t_grad_sync_total, p->t_grad_sync,
+            p->serial_grad_sync ? ", after the backward" : "");
     fprintf(f, "  solver: %s (gap %.2g)\n", status_name(p->ilp_status), p->ilp_gap);
 }

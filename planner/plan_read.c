@@ -419,6 +419,12 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         (rc = get_small(r, root, "zero", "", 0, 3, &zero)))
         return rc;
     p->zero = (ap_zero)zero;
+    if (field(root, "overlap_grad_reduce")) {
+        int overlap;
+        if ((rc = get_bool(r, root, "overlap_grad_reduce", "", &overlap)))
+            return rc;
+        p->serial_grad_sync = !overlap;
+    }
     const cJSON *shape = field(root, "model_shape");
     if (shape) {
         if ((rc = parse_shape(r, shape, &p->shape)))

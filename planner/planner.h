@@ -238,6 +238,11 @@ typedef struct {
     ap_schedule schedule;
     int vchunks;
     ap_zero zero;
+    /* 1: the gradient synchronisation starts after the last backward, all
+     * of it exposed (Megatron-LM without --overlap-grad-reduce); 0: it
+     * overlaps the last micro-batch's backward. Zero, the default of a
+     * zeroed plan, is what searched plans use. */
+    int serial_grad_sync;
     int nstages;
     ap_stage *stages;
     int nclasses;
@@ -298,18 +303,29 @@ void ap_plan_free(ap_plan *p);
  * ap_pipe_result_free(). */
 int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err);
 /* A hand-tuned Megatron-LM configuration, priced as a plan with the
- * planner's own code. dp 0 means GPUs / (tp * pp * cp). */
+ * planner's own code. dp 0 means GPUs / (tp * pp * cp). first and last,
+ * when not 0, are the layers of the first and last pipeline stage
+ * (--decoder-first/last-pipeline-num-layers); the other stages split the
+ * rest evenly. overlap_grad: the data-parallel gradient reduction overlaps
+ * the backward (--overlap-grad-reduce). */
 typedef struct {
     int tp, pp, dp, cp, ep, vpp, mbs, sp;
     double gbs;
     ap_recompute recompute;
     ap_zero zero;
+    int overlap_grad;
+    int first, last;
 } ap_megatron;
 
+/* The spec's defaults: tp, pp, cp, ep, vpp, mbs 1, gbs 512, ZeRO-1 (the
+ * distributed optimizer), gradient reduction overlapped, even stages. */
 void ap_megatron_default(ap_megatron *m);
-/* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,zero=1" */
+/* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
+ * zero=1,overlap_grad=1,first=7,last=7" */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
-/* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ..." */
+/* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ...".
+ * What a flag's absence means is Megatron-LM's default: no distributed
+ * optimizer, no --overlap-grad-reduce. */
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err);
 /* Checks the configuration against the model and cluster (tp*pp*dp*cp =
  * GPUs, heads and KV heads divisible by tp, layers by pp*vpp, gbs by
@@ -333,7 +349,8 @@ ap_strategy ap_megatron_layout(const ap_graph *g, const ap_megatron *m, int op);
 char *ap_plan_trace_json(const ap_plan *p, char *err);
 
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
- * every field, in the form ap_megatron_parse reads back. */
+ * every field, in the form ap_megatron_parse reads back; overlap_grad=0
+ * and first, last only where they differ from the spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -434,6 +451,8 @@ typedef struct {
     ap_schedule schedule;
     int vchunks;
     ap_zero zero;
+    int serial_grad_sync; /* "overlap_grad_reduce": false; absent reads as
+                             overlapped (plans written before the field) */
     int has_shape;
     ap_model_shape shape;
     int nstages;
@@ -462,6 +481,9 @@ typedef struct {
     ap_zero zero;
     ap_schedule schedule;
     int even; /* every stage holds the same number of layers */
+    int overlap_grad; /* gradient reduction overlapped with backward */
+    int first, last;  /* when not even and only the first and last stage
+                         differ from the others: their layers (else 0) */
 } ap_degrees;
 
 /* Derives the degrees from the stages' meshes and every op's sharding, and

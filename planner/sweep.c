@@ -30,9 +30,16 @@ static const char *recompute_name(ap_recompute r)
 
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
 {
-    snprintf(buf, len, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,vpp=%d,mbs=%d,gbs=%.0f,"
-             "sp=%d,recompute=%s,zero=%d", m->tp, m->pp, m->dp, m->cp, m->ep,
-             m->vpp, m->mbs, m->gbs, m->sp, recompute_name(m->recompute), (int)m->zero);
+    int n = snprintf(buf, len, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,vpp=%d,mbs=%d,gbs=%.0f,"
+                     "sp=%d,recompute=%s,zero=%d", m->tp, m->pp, m->dp, m->cp, m->ep,
+                     m->vpp, m->mbs, m->gbs, m->sp, recompute_name(m->recompute),
+                     (int)m->zero);
+    if (n >= 0 && (size_t)n < len && !m->overlap_grad)
+        n += snprintf(buf + n, len - (size_t)n, ",overlap_grad=0");
+    if (n >= 0 && (size_t)n < len && m->first)
+        n += snprintf(buf + n, len - (size_t)n, ",first=%d", m->first);
+    if (n >= 0 && (size_t)n < len && m->last)
+        snprintf(buf + n, len - (size_t)n, ",last=%d", m->last);
 }
 
 /* A growing list of candidate configurations. */
@@ -112,6 +119,11 @@ static void add_variants(const space *s, ap_megatron m, list *out)
                 m.sp = sp;
                 m.recompute = (ap_recompute)rc;
                 m.zero = zeros[z];
+                /* DeepSpeed overlaps gradient reduction with backward only
+                 * under ZeRO-2 and 3 (overlap_comm); ZeRO-0 and 1 reduce
+                 * after the backward. */
+                m.overlap_grad = s->launcher != AP_LAUNCHER_DEEPSPEED ||
+                                 m.zero >= AP_ZERO_2;
                 push(out, &m);
             }
 }

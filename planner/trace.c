@@ -6,7 +6,8 @@
  * gradient sync and the optimizer step are placed the way the prediction
  * counts them, so that the trace ends exactly at the predicted step time:
  * a stage's gradient reduction overlaps the end of its backward and runs
- * past it by its exposed part, and every stage's optimizer step starts once
+ * past it by its exposed part (all of it, starting when the backward ends,
+ * when the plan does not overlap it), and every stage's optimizer step starts once
  * the slowest reduction is done. Times are microseconds, as the format
  * wants. */
 #include <cjson/cJSON.h>

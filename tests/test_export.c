@@ -88,8 +88,12 @@ static void exported_megatron_flags_price_to_the_same_step(void)
     ap_graph *g = load("examples/gpt-1.3b.json");
     const char *specs[] = {"tp=2,pp=2,sp=1,vpp=2,mbs=1,gbs=64",
                            "tp=4,pp=1,mbs=2,gbs=64,recompute=full,zero=0",
-                           "tp=8,pp=2,sp=1,mbs=1,gbs=32,recompute=selective"};
-    for (int i = 0; i < 3; i++) {
+                           "tp=8,pp=2,sp=1,mbs=1,gbs=32,recompute=selective",
+                           "tp=4,pp=1,mbs=2,gbs=64,overlap_grad=0",
+                           "tp=2,pp=4,sp=1,mbs=1,gbs=64,first=4,last=4",
+                           "tp=2,pp=4,sp=1,vpp=2,mbs=1,gbs=64,first=4,last=4,overlap_grad=0",
+                           "tp=2,pp=2,mbs=1,gbs=64,first=10"};
+    for (int i = 0; i < 7; i++) {
         ap_plan_desc d;
         double step = 0;
         char err[AP_ERR_LEN], *text = NULL, args[4096];
@@ -189,7 +193,9 @@ static void uneven_stages_need_a_layout_flag(void)
     d.stages[1].first_layer = 10;
     d.stages[1].nlayers = 14;
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
-    CHECK_STR_HAS(text, "--pipeline-model-parallel-layout \"Et*10|t*14L\"\n");
+    CHECK_STR_HAS(text, "--decoder-first-pipeline-num-layers 10\n"
+                        "  --decoder-last-pipeline-num-layers 14\n");
+    CHECK(text && !strstr(text, "--pipeline-model-parallel-layout"));
     free(text);
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_split_points layers.10\n");
@@ -201,6 +207,18 @@ static void uneven_stages_need_a_layout_flag(void)
     d.stages[1].nlayers = 14;
     CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "uneven");
+    ap_plan_desc_free(&d);
+    /* Middle stages that differ from each other need the layout string:
+     * 5 + 6 + 7 + 6 of the 24 layers. */
+    CHECK(!megatron_desc(g, 16, "tp=2,pp=4,sp=1,mbs=1,gbs=64", &d, NULL));
+    d.stages[0].nlayers = 5;
+    d.stages[1].first_layer = 5;
+    d.stages[2].first_layer = 11;
+    d.stages[2].nlayers = 7;
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--pipeline-model-parallel-layout \"Et*5|t*6|t*7|t*6L\"\n");
+    CHECK(text && !strstr(text, "--decoder-first-pipeline-num-layers"));
+    free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
 }

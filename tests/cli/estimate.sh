@@ -15,15 +15,22 @@ a=$("$bin" estimate "$model" --gpus 16 --json \
 [ $? -eq 0 ] && ok || bad "a valid configuration is priced: $a"
 echo "$a" | grep -q '"step_time_s"' && ok || bad "JSON has step_time_s"
 b=$("$bin" estimate "$model" --gpus 16 --json --megatron-args \
-    "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --sequence-parallel --use-distributed-optimizer --num-layers 32" 2>&1)
+    "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --num-layers 32" 2>&1)
 [ "$a" = "$b" ] && ok || bad "spec and flags agree: $a vs $b"
+# Without --overlap-grad-reduce Megatron-LM reduces after the backward, as
+# overlap_grad=0 says in the spec.
+a=$("$bin" estimate "$model" --gpus 16 --json \
+    --megatron "tp=2,pp=2,mbs=1,gbs=256,sp=1,zero=1,overlap_grad=0" 2>&1)
+b=$("$bin" estimate "$model" --gpus 16 --json --megatron-args \
+    "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --sequence-parallel --use-distributed-optimizer" 2>&1)
+[ "$a" = "$b" ] && ok || bad "flags without --overlap-grad-reduce are overlap_grad=0: $a vs $b"
 
 expect() {
     want=$1
     shift
     out=$("$bin" estimate "$model" --gpus 16 "$@" 2>&1 >/dev/null)
     rc=$?
-    [ $rc -eq 2 ] && echo "$out" | grep -qF "$want" && ok ||
+    [ $rc -eq 2 ] && echo "$out" | grep -qF -- "$want" && ok ||
         bad "$* -> rc $rc, '$out' lacks '$want'"
 }
 expect "not the 16 GPUs" --megatron "tp=2,pp=2,dp=2"
@@ -32,6 +39,15 @@ expect "pp*vpp = 6 does not divide the 32 layers" --megatron "tp=8,pp=2,vpp=3"
 expect "not a multiple of mbs*dp" --megatron "tp=2,mbs=3,gbs=512"
 expect "must divide the experts" --megatron "ep=2"
 expect "unknown key" --megatron "tq=2"
+expect "--megatron: overlap_grad: bad value \"2\" (0 or 1)" --megatron "overlap_grad=2"
+expect "the 25 layers left do not split evenly over the 2 middle stages of pp=4" \
+    --megatron "tp=2,pp=4,dp=2,first=3,last=4"
+expect "(--decoder-first/last-pipeline-num-layers): uneven stages need pp >= 2" \
+    --megatron "tp=2,first=3"
+expect "--megatron-args: --decoder-last-pipeline-num-layers: bad value \"x\"" \
+    --megatron-args "--pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers x"
+expect "--megatron-args: --decoder-first-pipeline-num-layers needs a value" \
+    --megatron-args "--decoder-first-pipeline-num-layers"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -16,12 +16,12 @@ pass=0
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
 
-# name|model|gpus|Megatron spec|launcher
+# name|model|gpus|Megatron spec|launcher (DeepSpeed overlaps no ZeRO-1 reduction)
 cases="gpt-tiny|examples/gpt-tiny.json|4|tp=2,pp=2,sp=1,mbs=1,gbs=8|megatron
-gpt-tiny|examples/gpt-tiny.json|4|tp=1,pp=2,mbs=2,gbs=16|deepspeed
+gpt-tiny|examples/gpt-tiny.json|4|tp=1,pp=2,mbs=2,gbs=16,overlap_grad=0|deepspeed
 gpt-1.3b|examples/gpt-1.3b.json|16|tp=2,pp=2,vpp=2,sp=1,mbs=1,gbs=64|megatron
 gpt-1.3b|examples/gpt-1.3b.json|16|tp=2,pp=2,vpp=2,sp=1,mbs=1,gbs=64|torchtitan
-gpt-1.3b|examples/gpt-1.3b.json|16|tp=1,pp=2,mbs=2,gbs=64,recompute=full|deepspeed
+gpt-1.3b|examples/gpt-1.3b.json|16|tp=1,pp=2,mbs=2,gbs=64,recompute=full,overlap_grad=0|deepspeed
 llama-3-8b|examples/hf/llama-3-8b.json|16|tp=4,pp=2,sp=1,mbs=1,gbs=256,recompute=full|megatron
 llama-3-8b|examples/hf/llama-3-8b.json|16|tp=4,pp=2,sp=1,mbs=1,gbs=256,recompute=full|torchtitan
 mixtral-8x7b|examples/hf/mixtral-8x7b.json|64|tp=2,pp=4,ep=8,sp=1,mbs=1,gbs=256,recompute=selective|megatron"
@@ -56,6 +56,13 @@ roundtrip() { # model gpus spec
 roundtrip examples/gpt-1.3b.json 16 "tp=2,pp=2,vpp=2,sp=1,mbs=1,gbs=64"
 roundtrip examples/hf/llama-3-8b.json 16 "tp=4,pp=2,sp=1,mbs=1,gbs=256,recompute=full"
 roundtrip examples/hf/llama-3-8b.json 16 "tp=2,pp=1,mbs=2,gbs=128,recompute=selective,zero=0"
+roundtrip examples/hf/llama-3-8b.json 16 "tp=2,pp=2,sp=1,mbs=1,gbs=128,overlap_grad=0"
+roundtrip examples/gpt-1.3b.json 16 "tp=2,pp=4,sp=1,vpp=2,mbs=1,gbs=64,first=4,last=4"
+roundtrip examples/hf/llama-3.1-405b.json 128 "tp=8,pp=16,sp=1,mbs=1,gbs=64,first=7,last=7"
+grep -q -- "--decoder-first-pipeline-num-layers 7" "$tmp/args.sh" &&
+    grep -q -- "--decoder-last-pipeline-num-layers 7" "$tmp/args.sh" &&
+    grep -q -- "--overlap-grad-reduce" "$tmp/args.sh" && ok ||
+    bad "first=7,last=7 exports the decoder first/last flags: $(cat "$tmp/args.sh")"
 
 # plan --emit: a searched plan exported directly; json is --json.
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 1 --global-batch 8 --quiet \

@@ -1,0 +1,233 @@
+/* Megatron-LM settings beyond the parallel sizes: whether the data-parallel
+ * gradient reduction overlaps the backward (--overlap-grad-reduce), and
+ * first and last pipeline stages with their own layer counts
+ * (--decoder-first/last-pipeline-num-layers). */
+#include <cjson/cJSON.h>
+
+#include "model.h"
+
+#include "planner/planner.h"
+
+static int plan_of(const ap_graph *g, int gpus, const char *spec, int args,
+                   ap_plan *p, char *err)
+{
+    ap_cluster c;
+    ap_megatron m;
+    ap_megatron_default(&m);
+    int rc = ap_cluster_preset("h100-sxm", gpus, 0, &c, err);
+    if (rc)
+        return rc;
+    rc = args ? ap_megatron_parse_args(spec, &m, err) : ap_megatron_parse(spec, &m, err);
+    if (!rc)
+        rc = ap_megatron_plan(g, &c, &m, p, err);
+    ap_cluster_free(&c);
+    return rc;
+}
+
+/* gpt-tiny on 16 GPUs over two nodes, one sequence per replica: the
+ * gradient all-reduce crosses InfiniBand and outlasts a micro-batch's
+ * backward, so both rules give a non-zero exposed part that differs. */
+static void gradient_sync_is_all_exposed_without_overlap(void)
+{
+    ap_graph *g = ap_test_model("examples/gpt-tiny.json", 0);
+    ap_plan on, off;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL);
+    REQUIRE_OK(plan_of(g, 16, "tp=1,pp=1,mbs=1,gbs=32", 0, &on, err), err);
+    REQUIRE_OK(plan_of(g, 16, "tp=1,pp=1,mbs=1,gbs=32,overlap_grad=0", 0, &off, err), err);
+    const ap_stage *a = &on.stages[0], *b = &off.stages[0];
+    CHECK(a->grad_sync > a->bwd && a->bwd > 0);
+    CHECK_NEAR(b->grad_sync, a->grad_sync, 1e-15);
+    CHECK_NEAR(a->grad_sync_exposed, a->grad_sync - a->bwd, 1e-15);
+    CHECK_NEAR(b->grad_sync_exposed, b->grad_sync, 1e-15);
+    CHECK_NEAR(off.t_grad_sync, b->grad_sync, 1e-15);
+    /* The pipeline is the same; only the exposed sync is added. */
+    CHECK_NEAR(off.step_time - on.step_time, a->bwd, 1e-12);
+    CHECK(!on.serial_grad_sync && off.serial_grad_sync);
+    ap_plan_free(&on);
+    ap_plan_free(&off);
+    ap_graph_free(g);
+}
+
+/* With the whole sync exposed a pipeline's step grows by the slowest
+ * stage's sync, and plan.json records the setting. */
+static void serial_sync_is_recorded_and_read_back(void)
+{
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
+    ap_plan p;
+    ap_plan_desc d;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL);
+    REQUIRE_OK(plan_of(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,overlap_grad=0", 0, &p, err), err);
+    double most = 0;
+    for (int i = 0; i < p.nstages; i++)
+        most = fmax(most, p.stages[i].grad_sync);
+    CHECK(most > 0);
+    CHECK_NEAR(p.t_grad_sync, most, 1e-15);
+    char *json = ap_plan_to_json(g, &p);
+    CHECK_STR_HAS(json, "\"overlap_grad_reduce\":\tfalse");
+    REQUIRE_OK(ap_plan_desc_parse(json, strlen(json), "plan.json", &d, err), err);
+    CHECK(d.serial_grad_sync == 1);
+    ap_plan_desc_free(&d);
+    /* A plan file from before the field reads as overlapped. */
+    char *at = strstr(json, "\t\"overlap_grad_reduce\":\tfalse,\n");
+    CHECK(at != NULL);
+    if (at)
+        memmove(at, at + strlen("\t\"overlap_grad_reduce\":\tfalse,\n"),
+                strlen(at + strlen("\t\"overlap_grad_reduce\":\tfalse,\n")) + 1);
+    REQUIRE_OK(ap_plan_desc_parse(json, strlen(json), "plan.json", &d, err), err);
+    CHECK(d.serial_grad_sync == 0);
+    ap_plan_desc_free(&d);
+    free(json);
+    ap_plan_free(&p);
+    ap_graph_free(g);
+}
+
+/* The trace puts a sync that is not overlapped right after the stage's last
+ * pass, and still spans exactly the predicted step. */
+static void trace_puts_serial_sync_after_the_backward(void)
+{
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL);
+    REQUIRE_OK(plan_of(g, 16, "tp=2,pp=4,mbs=2,gbs=32,sp=1,overlap_grad=0", 0, &p, err), err);
+    char *text = ap_plan_trace_json(&p, err);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    CHECK(o != NULL);
+    double last[4] = {0}, sync[4] = {0}, lo = 1e30, hi = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(o, "traceEvents")) {
+        const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+        if (!ph || strcmp(ph, "X"))
+            continue;
+        const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat"));
+        int pid = cJSON_GetObjectItem(e, "pid")->valueint;
+        double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
+        double end = ts + cJSON_GetObjectItem(e, "dur")->valuedouble;
+        lo = fmin(lo, ts);
+        hi = fmax(hi, end);
+        if (pid < 0 || pid > 3)
+            continue;
+        if (!strcmp(cat, "forward") || !strcmp(cat, "backward"))
+            last[pid] = fmax(last[pid], end);
+        if (!strcmp(cat, "grad_sync"))
+            sync[pid] = ts;
+    }
+    for (int i = 0; i < 4; i++)
+        CHECK_NEAR(sync[i], last[i], 1e-6);
+    CHECK_NEAR((hi - lo) / 1e6, p.step_time, 1e-9);
+    cJSON_Delete(o);
+    free(text);
+    ap_plan_free(&p);
+    ap_graph_free(g);
+}
+
+static void flags_default_to_megatron_and_spec_to_overlap(void)
+{
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    CHECK(m.overlap_grad == 1 && m.first == 0 && m.last == 0);
+    REQUIRE_OK(ap_megatron_parse_args("--tensor-model-parallel-size 2", &m, err), err);
+    CHECK(m.overlap_grad == 0);
+    REQUIRE_OK(ap_megatron_parse_args("--overlap-grad-reduce --decoder-first-pipeline-num-layers 7 "
+                                      "--decoder-last-pipeline-num-layers 6", &m, err), err);
+    CHECK(m.overlap_grad == 1 && m.first == 7 && m.last == 6);
+    char buf[256];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse("pp=16,first=7,last=7,overlap_grad=0", &m, err), err);
+    ap_megatron_format(&m, buf, sizeof buf);
+    CHECK_STR_HAS(buf, ",overlap_grad=0,first=7,last=7");
+}
+
+/* Llama 3.1 405B's 126 layers on pp=16: Meta's split gives the first and
+ * last stage 7 and the 14 others (126 - 14) / 14 = 8. */
+static void first_and_last_stages_take_their_own_layers(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-3.1-405b.json", 0);
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL && g->nlayers == 126);
+    CHECK(plan_of(g, 128, "tp=8,pp=16,mbs=1,gbs=64,sp=1", 0, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "pp*vpp = 16 does not divide the 126 layers");
+    REQUIRE_OK(plan_of(g, 128, "tp=8,pp=16,mbs=1,gbs=64,sp=1,first=7,last=7", 0, &p, err), err);
+    CHECK(p.nstages == 16);
+    int next = 0;
+    for (int i = 0; i < p.nstages; i++) {
+        CHECK(p.stages[i].first_layer == next);
+        CHECK(p.stages[i].nlayers == (i == 0 || i == 15 ? 7 : 8));
+        next += p.stages[i].nlayers;
+    }
+    CHECK(next == 126);
+    /* The first stage also runs the embedding and the last the head, so the
+     * stage with the most work is a middle one. */
+    CHECK(p.stages[1].fwd > p.stages[0].fwd);
+    ap_plan_free(&p);
+    REQUIRE_OK(plan_of(g, 128, "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 "
+                       "--sequence-parallel --global-batch-size 64 "
+                       "--decoder-first-pipeline-num-layers 6 "
+                       "--decoder-last-pipeline-num-layers 8", 1, &p, err), err);
+    CHECK(p.stages[0].nlayers == 6 && p.stages[15].nlayers == 8 && p.stages[7].nlayers == 8);
+    ap_plan_free(&p);
+    ap_graph_free(g);
+}
+
+static void uneven_stages_under_interleaving(void)
+{
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL);
+    /* 24 layers: 4 + 8 + 8 + 4, each split into two virtual stages. */
+    REQUIRE_OK(plan_of(g, 16, "tp=2,pp=4,sp=1,vpp=2,mbs=1,gbs=64,first=4,last=4", 0, &p, err),
+               err);
+    CHECK(p.vchunks == 2 && p.stages[0].nlayers == 4 && p.stages[1].nlayers == 8);
+    ap_plan_free(&p);
+    CHECK(plan_of(g, 16, "tp=2,pp=4,vpp=2,gbs=64,first=3,last=5", 0, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "the first stage's 3 layers do not divide into vpp=2");
+    CHECK(plan_of(g, 16, "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
+                  "--decoder-first-pipeline-num-layers 4", 1, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--num-virtual-stages-per-pipeline-rank");
+    REQUIRE_OK(plan_of(g, 16, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
+                       "--global-batch-size 64 --num-virtual-stages-per-pipeline-rank 2 "
+                       "--decoder-first-pipeline-num-layers 4 "
+                       "--decoder-last-pipeline-num-layers 4", 1, &p, err), err);
+    CHECK(p.vchunks == 2 && p.stages[3].nlayers == 4);
+    ap_plan_free(&p);
+    ap_graph_free(g);
+}
+
+static void bad_first_and_last_are_refused(void)
+{
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL);
+    CHECK(plan_of(g, 16, "tp=2,pp=4,first=0", 0, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--megatron: first: bad value \"0\" (an integer from 1 to 2^30)");
+    CHECK(plan_of(g, 16, "tp=2,pp=4,first=10,last=9", 0, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "first=10,last=9 (--decoder-first/last-pipeline-num-layers): "
+                       "the 5 layers left do not split evenly over the 2 middle stages");
+    CHECK(plan_of(g, 16, "tp=2,pp=4,first=20,last=20", 0, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "the 24 layers leave fewer than one for each of the 2 middle stages");
+    CHECK(plan_of(g, 16, "tp=8,pp=2,first=10,last=10", 0, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "with pp=2 first and last must add up to the 24 layers");
+    CHECK(plan_of(g, 16, "tp=8,pp=2,first=1073741824", 0, &p, err) == AP_EINPUT);
+    CHECK(plan_of(g, 16, "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers -1",
+                  1, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--megatron-args: --decoder-first-pipeline-num-layers: bad value \"-1\"");
+    ap_graph_free(g);
+}
+
+int main(void)
+{
+    RUN(gradient_sync_is_all_exposed_without_overlap);
+    RUN(serial_sync_is_recorded_and_read_back);
+    RUN(trace_puts_serial_sync_after_the_backward);
+    RUN(flags_default_to_megatron_and_spec_to_overlap);
+    RUN(first_and_last_stages_take_their_own_layers);
+    RUN(uneven_stages_under_interleaving);
+    RUN(bad_first_and_last_are_refused);
+    return DONE();
+}
