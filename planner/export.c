@@ -372,6 +372,15 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
     if (d->recompute == AP_RECOMPUTE_SELECTIVE)
         return refuse(p, err, "%s's config has no %s; only full recomputation",
                       who, "selective recomputation");
+    /* overlap_comm takes effect under ZeRO-2 and 3 only; ZeRO-0 and 1
+     * reduce after the backward whatever the config says, so a plan priced
+     * with the reduction hidden would run slower than predicted. */
+    if (d->overlap_grad && d->zero < AP_ZERO_2 && d->dp > 1)
+        return refuse(p, err, "%s overlaps the gradient reduction with the "
+                      "backward only under ZeRO-2 and 3; the plan uses %s and was "
+                      "priced with the reduction overlapped (plan with --target "
+                      "deepspeed, or estimate with overlap_grad=0)", who,
+                      d->zero == AP_ZERO_1 ? "ZeRO-1" : "no ZeRO");
     return AP_OK;
 }
 
