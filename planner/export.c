@@ -34,6 +34,11 @@ const char *ap_launcher_name(ap_launcher l)
     return (unsigned)l < 3 ? launcher_names[l] : "?";
 }
 
+int ap_launcher_overlaps_grad(ap_launcher l, ap_zero zero)
+{
+    return l != AP_LAUNCHER_DEEPSPEED || zero >= AP_ZERO_2;
+}
+
 int ap_launcher_from_name(const char *s, ap_launcher *out, char *err)
 {
     for (int i = 0; i < 3; i++)
@@ -372,10 +377,9 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
     if (d->recompute == AP_RECOMPUTE_SELECTIVE)
         return refuse(p, err, "%s's config has no %s; only full recomputation",
                       who, "selective recomputation");
-    /* overlap_comm takes effect under ZeRO-2 and 3 only; ZeRO-0 and 1
-     * reduce after the backward whatever the config says, so a plan priced
-     * with the reduction hidden would run slower than predicted. */
-    if (d->overlap_grad && d->zero < AP_ZERO_2 && d->dp > 1)
+    /* A plan priced with the reduction hidden would run slower than
+     * predicted. */
+    if (d->overlap_grad && d->dp > 1 && !ap_launcher_overlaps_grad(to, d->zero))
         return refuse(p, err, "%s overlaps the gradient reduction with the "
                       "backward only under ZeRO-2 and 3; the plan uses %s and was "
                       "priced with the reduction overlapped (plan with --target "

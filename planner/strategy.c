@@ -390,7 +390,7 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
             /* Vocabulary-parallel cross entropy reduces three fp32 numbers
              * per token (max, sum of exponentials, target logit). */
             double tok = ap_label_size(x, lg[0]) * ap_label_size(x, lg[1]) /
-                         tensor_split(x, s, lg) * (has_label(lg, l) ? x->mesh->d[a] : 1);
+                         tensor_split(x, s, lg) * x->mesh->d[a];
             c->fwd_comm += 3 * coll(x, AP_COLL_ALLREDUCE, 1 << a, 4 * tok);
             continue;
         }

@@ -119,11 +119,7 @@ static void add_variants(const space *s, ap_megatron m, list *out)
                 m.sp = sp;
                 m.recompute = (ap_recompute)rc;
                 m.zero = zeros[z];
-                /* DeepSpeed overlaps gradient reduction with backward only
-                 * under ZeRO-2 and 3 (overlap_comm); ZeRO-0 and 1 reduce
-                 * after the backward. */
-                m.overlap_grad = s->launcher != AP_LAUNCHER_DEEPSPEED ||
-                                 m.zero >= AP_ZERO_2;
+                m.overlap_grad = ap_launcher_overlaps_grad(s->launcher, m.zero);
                 push(out, &m);
             }
 }
