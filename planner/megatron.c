@@ -235,13 +235,15 @@ static int check_uneven(const ap_megatron *m, int L, char *err)
     }
     long rest = (long)L - m->first - m->last;
     int mid = middle_stages(m);
-    if (rest < 0 || (mid == 0 && rest != 0) || (mid > 0 && (rest < mid || rest % mid))) {
+    if (mid == 0 && rest != 0) {
+        snprintf(err, AP_ERR_LEN, "%s: with pp=2 first and last must add up to the %d "
+                 "layers", who, L);
+        return AP_EINPUT;
+    }
+    if (mid > 0 && (rest < mid || rest % mid)) {
         if (rest < mid)
             snprintf(err, AP_ERR_LEN, "%s: the %d layers leave fewer than one for each of "
                      "the %d middle stages", who, L, mid);
-        else if (mid == 0)
-            snprintf(err, AP_ERR_LEN, "%s: with pp=2 first and last must add up to the %d "
-                     "layers", who, L);
         else
             snprintf(err, AP_ERR_LEN, "%s: the %ld layers left do not split evenly over "
                      "the %d middle stages of pp=%d", who, rest, mid, m->pp);

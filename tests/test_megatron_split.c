@@ -213,6 +213,8 @@ static void bad_first_and_last_are_refused(void)
     CHECK_STR_HAS(err, "the 24 layers leave fewer than one for each of the 2 middle stages");
     CHECK(plan_of(g, 16, "tp=8,pp=2,first=10,last=10", 0, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "with pp=2 first and last must add up to the 24 layers");
+    CHECK(plan_of(g, 16, "tp=8,pp=2,first=20,last=20", 0, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "with pp=2 first and last must add up to the 24 layers");
     CHECK(plan_of(g, 16, "tp=8,pp=2,first=1073741824", 0, &p, err) == AP_EINPUT);
     CHECK(plan_of(g, 16, "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers -1",
                   1, &p, err) == AP_EINPUT);
