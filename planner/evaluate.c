@@ -69,7 +69,10 @@ static int class_index(const ap_plan *p, int layer_class)
 static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                        ap_stage *st, char *err)
 {
-    ap_price_ctx x = {g, c, &st->mesh, p->micro_batch, p->nmicro, p->zero};
+    /* Each data-parallel replica of the mesh runs its share of the
+     * micro-batch; one replica's price is every GPU's. */
+    double replicas = st->mesh.replicas > 1 ? st->mesh.replicas : 1;
+    ap_price_ctx x = {g, c, &st->mesh, p->micro_batch / replicas, p->nmicro, p->zero};
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = 0;
     st->param_bytes = st->act_bytes = st->flops = 0;
     memset(&st->kinds, 0, sizeof st->kinds);

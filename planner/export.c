@@ -134,17 +134,29 @@ static int check_shape(const ap_graph *g, const ap_plan_desc *p, char *err)
     return AP_OK;
 }
 
+/* "[2, 8]", or "[2, 8] x4 replicas" for data-parallel copies of it. */
+static void mesh_text(const ap_plan_desc_stage *st, char *buf, size_t len)
+{
+    if (st->replicas > 1)
+        snprintf(buf, len, "[%d, %d] x%d replicas", st->mesh[0], st->mesh[1], st->replicas);
+    else
+        snprintf(buf, len, "[%d, %d]", st->mesh[0], st->mesh[1]);
+}
+
 static int check_stages(const ap_graph *g, const ap_plan_desc *p,
                         const char *who, char *err)
 {
     const ap_plan_desc_stage *s0 = &p->stages[0];
     for (int i = 1; i < p->nstages; i++) {
         const ap_plan_desc_stage *st = &p->stages[i];
-        if (st->mesh[0] != s0->mesh[0] || st->mesh[1] != s0->mesh[1]) {
-            errf(err, "%s: stage %d has mesh [%d, %d] on %d GPUs but "
-                     "stage 0 has [%d, %d] on %d; %s gives every pipeline stage the "
-                     "same tensor x data layout", p->source, i, st->mesh[0], st->mesh[1],
-                     st->ngpus, s0->mesh[0], s0->mesh[1], s0->ngpus, who);
+        if (st->mesh[0] != s0->mesh[0] || st->mesh[1] != s0->mesh[1] ||
+            st->replicas != s0->replicas) {
+            char a[48], b[48];
+            mesh_text(st, a, sizeof a);
+            mesh_text(s0, b, sizeof b);
+            errf(err, "%s: stage %d has mesh %s on %d GPUs but stage 0 has %s on %d; "
+                     "%s gives every pipeline stage the same tensor x data layout",
+                     p->source, i, a, st->ngpus, b, s0->ngpus, who);
             return AP_EINPUT;
         }
         if (st->recompute != s0->recompute) {
@@ -173,7 +185,8 @@ static int check_stages(const ap_graph *g, const ap_plan_desc *p,
     return AP_OK;
 }
 
-/* Reads tp, dp, cp, ep and sp off the shardings (in the launcher frame). */
+/* Reads tp, dp, cp, ep and sp off the shardings (in the launcher frame);
+ * the mesh's data-parallel replicas multiply dp. */
 static void infer_degrees(const ap_graph *g, const ap_plan_desc *p, const frame *f,
                           ap_degrees *d)
 {
@@ -197,7 +210,7 @@ static void infer_degrees(const ap_graph *g, const ap_plan_desc *p, const frame 
             d->sp |= d->tp > 1 && seq && (s.axis[1] == seq || s.rs[1] == seq);
         }
     d->cp = outer > 1 && on_seq && !on_batch ? outer : 1;
-    d->dp = outer / d->cp;
+    d->dp = outer / d->cp * (p->stages[0].replicas > 1 ? p->stages[0].replicas : 1);
     d->ep = on_experts ? d->dp : 1;
     d->etp = experts ? d->tp : 1;
 }
@@ -249,7 +262,8 @@ static int check_ops(const ap_graph *g, const ap_plan_desc *p, const frame *f,
                      p->source, st, p->stages[st].ops[i].op,
                      p->stages[st].ops[i].block, hs, p->stages[st].mesh[0],
                      p->stages[st].mesh[1], who, d->tp, d->dp, d->cp, d->sp, ws,
-                     d->dp * d->cp, d->tp, who, to == AP_LAUNCHER_MEGATRON ? "megatron"
+                     d->cp > 1 && d->dp > 1 ? d->cp : d->dp * d->cp, d->tp, who,
+                     to == AP_LAUNCHER_MEGATRON ? "megatron"
                      : to == AP_LAUNCHER_TORCHTITAN ? "torchtitan" : "deepspeed");
             return AP_EINPUT;
         }

@@ -336,9 +336,12 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  m->ep, e ? (long long)ap_graph_dim(g, e)->size : 0LL, m->dp);
         return AP_EINPUT;
     }
-    if (m->cp > 1 && m->dp > 1) {
-        snprintf(err, AP_ERR_LEN, "cp>1 with dp>1 needs a 3-D mesh, which is not "
-                 "priced yet; use cp with dp=1");
+    if (m->ep > 1 && m->cp > 1) {
+        /* The replicas of a (cp, tp) mesh split the batch only; experts
+         * split over them are not modelled. */
+        snprintf(err, AP_ERR_LEN, "ep=%d with cp=%d is not priced: expert parallelism "
+                 "over context-parallel ranks is not modelled; use ep=1 or cp=1",
+                 m->ep, m->cp);
         return AP_EINPUT;
     }
     if (m->vpp > 1 && fmod(m->gbs / micro, m->pp)) {
@@ -483,7 +486,14 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
         st->first_rank = s * per;
         st->ngpus = per;
         st->recompute = m.recompute;
-        ap_mesh_init(&st->mesh, m.dp * m.cp, m.tp, st->first_rank, c->gpus_per_node);
+        /* Axis 0 splits the batch (dp) or the sequence (cp); with both,
+         * the stage is dp replicas of a (cp, tp) mesh, replica j at ranks
+         * first + j*cp*tp as in Megatron's order (tp, then cp, then dp). */
+        if (m.cp > 1 && m.dp > 1)
+            ap_mesh_init_replicated(&st->mesh, m.dp, m.cp, m.tp, st->first_rank,
+                                    c->gpus_per_node);
+        else
+            ap_mesh_init(&st->mesh, m.dp * m.cp, m.tp, st->first_rank, c->gpus_per_node);
         st->blocks = calloc((size_t)pt.nblocks, sizeof *st->blocks);
         st->point = calloc((size_t)pt.nblocks, sizeof *st->point);
         if (!st->blocks || !st->point)

@@ -56,6 +56,8 @@ static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st
     cJSON *mesh = cJSON_AddArrayToObject(o, "mesh");
     cJSON_AddItemToArray(mesh, cJSON_CreateNumber(st->mesh.d[0]));
     cJSON_AddItemToArray(mesh, cJSON_CreateNumber(st->mesh.d[1]));
+    if (st->mesh.replicas > 1)
+        cJSON_AddNumberToObject(o, "replicas", st->mesh.replicas);
     cJSON_AddStringToObject(o, "recompute", recompute_name(st->recompute));
     cJSON_AddNumberToObject(o, "forward_s", st->fwd);
     cJSON_AddNumberToObject(o, "backward_s", st->bwd);
@@ -227,14 +229,18 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
             schedule_name(p->schedule), (int)p->zero);
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
-        fprintf(f, "  stage %d: layers %d-%d%s%s  GPUs %d-%d  mesh %dx%d  "
+        char copies[32] = "";
+        if (st->mesh.replicas > 1)
+            snprintf(copies, sizeof copies, " x%d replicas", st->mesh.replicas);
+        fprintf(f, "  stage %d: layers %d-%d%s%s  GPUs %d-%d  mesh %dx%d%s  "
                    "recompute %s  memory %.1f GiB\n",
                 i, st->first_layer, st->first_layer + st->nlayers - 1,
                 st->has_pre ? " +embedding" : "", st->has_post ? " +head" : "",
                 st->first_rank, st->first_rank + st->ngpus - 1, st->mesh.d[0],
-                st->mesh.d[1], recompute_name(st->recompute), gib(st->mem_bytes));
+                st->mesh.d[1], copies, recompute_name(st->recompute), gib(st->mem_bytes));
         if (i > 0 && p->stages[i].mesh.d[0] == p->stages[0].mesh.d[0] &&
-            p->stages[i].mesh.d[1] == p->stages[0].mesh.d[1])
+            p->stages[i].mesh.d[1] == p->stages[0].mesh.d[1] &&
+            p->stages[i].mesh.replicas == p->stages[0].mesh.replicas)
             continue; /* the same strategies as stage 0 */
         for (int b = 0; b < 2 + p->nclasses; b++) {
             const ap_block *blk = &st->blocks[b];

@@ -286,6 +286,9 @@ static int parse_stage(const reader *r, const cJSON *o, int i, ap_plan_desc *p)
         rc = get_bool(r, o, "head", path, &st->head);
     if (!rc)
         rc = parse_recompute(r, o, path, &st->recompute);
+    st->replicas = 1;
+    if (!rc && field(o, "replicas"))
+        rc = get_small(r, o, "replicas", path, 1, 1 << 20, &st->replicas);
     if (rc)
         return rc;
     char at[96];
@@ -293,8 +296,13 @@ static int parse_stage(const reader *r, const cJSON *o, int i, ap_plan_desc *p)
         snprintf(at, sizeof at, "%s.layers", path);
         return fail(r, at, "[%lld, %lld) holds no layer", layers[0], layers[1]);
     }
-    if (ranks[1] < ranks[0] || mesh[0] * mesh[1] != ranks[1] - ranks[0] + 1) {
+    if (ranks[1] < ranks[0] ||
+        mesh[0] * mesh[1] * st->replicas != ranks[1] - ranks[0] + 1) {
         snprintf(at, sizeof at, "%s.mesh", path);
+        if (st->replicas > 1)
+            return fail(r, at, "%d replicas of [%lld, %lld] do not hold the %lld ranks "
+                        "%lld-%lld", st->replicas, mesh[0], mesh[1],
+                        ranks[1] - ranks[0] + 1, ranks[0], ranks[1]);
         return fail(r, at, "[%lld, %lld] does not hold the %lld ranks %lld-%lld",
                     mesh[0], mesh[1], ranks[1] - ranks[0] + 1, ranks[0], ranks[1]);
     }

@@ -22,14 +22,30 @@
 #include "graph/graph.h"
 
 /* A logical mesh over a stage's GPUs, ranks first..first+d0*d1-1 numbered
- * node-major; axis 1 groups are consecutive ranks, axis 0 groups are strided. */
+ * node-major; axis 1 groups are consecutive ranks, axis 0 groups are strided.
+ *
+ * A stage may hold several data-parallel replicas of the mesh (Megatron's
+ * dp beside cp: the batch is split over the replicas, the sequence over
+ * axis 0): replica j holds ranks first + j*d0*d1 onwards. d and nodes then
+ * describe one replica, the one spanning the most nodes; every op is priced
+ * on it with the replica's share of the micro-batch. A gradient is reduced
+ * over the replicas too, times the axes that replicate it. */
 typedef struct {
     int d[2];
     int first;     /* first global rank */
     int nodes[3];  /* nodes an axis group spans: axis 0, axis 1, both (mask 3) */
+    int replicas;  /* copies of the d0 x d1 mesh; 1 (0 reads as 1): none */
+    /* Nodes a gradient-synchronisation group spans: the ranks holding the
+     * same shard in every replica, along the axes in mask (index 0 to 3:
+     * none, axis 0, axis 1, both); the most over all such groups. */
+    int sync_nodes[4];
 } ap_mesh;
 
 int ap_mesh_init(ap_mesh *m, int d0, int d1, int first, int gpus_per_node);
+/* The same for `replicas` copies of the d0 x d1 mesh, r*d0*d1 ranks from
+ * `first`; replicas = 1 is ap_mesh_init. */
+int ap_mesh_init_replicated(ap_mesh *m, int replicas, int d0, int d1, int first,
+                            int gpus_per_node);
 
 /* A strategy: the label each axis splits (0 = none; the same label on both
  * axes splits it d0*d1 ways), and for an axis that splits a contracted label,
@@ -44,8 +60,9 @@ typedef struct {
     const ap_graph *g;
     const ap_cluster *c;
     const ap_mesh *mesh;
-    double batch;     /* samples in one micro-batch of the whole stage (all
-                         data-parallel replicas together) */
+    double batch;     /* samples in one micro-batch on the mesh (all its
+                         data-parallel ways together; a stage with mesh
+                         replicas gives each replica its share) */
     int nmicro;       /* micro-batches per step, for amortising gradient sync */
     ap_zero zero;
 } ap_price_ctx;
@@ -438,6 +455,7 @@ typedef struct {
     ap_recompute recompute;
     int nops;
     ap_plan_desc_op *ops;
+    int replicas; /* data-parallel copies of the mesh; absent reads as 1 */
 } ap_plan_desc_stage;
 
 typedef struct {

@@ -32,6 +32,58 @@ int ap_mesh_init(ap_mesh *m, int d0, int d1, int first, int gpus_per_node)
     }
     m->nodes[0] = span;
     m->nodes[2] = (first + d0 * d1 - 1) / gpus_per_node - node_first + 1;
+    m->replicas = 1;
+    m->sync_nodes[0] = 1;
+    for (int k = 0; k < 3; k++)
+        m->sync_nodes[k + 1] = m->nodes[k];
+    return AP_OK;
+}
+
+/* Nodes spanned by the group of ranks that share coordinate (i0, i1) on the
+ * axes outside mask, over every replica; its ranks ascend, so counting the
+ * changes of node counts the nodes. */
+static int sync_group_nodes(const ap_mesh *m, int mask, int i0, int i1, int G)
+{
+    int n0 = mask & 1 ? m->d[0] : 1, n1 = mask & 2 ? m->d[1] : 1;
+    int nodes = 0, prev = -1;
+    for (int j = 0; j < m->replicas; j++)
+        for (int a = 0; a < n0; a++)
+            for (int b = 0; b < n1; b++) {
+                long r = m->first + (long)j * m->d[0] * m->d[1] +
+                         (long)(mask & 1 ? a : i0) * m->d[1] + (mask & 2 ? b : i1);
+                int node = (int)(r / G);
+                nodes += node != prev;
+                prev = node;
+            }
+    return nodes;
+}
+
+int ap_mesh_init_replicated(ap_mesh *m, int replicas, int d0, int d1, int first,
+                            int gpus_per_node)
+{
+    if (replicas < 1 || ap_mesh_init(m, d0, d1, first, gpus_per_node))
+        return AP_EINPUT;
+    if (replicas == 1)
+        return AP_OK;
+    /* Replicas are alike when they tile nodes evenly; otherwise the one
+     * spanning the most nodes sets the pace of every collective. */
+    for (int j = 1; j < replicas; j++) {
+        ap_mesh r;
+        ap_mesh_init(&r, d0, d1, first + j * d0 * d1, gpus_per_node);
+        for (int k = 0; k < 3; k++)
+            if (r.nodes[k] > m->nodes[k])
+                m->nodes[k] = r.nodes[k];
+    }
+    m->replicas = replicas;
+    for (int mask = 0; mask < 4; mask++) {
+        m->sync_nodes[mask] = 0;
+        for (int i0 = 0; i0 < (mask & 1 ? 1 : d0); i0++)
+            for (int i1 = 0; i1 < (mask & 2 ? 1 : d1); i1++) {
+                int n = sync_group_nodes(m, mask, i0, i1, gpus_per_node);
+                if (n > m->sync_nodes[mask])
+                    m->sync_nodes[mask] = n;
+            }
+    }
     return AP_OK;
 }
 
@@ -275,6 +327,24 @@ static double coll(const ap_price_ctx *x, ap_coll op, int mask, double bytes)
     return ap_cost_collective(x->c, op, ranks, x->mesh->nodes[mask - 1], bytes);
 }
 
+static int replicas_of(const ap_price_ctx *x)
+{
+    return x->mesh->replicas > 1 ? x->mesh->replicas : 1;
+}
+
+/* Collective over a data-parallel group: the mesh axes in `mask` (0 for
+ * none) times the mesh's replicas, on the nodes such a group spans. */
+static double sync_coll(const ap_price_ctx *x, ap_coll op, int mask, double bytes)
+{
+    int r = replicas_of(x);
+    if (r == 1)
+        return mask ? coll(x, op, mask, bytes) : 0;
+    int ranks = r * (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+    if (bytes <= 0)
+        return 0;
+    return ap_cost_collective(x->c, op, ranks, x->mesh->sync_nodes[mask], bytes);
+}
+
 /* The axes (mask) that split label l under s. */
 static int axes_of(const ap_strategy *s, char l)
 {
@@ -383,8 +453,9 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
             if (l != lg[2]) {
                 /* Batch or sequence split: each rank's loss is a mean over
                  * its own tokens, averaged across ranks as one scalar (as
-                 * Megatron-LM reports it every micro-batch). */
-                c->fwd_comm += coll(x, AP_COLL_ALLREDUCE, 1 << a, 4);
+                 * Megatron-LM reports it every micro-batch), over every
+                 * data-parallel replica. */
+                c->fwd_comm += sync_coll(x, AP_COLL_ALLREDUCE, 1 << a, 4);
                 continue;
             }
             /* Vocabulary-parallel cross entropy reduces three fp32 numbers
@@ -457,35 +528,37 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
             if (s->axis[a] && !has_label(tt->shape, s->axis[a]) && x->mesh->d[a] > 1 &&
                 !whole_after_reduce(op, s, i, a))
                 mask |= 1 << a;
-        int replicas = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+        /* The mesh's replicas each hold the whole shard too. */
+        int replicas = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1) *
+                       replicas_of(x);
         if (first_user) {
             ap_model_states ms = ap_mem_model_states(elems, replicas, x->zero);
             c->param_bytes += ms.total;
         }
-        if (!mask)
+        if (replicas == 1)
             continue;
         double gbytes = elems * 2; /* bf16 gradients */
         if (x->zero == AP_ZERO_NONE) {
-            c->grad_sync += coll(x, AP_COLL_ALLREDUCE, mask, gbytes);
+            c->grad_sync += sync_coll(x, AP_COLL_ALLREDUCE, mask, gbytes);
         } else if (x->zero == AP_ZERO_1) {
             /* Reduce-scatter the accumulated gradients once per step, then
              * all-gather the updated parameters. */
-            c->grad_sync += coll(x, AP_COLL_REDUCESCATTER, mask, gbytes) +
-                            coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+            c->grad_sync += sync_coll(x, AP_COLL_REDUCESCATTER, mask, gbytes) +
+                            sync_coll(x, AP_COLL_ALLGATHER, mask, gbytes);
         } else {
             /* ZeRO-2/3 keep only their shard of the gradients, so every
              * micro-batch's are reduce-scattered in its backward (DeepSpeed
              * and FSDP both do); ZeRO-2 then all-gathers the updated
              * parameters, ZeRO-3 gathers them at each use instead. */
-            c->bwd_comm += coll(x, AP_COLL_REDUCESCATTER, mask, gbytes);
+            c->bwd_comm += sync_coll(x, AP_COLL_REDUCESCATTER, mask, gbytes);
             if (x->zero == AP_ZERO_2)
-                c->grad_sync += coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+                c->grad_sync += sync_coll(x, AP_COLL_ALLGATHER, mask, gbytes);
         }
         if (x->zero == AP_ZERO_3) {
             /* Parameters are gathered before forward and again before
              * backward, for every micro-batch. */
-            c->fwd_comm += coll(x, AP_COLL_ALLGATHER, mask, gbytes);
-            c->bwd_comm += coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+            c->fwd_comm += sync_coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+            c->bwd_comm += sync_coll(x, AP_COLL_ALLGATHER, mask, gbytes);
         }
     }
 }

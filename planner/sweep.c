@@ -148,25 +148,39 @@ static void add_batching(const space *s, ap_megatron m, list *out)
     }
 }
 
-/* Context parallelism is priced with dp = 1 only (a 3-D mesh is not), so
- * cp is either 1 or takes every GPU tp and pp leave. */
+/* Context parallelism: cp a power of two dividing the sequence and what tp
+ * and pp leave, the rest data parallel (the stage is then dp replicas of a
+ * (cp, tp) mesh), plus cp taking all of it when that is not a power of two.
+ * Expert parallelism goes with cp = 1 only: experts split over
+ * context-parallel ranks are not modelled. */
+static int cp_ok(const space *s, int rest, int cp)
+{
+    if (cp == 1)
+        return 1;
+    return rest % cp == 0 && s->seq && s->seq % cp == 0 &&
+           s->launcher != AP_LAUNCHER_DEEPSPEED;
+}
+
+static void add_cp(const space *s, ap_megatron m, int rest, int cp, list *out)
+{
+    if (!cp_ok(s, rest, cp))
+        return;
+    m.cp = cp;
+    m.dp = rest / cp;
+    for (int ep = 1; ep <= (cp > 1 ? 1 : m.dp); ep++) {
+        if (ep > 1 && (!s->experts || s->experts % ep || m.dp % ep))
+            continue;
+        m.ep = ep;
+        add_batching(s, m, out);
+    }
+}
+
 static void add_cp_ep(const space *s, ap_megatron m, list *out)
 {
     int rest = s->gpus / (m.tp * m.pp);
-    for (int k = 0; k < 2; k++) {
-        int cp = k == 0 ? 1 : rest;
-        if (k == 1 && (cp == 1 || !s->seq || s->seq % cp ||
-                       s->launcher == AP_LAUNCHER_DEEPSPEED))
-            continue;
-        m.cp = cp;
-        m.dp = rest / cp;
-        for (int ep = 1; ep <= m.dp; ep++) {
-            if (ep > 1 && (!s->experts || s->experts % ep || m.dp % ep))
-                continue;
-            m.ep = ep;
-            add_batching(s, m, out);
-        }
-    }
+    for (int cp = 1; cp <= rest / 2; cp *= 2)
+        add_cp(s, m, rest, cp, out);
+    add_cp(s, m, rest, rest, out);
 }
 
 static int enumerate(const space *s, list *out)
