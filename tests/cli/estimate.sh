@@ -24,6 +24,16 @@ a=$("$bin" estimate "$model" --gpus 16 --json \
 b=$("$bin" estimate "$model" --gpus 16 --json --megatron-args \
     "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --sequence-parallel --use-distributed-optimizer" 2>&1)
 [ "$a" = "$b" ] && ok || bad "flags without --overlap-grad-reduce are overlap_grad=0: $a vs $b"
+# Context parallelism beside data parallelism (NeMo's Llama 3 8B layout):
+# dp replicas of the (cp, tp) mesh, from the spec or the flags alike.
+a=$("$bin" estimate "$model" --gpus 16 --json \
+    --megatron "tp=2,pp=1,cp=2,dp=4,mbs=1,gbs=256,zero=1" 2>&1)
+b=$("$bin" estimate "$model" --gpus 16 --json --megatron-args \
+    "--tensor-model-parallel-size 2 --context-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --use-distributed-optimizer --overlap-grad-reduce" 2>&1)
+echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok || bad "cp=2 with dp=4 is priced: $a vs $b"
+"$bin" estimate "$model" --gpus 16 --megatron "tp=2,cp=2,dp=4,gbs=256" 2>&1 |
+    grep -q "mesh 2x2 x4 replicas" && ok || bad "the plan shows 4 replicas of a 2x2 mesh"
+grep -rq "needs a 3-D mesh" "$src/planner" "$src/cli" && bad "the cp-with-dp refusal is gone" || ok
 
 expect() {
     want=$1

@@ -1,0 +1,292 @@
+/* test_megatron_cpdp.c -- context parallelism beside data parallelism.
+ *
+ * cp>1 with dp>1 is priced as dp replicas of the (cp, tp) mesh: every GPU
+ * computes and communicates inside its replica as the cp-only run would at
+ * its share of the batch, while gradients are reduced, and ZeRO shards,
+ * over all dp*cp ranks that hold a weight, on the nodes Megatron's rank
+ * order (tp fastest, then cp, then dp) puts them. plan.json carries the
+ * replicas and exports them as the data-parallel size. */
+#include "model.h"
+
+#include "planner/planner.h"
+
+static int plan_on(const ap_graph *g, int gpus, const char *spec, ap_cluster *c,
+                   ap_plan *p)
+{
+    char err[AP_ERR_LEN];
+    ap_megatron m;
+    ap_megatron_default(&m);
+    if (ap_cluster_preset("h100-sxm", gpus, 8, c, err)) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    if (ap_megatron_parse(spec, &m, err) || ap_megatron_plan(g, c, &m, p, err)) {
+        fprintf(stderr, "%s: %s\n", spec, err);
+        ap_cluster_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parameters of the model, each counted once. */
+static double param_elems(const ap_graph *g)
+{
+    double n = 0;
+    for (int t = 0; t < g->ntensors; t++)
+        if (g->tensors[t].role == AP_TENSOR_PARAM)
+            n += (double)g->tensors[t].elems;
+    return n;
+}
+
+static int model_parallel_label(const ap_graph *g, char l)
+{
+    const ap_dim *d = ap_graph_dim(g, l);
+    return d && (d->kind == AP_DIM_HEADS || d->kind == AP_DIM_KV_HEADS ||
+                 d->kind == AP_DIM_FFN || d->kind == AP_DIM_VOCAB);
+}
+
+/* Megatron's gradient all-reduce without the distributed optimizer: every
+ * weight's bf16 gradient, split tp ways when the weight has a head, FFN or
+ * vocabulary dimension (norm weights are whole on every rank), all-reduced
+ * over `ranks` GPUs on `nodes` nodes once per step, once per op using it. */
+static double grad_allreduce(const ap_graph *g, const ap_cluster *c, int tp,
+                             int ranks, int nodes)
+{
+    double t_sum = 0;
+    for (int t = 0; t < g->ntensors; t++) {
+        const ap_tensor *tt = &g->tensors[t];
+        if (tt->role != AP_TENSOR_PARAM)
+            continue;
+        int split = 1;
+        for (int i = 0; i < tt->rank; i++)
+            if (model_parallel_label(g, tt->shape[i]))
+                split = tp;
+        t_sum += tt->consumers *
+                 ap_cost_allreduce(c, ranks, nodes, 2.0 * (double)tt->elems / split);
+    }
+    return t_sum;
+}
+
+static void cp2_dp4_is_four_replicas_of_cp2(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
+    ap_cluster c8, c2;
+    ap_plan a, b;
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    /* 8 GPUs: tp1 pp1 cp2 dp4, against 2 GPUs at cp2 with a quarter of the
+     * batch: the same micro-batch on each pair of GPUs. */
+    REQUIRE_OK(plan_on(g, 8, "tp=1,pp=1,cp=2,dp=4,mbs=1,gbs=32,zero=1", &c8, &a), "");
+    REQUIRE_OK(plan_on(g, 2, "tp=1,pp=1,cp=2,dp=1,mbs=1,gbs=8,zero=1", &c2, &b), "");
+    const ap_stage *sa = &a.stages[0], *sb = &b.stages[0];
+    CHECK(sa->mesh.replicas == 4 && sa->mesh.d[0] == 2 && sa->mesh.d[1] == 1);
+    CHECK(sb->mesh.replicas == 1 && sb->mesh.d[0] == 2);
+    CHECK(a.nmicro == b.nmicro && a.micro_batch == 4 * b.micro_batch);
+
+    /* Memory: bf16 weights and gradients (4 bytes per parameter) whole on
+     * every GPU, the 12 bytes of fp32 master weights and Adam moments
+     * sharded over dp*cp = 8 against 2; activations identical. */
+    double P = param_elems(g);
+    CHECK_NEAR(sa->param_bytes, P * (4 + 12.0 / 8), 1e-9);
+    CHECK_NEAR(sb->param_bytes, P * (4 + 12.0 / 2), 1e-9);
+    CHECK_NEAR(sa->act_bytes, sb->act_bytes, 1e-12);
+    CHECK_NEAR(sb->mem_bytes - sa->mem_bytes, 12 * P * (1.0 / 2 - 1.0 / 8), 1e-9);
+
+    /* Compute per micro-batch and the K/V ring of context parallelism are
+     * one replica's, the same as the cp-only run's. */
+    CHECK(sa->fwd - sa->comm_fwd > 0);
+    CHECK_NEAR(sa->fwd - sa->comm_fwd, sb->fwd - sb->comm_fwd, 1e-12);
+    CHECK_NEAR(sa->bwd - sa->comm_bwd, sb->bwd - sb->comm_bwd, 1e-12);
+    CHECK(sa->kinds.context > 0);
+    CHECK_NEAR(sa->kinds.context, sb->kinds.context, 1e-12);
+    CHECK_NEAR(sa->flops, sb->flops, 1e-12);
+    CHECK_NEAR(a.t_compute, b.t_compute, 1e-12);
+    ap_plan_free(&a);
+    ap_plan_free(&b);
+
+    /* Without the distributed optimizer the gradients are all-reduced over
+     * the 8 ranks of dp*cp on one node, against 2 without replicas. */
+    ap_cluster_free(&c8);
+    ap_cluster_free(&c2);
+    REQUIRE_OK(plan_on(g, 8, "tp=1,pp=1,cp=2,dp=4,mbs=1,gbs=32,zero=0", &c8, &a), "");
+    REQUIRE_OK(plan_on(g, 2, "tp=1,pp=1,cp=2,dp=1,mbs=1,gbs=8,zero=0", &c2, &b), "");
+    CHECK(a.stages[0].mesh.sync_nodes[1] == 1);
+    CHECK_NEAR(a.stages[0].grad_sync, grad_allreduce(g, &c8, 1, 8, 1), 1e-9);
+    CHECK_NEAR(b.stages[0].grad_sync, grad_allreduce(g, &c2, 1, 2, 1), 1e-9);
+    CHECK(a.stages[0].grad_sync > b.stages[0].grad_sync);
+    CHECK_NEAR(a.stages[0].param_bytes, P * 16, 1e-9);
+    ap_plan_free(&a);
+    ap_plan_free(&b);
+    ap_cluster_free(&c8);
+    ap_cluster_free(&c2);
+    ap_graph_free(g);
+}
+
+static void cross_node_groups_follow_megatron_rank_order(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
+    ap_cluster c;
+    ap_plan p;
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    /* tp=8 fills a node: a replica (cp=2 x tp=8) is two nodes, the cp ring
+     * of one tp rank joins ranks r and r+8 on two nodes, and the gradient
+     * group of a tp rank (stride 8, dp*cp = 4 members) spans four. */
+    REQUIRE_OK(plan_on(g, 32, "tp=8,pp=1,cp=2,dp=2,mbs=1,gbs=16,zero=0", &c, &p), "");
+    const ap_mesh *m = &p.stages[0].mesh;
+    CHECK(m->replicas == 2 && m->d[0] == 2 && m->d[1] == 8);
+    CHECK(m->nodes[0] == 2); /* the cp ring crosses nodes */
+    CHECK(m->nodes[1] == 1); /* tensor parallelism stays in a node */
+    CHECK(m->nodes[2] == 2); /* one replica */
+    CHECK(m->sync_nodes[1] == 4); /* dp*cp group of a tp rank */
+    CHECK(m->sync_nodes[0] == 2); /* the replicas alone: ranks r, r+16 */
+    CHECK(m->sync_nodes[3] == 4); /* the whole stage */
+    CHECK_NEAR(p.stages[0].grad_sync, grad_allreduce(g, &c, 8, 4, 4), 1e-9);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+
+    /* Two replicas on one node each way: cp=2 x tp=4 is a node, the
+     * gradient group of a tp rank (4 ranks at stride 4) spans two nodes. */
+    REQUIRE_OK(plan_on(g, 16, "tp=4,pp=1,cp=2,dp=2,mbs=1,gbs=16,zero=0", &c, &p), "");
+    m = &p.stages[0].mesh;
+    CHECK(m->nodes[0] == 1 && m->sync_nodes[1] == 2);
+    CHECK_NEAR(p.stages[0].grad_sync, grad_allreduce(g, &c, 4, 4, 2), 1e-9);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+static void cp_with_dp_is_accepted_and_ep_with_cp_refused(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
+    ap_cluster c;
+    ap_plan p;
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 8, &c, err), err);
+    /* --megatron-args with --context-parallel-size and dp = 16/(2*2) = 4. */
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("--tensor-model-parallel-size 2 "
+                                      "--context-parallel-size 2 --micro-batch-size 1 "
+                                      "--global-batch-size 64 --use-distributed-optimizer",
+                                      &m, err), err);
+    REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
+    CHECK(p.stages[0].mesh.replicas == 4 && p.stages[0].mesh.d[0] == 2 &&
+          p.stages[0].mesh.d[1] == 2);
+    CHECK(p.micro_batch == 4 && p.nmicro == 16);
+    ap_plan_free(&p);
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse("tp=2,pp=2,cp=2,dp=2,mbs=1,gbs=64", &m, err), err);
+    REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
+    CHECK(p.nstages == 2 && p.stages[1].first_rank == 8 &&
+          p.stages[1].mesh.first == 8 && p.stages[1].mesh.replicas == 2);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+
+    ap_graph *moe = ap_test_model("examples/hf/mixtral-8x7b.json", 0);
+    CHECK(moe != NULL);
+    if (!moe)
+        return;
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 8, &c, err), err);
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse("tp=2,cp=2,dp=4,ep=2,mbs=1,gbs=64", &m, err), err);
+    CHECK(ap_megatron_plan(moe, &c, &m, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "ep=2 with cp=2 is not priced");
+    ap_cluster_free(&c);
+    ap_graph_free(moe);
+}
+
+/* Prices spec on 8 GPUs per node and reads its plan.json back. */
+static char *plan_json(const ap_graph *g, int gpus, const char *spec, double *step)
+{
+    ap_cluster c;
+    ap_plan p;
+    if (plan_on(g, gpus, spec, &c, &p))
+        return NULL;
+    char *json = ap_plan_to_json(g, &p);
+    *step = p.step_time;
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    return json;
+}
+
+static void plan_json_carries_replicas_and_exports_dp(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
+    char err[AP_ERR_LEN], *text = NULL;
+    double step = 0;
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    char *json = plan_json(g, 8, "tp=1,pp=1,cp=2,dp=4,mbs=1,gbs=32", &step);
+    CHECK_STR_HAS(json, "\"replicas\":\t4");
+    ap_plan_desc d;
+    REQUIRE_OK(ap_plan_desc_parse(json ? json : "", json ? strlen(json) : 0,
+                                  "plan.json", &d, err), err);
+    CHECK(d.stages[0].replicas == 4 && d.stages[0].mesh[0] == 2 &&
+          d.stages[0].mesh[1] == 1 && d.stages[0].ngpus == 8);
+    ap_degrees k;
+    REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
+    CHECK(k.tp == 1 && k.cp == 2 && k.dp == 4 && k.pp == 1 && k.mbs == 1);
+
+    /* Megatron states cp and leaves dp implicit: 8 / (tp*pp*cp). */
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--context-parallel-size 2\n");
+    CHECK_STR_HAS(text, "--tensor-model-parallel-size 1\n");
+    CHECK_STR_HAS(text, "# tp=1 pp=1 dp=4 cp=2 ");
+    CHECK(text && !strstr(text, "--data-parallel"));
+
+    /* The exported arguments price to the plan's step. */
+    const char *a = text ? strstr(text, "MEGATRON_ARGS=\"") : NULL;
+    ap_megatron m;
+    ap_cluster c;
+    ap_plan p;
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args(a ? a + strlen("MEGATRON_ARGS=\"") : "", &m, err), err);
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 8, 8, &c, err), err);
+    REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
+    CHECK(p.stages[0].mesh.replicas == 4);
+    CHECK_NEAR(p.step_time, step, 1e-12);
+    CHECK_NEAR(d.step_time, step, 1e-12);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    free(text);
+
+    /* torchtitan: FSDP over dp (its mesh folds cp in), cp stated. */
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "--parallelism.context_parallel_degree 2\n");
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 4\n");
+    free(text);
+    ap_plan_desc_free(&d);
+
+    /* Replicas that do not cover the ranks are refused by path. */
+    char *r = json ? strstr(json, "\"replicas\":\t4") : NULL;
+    if (r) {
+        r[strlen("\"replicas\":\t")] = '2';
+        CHECK(ap_plan_desc_parse(json, strlen(json), "plan.json", &d, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, "plan.json: stages[0].mesh: 2 replicas of [2, 1] do not "
+                           "hold the 8 ranks 0-7");
+    }
+    free(json);
+
+    /* Without replicas the field is left out, as before. */
+    json = plan_json(g, 8, "tp=2,pp=1,cp=1,mbs=1,gbs=32", &step);
+    CHECK(json && !strstr(json, "replicas"));
+    free(json);
+    ap_graph_free(g);
+}
+
+int main(void)
+{
+    RUN(cp2_dp4_is_four_replicas_of_cp2);
+    RUN(cross_node_groups_follow_megatron_rank_order);
+    RUN(cp_with_dp_is_accepted_and_ep_with_cp_refused);
+    RUN(plan_json_carries_replicas_and_exports_dp);
+    return DONE();
+}
