@@ -25,6 +25,7 @@ typedef struct {
     ap_block *blocks; /* [nblocks] */
     const int *cnt;   /* [nclasses][L+1] prefix counts of each class */
     ap_zero zero;     /* the optimizer-state sharding the points are priced at */
+    int fp8;          /* linear layers in FP8 */
 } config;
 
 typedef struct {
@@ -97,7 +98,7 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1};
+    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1, cf->fp8};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
             continue;
@@ -189,7 +190,7 @@ static void block_floor(const config *cf, const ap_price_ctx *x, int b,
  * can cost; recomputation only adds. */
 static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved)
 {
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1};
+    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1, cf->fp8};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -260,6 +261,7 @@ static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
     p->schedule = AP_SCHED_1F1B;
     p->vchunks = 1;
     p->zero = cf->zero;
+    p->fp8 = cf->fp8;
     p->nstages = cf->p;
     p->nclasses = cf->m->nclasses;
     p->stages = calloc((size_t)cf->p, sizeof *p->stages);
@@ -335,6 +337,7 @@ static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *
     cf->nmicro = (int)(s->o->global_batch / k->mb);
     cf->batch = k->mb;
     cf->limit = s->limit;
+    cf->fp8 = s->o->fp8;
     cf->cnt = s->cnt;
     cf->zero = AP_ZERO_1;
     ap_mesh_init(&cf->mesh, k->d0, k->d1, 0, s->c->gpus_per_node);
@@ -402,7 +405,7 @@ static double cuts(config *cf, double limit, int *first)
  * strategies stay. */
 static void reprice(config *cf, ap_zero zero)
 {
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, zero};
+    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, zero, cf->fp8};
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {
         ap_block *blk = &cf->blocks[b];

@@ -72,7 +72,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     /* Each data-parallel replica of the mesh runs its share of the
      * micro-batch; one replica's price is every GPU's. */
     double replicas = st->mesh.replicas > 1 ? st->mesh.replicas : 1;
-    ap_price_ctx x = {g, c, &st->mesh, p->micro_batch / replicas, p->nmicro, p->zero};
+    ap_price_ctx x = {g, c, &st->mesh, p->micro_batch / replicas, p->nmicro, p->zero,
+                      p->fp8};
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = 0;
     st->param_bytes = st->act_bytes = st->flops = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
@@ -218,6 +219,8 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                      char *err)
 {
+    if (p->fp8 && ap_fp8_check(c, err))
+        return AP_EINPUT;
     for (int i = 0; i < p->nstages; i++) {
         ap_stage *st = &p->stages[i];
         /* Under 1F1B stage i of p keeps p - i micro-batches in flight; the

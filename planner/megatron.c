@@ -48,10 +48,11 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
               : !strcmp(k, "mbs") ? &m->mbs : !strcmp(k, "sp") ? &m->sp
               : !strcmp(k, "first") ? &m->first : !strcmp(k, "last") ? &m->last
               : NULL;
-    if (!slot && strcmp(k, "gbs") && strcmp(k, "zero") && strcmp(k, "overlap_grad")) {
+    if (!slot && strcmp(k, "gbs") && strcmp(k, "zero") && strcmp(k, "overlap_grad") &&
+        strcmp(k, "fp8")) {
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
-                 "first, last)", k);
+                 "first, last, fp8)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -65,10 +66,10 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
         if (n > 3)
             goto bad;
         m->zero = (ap_zero)n;
-    } else if (!strcmp(k, "overlap_grad")) {
+    } else if (!strcmp(k, "overlap_grad") || !strcmp(k, "fp8")) {
         if (n > 1)
             goto bad;
-        m->overlap_grad = (int)n;
+        *(!strcmp(k, "fp8") ? &m->fp8 : &m->overlap_grad) = (int)n;
     } else {
         if (n < (slot == &m->sp || slot == &m->dp ? 0 : 1))
             goto bad;
@@ -79,7 +80,7 @@ bad:
     snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\"%s", who, v,
              !strcmp(k, "recompute") ? " (none, selective or full)"
              : !strcmp(k, "zero") ? " (0 to 3)"
-             : !strcmp(k, "overlap_grad") ? " (0 or 1)"
+             : !strcmp(k, "overlap_grad") || !strcmp(k, "fp8") ? " (0 or 1)"
              : !strcmp(k, "sp") || !strcmp(k, "dp") ? " (an integer from 0 to 2^30)"
                                                     : " (an integer from 1 to 2^30)");
     return AP_EINPUT;
@@ -133,6 +134,37 @@ static char *flag_value(const char *flag, char **save, char *err)
     return v;
 }
 
+/* Delayed-scaling settings of FP8 training: they change its numerics, not
+ * its speed, so their values are read past and not priced. */
+static const char *const fp8_tuning[] = {
+    "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin",
+};
+
+/* --fp8-format and its tuning flags; 1 when `tok` was one, 0 when not,
+ * -1 with err set for a bad or missing value. */
+static int fp8_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    int tuning = 0;
+    for (size_t i = 0; i < sizeof fp8_tuning / sizeof fp8_tuning[0]; i++)
+        tuning |= !strcmp(tok, fp8_tuning[i]);
+    if (!tuning && strcmp(tok, "--fp8-format"))
+        return 0;
+    char *v = flag_value(tok, save, err);
+    if (!v)
+        return -1;
+    if (tuning)
+        return 1;
+    /* hybrid: E4M3 forward, E5M2 gradients; e4m3 everywhere. Both run
+     * the same GEMMs at the same FP8 peak. */
+    if (strcmp(v, "hybrid") && strcmp(v, "e4m3")) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --fp8-format: bad value \"%.64s\" "
+                 "(hybrid or e4m3)", v);
+        return -1;
+    }
+    m->fp8 = 1;
+    return 1;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[4096], who[80];
@@ -161,6 +193,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
                 return rc;
             known = 1;
         }
+        if (!known && (known = fp8_flag(tok, &save, m, err)) < 0)
+            return AP_EINPUT;
         if (known)
             continue;
         if (!strcmp(tok, "--sequence-parallel")) {
@@ -468,6 +502,7 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->vchunks = m.vpp;
     p->zero = m.zero;
     p->serial_grad_sync = !m.overlap_grad;
+    p->fp8 = m.fp8;
     p->nstages = m.pp;
     p->nclasses = pt.nclasses;
     p->stages = calloc((size_t)m.pp, sizeof *p->stages);

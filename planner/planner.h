@@ -65,7 +65,18 @@ typedef struct {
                          replicas gives each replica its share) */
     int nmicro;       /* micro-batches per step, for amortising gradient sync */
     ap_zero zero;
+    int fp8;          /* 1: linear layers run their GEMMs in FP8 (ap_fp8_linear) */
 } ap_price_ctx;
+
+/* FP8 training as Transformer Engine runs it under Megatron-LM's
+ * --fp8-format (docs/cost-model.md, "FP8"): whether op `op` is a linear
+ * layer whose GEMMs run at the FP8 peak, that is a matmul of an activation
+ * by a parameter inside a transformer layer, not the LM head (an output
+ * with a vocabulary label) and not attention. */
+int ap_fp8_linear(const ap_graph *g, int op);
+/* AP_EINPUT, naming the cluster's GPU, when it has no FP8 tensor cores
+ * (peak_flops[AP_FP8] is 0, as on the A100). */
+int ap_fp8_check(const ap_cluster *c, char *err);
 
 /* Size of a label at the context's batch (batch and capacity labels scale). */
 double ap_label_size(const ap_price_ctx *x, char label);
@@ -260,6 +271,7 @@ typedef struct {
      * overlaps the last micro-batch's backward. Zero, the default of a
      * zeroed plan, is what searched plans use. */
     int serial_grad_sync;
+    int fp8;               /* linear layers in FP8 (ap_price_ctx.fp8) */
     int nstages;
     ap_stage *stages;
     int nclasses;
@@ -291,6 +303,7 @@ typedef struct {
     double ilp_time_limit;/* seconds per ILP solve, 0: no limit */
     double ilp_gap;       /* 0: 1e-4 */
     int progress;         /* print progress to stderr when slow */
+    int fp8;              /* price linear layers in FP8 (--fp8) */
 } ap_plan_opts;
 
 void ap_plan_opts_default(ap_plan_opts *o);
@@ -332,13 +345,14 @@ typedef struct {
     ap_zero zero;
     int overlap_grad;
     int first, last;
+    int fp8;          /* --fp8-format hybrid or e4m3: linear layers in FP8 */
 } ap_megatron;
 
 /* The spec's defaults: tp, pp, cp, ep, vpp, mbs 1, gbs 512, ZeRO-1 (the
  * distributed optimizer), gradient reduction overlapped, even stages. */
 void ap_megatron_default(ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
- * zero=1,overlap_grad=1,first=7,last=7" */
+ * zero=1,overlap_grad=1,first=7,last=7,fp8=1" */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
 /* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ...".
  * What a flag's absence means is Megatron-LM's default: no distributed
@@ -366,8 +380,8 @@ ap_strategy ap_megatron_layout(const ap_graph *g, const ap_megatron *m, int op);
 char *ap_plan_trace_json(const ap_plan *p, char *err);
 
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
- * every field, in the form ap_megatron_parse reads back; overlap_grad=0
- * and first, last only where they differ from the spec's defaults. */
+ * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
+ * first, last and fp8=1 only where they differ from the spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -383,6 +397,7 @@ typedef struct {
     int threads;         /* 0: the machine's cores */
     int progress;        /* a progress line on stderr once a second has
                             passed; the caller decides (a tty) */
+    int fp8;             /* every configuration with linear layers in FP8 */
 } ap_sweep_opts;
 
 void ap_sweep_opts_default(ap_sweep_opts *o);
@@ -471,6 +486,7 @@ typedef struct {
     ap_zero zero;
     int serial_grad_sync; /* "overlap_grad_reduce": false; absent reads as
                              overlapped (plans written before the field) */
+    int fp8;              /* "fp8": true; absent reads as off */
     int has_shape;
     ap_model_shape shape;
     int nstages;
@@ -507,6 +523,7 @@ typedef struct {
     int overlap_grad; /* gradient reduction overlapped with backward */
     int first, last;  /* when not even and only the first and last stage
                          differ from the others: their layers (else 0) */
+    int fp8;          /* linear layers in FP8 */
 } ap_degrees;
 
 /* Derives the degrees from the stages' meshes and every op's sharding, and

@@ -349,6 +349,8 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 int ap_plan_search(const ap_graph *g, const ap_cluster *c,
                    const ap_plan_opts *o, ap_plan *out, char *err)
 {
+    if (o->fp8 && ap_fp8_check(c, err))
+        return AP_EINPUT;
     ap_parts m;
     int rc = ap_parts_build(g, &m, err);
     if (rc)

@@ -351,29 +351,116 @@ static int axes_of(const ap_strategy *s, char l)
     return (s->axis[0] == l && l ? 1 : 0) | (s->axis[1] == l && l ? 2 : 0);
 }
 
+int ap_fp8_linear(const ap_graph *g, int opi)
+{
+    const ap_op *op = &g->ops[opi];
+    if (op->kind != AP_OP_MATMUL || op->layer < 0 || op->ninputs < 2 ||
+        op->noutputs < 1)
+        return 0;
+    /* Activation times weight: QKV, attention output, MLP and expert
+     * projections. A product of two activations is attention's own. */
+    if (g->tensors[op->inputs[0]].role == AP_TENSOR_PARAM ||
+        g->tensors[op->inputs[1]].role != AP_TENSOR_PARAM)
+        return 0;
+    /* Megatron's fp8 context wraps the transformer layers only, so the
+     * LM head stays in bf16 even in a graph whose layers were formed by
+     * clustering and may hold it. */
+    char v = ap_graph_label_of(g, AP_DIM_VOCAB);
+    return !has_label(g->tensors[op->outputs[0]].shape, v);
+}
+
+int ap_fp8_check(const ap_cluster *c, char *err)
+{
+    if (c->peak_flops[AP_FP8] > 0)
+        return AP_OK;
+    snprintf(err, AP_ERR_LEN, "fp8: %s (%s) has no FP8 tensor cores (its fp8 peak "
+             "is 0); FP8 training needs Hopper or later, e.g. h100-sxm, h200, b200",
+             c->name, c->gpu_name[0] ? c->gpu_name : "GPU of unknown name");
+    return AP_EINPUT;
+}
+
+static int runs_fp8(const ap_price_ctx *x, const ap_op *op)
+{
+    return x->fp8 && ap_fp8_linear(x->g, (int)(op - x->g->ops));
+}
+
 /* GEMM dimensions of a matmul shard: m from A only, n from B only, k
  * contracted, batch shared by all three. */
-static double matmul_time(const ap_price_ctx *x, const ap_op *op,
-                          const ap_strategy *s)
+typedef struct {
+    double batch, m, n, k;
+} gemm_dims;
+
+static gemm_dims dims_of(const ap_price_ctx *x, const ap_op *op,
+                         const ap_strategy *s)
 {
     const char *A = shape_of(x, op->inputs[0]);
     const char *B = shape_of(x, op->inputs[1]);
     const char *O = shape_of(x, op->outputs[0]);
-    double m = 1, n = 1, k = 1, batch = 1;
+    gemm_dims d = {1, 1, 1, 1};
     for (const char *p = op->iter; *p; p++) {
         double size = ap_label_size(x, *p) / split_of(x, s, *p);
         int inA = has_label(A, *p), inB = has_label(B, *p), inO = has_label(O, *p);
         if (!inO)
-            k *= size;
+            d.k *= size;
         else if (inA && inB)
-            batch *= size;
+            d.batch *= size;
         else if (inA)
-            m *= size;
+            d.m *= size;
         else
-            n *= size;
+            d.n *= size;
     }
-    ap_dtype dt = x->g->tensors[op->outputs[0]].dtype;
-    return ap_cost_bgemm(x->c, dt, batch, m, n, k);
+    return d;
+}
+
+static double matmul_time(const ap_price_ctx *x, const ap_op *op,
+                          const ap_strategy *s)
+{
+    gemm_dims d = dims_of(x, op, s);
+    ap_dtype dt = runs_fp8(x, op) ? AP_FP8 : x->g->tensors[op->outputs[0]].dtype;
+    return ap_cost_bgemm(x->c, dt, d.batch, d.m, d.n, d.k);
+}
+
+/* Transformer Engine's cast of a bf16 tensor to FP8 with its transpose
+ * (fp8_cast_transpose_fused): one pass reads 2 bytes per element and writes
+ * 1 byte each for the tensor and its transpose, taking the amax (one
+ * comparison per element) on the way. */
+static double fp8_cast(const ap_price_ctx *x, double elems)
+{
+    return ap_cost_memop(x->c, elems, 4 * elems);
+}
+
+/* The casts around an FP8 linear layer's GEMMs. Forward: its input, every
+ * micro-batch, and its weight, once per step: Megatron marks the first
+ * micro-batch (set_is_first_microbatch) and TE reuses the cached FP8 weight
+ * and transpose for the others. Backward: the output gradient. */
+static void fp8_casts(const ap_price_ctx *x, const ap_op *op,
+                      const ap_strategy *s, double *fwd, double *bwd)
+{
+    gemm_dims d = dims_of(x, op, s);
+    double micro = x->nmicro > 1 ? x->nmicro : 1;
+    *fwd = fp8_cast(x, d.batch * d.m * d.k) + fp8_cast(x, d.batch * d.k * d.n) / micro;
+    *bwd = fp8_cast(x, d.batch * d.m * d.n);
+}
+
+/* What one element of input i a linear layer saves for its backward costs,
+ * relative to its dtype: TE keeps the FP8 transpose of the activation. */
+static double saved_input_scale(const ap_price_ctx *x, const ap_op *op, int i)
+{
+    if (i != 0 || !runs_fp8(x, op))
+        return 1;
+    return 1.0 / (double)ap_dtype_size(x->g->tensors[op->inputs[0]].dtype);
+}
+
+/* TE keeps the FP8 weight and its transpose beside the bf16 parameter
+ * between micro-batches: 2 bytes per element of the GPU's shard. */
+static void price_fp8_weights(const ap_price_ctx *x, const ap_op *op,
+                              const ap_strategy *s, ap_op_cost *c)
+{
+    if (!runs_fp8(x, op))
+        return;
+    const ap_tensor *w = &x->g->tensors[op->inputs[1]];
+    if (w->first_consumer == op - x->g->ops)
+        c->param_bytes += 2 * (double)w->elems / tensor_split(x, s, w->shape);
 }
 
 static double shard_factor(const ap_price_ctx *x, const ap_strategy *s)
@@ -401,6 +488,12 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
     if (op->kind == AP_OP_MATMUL) {
         c->fwd = matmul_time(x, op, s);
         c->bwd = 2 * c->fwd; /* dX and dW: one GEMM each of the same size */
+        if (runs_fp8(x, op)) {
+            double cf, cb;
+            fp8_casts(x, op, s, &cf, &cb);
+            c->fwd += cf;
+            c->bwd += cb;
+        }
     } else if (op->kind == AP_OP_ATTENTION) {
         const char *q = shape_of(x, op->inputs[0]);
         const char *v = shape_of(x, op->inputs[2]);
@@ -571,7 +664,7 @@ static void price_saved(const ap_price_ctx *x, const ap_op *op,
     double bytes = 0;
     for (int i = 0; i < op->ninputs; i++)
         if (op->saves_in & (1u << i))
-            bytes += tensor_bytes(x, op->inputs[i]) /
+            bytes += tensor_bytes(x, op->inputs[i]) * saved_input_scale(x, op, i) /
                      tensor_split(x, s, shape_of(x, op->inputs[i]));
     for (int i = 0; i < op->noutputs; i++)
         if (op->saves_out & (1u << i)) {
@@ -599,6 +692,7 @@ void ap_price_op(const ap_price_ctx *x, int opi, const ap_strategy *s,
     price_partials(x, op, s, c);
     price_params(x, op, s, c);
     price_saved(x, op, s, c);
+    price_fp8_weights(x, op, s, c);
 }
 
 /* The layout a producer leaves its output in, per axis: the split label, or 0

@@ -39,7 +39,9 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && m->first)
         n += snprintf(buf + n, len - (size_t)n, ",first=%d", m->first);
     if (n >= 0 && (size_t)n < len && m->last)
-        snprintf(buf + n, len - (size_t)n, ",last=%d", m->last);
+        n += snprintf(buf + n, len - (size_t)n, ",last=%d", m->last);
+    if (n >= 0 && (size_t)n < len && m->fp8)
+        snprintf(buf + n, len - (size_t)n, ",fp8=1");
 }
 
 /* A growing list of candidate configurations. */
@@ -324,8 +326,17 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                  "of sequences, not %g", s.gbs);
         return AP_EINPUT;
     }
+    if (o->fp8 && o->launcher == AP_LAUNCHER_DEEPSPEED) {
+        snprintf(err, AP_ERR_LEN, "sweep: fp8: DeepSpeed's config has no FP8 training "
+                 "of its own (Megatron-LM and torchtitan do)");
+        return AP_EINPUT;
+    }
+    if (o->fp8 && ap_fp8_check(c, err))
+        return AP_EINPUT;
     list l = {0};
     int n = 0, rc = enumerate(&s, &l);
+    for (long i = 0; i < l.n; i++)
+        l.v[i].fp8 = o->fp8;
     worker *w = NULL;
     if (!rc) {
         n = thread_count(o->threads, l.n);
