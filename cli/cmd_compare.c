@@ -21,8 +21,9 @@ static const char usage_text[] =
     "\n"
     "  --megatron SPEC        tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,\n"
     "                         recompute=none|selective|full,zero=0..3,\n"
-    "                         overlap_grad=0|1,first=N,last=N (see `autopar\n"
-    "                         estimate --help`)\n"
+    "                         overlap_grad=0|1,first=N,last=N,fp8=0|1 (see\n"
+    "                         `autopar estimate --help`); with fp8=1 autopar's\n"
+    "                         plan and the sweep are priced in FP8 too\n"
     "  --megatron-args FLAGS  the real flags (see `autopar estimate --help`)\n"
     "  --sweep                also price every valid Megatron configuration and\n"
     "                         show the fastest that fits\n"
@@ -267,6 +268,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.gpus_per_node = c->gpus_per_node;
     po.global_batch = o->m.gbs;
     po.progress = progress;
+    po.fp8 = o->m.fp8; /* all sides in the configuration's precision */
     rc = ap_plan_search(g, c, &po, &ours, err);
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
@@ -283,6 +285,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         ap_sweep_opts_default(&so);
         so.global_batch = o->m.gbs;
         so.progress = progress;
+        so.fp8 = o->m.fp8;
         rc = ap_sweep(g, c, &so, &sw, err);
         if (rc)
             fprintf(stderr, "autopar compare: sweep: %s\n", err);

@@ -13,6 +13,7 @@ static const char usage_text[] =
     "                    [--global-batch B] [--seq N] [--flash-attention on|off]\n"
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
+    "                    [--fp8]\n"
     "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
     "\n"
     "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
@@ -42,6 +43,10 @@ static const char usage_text[] =
     "  -o FILE              also write plan.json to FILE\n"
     "  --trace FILE         write the simulated step as Chrome Trace Event JSON\n"
     "                       (open it in Perfetto or chrome://tracing)\n"
+    "  --fp8                price the transformer layers' linear layers in FP8, as\n"
+    "                       Transformer Engine runs them (Megatron-LM's\n"
+    "                       --fp8-format hybrid); needs a GPU with FP8 (H100 or\n"
+    "                       later); plan.json records it\n"
     "  --quiet              no progress on stderr\n";
 
 /* --target: the fastest configuration of the launcher that fits, from the
@@ -55,6 +60,7 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
     so.global_batch = o->global_batch;
     so.threads = o->threads;
     so.progress = o->progress;
+    so.fp8 = o->fp8;
     ap_sweep_result r;
     char err[AP_ERR_LEN];
     int rc = ap_sweep(g, c, &so, &r, err);
@@ -112,6 +118,8 @@ int ap_cmd_plan(int argc, char **argv)
             out.emit = "json";
         } else if (!strcmp(a, "--quiet")) {
             o.progress = 0;
+        } else if (!strcmp(a, "--fp8")) {
+            o.fp8 = 1;
         } else if (!strcmp(a, "--target") && v) {
             char err[AP_ERR_LEN];
             if (ap_launcher_from_name(v, &target, err)) {

@@ -120,6 +120,7 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         out->comm_bwd += c.bwd_comm;
         out->grad_sync += c.grad_sync;
         out->param_bytes += c.param_bytes;
+        out->fp8_weight_bytes += c.fp8_weight_bytes;
         out->act_bytes += c.act_bytes;
         out->flops += c.flops;
         if (x->g->ops[ops[i]].kind == AP_OP_ATTENTION)

@@ -80,6 +80,9 @@ static void header(sbuf *b, const char *who, const ap_plan_desc *p, const ap_deg
            "replica, global batch %.0f; recompute %s; ZeRO-%d\n",
         d->tp, d->pp, d->dp, d->cp, d->ep, d->sp, d->vpp, d->nmicro, d->mbs, d->gbs,
         ap_emit_recompute_name(d->recompute), (int)d->zero);
+    if (d->fp8)
+        put(b, "# The transformer layers' linear layers run in FP8; embedding, LM head "
+               "and attention stay %s.\n", "bf16");
 }
 
 static void torchrun(sbuf *b, const ap_plan_desc *p, const char *entry, const char *var)
@@ -139,6 +142,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --use-distributed-optimizer\n");
     if (d->overlap_grad)
         put(b, "  --overlap-grad-reduce\n");
+    if (d->fp8)
+        put(b, "  --fp8-format hybrid\n");
 }
 
 static void megatron_model(sbuf *b, const ap_model_shape *s)
@@ -235,6 +240,10 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (d->dp > 1 && !d->overlap_grad)
         put(&b, "# The plan was priced with the gradient reduction after the backward; "
                 "torchtitan's DDP and FSDP always overlap it, so expect a faster step.\n");
+    if (d->fp8)
+        put(&b, "# FP8 was priced as Transformer Engine runs it, weights cast once per "
+                "step; torchao's Float8Linear casts them every micro-batch, and needs "
+                "--training.compile to fuse its casts.\n");
     put(&b, "TORCHTITAN_ARGS=\"\n");
     titan_data(&b, d);
     put(&b, "  --parallelism.tensor_parallel_degree %d\n", d->tp);
@@ -251,6 +260,9 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     put(&b, "  --activation_checkpoint.mode %s\n", ap_emit_recompute_name(d->recompute));
     if (d->recompute == AP_RECOMPUTE_SELECTIVE)
         put(&b, "  --activation_checkpoint.selective_ac_option op\n");
+    if (d->fp8) /* the LM head ("output") stays in bf16, as under Megatron */
+        put(&b, "  --model.converters float8\n  --float8.filter_fqns output\n"
+                "  --training.compile\n");
     put(&b, "\"\n");
     torchrun(&b, p, "-m torchtitan.train --job.config_file \"${CONFIG_FILE:?the model's "
                     "torchtitan .toml}\"", "TORCHTITAN_ARGS");

@@ -42,6 +42,7 @@ static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
     add_kinds(&st->kinds, &bp->kbwd, times);
     st->grad_sync += bp->grad_sync * times;
     st->param_bytes += bp->param_bytes * times;
+    st->fp8_weight_bytes += bp->fp8_weight_bytes * times;
     st->flops += bp->flops * times;
     if (rc == AP_RECOMPUTE_FULL) {
         /* Backward first redoes the forward, collectives included; only
@@ -75,7 +76,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     ap_price_ctx x = {g, c, &st->mesh, p->micro_batch / replicas, p->nmicro, p->zero,
                       p->fp8};
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = 0;
-    st->param_bytes = st->act_bytes = st->flops = 0;
+    st->param_bytes = st->act_bytes = st->flops = st->fp8_weight_bytes = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
     double largest_layer_act = 0;
     for (int b = 0; b < 2 + p->nclasses; b++) {
@@ -163,10 +164,12 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
 }
 
 /* Adam's update streams every model state of the GPU's shard through HBM
- * once for reading and once for writing. */
+ * once for reading and once for writing; FP8 weight copies are no state of
+ * its own (the first micro-batch's cast refreshes them). */
 static double optimizer_time(const ap_cluster *c, const ap_stage *st)
 {
-    return ap_cost_memop(c, st->param_bytes, 2 * st->param_bytes);
+    double states = st->param_bytes - st->fp8_weight_bytes;
+    return ap_cost_memop(c, states, 2 * states);
 }
 
 static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,

@@ -232,6 +232,7 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->overlap_grad = d->overlap_grad;
     m->first = d->first;
     m->last = d->last;
+    m->fp8 = d->fp8;
 }
 
 /* Every op's sharding must be the one Megatron's pattern gives it. */
@@ -322,6 +323,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->vpp = p->vchunks;
     d->schedule = p->schedule;
     d->overlap_grad = !p->serial_grad_sync;
+    d->fp8 = p->fp8;
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
@@ -374,6 +376,10 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                           "chunks here; the plan interleaves %s", who, "uneven stages");
         return AP_OK;
     }
+    if (d->fp8)
+        return refuse(p, err, "%s's config has no %s (Megatron-DeepSpeed runs "
+                      "Megatron's Transformer Engine layers): export this plan to "
+                      "Megatron-LM or torchtitan", who, "FP8 training");
     if (d->tp > 1 || d->cp > 1 || d->ep > 1)
         return refuse(p, err, "%s has no %s of its own (Megatron-DeepSpeed does): "
                       "export this plan to Megatron-LM", who, d->tp > 1

@@ -102,6 +102,7 @@ static cJSON *prediction_json(const ap_plan *p)
 {
     cJSON *pr = cJSON_CreateObject();
     cJSON_AddNumberToObject(pr, "step_time_s", p->step_time);
+    cJSON_AddBoolToObject(pr, "fp8", p->fp8);
     cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
     cJSON_AddNumberToObject(pr, "model_tflops_per_gpu", p->model_tflops_per_gpu);
     cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
@@ -182,6 +183,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON_AddNumberToObject(o, "virtual_stages", p->vchunks);
     cJSON_AddNumberToObject(o, "zero", p->zero);
     cJSON_AddBoolToObject(o, "overlap_grad_reduce", !p->serial_grad_sync);
+    if (p->fp8)
+        cJSON_AddBoolToObject(o, "fp8", 1);
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
     cJSON_AddNumberToObject(solver, "gap", p->ilp_gap);
@@ -227,6 +230,11 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     fprintf(f, "  batch %.0f sequences x %d tokens; %d micro-batches of %.0f; %s; ZeRO-%d\n",
             p->global_batch, p->seq, p->nmicro, p->micro_batch,
             schedule_name(p->schedule), (int)p->zero);
+    if (p->fp8)
+        fprintf(f, "  precision: linear layers' GEMMs in FP8 (Transformer Engine), "
+                   "the rest in %s\n", ap_dtype_name(g->dtype));
+    else
+        fprintf(f, "  precision: %s\n", ap_dtype_name(g->dtype));
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
         char copies[32] = "";

@@ -433,6 +433,8 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
             return rc;
         p->serial_grad_sync = !overlap;
     }
+    if (field(root, "fp8") && (rc = get_bool(r, root, "fp8", "", &p->fp8)))
+        return rc;
     const cJSON *shape = field(root, "model_shape");
     if (shape) {
         if ((rc = parse_shape(r, shape, &p->shape)))

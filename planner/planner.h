@@ -97,6 +97,8 @@ typedef struct {
     double param_bytes;    /* model states per GPU (params+grads+optimizer) */
     double act_bytes;      /* saved for backward, per GPU, per micro-batch */
     double flops;          /* forward FLOPs per GPU (for reports) */
+    double fp8_weight_bytes; /* of param_bytes: FP8 weight copies, which the
+                                optimizer does not update */
 } ap_op_cost;
 
 void ap_price_op(const ap_price_ctx *x, int op, const ap_strategy *s,
@@ -195,6 +197,7 @@ typedef struct {
                              recomputation redoes it) */
     double grad_sync;     /* per step */
     double param_bytes;   /* model states */
+    double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double act_bytes;     /* saved per micro-batch */
     double input_bytes;   /* the block's input activation: what full
                              recomputation keeps */
@@ -248,6 +251,7 @@ typedef struct {
     double p2p;        /* sending the stage's output to the next stage */
     double grad_sync;  /* per step */
     double param_bytes, act_bytes, inflight, mem_bytes;
+    double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double flops;      /* forward FLOPs per GPU per micro-batch */
     ap_comm_kinds kinds;  /* comm_fwd + comm_bwd by kind, and under full
                              recomputation the forward's again */

@@ -459,8 +459,10 @@ static void price_fp8_weights(const ap_price_ctx *x, const ap_op *op,
     if (!runs_fp8(x, op))
         return;
     const ap_tensor *w = &x->g->tensors[op->inputs[1]];
-    if (w->first_consumer == op - x->g->ops)
-        c->param_bytes += 2 * (double)w->elems / tensor_split(x, s, w->shape);
+    if (w->first_consumer == op - x->g->ops) {
+        c->fp8_weight_bytes = 2 * (double)w->elems / tensor_split(x, s, w->shape);
+        c->param_bytes += c->fp8_weight_bytes;
+    }
 }
 
 static double shard_factor(const ap_price_ctx *x, const ap_strategy *s)
