@@ -5,10 +5,11 @@
 #   sh bench/validate.sh build/autopar [runs.json]
 #
 # Every run is priced with the preset of its GPU and the Megatron-LM
-# configuration it used; nothing is fitted. A run that autopar refuses is
-# printed with its error and left out of the statistics, as is a run measured
-# in a precision autopar does not price (FP8: Hugging Face models are built in
-# bf16, so the prediction is of a bf16 step).
+# configuration it used; nothing is fitted. A run measured in FP8 carries
+# fp8=1 in its configuration (linear layers in FP8 as Transformer Engine runs
+# them). A run that autopar refuses is printed with its error and left out of
+# the statistics, as is a run whose precision its configuration does not
+# price (marked *).
 #
 # The comparison is of step times. Each published figure is turned into the
 # step time it implies, using the source's own FLOP count where the figure is
@@ -140,11 +141,13 @@ for run in runs:
     t = pred["step_time_s"]
     e = 100 * (t - pub_t) / pub_t
     b = pred["breakdown"]
-    counted = run.get("precision", "bf16") == "bf16"
+    fp8 = "fp8=1" in run["megatron"].split(",")
+    counted = run.get("precision", "bf16") == ("fp8" if fp8 else "bf16")
     if counted:
         stats.setdefault(run["gpu"], []).append((e, run["name"]))
     rows.append([run["name"], run["gpu"], f"{fmt(pub_x)} {unit}", f"{fmt(pred_x)}",
-                 f"{pub_t:.3f}", f"{t:.3f}", f"{e:+.1f}%" + ("" if counted else " *"),
+                 f"{pub_t:.3f}", f"{t:.3f}",
+                 f"{e:+.1f}%" + ("" if counted else " *") + (" fp8" if fp8 else ""),
                  f"{100 * b['compute_s'] / t:.0f}/{100 * b['communication_s'] / t:.0f}"
                  f"/{100 * b['bubble_s'] / t:.0f}", "" if pred.get("fits", True) else "over HBM"])
 
@@ -159,7 +162,9 @@ for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
 print()
 print("error = (predicted step - published step) / published step; negative: autopar is optimistic")
-print("* measured in FP8, predicted in bf16: shown, not in the statistics")
+print("fp8: measured in FP8 and priced with fp8=1 (docs/cost-model.md, FP8)")
+if any(r[6].endswith("*") or " * " in r[6] for r in rows if len(r) > 4):
+    print("* measured in another precision than priced: shown, not in the statistics")
 allrows = []
 for gpu in sorted(stats):
     errs = stats[gpu]
