@@ -1,0 +1,61 @@
+#!/bin/sh
+# FP8 from the command line: the spec and Megatron's --fp8-format price the
+# same faster step, an A100 refuses it, plan.json and the Megatron export
+# carry it through a round trip, and DeepSpeed refuses to export it.
+set -u
+bin=$1
+src=$2
+model=$src/examples/hf/llama-3-8b.json
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
+step() { sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p' "$1"; }
+
+spec="tp=2,pp=2,mbs=1,gbs=128,sp=1,zero=1"
+flags="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1
+ --global-batch-size 128 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce"
+"$bin" estimate "$model" --gpus 16 --json --megatron "$spec" >"$tmp/bf16" 2>&1 || bad "bf16 estimate"
+"$bin" estimate "$model" --gpus 16 --json --megatron "$spec,fp8=1" >"$tmp/fp8" 2>&1 || bad "fp8 estimate"
+"$bin" estimate "$model" --gpus 16 --json --megatron-args "$flags --fp8-format hybrid
+ --fp8-amax-history-len 1024 --fp8-amax-compute-algo max" >"$tmp/flags" 2>&1 || bad "fp8 flags"
+cmp -s "$tmp/fp8" "$tmp/flags" && ok || bad "fp8=1 and --fp8-format hybrid differ"
+grep -q '"fp8":.true' "$tmp/fp8" && grep -q '"fp8":.false' "$tmp/bf16" && ok ||
+    bad "--json says the precision"
+awk -v a="$(step "$tmp/fp8")" -v b="$(step "$tmp/bf16")" 'BEGIN { exit !(a < b) }' && ok ||
+    bad "fp8 is not faster: $(step "$tmp/fp8") vs $(step "$tmp/bf16")"
+"$bin" estimate "$model" --gpus 16 --megatron "$spec,fp8=1" | grep -q "precision: linear layers' GEMMs in FP8" &&
+    ok || bad "the report says the precision"
+
+out=$("$bin" estimate "$model" --gpus 16 --cluster a100-80g --megatron "$spec,fp8=1" 2>&1)
+[ $? -eq 2 ] && case "$out" in *fp8*a100-80g*A100*) true ;; *) false ;; esac && ok ||
+    bad "an A100 refuses fp8: $out"
+out=$("$bin" estimate "$model" --gpus 16 --megatron-args "$flags --fp8-format e5m2" 2>&1)
+[ $? -eq 2 ] && case "$out" in *--fp8-format*e5m2*) true ;; *) false ;; esac && ok ||
+    bad "a bad --fp8-format is refused: $out"
+
+# plan.json -> Megatron flags -> estimate: the same prediction.
+"$bin" estimate "$model" --gpus 16 --json --megatron "$spec,fp8=1" -o "$tmp/plan.json" >"$tmp/want" 2>/dev/null
+grep -q '^	"fp8":	true' "$tmp/plan.json" && ok || bad "plan.json has fp8"
+"$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>&1
+grep -q -- "--fp8-format hybrid" "$tmp/args.sh" && ok || bad "Megatron export: $(cat "$tmp/args.sh")"
+args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+"$bin" estimate "$model" --gpus 16 --json --megatron-args "$args" >"$tmp/got" 2>&1
+cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp/got")"
+"$bin" export "$tmp/plan.json" --to torchtitan 2>&1 | grep -q -- "--model.converters float8" &&
+    ok || bad "torchtitan export has the float8 converter"
+"$bin" estimate "$model" --gpus 16 --megatron "tp=1,pp=2,mbs=1,gbs=128,fp8=1,overlap_grad=0" \
+    -o "$tmp/ds.json" >/dev/null 2>&1
+out=$("$bin" export "$tmp/ds.json" --to deepspeed 2>&1)
+[ $? -eq 2 ] && case "$out" in *FP8*) true ;; *) false ;; esac && ok ||
+    bad "DeepSpeed refuses fp8: $out"
+
+# A searched plan in FP8 records it.
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --global-batch 8 --quiet --fp8 \
+    -o "$tmp/p.json" >/dev/null 2>&1 && grep -q '^	"fp8":	true' "$tmp/p.json" && ok ||
+    bad "plan --fp8 writes fp8 into plan.json"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
