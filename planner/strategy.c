@@ -126,6 +126,35 @@ static double tensor_split(const ap_price_ctx *x, const ap_strategy *s,
     return k;
 }
 
+/* The label of tensor t that an op's split label l splits: l itself, or for
+ * attention's K and V the KV-head label, which moves with the query heads
+ * (kv_heads_divide keeps it whole), as Megatron's head-parallel attention
+ * keeps each rank's K and V heads local. 0 when t has neither. */
+static char label_in(const ap_price_ctx *x, const ap_op *op, int t, char l)
+{
+    const char *T = x->g->tensors[t].shape;
+    if (!l)
+        return 0;
+    if (has_label(T, l))
+        return l;
+    if (op->kind == AP_OP_ATTENTION && op->ninputs >= 3 &&
+        (t == op->inputs[1] || t == op->inputs[2]) &&
+        l == x->g->tensors[op->inputs[0]].shape[2])
+        return T[2];
+    return 0;
+}
+
+/* Ways op's strategy splits its operand t. */
+static double operand_split(const ap_price_ctx *x, const ap_op *op,
+                            const ap_strategy *s, int t)
+{
+    double k = 1;
+    for (int a = 0; a < 2; a++)
+        if (label_in(x, op, t, s->axis[a]))
+            k *= x->mesh->d[a];
+    return k;
+}
+
 static double tensor_bytes(const ap_price_ctx *x, int t)
 {
     const ap_tensor *tt = &x->g->tensors[t];
@@ -667,7 +696,7 @@ static void price_saved(const ap_price_ctx *x, const ap_op *op,
     for (int i = 0; i < op->ninputs; i++)
         if (op->saves_in & (1u << i))
             bytes += tensor_bytes(x, op->inputs[i]) * saved_input_scale(x, op, i) /
-                     tensor_split(x, s, shape_of(x, op->inputs[i]));
+                     operand_split(x, op, s, op->inputs[i]);
     for (int i = 0; i < op->noutputs; i++)
         if (op->saves_out & (1u << i)) {
             const char *O = shape_of(x, op->outputs[i]);
@@ -732,8 +761,8 @@ static char in_layout(const ap_price_ctx *x, int cons, const ap_strategy *cs,
     char l = cs->axis[a];
     if (!l || x->mesh->d[a] == 1)
         return 0;
-    if (has_label(T, l))
-        return l;
+    if (label_in(x, op, t, l))
+        return label_in(x, op, t, l);
     if (op->kind == AP_OP_DISPATCH || op->kind == AP_OP_COMBINE) {
         for (const char *p = T; *p; p++) {
             const ap_dim *d = ap_graph_dim(x->g, *p);
