@@ -88,11 +88,13 @@ static void split_op_comm(const ap_price_ctx *x, int op, const ap_strategy *s,
 
 /* An edge's backward part by kind: pricing it again with the consumer's
  * axes that split a label the tensor lacks cleared leaves the layout
- * conversion alone; the difference is the partial gradient's reduction. */
+ * conversion alone; the difference is the partial gradient's reduction,
+ * less the second all-gather of a saved sequence shard (regather), which
+ * repeats the forward's gather and is resharding like it. */
 static void split_edge_comm(const ap_price_ctx *x, int t, int prod,
                             const ap_strategy *ps, int cons,
                             const ap_strategy *cs, double total, double back,
-                            ap_block_point *out)
+                            double regather, ap_block_point *out)
 {
     ap_strategy conv = *cs;
     const ap_op_kind k = x->g->ops[cons].kind;
@@ -103,8 +105,8 @@ static void split_edge_comm(const ap_price_ctx *x, int t, int prod,
     double conv_back;
     ap_price_edge(x, t, prod, ps, cons, &conv, &conv_back);
     out->kfwd.reshard += total - back;
-    out->kbwd.reshard += conv_back;
-    out->kbwd.tp += back - conv_back;
+    out->kbwd.reshard += conv_back + regather;
+    out->kbwd.tp += back - conv_back - regather;
 }
 
 void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
@@ -130,15 +132,18 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
     ap_block_edge *e = NULL;
     int ne = ap_block_edges(x->g, ops, nops, &e);
     for (int k = 0; k < ne; k++) {
-        double back;
-        double total = ap_price_edge(x, e[k].tensor, ops[e[k].u], &strat[e[k].u],
-                                     ops[e[k].v], &strat[e[k].v], &back);
+        const ap_strategy *ps = &strat[e[k].u], *cs = &strat[e[k].v];
+        double back, regather;
+        double total = ap_price_edge(x, e[k].tensor, ops[e[k].u], ps,
+                                     ops[e[k].v], cs, &back);
+        out->act_bytes += ap_price_edge_saved(x, e[k].tensor, ops[e[k].u], ps,
+                                              ops[e[k].v], cs, &regather);
         out->fwd += total - back;
         out->bwd += back;
         out->comm_fwd += total - back;
         out->comm_bwd += back;
-        split_edge_comm(x, e[k].tensor, ops[e[k].u], &strat[e[k].u], ops[e[k].v],
-                        &strat[e[k].v], total, back, out);
+        split_edge_comm(x, e[k].tensor, ops[e[k].u], ps, ops[e[k].v], cs,
+                        total, back, regather, out);
     }
     free(e);
     out->input_bytes = block_input_bytes(x, ops, nops, strat);
@@ -206,8 +211,9 @@ int ap_block_solve_points(const ap_price_ctx *x, const int *ops, int nops,
         if (add_point(x, ops, nops, &t, choice, out))
             rc = AP_EINTERNAL;
     }
+    if (rc == AP_OK)
+        rc = ap_tables_leanest(&t, ilp_time_limit, &lean_mem, err);
     if (rc == AP_OK) {
-        lean_mem = ap_tables_leanest(&t);
         if (lean_mem < fast_mem * 0.95)
             for (int k = 1; k < MAX_POINTS && k < max_points && rc == AP_OK; k++) {
                 double f = (double)k / (MAX_POINTS - 1);

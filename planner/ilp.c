@@ -106,6 +106,12 @@ static int class_of(const int *map, int i)
 
 /* Rows sum_b y[a][b] = sum of u's choices in class a, and the same for v's
  * classes over a: the marginals of the pair variables are the choices. */
+/* Pair (a, b)'s term in the memory row. */
+static double edge_mem(const ap_ilp_edge *ed, int nb, int a, int b)
+{
+    return ed->mem ? ed->mem[a * nb + b] : 0;
+}
+
 static int add_edge(glp_prob *lp, const ap_ilp *p, const ap_ilp_edge *ed,
                     const int *base, int col, triplets *t)
 {
@@ -124,10 +130,29 @@ static int add_edge(glp_prob *lp, const ap_ilp *p, const ap_ilp_edge *ed,
     for (int a = 0; a < na; a++)
         for (int b = 0; b < nb; b++, col++) {
             glp_set_col_bnds(lp, col, GLP_DB, 0, 1);
-            glp_set_obj_coef(lp, col, ed->cost[a * nb + b]);
+            glp_set_obj_coef(lp, col, p->minimise_memory
+                                          ? edge_mem(ed, nb, a, b)
+                                          : ed->cost[a * nb + b]);
             if (push(t, ru + a, col, 1) || push(t, rv + b, col, 1))
                 return -1;
         }
+    return 0;
+}
+
+/* The pair columns' terms in the memory row r; pair columns follow the
+ * node columns in edge order, as build() adds them. */
+static int add_edge_mem_terms(const ap_ilp *p, int ncols, int r, triplets *t)
+{
+    int col = ncols + 1;
+    for (int e = 0; e < p->nedges; e++) {
+        const ap_ilp_edge *ed = &p->edges[e];
+        int na = edge_classes(p, ed, 0), nb = edge_classes(p, ed, 1);
+        for (int a = 0; a < na; a++)
+            for (int b = 0; b < nb; b++, col++)
+                if (edge_mem(ed, nb, a, b) != 0 &&
+                    push(t, r, col, edge_mem(ed, nb, a, b)))
+                    return -1;
+    }
     return 0;
 }
 
@@ -143,7 +168,8 @@ static int build(glp_prob *lp, const ap_ilp *p, const int *base, int ncols,
         for (int i = 0; i < p->nstrat[u]; i++) {
             int col = base[u] + i;
             glp_set_col_kind(lp, col, GLP_BV);
-            glp_set_obj_coef(lp, col, p->cost[u][i]);
+            glp_set_obj_coef(lp, col, p->minimise_memory && p->mem
+                                          ? p->mem[u][i] : p->cost[u][i]);
         }
     int row = glp_add_rows(lp, p->nnodes);
     for (int u = 0; u < p->nnodes; u++) {
@@ -165,6 +191,8 @@ static int build(glp_prob *lp, const ap_ilp *p, const int *base, int ncols,
             for (int i = 0; i < p->nstrat[u]; i++)
                 if (p->mem[u][i] != 0 && push(t, r, base[u] + i, p->mem[u][i]))
                     return -1;
+        if (add_edge_mem_terms(p, ncols, r, t))
+            return -1;
     }
     if (inject_fault) {
         inject_fault = 0;
@@ -187,6 +215,12 @@ static void read_choice(glp_prob *lp, const ap_ilp *p, const int *base,
             }
         if (p->mem)
             res->memory += p->mem[u][choice[u]];
+    }
+    for (int e = 0; e < p->nedges; e++) {
+        const ap_ilp_edge *ed = &p->edges[e];
+        int nb = edge_classes(p, ed, 1);
+        res->memory += edge_mem(ed, nb, class_of(ed->cu, choice[ed->u]),
+                                class_of(ed->cv, choice[ed->v]));
     }
     res->objective = glp_mip_obj_val(lp);
 }

@@ -109,12 +109,22 @@ void ap_price_op(const ap_price_ctx *x, int op, const ap_strategy *s,
 double ap_price_edge(const ap_price_ctx *x, int t, int prod,
                      const ap_strategy *ps, int cons, const ap_strategy *cs,
                      double *bwd);
+/* What the edge changes in its consumer's saved activations, bytes per GPU
+ * per micro-batch (0 or negative). A column-parallel matmul fed by an
+ * all-gather of a sequence-parallel tensor saves the producer's sequence
+ * shard, not the gathered input, and gathers it again in backward, as
+ * Megatron-LM does: the delta is shard minus gathered copy. *regather, when
+ * not NULL, receives that backward all-gather's seconds, which are already
+ * part of ap_price_edge's backward time. */
+double ap_price_edge_saved(const ap_price_ctx *x, int t, int prod,
+                           const ap_strategy *ps, int cons,
+                           const ap_strategy *cs, double *regather);
 /* Writes "b@0 f@1 rs:s" style text for a strategy, for plans and reports. */
 void ap_strategy_format(const ap_strategy *s, char *buf, size_t len);
 
 /* The intra-op ILP in index form: node u picks one of nstrat[u] choices at
- * cost[u][i] and memory mem[u][i]; an edge (u, v) adds a cost that depends
- * on u's choice i and v's choice j. Minimise the total subject to the memory
+ * cost[u][i] and memory mem[u][i]; an edge (u, v) adds a cost (and, where it
+ * has one, a memory term) that depends on u's choice i and v's choice j. Minimise the total subject to the memory
  * row (when mem_limit > 0). The quadratic edge term is linearised with one
  * continuous variable per pair and marginal constraints, which are exact
  * once the node choices are integral and keep the LP relaxation tight.
@@ -130,6 +140,10 @@ typedef struct {
     const double *cost;
     int ncu, ncv;
     const int *cu, *cv;
+    /* NULL, or memory by class pair like cost: what the pair adds to the
+     * memory row (a consumer saving a sequence shard instead of its
+     * gathered input: see ap_price_edge_saved). */
+    const double *mem;
 } ap_ilp_edge;
 
 typedef struct {
@@ -142,6 +156,8 @@ typedef struct {
     double mem_limit;
     double time_limit_s; /* <= 0: none */
     double gap;          /* relative MIP gap accepted, e.g. 1e-4 */
+    int minimise_memory; /* 1: the objective is the memory row's terms,
+                            not the costs (the leanest choice) */
 } ap_ilp;
 
 /* TIMEOUT: the time limit passed before any solution was found, which says

@@ -782,6 +782,73 @@ static int activation_consumers(const ap_graph *g, int t)
     return n ? n : 1;
 }
 
+/* Axes (a mask) on which the edge all-gathers a sequence-parallel tensor
+ * into a column-parallel matmul: the producer leaves t split by a sequence
+ * label, the consumer needs it whole and splits a label t lacks. Megatron-LM
+ * saves the sequence shard there, not the gathered input, and gathers it
+ * again in backward for the weight gradient (Korthikanti et al. 2022,
+ * section 4.2.2; LinearWithGradAccumulationAndAsyncCommunication). */
+static int regather_axes(const ap_price_ctx *x, int t, int prod,
+                         const ap_strategy *ps, int cons, const ap_strategy *cs)
+{
+    if (x->g->ops[cons].kind != AP_OP_MATMUL)
+        return 0;
+    int mask = 0;
+    for (int a = 0; a < 2; a++) {
+        char p = out_layout(x, prod, ps, t, a);
+        const ap_dim *d = p ? ap_graph_dim(x->g, p) : NULL;
+        char l = cs->axis[a];
+        if (d && d->kind == AP_DIM_SEQ && !in_layout(x, cons, cs, t, a) &&
+            l && !has_label(shape_of(x, t), l))
+            mask |= 1 << a;
+    }
+    return mask;
+}
+
+/* Bytes of t on one rank of the producer's layout, split only by the axis
+ * other than a: what an all-gather along a moves. */
+static double gather_bytes(const ap_price_ctx *x, int t, int prod,
+                           const ap_strategy *ps, int a)
+{
+    char other = out_layout(x, prod, ps, t, 1 - a);
+    return tensor_bytes(x, t) /
+           (other && x->mesh->d[1 - a] > 1 ? x->mesh->d[1 - a] : 1);
+}
+
+/* The backward's second all-gather of a saved sequence shard; like the
+ * forward gather, one serves every consumer, each edge carries its share. */
+static double regather_time(const ap_price_ctx *x, int t, int prod,
+                            const ap_strategy *ps, int cons,
+                            const ap_strategy *cs)
+{
+    int mask = regather_axes(x, t, prod, ps, cons, cs);
+    double time = 0;
+    for (int a = 0; a < 2; a++)
+        if (mask & (1 << a))
+            time += coll(x, AP_COLL_ALLGATHER, 1 << a,
+                         gather_bytes(x, t, prod, ps, a)) /
+                    activation_consumers(x->g, t);
+    return time;
+}
+
+double ap_price_edge_saved(const ap_price_ctx *x, int t, int prod,
+                           const ap_strategy *ps, int cons,
+                           const ap_strategy *cs, double *regather)
+{
+    if (regather)
+        *regather = regather_time(x, t, prod, ps, cons, cs);
+    int mask = regather_axes(x, t, prod, ps, cons, cs);
+    const ap_op *op = &x->g->ops[cons];
+    int saver = 0;
+    for (int i = 0; i < op->ninputs; i++)
+        saver |= op->inputs[i] == t && (op->saves_in & (1u << i));
+    if (!mask || !saver)
+        return 0;
+    double saved = tensor_bytes(x, t) / operand_split(x, op, cs, t);
+    double k = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+    return saved / k - saved;
+}
+
 double ap_price_edge(const ap_price_ctx *x, int t, int prod,
                      const ap_strategy *ps, int cons, const ap_strategy *cs,
                      double *bwd)
@@ -820,6 +887,7 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
             back += coll(x, p ? AP_COLL_REDUCESCATTER : AP_COLL_ALLREDUCE, mask,
                          bytes) / activation_consumers(x->g, t);
     }
+    back += regather_time(x, t, prod, ps, cons, cs);
     if (bwd)
         *bwd = back;
     return cost + back;

@@ -95,6 +95,7 @@ void ap_tables_free(ap_tables *t)
     }
     for (int e = 0; e < t->nedges; e++) {
         free(t->ecost[e]);
+        free(t->emem[e]);
         free(t->cu[e]);
         free(t->cv[e]);
     }
@@ -105,6 +106,7 @@ void ap_tables_free(ap_tables *t)
     free(t->mem);
     free(t->edges);
     free(t->ecost);
+    free(t->emem);
     free(t->cu);
     free(t->cv);
     memset(t, 0, sizeof *t);
@@ -246,26 +248,34 @@ static int group_costs(const ap_price_ctx *x, const int *ops, int nops,
         int gi = t->group[e[i].u];
         if (gi != t->group[e[i].v])
             continue;
-        for (int k = 0; k < t->ns[gi]; k++)
-            t->cost[gi][k] += ap_price_edge(x, e[i].tensor, ops[e[i].u],
-                                            &t->strat[e[i].u][k], ops[e[i].v],
-                                            &t->strat[e[i].v][k], NULL);
+        for (int k = 0; k < t->ns[gi]; k++) {
+            const ap_strategy *ps = &t->strat[e[i].u][k];
+            const ap_strategy *cs = &t->strat[e[i].v][k];
+            t->cost[gi][k] += ap_price_edge(x, e[i].tensor, ops[e[i].u], ps,
+                                            ops[e[i].v], cs, NULL);
+            t->mem[gi][k] += act_weight *
+                             ap_price_edge_saved(x, e[i].tensor, ops[e[i].u],
+                                                 ps, ops[e[i].v], cs, NULL);
+        }
     }
     return 0;
 }
 
-/* Choices of one end that price every pairing alike form one class: row i
- * joins the class of the first earlier row equal to it. */
-static int classes_of_rows(const double *m, int rows, int cols, int stride_r,
-                           int stride_c, int *cls)
+/* Choices of one end that price every pairing alike, in time and in memory
+ * (mem may be NULL), form one class: row i joins the class of the first
+ * earlier row equal to it. */
+static int classes_of_rows(const double *m, const double *mem, int rows,
+                           int cols, int stride_r, int stride_c, int *cls)
 {
     int n = 0;
     for (int i = 0; i < rows; i++) {
         cls[i] = -1;
         for (int k = 0; k < i && cls[i] < 0; k++) {
             int same = 1;
-            for (int j = 0; j < cols && same; j++)
-                same = m[i * stride_r + j * stride_c] == m[k * stride_r + j * stride_c];
+            for (int j = 0; j < cols && same; j++) {
+                int a = i * stride_r + j * stride_c, b = k * stride_r + j * stride_c;
+                same = m[a] == m[b] && (!mem || mem[a] == mem[b]);
+            }
             if (same)
                 cls[i] = cls[k];
         }
@@ -275,25 +285,43 @@ static int classes_of_rows(const double *m, int rows, int cols, int stride_r,
     return n;
 }
 
-/* Prices every pairing of the two groups' choices on one edge; the full
- * matrix stands in ecost until compress_edge() replaces it. */
+/* Prices every pairing of the two groups' choices on one edge, in time and
+ * in memory (kept only where some pairing has a memory term); the full
+ * matrices stand in ecost and emem until compress_edge() replaces them. */
 static int price_edge_matrix(const ap_price_ctx *x, const int *ops,
-                             const ap_block_edge *be, ap_tables *t)
+                             const ap_block_edge *be, double act_weight,
+                             ap_tables *t)
 {
     int e = t->nedges;
     int gu = t->group[be->u], gv = t->group[be->v];
     int nu = t->ns[gu], nv = t->ns[gv];
     double *full = malloc(sizeof *full * (size_t)(nu * nv));
-    if (!full)
+    double *mem = malloc(sizeof *mem * (size_t)(nu * nv));
+    if (!full || !mem) {
+        free(full);
+        free(mem);
         return -1;
+    }
     t->nedges++;
+    int any = 0;
     for (int i = 0; i < nu; i++)
-        for (int j = 0; j < nv; j++)
-            full[i * nv + j] = ap_price_edge(x, be->tensor, ops[be->u],
-                                             &t->strat[be->u][i], ops[be->v],
-                                             &t->strat[be->v][j], NULL);
+        for (int j = 0; j < nv; j++) {
+            const ap_strategy *ps = &t->strat[be->u][i];
+            const ap_strategy *cs = &t->strat[be->v][j];
+            full[i * nv + j] = ap_price_edge(x, be->tensor, ops[be->u], ps,
+                                             ops[be->v], cs, NULL);
+            mem[i * nv + j] = act_weight *
+                              ap_price_edge_saved(x, be->tensor, ops[be->u],
+                                                  ps, ops[be->v], cs, NULL);
+            any |= mem[i * nv + j] != 0;
+        }
+    if (!any) {
+        free(mem);
+        mem = NULL;
+    }
     t->ecost[e] = full;
-    t->edges[e] = (ap_ilp_edge){gu, gv, full, 0, 0, NULL, NULL};
+    t->emem[e] = mem;
+    t->edges[e] = (ap_ilp_edge){gu, gv, full, 0, 0, NULL, NULL, mem};
     return 0;
 }
 
@@ -307,13 +335,16 @@ static int no_worse(const ap_tables *t, int g, int a, int b)
     for (int e = 0; e < t->nedges; e++) {
         const ap_ilp_edge *ed = &t->edges[e];
         int nu = t->ns[ed->u], nv = t->ns[ed->v];
+        const double *m = ed->mem;
         if (ed->u == g)
             for (int j = 0; j < nv; j++)
-                if (ed->cost[a * nv + j] > ed->cost[b * nv + j])
+                if (ed->cost[a * nv + j] > ed->cost[b * nv + j] ||
+                    (m && m[a * nv + j] > m[b * nv + j]))
                     return 0;
         if (ed->v == g)
             for (int i = 0; i < nu; i++)
-                if (ed->cost[i * nv + a] > ed->cost[i * nv + b])
+                if (ed->cost[i * nv + a] > ed->cost[i * nv + b] ||
+                    (m && m[i * nv + a] > m[i * nv + b]))
                     return 0;
     }
     return 1;
@@ -344,11 +375,14 @@ static void compact_group(ap_tables *t, int g, const char *keep)
         if (ed->u != g && ed->v != g)
             continue;
         int nu = t->ns[ed->u], nv = t->ns[ed->v], k = 0;
-        double *c = t->ecost[e];
+        double *c = t->ecost[e], *m = t->emem[e];
         for (int i = 0; i < nu; i++)
             for (int j = 0; j < nv; j++)
-                if ((ed->u != g || keep[i]) && (ed->v != g || keep[j]))
+                if ((ed->u != g || keep[i]) && (ed->v != g || keep[j])) {
+                    if (m)
+                        m[k] = m[i * nv + j];
                     c[k++] = c[i * nv + j];
+                }
     }
     for (int i = 0; i < n; i++) {
         if (!keep[i])
@@ -379,38 +413,49 @@ static int compress_edge(ap_tables *t, int e)
 {
     ap_ilp_edge *ed = &t->edges[e];
     int nu = t->ns[ed->u], nv = t->ns[ed->v];
-    double *full = t->ecost[e];
+    double *full = t->ecost[e], *fmem = t->emem[e];
     t->cu[e] = malloc(sizeof(int) * (size_t)nu);
     t->cv[e] = malloc(sizeof(int) * (size_t)nv);
     if (!t->cu[e] || !t->cv[e])
         return -1;
-    int na = classes_of_rows(full, nu, nv, nv, 1, t->cu[e]);
-    int nb = classes_of_rows(full, nv, nu, 1, nv, t->cv[e]);
+    int na = classes_of_rows(full, fmem, nu, nv, nv, 1, t->cu[e]);
+    int nb = classes_of_rows(full, fmem, nv, nu, 1, nv, t->cv[e]);
     double *m = malloc(sizeof *m * (size_t)(na * nb));
-    if (!m)
+    double *mm = fmem ? malloc(sizeof *mm * (size_t)(na * nb)) : NULL;
+    if (!m || (fmem && !mm)) {
+        free(m);
         return -1;
+    }
     for (int i = 0; i < nu; i++)
-        for (int j = 0; j < nv; j++)
-            m[t->cu[e][i] * nb + t->cv[e][j]] = full[i * nv + j];
+        for (int j = 0; j < nv; j++) {
+            int k = t->cu[e][i] * nb + t->cv[e][j];
+            m[k] = full[i * nv + j];
+            if (mm)
+                mm[k] = fmem[i * nv + j];
+        }
     free(full);
+    free(fmem);
     t->ecost[e] = m;
-    *ed = (ap_ilp_edge){ed->u, ed->v, m, na, nb, t->cu[e], t->cv[e]};
+    t->emem[e] = mm;
+    *ed = (ap_ilp_edge){ed->u, ed->v, m, na, nb, t->cu[e], t->cv[e], mm};
     return 0;
 }
 
 static int edge_tables(const ap_price_ctx *x, const int *ops,
-                       const ap_block_edge *e, int ne, ap_tables *t)
+                       const ap_block_edge *e, int ne, double act_weight,
+                       ap_tables *t)
 {
     size_t n = (size_t)(ne ? ne : 1);
     t->edges = calloc(n, sizeof *t->edges);
     t->ecost = calloc(n, sizeof *t->ecost);
+    t->emem = calloc(n, sizeof *t->emem);
     t->cu = calloc(n, sizeof *t->cu);
     t->cv = calloc(n, sizeof *t->cv);
-    if (!t->edges || !t->ecost || !t->cu || !t->cv)
+    if (!t->edges || !t->ecost || !t->emem || !t->cu || !t->cv)
         return -1;
     for (int i = 0; i < ne; i++)
         if (t->group[e[i].u] != t->group[e[i].v] &&
-            price_edge_matrix(x, ops, &e[i], t))
+            price_edge_matrix(x, ops, &e[i], act_weight, t))
             return -1;
     prune_dominated(t);
     for (int i = 0; i < t->nedges; i++)
@@ -434,7 +479,7 @@ int ap_tables_build(const ap_price_ctx *x, const int *ops, int nops,
     if (rc)
         goto done;
     if (group_costs(x, ops, nops, e, ne, act_weight, t) ||
-        edge_tables(x, ops, e, ne, t))
+        edge_tables(x, ops, e, ne, act_weight, t))
         goto oom;
     rc = AP_OK;
     goto done;
@@ -460,8 +505,12 @@ void ap_tables_strategies(const ap_tables *t, const int *choice,
         out[v] = t->strat[v][choice[t->group[v]]];
 }
 
-double ap_tables_leanest(const ap_tables *t)
+int ap_tables_leanest(const ap_tables *t, double time_limit_s, double *out,
+                      char *err)
 {
+    int edge_memory = 0;
+    for (int e = 0; e < t->nedges; e++)
+        edge_memory |= t->emem[e] != NULL;
     double sum = 0;
     for (int gi = 0; gi < t->ngroups; gi++) {
         double least = t->mem[gi][0];
@@ -469,5 +518,23 @@ double ap_tables_leanest(const ap_tables *t)
             least = fmin(least, t->mem[gi][k]);
         sum += least;
     }
-    return sum;
+    *out = sum;
+    if (!edge_memory)
+        return AP_OK;
+    /* The node minima and the edge minima may not go together: ask the
+     * ILP for the least memory it can actually reach. */
+    ap_ilp ilp = ap_tables_ilp(t);
+    ilp.minimise_memory = 1;
+    ilp.time_limit_s = time_limit_s;
+    int *choice = malloc(sizeof *choice * (size_t)(t->ngroups ? t->ngroups : 1));
+    if (!choice) {
+        snprintf(err, AP_ERR_LEN, "out of memory solving a block");
+        return AP_EINTERNAL;
+    }
+    ap_ilp_result r;
+    int rc = ap_ilp_solve(&ilp, choice, &r, err);
+    if (rc == AP_OK && r.status <= AP_ILP_FEASIBLE)
+        *out = r.memory;
+    free(choice);
+    return rc;
 }

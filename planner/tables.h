@@ -19,6 +19,7 @@ typedef struct {
     int nedges;
     ap_ilp_edge *edges;
     double **ecost;
+    double **emem;         /* per edge: memory by class pair, or NULL */
     int **cu, **cv;
 } ap_tables;
 
@@ -33,8 +34,12 @@ ap_ilp ap_tables_ilp(const ap_tables *t);
 /* Every op's strategy for the groups' choices. */
 void ap_tables_strategies(const ap_tables *t, const int *choice,
                           ap_strategy *out);
-/* The least memory any choice reaches: memory depends on the nodes alone. */
-double ap_tables_leanest(const ap_tables *t);
+/* The least memory any choice reaches into *out. Memory depends on the
+ * nodes alone unless an edge has a memory term (a sequence shard saved in
+ * place of a gathered input); then it takes an ILP minimising memory, under
+ * time_limit_s (<= 0: none). AP_EINTERNAL on a GLPK failure. */
+int ap_tables_leanest(const ap_tables *t, double time_limit_s, double *out,
+                      char *err);
 
 /* Edges the block's ops read along (u, v block positions; tensor), wrap edges
  * from the layer before included; the caller frees *out. -1 when out of
