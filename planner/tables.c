@@ -526,6 +526,7 @@ int ap_tables_leanest(const ap_tables *t, double time_limit_s, double *out,
     ap_ilp ilp = ap_tables_ilp(t);
     ilp.minimise_memory = 1;
     ilp.time_limit_s = time_limit_s;
+    ilp.gap = 1e-3; /* a budget to aim at, not a figure to report */
     int *choice = malloc(sizeof *choice * (size_t)(t->ngroups ? t->ngroups : 1));
     if (!choice) {
         snprintf(err, AP_ERR_LEN, "out of memory solving a block");
