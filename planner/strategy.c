@@ -839,12 +839,14 @@ double ap_price_edge_saved(const ap_price_ctx *x, int t, int prod,
         *regather = regather_time(x, t, prod, ps, cons, cs);
     int mask = regather_axes(x, t, prod, ps, cons, cs);
     const ap_op *op = &x->g->ops[cons];
-    int saver = 0;
+    int saver = -1;
     for (int i = 0; i < op->ninputs; i++)
-        saver |= op->inputs[i] == t && (op->saves_in & (1u << i));
-    if (!mask || !saver)
+        if (op->inputs[i] == t && (op->saves_in & (1u << i)))
+            saver = i;
+    if (!mask || saver < 0)
         return 0;
-    double saved = tensor_bytes(x, t) / operand_split(x, op, cs, t);
+    double saved = tensor_bytes(x, t) * saved_input_scale(x, op, saver) /
+                   operand_split(x, op, cs, t);
     double k = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
     return saved / k - saved;
 }

@@ -65,7 +65,7 @@ static double per_op_saved(const ap_graph *g, const ap_cluster *c,
 {
     const ap_stage *st = &p->stages[0];
     const ap_block *b = &st->blocks[2];
-    ap_price_ctx x = {g, c, &st->mesh, p->micro_batch, p->nmicro, p->zero};
+    ap_price_ctx x = {g, c, &st->mesh, p->micro_batch, p->nmicro, p->zero, 0};
     double sum = 0;
     for (int i = 0; i < b->nops; i++) {
         ap_op_cost oc;
@@ -155,7 +155,7 @@ static void backward_gathers_the_saved_shards_again(void)
         CHECK_NEAR(bp->kbwd.reshard, 2 * ag, 1e-12);
         /* The edge's own view: the QKV input's edges carry a third each. */
         const ap_stage *st = &p.stages[0];
-        ap_price_ctx x = {g, &c, &st->mesh, p.micro_batch, p.nmicro, p.zero};
+        ap_price_ctx x = {g, &c, &st->mesh, p.micro_batch, p.nmicro, p.zero, 0};
         const ap_block *b = &st->blocks[2];
         double regather_sum = 0, saved_sum = 0;
         ap_block_edge *e = NULL;
@@ -233,7 +233,7 @@ static void block_ilp_fits_a_budget_only_the_saved_shards_meet(void)
     }
     const ap_stage *st = &p.stages[0];
     const ap_block *b = &st->blocks[2];
-    ap_price_ctx x = {g, &c, &st->mesh, p.micro_batch, p.nmicro, p.zero};
+    ap_price_ctx x = {g, &c, &st->mesh, p.micro_batch, p.nmicro, p.zero, 0};
     double budget = layer(&p)->param_bytes + layer(&p)->act_bytes;
     char err[AP_ERR_LEN];
     ap_tables t;
