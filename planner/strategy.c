@@ -609,7 +609,7 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
             double kv = 0;
             for (int i = 1; i < 3; i++)
                 kv += tensor_bytes(x, op->inputs[i]) /
-                      tensor_split(x, s, shape_of(x, op->inputs[i])) *
+                      operand_split(x, op, s, op->inputs[i]) *
                       split_of(x, s, q[1]);
             c->fwd_comm += coll(x, AP_COLL_ALLGATHER, mask, kv);
             c->bwd_comm += coll(x, AP_COLL_ALLGATHER, mask, kv) +

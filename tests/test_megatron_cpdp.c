@@ -123,6 +123,47 @@ static void cp2_dp4_is_four_replicas_of_cp2(void)
     ap_graph_free(g);
 }
 
+/* The K/V ring of context parallelism moves each rank's K and V at their
+ * tensor-parallel shard: with tp beside cp every rank holds kv_heads/tp of
+ * them, so the ring carries 1/tp of the bytes of a tp=1 run. Per attention
+ * op: an all-gather forward, an all-gather and a reduce-scatter backward
+ * over the cp ranks, of b*s*(kv_heads/tp)*d bf16 elements for K and for V. */
+static double kv_ring(const ap_graph *g, const ap_cluster *c, int tp, int cp,
+                      double micro_batch)
+{
+    char b = ap_graph_label_of(g, AP_DIM_BATCH);
+    double scale = micro_batch / (double)ap_graph_dim(g, b)->size, t_sum = 0;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind != AP_OP_ATTENTION)
+            continue;
+        double kv = 2.0 * scale * (double)(g->tensors[op->inputs[1]].elems +
+                                           g->tensors[op->inputs[2]].elems) / tp;
+        t_sum += 2 * ap_cost_allgather(c, cp, 1, kv) + ap_cost_reducescatter(c, cp, 1, kv);
+    }
+    return t_sum;
+}
+
+static void context_ring_carries_the_tensor_parallel_shard(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 4096);
+    ap_cluster c1, c2;
+    ap_plan a, b;
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    REQUIRE_OK(plan_on(g, 2, "tp=1,pp=1,cp=2,mbs=1,gbs=8,sp=0", &c1, &a), "");
+    REQUIRE_OK(plan_on(g, 4, "tp=2,pp=1,cp=2,mbs=1,gbs=8,sp=1", &c2, &b), "");
+    CHECK_NEAR(a.stages[0].kinds.context, kv_ring(g, &c1, 1, 2, a.micro_batch), 1e-9);
+    CHECK_NEAR(b.stages[0].kinds.context, kv_ring(g, &c2, 2, 2, b.micro_batch), 1e-9);
+    CHECK(b.stages[0].kinds.context < 0.6 * a.stages[0].kinds.context);
+    ap_plan_free(&a);
+    ap_plan_free(&b);
+    ap_cluster_free(&c1);
+    ap_cluster_free(&c2);
+    ap_graph_free(g);
+}
+
 static void cross_node_groups_follow_megatron_rank_order(void)
 {
     ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
@@ -285,6 +326,7 @@ static void plan_json_carries_replicas_and_exports_dp(void)
 int main(void)
 {
     RUN(cp2_dp4_is_four_replicas_of_cp2);
+    RUN(context_ring_carries_the_tensor_parallel_shard);
     RUN(cross_node_groups_follow_megatron_rank_order);
     RUN(cp_with_dp_is_accepted_and_ep_with_cp_refused);
     RUN(plan_json_carries_replicas_and_exports_dp);
