@@ -18,6 +18,7 @@
 #                  F = 96 B s l h^2 (1 + s/6h + V/16lh) per step, which counts
 #                  the recomputed forward pass; step = F / (X n)
 #   tokens         step = gbs * seq / (tokens per second per GPU * n)
+#   step           the source publishes the step time itself (seconds per step)
 #   model          the source counts model FLOPs without recomputation and
 #                  does not give its formula; autopar's model FLOPs per step
 #                  (3 x the forward FLOPs of its graph) stand in for it, so
