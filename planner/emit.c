@@ -129,7 +129,11 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --decoder-first-pipeline-num-layers %d\n", d->first);
     if (d->last)
         put(b, "  --decoder-last-pipeline-num-layers %d\n", d->last);
-    if (!d->even && !d->first && !d->last)
+    if (d->account_embedding)
+        put(b, "  --account-for-embedding-in-pipeline-split\n");
+    if (d->account_loss)
+        put(b, "  --account-for-loss-in-pipeline-split\n");
+    if (!d->even && !d->first && !d->last && !d->account_embedding && !d->account_loss)
         megatron_layout(b, p);
     put(b, "  --micro-batch-size %d\n", d->mbs);
     put(b, "  --global-batch-size %.0f\n", d->gbs);

@@ -233,6 +233,8 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->first = d->first;
     m->last = d->last;
     m->fp8 = d->fp8;
+    m->account_embedding = d->account_embedding;
+    m->account_loss = d->account_loss;
 }
 
 /* Every op's sharding must be the one Megatron's pattern gives it. */
@@ -303,6 +305,33 @@ static void first_last(const ap_plan_desc *p, ap_degrees *d)
     d->last = n == 2 || p->stages[n - 1].nlayers != mid ? p->stages[n - 1].nlayers : 0;
 }
 
+/* Stages as Megatron-LM's split gives them when it counts the embedding
+ * (e = 1) and the loss (l = 1) as layers: the L + e + l slots over pp*vpp
+ * even chunks, the first and last stage a layer fewer. Interleaved uneven
+ * stages that first and last cannot state (their layers do not divide
+ * into the chunks) may be this layout; sets d's flags when they are. */
+static int accounted_split(const ap_graph *g, const ap_plan_desc *p, ap_degrees *d)
+{
+    int n = p->nstages;
+    for (int e = 1; e >= 0; e--)
+        for (int l = 1; l >= 0; l--) {
+            long slots = (long)g->nlayers + e + l;
+            if (!(e || l) || n < 2 || slots % ((long)n * d->vpp))
+                continue;
+            int per = (int)(slots / n), ok = 1;
+            for (int i = 0; i < n; i++)
+                ok &= p->stages[i].nlayers ==
+                      per - (i == 0 ? e : 0) - (i == n - 1 ? l : 0);
+            if (!ok)
+                continue;
+            d->account_embedding = e;
+            d->account_loss = l;
+            d->first = d->last = 0;
+            return 1;
+        }
+    return 0;
+}
+
 /* Interleaving needs every stage's layers to divide into the chunks. */
 static int chunks_divide(const ap_graph *g, const ap_plan_desc *p, const ap_degrees *d)
 {
@@ -334,7 +363,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
                  p->source, d->vpp, ap_emit_schedule_name(d->schedule));
         return AP_EINPUT;
     }
-    if (d->vpp > 1 && !chunks_divide(g, p, d)) {
+    if (d->vpp > 1 && !chunks_divide(g, p, d) && !accounted_split(g, p, d)) {
         errf(err, "%s: %d virtual stages per stage need the %d layers "
                  "split evenly into pp*vpp = %d chunks", p->source, d->vpp,
                  g->nlayers, d->pp * d->vpp);

@@ -24,6 +24,15 @@ void ap_megatron_default(ap_megatron *m)
     m->overlap_grad = 1;
 }
 
+/* The 0-or-1 settings of the spec. */
+static int *flag_slot(ap_megatron *m, const char *k)
+{
+    return !strcmp(k, "overlap_grad") ? &m->overlap_grad
+         : !strcmp(k, "fp8") ? &m->fp8
+         : !strcmp(k, "account_embedding") ? &m->account_embedding
+         : !strcmp(k, "account_loss") ? &m->account_loss : NULL;
+}
+
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
  * for the spec, "--megatron-args: --tensor-model-parallel-size" for flags.
  * Sizes stop at 2^30 so that the products of check() fit a long. */
@@ -48,11 +57,11 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
               : !strcmp(k, "mbs") ? &m->mbs : !strcmp(k, "sp") ? &m->sp
               : !strcmp(k, "first") ? &m->first : !strcmp(k, "last") ? &m->last
               : NULL;
-    if (!slot && strcmp(k, "gbs") && strcmp(k, "zero") && strcmp(k, "overlap_grad") &&
-        strcmp(k, "fp8")) {
+    int *flag = flag_slot(m, k);
+    if (!slot && !flag && strcmp(k, "gbs") && strcmp(k, "zero")) {
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
-                 "first, last, fp8)", k);
+                 "first, last, fp8, account_embedding, account_loss)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -66,10 +75,10 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
         if (n > 3)
             goto bad;
         m->zero = (ap_zero)n;
-    } else if (!strcmp(k, "overlap_grad") || !strcmp(k, "fp8")) {
+    } else if (flag) {
         if (n > 1)
             goto bad;
-        *(!strcmp(k, "fp8") ? &m->fp8 : &m->overlap_grad) = (int)n;
+        *flag = (int)n;
     } else {
         if (n < (slot == &m->sp || slot == &m->dp ? 0 : 1))
             goto bad;
@@ -80,7 +89,7 @@ bad:
     snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\"%s", who, v,
              !strcmp(k, "recompute") ? " (none, selective or full)"
              : !strcmp(k, "zero") ? " (0 to 3)"
-             : !strcmp(k, "overlap_grad") || !strcmp(k, "fp8") ? " (0 or 1)"
+             : flag_slot(m, k) ? " (0 or 1)"
              : !strcmp(k, "sp") || !strcmp(k, "dp") ? " (an integer from 0 to 2^30)"
                                                     : " (an integer from 1 to 2^30)");
     return AP_EINPUT;
@@ -203,6 +212,10 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             m->zero = AP_ZERO_1;
         } else if (!strcmp(tok, "--overlap-grad-reduce")) {
             m->overlap_grad = 1;
+        } else if (!strcmp(tok, "--account-for-embedding-in-pipeline-split")) {
+            m->account_embedding = 1;
+        } else if (!strcmp(tok, "--account-for-loss-in-pipeline-split")) {
+            m->account_loss = 1;
         } else if (!strcmp(tok, "--num-layers-per-virtual-pipeline-stage")) {
             char *v = flag_value(tok, &save, err), *end;
             if (!v)
@@ -217,10 +230,12 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         /* Other flags (model shape, optimizer, logging) do not change the
          * parallel layout and are ignored. */
     }
-    if (layers_per_chunk && (m->first || m->last)) {
+    if (layers_per_chunk && (m->first || m->last || m->account_embedding ||
+                             m->account_loss)) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --num-layers-per-virtual-pipeline-stage "
-                 "assumes even stages; with --decoder-first/last-pipeline-num-layers give "
-                 "--num-virtual-stages-per-pipeline-rank");
+                 "assumes even stages; with %s give --num-virtual-stages-per-pipeline-rank",
+                 m->first || m->last ? "--decoder-first/last-pipeline-num-layers"
+                                     : "--account-for-embedding/loss-in-pipeline-split");
         return AP_EINPUT;
     }
     if (layers_per_chunk) /* resolved against the layer count later */
@@ -294,8 +309,46 @@ static int check_uneven(const ap_megatron *m, int L, char *err)
     return AP_OK;
 }
 
+/* Megatron-LM's split counting the embedding and the loss as layers: the
+ * L + e + l slots divide evenly over the pp*vpp chunks, and the first and
+ * the last stage give one slot each to the embedding and the loss. A stage
+ * left with the embedding alone is not modelled (the plan's stages hold
+ * layers). */
+static int check_accounted(const ap_megatron *m, int L, char *err)
+{
+    const char *who = "account_embedding/account_loss (--account-for-embedding/"
+                      "loss-in-pipeline-split)";
+    if (m->first || m->last) {
+        snprintf(err, AP_ERR_LEN, "%s: cannot be combined with first=N,last=N "
+                 "(--decoder-first/last-pipeline-num-layers)", who);
+        return AP_EINPUT;
+    }
+    long slots = (long)L + m->account_embedding + m->account_loss;
+    long chunks = (long)m->pp * m->vpp;
+    if (slots % chunks) {
+        snprintf(err, AP_ERR_LEN, "%s: pp*vpp = %ld does not divide the %d layers "
+                 "plus the %s counted as layers (%ld)", who, chunks, L,
+                 m->account_embedding && m->account_loss ? "embedding and the loss"
+                 : m->account_embedding ? "embedding" : "loss", slots);
+        return AP_EINPUT;
+    }
+    if (m->pp > 1 && slots / m->pp < 2) {
+        snprintf(err, AP_ERR_LEN, "%s: one slot per stage leaves the first or last "
+                 "stage without a layer, which is not modelled", who);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+static int accounted(const ap_megatron *m)
+{
+    return m->pp > 1 && (m->account_embedding || m->account_loss);
+}
+
 static int check_split(const ap_megatron *m, int L, char *err)
 {
+    if (accounted(m))
+        return check_accounted(m, L, err);
     if (m->first || m->last)
         return check_uneven(m, L, err);
     long chunks = (long)m->pp * m->vpp;
@@ -311,6 +364,11 @@ static int check_split(const ap_megatron *m, int L, char *err)
 /* Layers of stage s under a checked configuration. */
 static int stage_layers(const ap_megatron *m, int L, int s)
 {
+    if (accounted(m)) {
+        int per = (L + m->account_embedding + m->account_loss) / m->pp;
+        return per - (s == 0 ? m->account_embedding : 0) -
+               (s == m->pp - 1 ? m->account_loss : 0);
+    }
     if (s == 0 && m->first)
         return m->first;
     if (s == m->pp - 1 && m->last)

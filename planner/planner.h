@@ -357,7 +357,11 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err);
  * when not 0, are the layers of the first and last pipeline stage
  * (--decoder-first/last-pipeline-num-layers); the other stages split the
  * rest evenly. overlap_grad: the data-parallel gradient reduction overlaps
- * the backward (--overlap-grad-reduce). */
+ * the backward (--overlap-grad-reduce). account_embedding and account_loss
+ * count the input embedding and the loss as one layer each when the layers
+ * are split over the pp*vpp chunks (--account-for-embedding-in-pipeline-split,
+ * --account-for-loss-in-pipeline-split), so the first and last stage hold a
+ * layer fewer. */
 typedef struct {
     int tp, pp, dp, cp, ep, vpp, mbs, sp;
     double gbs;
@@ -366,6 +370,7 @@ typedef struct {
     int overlap_grad;
     int first, last;
     int fp8;          /* --fp8-format hybrid or e4m3: linear layers in FP8 */
+    int account_embedding, account_loss;
 } ap_megatron;
 
 /* The spec's defaults: tp, pp, cp, ep, vpp, mbs 1, gbs 512, ZeRO-1 (the
@@ -544,6 +549,10 @@ typedef struct {
     int first, last;  /* when not even and only the first and last stage
                          differ from the others: their layers (else 0) */
     int fp8;          /* linear layers in FP8 */
+    int account_embedding, account_loss; /* the first and last stage hold a
+                         layer fewer, as Megatron's split counting the
+                         embedding and the loss as layers gives them
+                         (used where first and last cannot state it) */
 } ap_degrees;
 
 /* Derives the degrees from the stages' meshes and every op's sharding, and

@@ -41,7 +41,11 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && m->last)
         n += snprintf(buf + n, len - (size_t)n, ",last=%d", m->last);
     if (n >= 0 && (size_t)n < len && m->fp8)
-        snprintf(buf + n, len - (size_t)n, ",fp8=1");
+        n += snprintf(buf + n, len - (size_t)n, ",fp8=1");
+    if (n >= 0 && (size_t)n < len && m->account_embedding)
+        n += snprintf(buf + n, len - (size_t)n, ",account_embedding=1");
+    if (n >= 0 && (size_t)n < len && m->account_loss)
+        snprintf(buf + n, len - (size_t)n, ",account_loss=1");
 }
 
 /* A growing list of candidate configurations. */

@@ -1,7 +1,9 @@
 /* Megatron-LM settings beyond the parallel sizes: whether the data-parallel
- * gradient reduction overlaps the backward (--overlap-grad-reduce), and
- * first and last pipeline stages with their own layer counts
- * (--decoder-first/last-pipeline-num-layers). */
+ * gradient reduction overlaps the backward (--overlap-grad-reduce), first
+ * and last pipeline stages with their own layer counts
+ * (--decoder-first/last-pipeline-num-layers), and the split that counts the
+ * embedding and the loss as layers
+ * (--account-for-embedding/loss-in-pipeline-split). */
 #include <cjson/cJSON.h>
 
 #include "model.h"
@@ -222,6 +224,73 @@ static void bad_first_and_last_are_refused(void)
     ap_graph_free(g);
 }
 
+/* Llama 3.1 405B's 126 layers with the embedding and the loss counted as
+ * layers: 128 slots over pp=16 are 8 per stage, the first and last stage
+ * keep 7 layers; under vpp=8 each chunk is one slot, which first=7,last=7
+ * cannot state (7 does not divide into 8 chunks). */
+static void embedding_and_loss_counted_as_layers(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-3.1-405b.json", 0);
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL);
+    CHECK(plan_of(g, 128, "tp=8,pp=16,vpp=8,gbs=64,sp=1,first=7,last=7", 0, &p, err) ==
+          AP_EINPUT);
+    CHECK_STR_HAS(err, "the first stage's 7 layers do not divide into vpp=8");
+    REQUIRE_OK(plan_of(g, 128, "tp=8,pp=16,vpp=8,gbs=64,sp=1,account_embedding=1,"
+                       "account_loss=1", 0, &p, err), err);
+    CHECK(p.vchunks == 8 && p.nstages == 16);
+    int next = 0;
+    for (int i = 0; i < p.nstages; i++) {
+        CHECK(p.stages[i].first_layer == next);
+        CHECK(p.stages[i].nlayers == (i == 0 || i == 15 ? 7 : 8));
+        next += p.stages[i].nlayers;
+    }
+    CHECK(next == 126);
+    /* 8 micro-batches over 16 stages of 8 chunks: the interleaved bubble is
+     * well below plain 1F1B's (p - 1) / m. */
+    CHECK(p.bubble < 15.0 / 8 / (1 + 15.0 / 8));
+    ap_plan_free(&p);
+    /* Only the embedding counted: 127 slots do not divide over 16 stages. */
+    CHECK(plan_of(g, 128, "tp=8,pp=16,gbs=64,sp=1,account_embedding=1", 0, &p, err) ==
+          AP_EINPUT);
+    CHECK_STR_HAS(err, "pp*vpp = 16 does not divide the 126 layers plus the embedding "
+                       "counted as layers (127)");
+    REQUIRE_OK(plan_of(g, 128, "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 "
+                       "--sequence-parallel --global-batch-size 64 "
+                       "--num-virtual-stages-per-pipeline-rank 8 "
+                       "--account-for-embedding-in-pipeline-split "
+                       "--account-for-loss-in-pipeline-split", 1, &p, err), err);
+    CHECK(p.stages[0].nlayers == 7 && p.stages[8].nlayers == 8 && p.stages[15].nlayers == 7);
+    ap_plan_free(&p);
+    ap_graph_free(g);
+}
+
+static void counted_split_refuses_what_megatron_refuses(void)
+{
+    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    CHECK(g != NULL);
+    CHECK(plan_of(g, 16, "tp=2,pp=4,first=5,last=5,account_loss=1", 0, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "cannot be combined with first=N,last=N");
+    CHECK(plan_of(g, 16, "tp=2,pp=4,account_loss=2", 0, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--megatron: account_loss: bad value \"2\" (0 or 1)");
+    /* gpt-tiny's 2 layers and the two counted slots over 4 stages: one
+     * slot each leaves the first stage the embedding alone. */
+    ap_graph *tiny = ap_test_model("examples/gpt-tiny.json", 0);
+    CHECK(tiny != NULL);
+    CHECK(plan_of(tiny, 8, "tp=2,pp=4,account_embedding=1,account_loss=1", 0, &p, err) ==
+          AP_EINPUT);
+    CHECK_STR_HAS(err, "one slot per stage leaves the first or last stage without a layer");
+    ap_graph_free(tiny);
+    CHECK(plan_of(g, 16, "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
+                  "--account-for-loss-in-pipeline-split", 1, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "with --account-for-embedding/loss-in-pipeline-split give "
+                       "--num-virtual-stages-per-pipeline-rank");
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(gradient_sync_is_all_exposed_without_overlap);
@@ -231,5 +300,7 @@ int main(void)
     RUN(first_and_last_stages_take_their_own_layers);
     RUN(uneven_stages_under_interleaving);
     RUN(bad_first_and_last_are_refused);
+    RUN(embedding_and_loss_counted_as_layers);
+    RUN(counted_split_refuses_what_megatron_refuses);
     return DONE();
 }

@@ -63,6 +63,15 @@ grep -q -- "--decoder-first-pipeline-num-layers 7" "$tmp/args.sh" &&
     grep -q -- "--decoder-last-pipeline-num-layers 7" "$tmp/args.sh" &&
     grep -q -- "--overlap-grad-reduce" "$tmp/args.sh" && ok ||
     bad "first=7,last=7 exports the decoder first/last flags: $(cat "$tmp/args.sh")"
+# Under vpp=8 the first and last stage's 7 layers do not divide into the
+# chunks; the split counting the embedding and the loss as layers states it.
+roundtrip examples/hf/llama-3.1-405b.json 128 \
+    "tp=8,pp=16,sp=1,vpp=8,mbs=1,gbs=64,account_embedding=1,account_loss=1"
+grep -q -- "--account-for-embedding-in-pipeline-split" "$tmp/args.sh" &&
+    grep -q -- "--account-for-loss-in-pipeline-split" "$tmp/args.sh" &&
+    grep -q -- "--num-virtual-stages-per-pipeline-rank 8" "$tmp/args.sh" &&
+    ! grep -q -- "--decoder-first-pipeline-num-layers" "$tmp/args.sh" && ok ||
+    bad "the counted split exports its Megatron flags: $(cat "$tmp/args.sh")"
 
 # plan --emit: a searched plan exported directly; json is --json.
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 1 --global-batch 8 --quiet \
