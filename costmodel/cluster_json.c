@@ -201,7 +201,7 @@ static int parse_gpu(ctx *x, const cJSON *root, ap_cluster *c)
     static const char *const fields[] = {
         "name", "sms", "memory_bytes", "reserved_bytes", "hbm_bandwidth",
         "hbm_efficiency", "gemm_efficiency", "attention_efficiency",
-        "gemm_tile", "kernel_floor_s", "peak_flops", NULL};
+        "attention_backward_efficiency", "gemm_tile", "kernel_floor_s", "peak_flops", NULL};
     int rc = AP_OK;
     const cJSON *g = need_object(x, root, "", "gpu", &rc);
     if (!g)
@@ -216,6 +216,8 @@ static int parse_gpu(ctx *x, const cJSON *root, ap_cluster *c)
         (rc = get_number(x, g, p, "hbm_efficiency", NUM_FRACTION, 1, &c->hbm_eff)) ||
         (rc = get_number(x, g, p, "gemm_efficiency", NUM_FRACTION, 1, &c->gemm_eff)) ||
         (rc = get_number(x, g, p, "attention_efficiency", NUM_FRACTION, 0, &c->attn_eff)) ||
+        (rc = get_number(x, g, p, "attention_backward_efficiency", NUM_FRACTION, 0,
+                         &c->attn_bwd_eff)) ||
         (rc = parse_tile(x, g, c)) ||
         (rc = get_number(x, g, p, "kernel_floor_s", NUM_NONNEG, 1, &c->kernel_floor)) ||
         (rc = parse_peaks(x, g, c)))
@@ -485,6 +487,8 @@ static cJSON *gpu_json(const ap_cluster *c)
     cJSON_AddNumberToObject(g, "gemm_efficiency", c->gemm_eff);
     if (c->attn_eff > 0)
         cJSON_AddNumberToObject(g, "attention_efficiency", c->attn_eff);
+    if (c->attn_bwd_eff > 0)
+        cJSON_AddNumberToObject(g, "attention_backward_efficiency", c->attn_bwd_eff);
     if (c->tile_m > 0 && c->tile_n > 0) {
         int tile[2] = {c->tile_m, c->tile_n};
         cJSON_AddItemToObject(g, "gemm_tile", cJSON_CreateIntArray(tile, 2));

@@ -169,18 +169,58 @@ double ap_cost_memop(const ap_cluster *c, double flops, double bytes)
 
 /* Flash attention never writes the s x t scores to HBM: it reads q, k, v
  * and writes o once, and spends 2*s*t*d FLOPs on scores plus 2*s*t*e on
- * the weighted sum per head; a causal mask lets it skip half the blocks. */
+ * the weighted sum per head; a causal mask lets it skip half the blocks.
+ * These are the FLOPs FlashAttention's benchmark script counts, so the
+ * published TFLOP/s divided by peak are the efficiencies used here. */
+static double attention_flops(double bn, double s, double t, double d,
+                              double e, int causal)
+{
+    return 2 * bn * s * t * (d + e) * (causal ? 0.5 : 1.0);
+}
+
+static double attention_bytes(ap_dtype dt, double bn, double s, double t,
+                              double d, double e)
+{
+    return dtype_bytes(dt) * bn * (s * d + t * d + t * e + s * e);
+}
+
+static double forward_eff(const ap_cluster *c)
+{
+    return c->attn_eff > 0 ? c->attn_eff : (c->gemm_eff > 0 ? c->gemm_eff : 1);
+}
+
+static double attention_time(const ap_cluster *c, ap_dtype dt, double flops,
+                             double bytes, double eff)
+{
+    double compute = flops / (peak_for(c, dt) * eff);
+    double memory = bytes / ap_cluster_hbm_bw(c);
+    return fmax(fmax(compute, memory), c->kernel_floor);
+}
+
 double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,
                          double t, double d, double e, int causal)
 {
     if (!(bn > 0 && s > 0 && t > 0 && d > 0 && e > 0))
         return 0;
-    double flops = 2 * bn * s * t * (d + e) * (causal ? 0.5 : 1.0);
-    double eff = c->attn_eff > 0 ? c->attn_eff : (c->gemm_eff > 0 ? c->gemm_eff : 1);
-    double compute = flops / (peak_for(c, dt) * eff);
-    double bytes = dtype_bytes(dt) * bn * (s * d + t * d + t * e + s * e);
-    double memory = bytes / ap_cluster_hbm_bw(c);
-    return fmax(fmax(compute, memory), c->kernel_floor);
+    return attention_time(c, dt, attention_flops(bn, s, t, d, e, causal),
+                          attention_bytes(dt, bn, s, t, d, e), forward_eff(c));
+}
+
+/* The backward recomputes the scores and runs five matmuls to the forward's
+ * two, hence 2.5x the FLOPs; it reads q, k, v, o and dO and writes dQ, dK
+ * and dV, twice the forward's traffic (the fp32 row statistics are a
+ * vanishing s per head). Its published efficiency is lower than the
+ * forward's, so it has its own, falling back to the forward's for cluster
+ * files that predate it. */
+double ap_cost_attention_backward(const ap_cluster *c, ap_dtype dt, double bn,
+                                  double s, double t, double d, double e,
+                                  int causal)
+{
+    if (!(bn > 0 && s > 0 && t > 0 && d > 0 && e > 0))
+        return 0;
+    double eff = c->attn_bwd_eff > 0 ? c->attn_bwd_eff : forward_eff(c);
+    return attention_time(c, dt, 2.5 * attention_flops(bn, s, t, d, e, causal),
+                          2 * attention_bytes(dt, bn, s, t, d, e), eff);
 }
 
 /* FLOPs per score of the memory-bound kernels between the two GEMMs: the

@@ -81,6 +81,10 @@ typedef struct {
     int has_measured;      /* the file had a "measured" section */
     char measured_date[64];
     char measured_command[256];
+    /* Added later still: the fraction of peak a flash-attention backward
+     * reaches on its 2.5x-forward FLOPs; 0 means attn_eff (the pricing of
+     * cluster files written before the field existed). */
+    double attn_bwd_eff;
 } ap_cluster;
 
 /* The most GPUs a cluster may have (docs/hardening.md). */
@@ -132,6 +136,13 @@ double ap_cost_memop(const ap_cluster *c, double flops, double bytes);
  * d (scores) and e (values); causal halves the work. */
 double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,
                          double t, double d, double e, int causal);
+/* Its backward, arguments as above: 2.5x the forward's FLOPs (five matmuls,
+ * the scores recomputed, against the forward's two) at attn_bwd_eff (else
+ * attn_eff), and the backward's traffic, q, k, v, o and dO in and dQ, dK
+ * and dV out: twice the forward's bytes. Never below kernel_floor. */
+double ap_cost_attention_backward(const ap_cluster *c, ap_dtype dt, double bn,
+                                  double s, double t, double d, double e,
+                                  int causal);
 /* Unfused attention (Megatron-LM before flash attention), forward or, with
  * `backward`, backward; arguments as for ap_cost_attention, and `dropout` the
  * attention-dropout probability (0: no dropout kernels). One kernel per step,

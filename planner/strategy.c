@@ -536,7 +536,7 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
         ap_dtype dt = x->g->tensors[op->inputs[0]].dtype;
         if (op->flash) {
             c->fwd = ap_cost_attention(x->c, dt, bn, sq, t, d, e, op->causal);
-            c->bwd = 2.5 * c->fwd; /* FlashAttention-2: backward ~2.5x forward */
+            c->bwd = ap_cost_attention_backward(x->c, dt, bn, sq, t, d, e, op->causal);
         } else {
             c->fwd = ap_cost_attention_unfused(x->c, dt, bn, sq, t, d, e,
                                                op->dropout_p, 0);
