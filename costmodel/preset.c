@@ -12,7 +12,7 @@ typedef struct {
     const char *gpu_name;
     int sms, tile_m, tile_n;
     double hbm_bytes, hbm_bw, hbm_eff;
-    double gemm_eff, attn_eff, kernel_floor;
+    double gemm_eff, attn_eff, attn_bwd_eff, kernel_floor;
     double bf16, fp16, tf32, fp8;
     double intra_bw, inter_bw;
 } preset;
@@ -28,30 +28,44 @@ typedef struct {
 #define NDR_400G (0.9 * 50e9)
 #define HDR_200G (0.9 * 25e9)
 
+/* Flash attention, bf16, head dim 128, as fractions of the dense bf16 peak.
+ * Hopper: cuDNN's fused attention (what Transformer Engine runs under
+ * Megatron-LM and NeMo) in the FlashAttention-3 paper (Shah et al. 2024,
+ * H100 SXM5) at 8k tokens: 529 TFLOP/s causal forward, 518 TFLOP/s
+ * backward (the paper's backward chart is without a causal mask). Ampere:
+ * the FlashAttention-2 paper (Dao 2023, A100): forward 50-73% of peak, taken
+ * at 0.6, and the backward lower in the ratio of the two passes' best cases,
+ * 63% to 73%. The benchmarks count FLOPs as autopar does (a causal mask
+ * halves them, the backward is 2.5x the forward). */
+#define H100_ATTN_FWD (529e12 / 989.4e12)
+#define H100_ATTN_BWD (518e12 / 989.4e12)
+#define A100_ATTN_FWD 0.6
+#define A100_ATTN_BWD (0.6 * 63.0 / 73.0)
+
 static const preset presets[] = {
     {"a100-80g", "NVIDIA A100-SXM4-80GB", 108, 128, 128,
      85899345920.0, 2.039e12, 0.9,
-     0.85, 0.6, 4e-6,
+     0.85, A100_ATTN_FWD, A100_ATTN_BWD, 4e-6,
      312e12, 312e12, 156e12, 0,
      230e9, HDR_200G},
     {"h100-sxm", "NVIDIA H100 80GB HBM3", 132, 128, 256,
      85520809984.0, 3.35e12, 0.9,
-     0.75, 0.6, 4e-6,
+     0.75, H100_ATTN_FWD, H100_ATTN_BWD, 4e-6,
      989.4e12, 989.4e12, 494.7e12, 1978.9e12,
      360e9, NDR_400G},
     {"h200", "NVIDIA H200", 132, 128, 256,
      150754820096.0, 4.8e12, 0.9,
-     0.75, 0.6, 4e-6,
+     0.75, H100_ATTN_FWD, H100_ATTN_BWD, 4e-6,
      989.4e12, 989.4e12, 494.7e12, 1978.9e12,
      360e9, NDR_400G},
     {"b200", "NVIDIA B200", 148, 128, 256,
      180e9, 8e12, 0.9,
-     0.7, 0.6, 4e-6,
+     0.7, 0.6, 0, 4e-6,
      2250e12, 2250e12, 1125e12, 4500e12,
      720e9, NDR_400G},
     {"h800", "NVIDIA H800", 132, 128, 256,
      85520809984.0, 3.35e12, 0.9,
-     0.75, 0.6, 4e-6,
+     0.75, H100_ATTN_FWD, H100_ATTN_BWD, 4e-6,
      989.4e12, 989.4e12, 494.7e12, 1978.9e12,
      160e9, NDR_400G},
 };
@@ -93,6 +107,7 @@ static void fill_from_preset(const preset *p, ap_cluster *c)
     c->hbm_eff = p->hbm_eff;
     c->gemm_eff = p->gemm_eff;
     c->attn_eff = p->attn_eff;
+    c->attn_bwd_eff = p->attn_bwd_eff;
     c->kernel_floor = p->kernel_floor;
     c->peak_flops[AP_BF16] = p->bf16;
     c->peak_flops[AP_FP16] = p->fp16;
