@@ -1,8 +1,10 @@
-/* model.h -- loading the models the tests read from the source tree. */
+/* model.h -- loading the models the tests read from the source tree, and
+ * pricing Megatron-LM configurations of them. */
 #ifndef AP_TEST_MODEL_H
 #define AP_TEST_MODEL_H
 
 #include "graph/graph.h"
+#include "planner/planner.h"
 #include "test.h"
 
 /* Loads `rel` (relative to the source root) at sequence length `seq` (0:
@@ -19,6 +21,57 @@ static inline ap_graph *ap_test_model(const char *rel, int seq)
     if (ap_graph_load(path, &o, &g, err))
         fprintf(stderr, "%s\n", err);
     return g;
+}
+
+/* Prices the Megatron-LM configuration `spec` of model g on `gpus` H100 SXM
+ * GPUs in nodes of 8, as ap_megatron_plan does. spec is ap_megatron_parse's
+ * "tp=8,mbs=2,..." or, when it starts with "--", Megatron-LM's own flags
+ * (ap_megatron_parse_args). Fills *p, and *c with the cluster the plan is
+ * priced on when c is not NULL (tests take collective times from it).
+ * Returns the status, the message in err; a NULL g (a model that did not
+ * load) is AP_EINPUT. Whatever it returns, *p and *c can be freed, and the
+ * caller frees them (ap_plan_free, ap_cluster_free). */
+static inline int ap_test_megatron_plan(const ap_graph *g, int gpus, const char *spec,
+                                        ap_cluster *c, ap_plan *p, char *err)
+{
+    ap_cluster own;
+    ap_cluster *cl = c ? c : &own;
+    ap_megatron m;
+    memset(p, 0, sizeof *p);
+    memset(cl, 0, sizeof *cl);
+    ap_megatron_default(&m);
+    int rc = AP_EINPUT;
+    if (!g)
+        snprintf(err, AP_ERR_LEN, "%s: no model to price", spec);
+    else if (!(rc = ap_cluster_preset("h100-sxm", gpus, 8, cl, err)))
+        rc = strncmp(spec, "--", 2) ? ap_megatron_parse(spec, &m, err)
+                                    : ap_megatron_parse_args(spec, &m, err);
+    if (!rc)
+        rc = ap_megatron_plan(g, cl, &m, p, err);
+    if (!c)
+        ap_cluster_free(&own);
+    return rc;
+}
+
+/* The context stage s of plan p was priced in (ap_plan_evaluate): each mesh
+ * replica's share of the micro-batch, the plan's ZeRO stage and precision.
+ * Designated fields, so that a field added later stays 0. */
+static inline ap_price_ctx ap_test_stage_ctx(const ap_graph *g, const ap_cluster *c,
+                                             const ap_plan *p, int s)
+{
+    const ap_mesh *mesh = &p->stages[s].mesh;
+    double replicas = mesh->replicas > 1 ? mesh->replicas : 1;
+    return (ap_price_ctx){.g = g, .c = c, .mesh = mesh,
+                          .batch = p->micro_batch / replicas, .nmicro = p->nmicro,
+                          .zero = p->zero, .fp8 = p->fp8};
+}
+
+/* The point in use of the first stage's first transformer layer class: its
+ * block is blocks[2], after the pieces before and after the layers. */
+static inline const ap_block_point *ap_test_layer(const ap_plan *p)
+{
+    const ap_stage *st = &p->stages[0];
+    return &st->blocks[2].points[st->point[2]];
 }
 
 #endif

@@ -4,7 +4,6 @@
  * parallelism's reduce-scatter and all-gather pairs (Korthikanti et al.
  * 2022), pipeline sends of one activation per micro-batch each way, and
  * ZeRO-3's weight gathers, with the kinds adding up to the total. */
-#include "planner/planner.h"
 #include "model.h"
 
 static ap_graph *gpt13(void)
@@ -12,26 +11,6 @@ static ap_graph *gpt13(void)
     ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
     CHECK(g != NULL);
     return g;
-}
-
-static int plan(const ap_graph *g, ap_cluster *c, int gpus, const char *spec,
-                ap_plan *p)
-{
-    char err[AP_ERR_LEN];
-    ap_megatron m;
-    ap_megatron_default(&m);
-    memset(p, 0, sizeof *p);
-    CHECK(ap_cluster_preset("h100-sxm", gpus, 8, c, err) == AP_OK);
-    CHECK(ap_megatron_parse(spec, &m, err) == AP_OK);
-    int rc = g ? ap_megatron_plan(g, c, &m, p, err) : AP_EINPUT;
-    CHECK(rc == AP_OK);
-    return rc;
-}
-
-static const ap_block_point *layer(const ap_plan *p)
-{
-    const ap_stage *st = &p->stages[0];
-    return &st->blocks[2].points[st->point[2]];
 }
 
 static double kinds_sum(const ap_comm_kinds *k)
@@ -47,20 +26,20 @@ static void megatron_tp_layer_has_two_allreduces_each_way(void)
     ap_graph *g = gpt13();
     ap_cluster c;
     ap_plan p;
-    if (plan(g, &c, 8, "tp=8,mbs=2,gbs=64", &p) == AP_OK) {
-        const ap_block_point *bp = layer(&p);
-        double ar = ap_cost_allreduce(&c, 8, 1, activation_bytes(2));
-        CHECK(ar > 0);
-        CHECK_NEAR(bp->kfwd.tp, 2 * ar, 1e-12);
-        CHECK_NEAR(bp->kbwd.tp, 2 * ar, 1e-12);
-        CHECK(bp->kfwd.reshard == 0 && bp->kbwd.reshard == 0);
-        CHECK(kinds_sum(&bp->kfwd) == bp->kfwd.tp && kinds_sum(&bp->kbwd) == bp->kbwd.tp);
-        CHECK_NEAR(bp->comm_fwd + bp->comm_bwd, 4 * ar, 1e-12);
-        /* One stage: nothing to send. */
-        CHECK(p.t_p2p == 0);
-        CHECK_NEAR(kinds_sum(&p.t_kinds), p.t_comm, 1e-12);
-        ap_plan_free(&p);
-    }
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,mbs=2,gbs=64", &c, &p, err), err);
+    const ap_block_point *bp = ap_test_layer(&p);
+    double ar = ap_cost_allreduce(&c, 8, 1, activation_bytes(2));
+    CHECK(ar > 0);
+    CHECK_NEAR(bp->kfwd.tp, 2 * ar, 1e-12);
+    CHECK_NEAR(bp->kbwd.tp, 2 * ar, 1e-12);
+    CHECK(bp->kfwd.reshard == 0 && bp->kbwd.reshard == 0);
+    CHECK(kinds_sum(&bp->kfwd) == bp->kfwd.tp && kinds_sum(&bp->kbwd) == bp->kbwd.tp);
+    CHECK_NEAR(bp->comm_fwd + bp->comm_bwd, 4 * ar, 1e-12);
+    /* One stage: nothing to send. */
+    CHECK(p.t_p2p == 0);
+    CHECK_NEAR(kinds_sum(&p.t_kinds), p.t_comm, 1e-12);
+    ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
@@ -74,14 +53,14 @@ static void data_parallel_loss_reduces_one_scalar_per_micro_batch(void)
     ap_graph *g = gpt13();
     ap_cluster c;
     ap_plan p;
-    if (plan(g, &c, 16, "tp=1,mbs=2,gbs=64", &p) == AP_OK) {
-        double scalar = ap_cost_allreduce(&c, 16, 2, 4);
-        CHECK(scalar > 0);
-        CHECK(p.nmicro == 2);
-        CHECK_NEAR(p.t_kinds.tp, p.nmicro * scalar, 1e-12);
-        CHECK(p.t_kinds.reshard == 0);
-        ap_plan_free(&p);
-    }
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=1,mbs=2,gbs=64", &c, &p, err), err);
+    double scalar = ap_cost_allreduce(&c, 16, 2, 4);
+    CHECK(scalar > 0);
+    CHECK(p.nmicro == 2);
+    CHECK_NEAR(p.t_kinds.tp, p.nmicro * scalar, 1e-12);
+    CHECK(p.t_kinds.reshard == 0);
+    ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
@@ -91,31 +70,31 @@ static void sequence_parallel_trades_allreduce_for_rs_and_ag(void)
     ap_graph *g = gpt13();
     ap_cluster c;
     ap_plan p;
-    if (plan(g, &c, 8, "tp=8,mbs=2,gbs=64,sp=1", &p) == AP_OK) {
-        const ap_block_point *bp = layer(&p);
-        double b = activation_bytes(2);
-        double rs = ap_cost_reducescatter(&c, 8, 1, b);
-        double ag = ap_cost_allgather(&c, 8, 1, b);
-        /* Forward: the row-parallel outputs reduce-scatter onto the
-         * sequence (partial sums: tensor-parallel), and the sequence-split
-         * input is gathered for the column-parallel matmuls (a layout
-         * conversion: resharding). Backward mirrors both. */
-        CHECK_NEAR(bp->kfwd.tp, 2 * rs, 1e-12);
-        /* Megatron gathers twice (before the fused QKV and before fc1); the
-         * graph has q, k and v as three matmuls and each edge pays its own
-         * gather today, so up to four. */
-        CHECK(bp->kfwd.reshard >= 2 * ag * (1 - 1e-12));
-        CHECK(bp->kfwd.reshard <= 4 * ag * (1 + 1e-12));
-        CHECK_NEAR(bp->kbwd.tp, 2 * ag + 2 * rs, 1e-12);
-        /* The column-parallel matmuls save the sequence shard, not the
-         * gathered input, and gather it again for their weight gradients
-         * (Megatron-LM): once per gather of the forward, q, k and v
-         * sharing theirs as the forward does. */
-        CHECK_NEAR(bp->kbwd.reshard, 2 * ag, 1e-12);
-        CHECK_NEAR(kinds_sum(&bp->kfwd), bp->comm_fwd, 1e-12);
-        CHECK_NEAR(kinds_sum(&bp->kbwd), bp->comm_bwd, 1e-12);
-        ap_plan_free(&p);
-    }
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,mbs=2,gbs=64,sp=1", &c, &p, err), err);
+    const ap_block_point *bp = ap_test_layer(&p);
+    double b = activation_bytes(2);
+    double rs = ap_cost_reducescatter(&c, 8, 1, b);
+    double ag = ap_cost_allgather(&c, 8, 1, b);
+    /* Forward: the row-parallel outputs reduce-scatter onto the sequence
+     * (partial sums: tensor-parallel), and the sequence-split input is
+     * gathered for the column-parallel matmuls (a layout conversion:
+     * resharding). Backward mirrors both. */
+    CHECK_NEAR(bp->kfwd.tp, 2 * rs, 1e-12);
+    /* Megatron gathers twice (before the fused QKV and before fc1); the
+     * graph has q, k and v as three matmuls and each edge pays its own
+     * gather today, so up to four. */
+    CHECK(bp->kfwd.reshard >= 2 * ag * (1 - 1e-12));
+    CHECK(bp->kfwd.reshard <= 4 * ag * (1 + 1e-12));
+    CHECK_NEAR(bp->kbwd.tp, 2 * ag + 2 * rs, 1e-12);
+    /* The column-parallel matmuls save the sequence shard, not the gathered
+     * input, and gather it again for their weight gradients (Megatron-LM):
+     * once per gather of the forward, q, k and v sharing theirs as the
+     * forward does. */
+    CHECK_NEAR(bp->kbwd.reshard, 2 * ag, 1e-12);
+    CHECK_NEAR(kinds_sum(&bp->kfwd), bp->comm_fwd, 1e-12);
+    CHECK_NEAR(kinds_sum(&bp->kbwd), bp->comm_bwd, 1e-12);
+    ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
@@ -125,14 +104,14 @@ static void pipeline_sends_one_activation_each_way_per_micro_batch(void)
     ap_graph *g = gpt13();
     ap_cluster c;
     ap_plan p;
+    char err[AP_ERR_LEN];
     /* Two stages of 8 GPUs: the boundary crosses from node 0 to node 1. */
-    if (plan(g, &c, 16, "tp=2,pp=2,mbs=2,gbs=64", &p) == AP_OK) {
-        double send = ap_cost_sendrecv(&c, 2, activation_bytes(2));
-        CHECK_NEAR(p.stages[0].p2p, send, 1e-12);
-        CHECK_NEAR(p.t_p2p, 2 * p.nmicro * send, 1e-12);
-        CHECK(p.nmicro == 8);
-        ap_plan_free(&p);
-    }
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=2,pp=2,mbs=2,gbs=64", &c, &p, err), err);
+    double send = ap_cost_sendrecv(&c, 2, activation_bytes(2));
+    CHECK_NEAR(p.stages[0].p2p, send, 1e-12);
+    CHECK_NEAR(p.t_p2p, 2 * p.nmicro * send, 1e-12);
+    CHECK(p.nmicro == 8);
+    ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
@@ -140,61 +119,54 @@ static void pipeline_sends_one_activation_each_way_per_micro_batch(void)
 static void zero3_gathers_are_their_own_kind(void)
 {
     ap_graph *g = gpt13();
-    ap_cluster c1, c3;
+    ap_cluster c;
     ap_plan z1, z3;
-    int ok = plan(g, &c1, 8, "tp=2,mbs=2,gbs=64,zero=1", &z1) == AP_OK;
-    ok &= plan(g, &c3, 8, "tp=2,mbs=2,gbs=64,zero=3", &z3) == AP_OK;
-    if (ok) {
-        /* The same layout: only the weight gathers differ. */
-        CHECK(z1.t_kinds.param_gather == 0 && z3.t_kinds.param_gather > 0);
-        CHECK_NEAR(z3.t_kinds.tp, z1.t_kinds.tp, 1e-12);
-        CHECK_NEAR(z3.t_kinds.reshard, z1.t_kinds.reshard, 1e-12);
-        CHECK(z1.t_kinds.grad_reduce == 0 && z3.t_kinds.grad_reduce > 0);
-        CHECK_NEAR(z3.t_comm - z1.t_comm,
-                   z3.t_kinds.param_gather + z3.t_kinds.grad_reduce, 1e-9);
-        CHECK_NEAR(kinds_sum(&z3.t_kinds), z3.t_comm, 1e-12);
-        /* Forward and backward each gather every weight of the layer over
-         * the 4 data-parallel ranks: at least the bandwidth term of one
-         * all-gather of the layer's bf16 tensor-parallel shard each way. */
-        const ap_block_point *bp = layer(&z3);
-        double params = 12.0 * 2048 * 2048 / 2; /* per TP rank, weights only */
-        double ag = ap_cost_allgather(&c3, 4, 1, 2 * params);
-        CHECK(bp->kfwd.param_gather >= ag * 0.99 && bp->kbwd.param_gather >= ag * 0.99);
-        CHECK_NEAR(bp->kfwd.param_gather, bp->kbwd.param_gather, 1e-12);
-        /* And every micro-batch's gradients are reduce-scattered over them. */
-        double rs = ap_cost_reducescatter(&c3, 4, 1, 2 * params);
-        CHECK(bp->kbwd.grad_reduce >= rs * 0.99 && bp->kfwd.grad_reduce == 0);
-    }
-    if (z1.stages)
-        ap_plan_free(&z1);
-    if (z3.stages)
-        ap_plan_free(&z3);
-    ap_cluster_free(&c1);
-    ap_cluster_free(&c3);
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=2,mbs=2,gbs=64,zero=1", NULL, &z1, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=2,mbs=2,gbs=64,zero=3", &c, &z3, err), err);
+    /* The same layout: only the weight gathers differ. */
+    CHECK(z1.t_kinds.param_gather == 0 && z3.t_kinds.param_gather > 0);
+    CHECK_NEAR(z3.t_kinds.tp, z1.t_kinds.tp, 1e-12);
+    CHECK_NEAR(z3.t_kinds.reshard, z1.t_kinds.reshard, 1e-12);
+    CHECK(z1.t_kinds.grad_reduce == 0 && z3.t_kinds.grad_reduce > 0);
+    CHECK_NEAR(z3.t_comm - z1.t_comm,
+               z3.t_kinds.param_gather + z3.t_kinds.grad_reduce, 1e-9);
+    CHECK_NEAR(kinds_sum(&z3.t_kinds), z3.t_comm, 1e-12);
+    /* Forward and backward each gather every weight of the layer over the 4
+     * data-parallel ranks: at least the bandwidth term of one all-gather of
+     * the layer's bf16 tensor-parallel shard each way. */
+    const ap_block_point *bp = ap_test_layer(&z3);
+    double params = 12.0 * 2048 * 2048 / 2; /* per TP rank, weights only */
+    double ag = ap_cost_allgather(&c, 4, 1, 2 * params);
+    CHECK(bp->kfwd.param_gather >= ag * 0.99 && bp->kbwd.param_gather >= ag * 0.99);
+    CHECK_NEAR(bp->kfwd.param_gather, bp->kbwd.param_gather, 1e-12);
+    /* And every micro-batch's gradients are reduce-scattered over them. */
+    double rs = ap_cost_reducescatter(&c, 4, 1, 2 * params);
+    CHECK(bp->kbwd.grad_reduce >= rs * 0.99 && bp->kfwd.grad_reduce == 0);
+    ap_plan_free(&z1);
+    ap_plan_free(&z3);
+    ap_cluster_free(&c);
     ap_graph_free(g);
 }
 
 static void full_recompute_counts_repeated_collectives(void)
 {
     ap_graph *g = gpt13();
-    ap_cluster c0, cf;
+    ap_cluster c;
     ap_plan none, full;
-    int ok = plan(g, &c0, 8, "tp=8,mbs=2,gbs=64", &none) == AP_OK;
-    ok &= plan(g, &cf, 8, "tp=8,mbs=2,gbs=64,recompute=full", &full) == AP_OK;
-    if (ok) {
-        /* Backward redoes the forward's two all-reduces per layer. */
-        double ar = ap_cost_allreduce(&cf, 8, 1, activation_bytes(2));
-        double layers = 24, nmicro = 32;
-        CHECK(none.nmicro == 32);
-        CHECK_NEAR(full.t_kinds.tp - none.t_kinds.tp, nmicro * layers * 2 * ar, 1e-9);
-        CHECK_NEAR(kinds_sum(&full.t_kinds), full.t_comm, 1e-12);
-    }
-    if (none.stages)
-        ap_plan_free(&none);
-    if (full.stages)
-        ap_plan_free(&full);
-    ap_cluster_free(&c0);
-    ap_cluster_free(&cf);
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,mbs=2,gbs=64", NULL, &none, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,mbs=2,gbs=64,recompute=full", &c, &full, err),
+               err);
+    /* Backward redoes the forward's two all-reduces per layer. */
+    double ar = ap_cost_allreduce(&c, 8, 1, activation_bytes(2));
+    double layers = 24, nmicro = 32;
+    CHECK(none.nmicro == 32);
+    CHECK_NEAR(full.t_kinds.tp - none.t_kinds.tp, nmicro * layers * 2 * ar, 1e-9);
+    CHECK_NEAR(kinds_sum(&full.t_kinds), full.t_comm, 1e-12);
+    ap_plan_free(&none);
+    ap_plan_free(&full);
+    ap_cluster_free(&c);
     ap_graph_free(g);
 }
 
@@ -205,20 +177,14 @@ static void full_recompute_counts_repeated_collectives(void)
 static void tensor_parallelism_alone_syncs_no_gradients(void)
 {
     ap_graph *g = gpt13();
-    ap_cluster c1, c2;
     ap_plan tp, sp;
-    int ok = plan(g, &c1, 8, "tp=8,mbs=1,gbs=8", &tp) == AP_OK;
-    ok &= plan(g, &c2, 8, "tp=8,sp=1,mbs=1,gbs=8", &sp) == AP_OK;
-    if (ok) {
-        CHECK(layer(&tp)->grad_sync == 0);
-        CHECK(layer(&sp)->grad_sync > 0);
-    }
-    if (tp.stages)
-        ap_plan_free(&tp);
-    if (sp.stages)
-        ap_plan_free(&sp);
-    ap_cluster_free(&c1);
-    ap_cluster_free(&c2);
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,mbs=1,gbs=8", NULL, &tp, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,sp=1,mbs=1,gbs=8", NULL, &sp, err), err);
+    CHECK(ap_test_layer(&tp)->grad_sync == 0);
+    CHECK(ap_test_layer(&sp)->grad_sync > 0);
+    ap_plan_free(&tp);
+    ap_plan_free(&sp);
     ap_graph_free(g);
 }
 
@@ -227,21 +193,16 @@ static void tensor_parallelism_alone_syncs_no_gradients(void)
 static void interleaving_pays_the_wrap_around_send(void)
 {
     ap_graph *g = gpt13();
-    ap_cluster c1, c2;
     ap_plan plain, inter;
-    int ok = plan(g, &c1, 16, "tp=8,pp=2,mbs=1,gbs=16", &plain) == AP_OK;
-    ok &= plan(g, &c2, 16, "tp=8,pp=2,vpp=2,mbs=1,gbs=16", &inter) == AP_OK;
-    if (ok) {
-        CHECK(plain.stages[1].p2p == 0);
-        CHECK(inter.stages[1].p2p > 0);
-        CHECK_NEAR(inter.stages[1].p2p, inter.stages[0].p2p, 1e-12);
-    }
-    if (plain.stages)
-        ap_plan_free(&plain);
-    if (inter.stages)
-        ap_plan_free(&inter);
-    ap_cluster_free(&c1);
-    ap_cluster_free(&c2);
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=8,pp=2,mbs=1,gbs=16", NULL, &plain, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=8,pp=2,vpp=2,mbs=1,gbs=16", NULL, &inter, err),
+               err);
+    CHECK(plain.stages[1].p2p == 0);
+    CHECK(inter.stages[1].p2p > 0);
+    CHECK_NEAR(inter.stages[1].p2p, inter.stages[0].p2p, 1e-12);
+    ap_plan_free(&plain);
+    ap_plan_free(&inter);
     ap_graph_free(g);
 }
 

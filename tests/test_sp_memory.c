@@ -7,9 +7,7 @@
  * The coefficient 34 counts the two 1-byte dropout masks after attention and
  * MLP; a graph without dropout saves 32 (and 8 + 24/t). */
 #include "model.h"
-#include "planner/planner.h"
 #include "planner/tables.h"
-#include "test.h"
 
 #define SEQ 2048
 #define HIDDEN 12288.0
@@ -29,28 +27,6 @@ static ap_graph *gpt3(int dropout)
     return g;
 }
 
-static int plan(const ap_graph *g, ap_cluster *c, int gpus, const char *spec,
-                ap_plan *p)
-{
-    char err[AP_ERR_LEN];
-    ap_megatron m;
-    ap_megatron_default(&m);
-    memset(p, 0, sizeof *p);
-    CHECK(ap_cluster_preset("h100-sxm", gpus, 8, c, err) == AP_OK);
-    CHECK(ap_megatron_parse(spec, &m, err) == AP_OK);
-    int rc = g ? ap_megatron_plan(g, c, &m, p, err) : AP_EINPUT;
-    if (rc)
-        fprintf(stderr, "%s\n", err);
-    CHECK(rc == AP_OK);
-    return rc;
-}
-
-static const ap_block_point *layer(const ap_plan *p)
-{
-    const ap_stage *st = &p->stages[0];
-    return &st->blocks[2].points[st->point[2]];
-}
-
 /* s*b*h at micro-batch 1: the formulas' unit, in bytes per coefficient. */
 static double sbh(void) { return SEQ * 1.0 * HIDDEN; }
 
@@ -63,13 +39,12 @@ static double lse(int t) { return 4 * HEADS * SEQ / t; }
 static double per_op_saved(const ap_graph *g, const ap_cluster *c,
                            const ap_plan *p)
 {
-    const ap_stage *st = &p->stages[0];
-    const ap_block *b = &st->blocks[2];
-    ap_price_ctx x = {g, c, &st->mesh, p->micro_batch, p->nmicro, p->zero, 0};
+    const ap_block *b = &p->stages[0].blocks[2];
+    ap_price_ctx x = ap_test_stage_ctx(g, c, p, 0);
     double sum = 0;
     for (int i = 0; i < b->nops; i++) {
         ap_op_cost oc;
-        ap_price_op(&x, b->ops[i], &layer(p)->strat[i], &oc);
+        ap_price_op(&x, b->ops[i], &ap_test_layer(p)->strat[i], &oc);
         sum += oc.act_bytes;
     }
     return sum;
@@ -80,15 +55,17 @@ static void tensor_and_sequence_parallel_layer_saves_34sbh_over_t(void)
     ap_graph *g = gpt3(1);
     ap_cluster c;
     ap_plan p;
-    if (plan(g, &c, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", &p) == AP_OK) {
-        CHECK_NEAR(layer(&p)->act_bytes, 34 * sbh() / 4, 0.01);
-        CHECK_NEAR(layer(&p)->act_bytes, 34 * sbh() / 4 + lse(4), 1e-9);
-        /* Each of the two column-parallel inputs (QKV's, fc1's) is saved
-         * as its sequence shard, 2sbh/t, not gathered, 2sbh. */
-        CHECK_NEAR(per_op_saved(g, &c, &p) - layer(&p)->act_bytes,
-                   2 * (2 * sbh() - 2 * sbh() / 4), 1e-9);
-        ap_plan_free(&p);
-    }
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", &c,
+                                     &p, err), err);
+    const ap_block_point *layer = ap_test_layer(&p);
+    CHECK_NEAR(layer->act_bytes, 34 * sbh() / 4, 0.01);
+    CHECK_NEAR(layer->act_bytes, 34 * sbh() / 4 + lse(4), 1e-9);
+    /* Each of the two column-parallel inputs (QKV's, fc1's) is saved
+     * as its sequence shard, 2sbh/t, not gathered, 2sbh. */
+    CHECK_NEAR(per_op_saved(g, &c, &p) - layer->act_bytes,
+               2 * (2 * sbh() - 2 * sbh() / 4), 1e-9);
+    ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
@@ -96,15 +73,15 @@ static void tensor_and_sequence_parallel_layer_saves_34sbh_over_t(void)
 static void without_dropout_the_layer_saves_32sbh_over_t(void)
 {
     ap_graph *g = gpt3(0);
-    ap_cluster c;
     ap_plan p;
-    if (plan(g, &c, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", &p) == AP_OK) {
-        /* 201 MB per layer and sequence for GPT-3 175B at t = 4. */
-        CHECK_NEAR(layer(&p)->act_bytes, 32 * sbh() / 4 + lse(4), 1e-9);
-        CHECK(layer(&p)->act_bytes < 202e6 && layer(&p)->act_bytes > 201e6);
-        ap_plan_free(&p);
-    }
-    ap_cluster_free(&c);
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", NULL,
+                                     &p, err), err);
+    const ap_block_point *layer = ap_test_layer(&p);
+    /* 201 MB per layer and sequence for GPT-3 175B at t = 4. */
+    CHECK_NEAR(layer->act_bytes, 32 * sbh() / 4 + lse(4), 1e-9);
+    CHECK(layer->act_bytes < 202e6 && layer->act_bytes > 201e6);
+    ap_plan_free(&p);
     ap_graph_free(g);
 }
 
@@ -113,14 +90,16 @@ static void tensor_parallel_alone_saves_10_plus_24_over_t(void)
     ap_graph *g = gpt3(1);
     ap_cluster c;
     ap_plan p;
-    if (plan(g, &c, 4, "tp=4,mbs=1,gbs=1,sp=0,recompute=selective", &p) == AP_OK) {
-        CHECK_NEAR(layer(&p)->act_bytes, sbh() * (10 + 24.0 / 4), 0.01);
-        CHECK_NEAR(layer(&p)->act_bytes, sbh() * (10 + 24.0 / 4) + lse(4), 1e-9);
-        /* No gather on any edge: nothing saved as a shard. */
-        CHECK(per_op_saved(g, &c, &p) == layer(&p)->act_bytes);
-        CHECK(layer(&p)->kbwd.reshard == 0);
-        ap_plan_free(&p);
-    }
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,mbs=1,gbs=1,sp=0,recompute=selective", &c,
+                                     &p, err), err);
+    const ap_block_point *layer = ap_test_layer(&p);
+    CHECK_NEAR(layer->act_bytes, sbh() * (10 + 24.0 / 4), 0.01);
+    CHECK_NEAR(layer->act_bytes, sbh() * (10 + 24.0 / 4) + lse(4), 1e-9);
+    /* No gather on any edge: nothing saved as a shard. */
+    CHECK(per_op_saved(g, &c, &p) == layer->act_bytes);
+    CHECK(layer->kbwd.reshard == 0);
+    ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
@@ -130,11 +109,13 @@ static void unsplit_layer_saves_34sbh(void)
     ap_graph *g = gpt3(1);
     ap_cluster c;
     ap_plan p;
-    if (plan(g, &c, 1, "tp=1,mbs=1,gbs=1,recompute=selective", &p) == AP_OK) {
-        CHECK_NEAR(layer(&p)->act_bytes, 34 * sbh() + lse(1), 1e-9);
-        CHECK(per_op_saved(g, &c, &p) == layer(&p)->act_bytes);
-        ap_plan_free(&p);
-    }
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 1, "tp=1,mbs=1,gbs=1,recompute=selective", &c,
+                                     &p, err), err);
+    const ap_block_point *layer = ap_test_layer(&p);
+    CHECK_NEAR(layer->act_bytes, 34 * sbh() + lse(1), 1e-9);
+    CHECK(per_op_saved(g, &c, &p) == layer->act_bytes);
+    ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
@@ -147,36 +128,36 @@ static void backward_gathers_the_saved_shards_again(void)
     ap_graph *g = gpt3(1);
     ap_cluster c;
     ap_plan p;
-    if (plan(g, &c, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", &p) == AP_OK) {
-        const ap_block_point *bp = layer(&p);
-        double ag = ap_cost_allgather(&c, 4, 1, 2 * sbh());
-        CHECK(ag > 0);
-        CHECK_NEAR(bp->kfwd.reshard, 2 * ag, 1e-12);
-        CHECK_NEAR(bp->kbwd.reshard, 2 * ag, 1e-12);
-        /* The edge's own view: the QKV input's edges carry a third each. */
-        const ap_stage *st = &p.stages[0];
-        ap_price_ctx x = {g, &c, &st->mesh, p.micro_batch, p.nmicro, p.zero, 0};
-        const ap_block *b = &st->blocks[2];
-        double regather_sum = 0, saved_sum = 0;
-        ap_block_edge *e = NULL;
-        int ne = ap_block_edges(g, b->ops, b->nops, &e);
-        CHECK(ne > 0);
-        for (int k = 0; k < ne; k++) {
-            double regather, back;
-            saved_sum += ap_price_edge_saved(&x, e[k].tensor, b->ops[e[k].u],
-                                             &bp->strat[e[k].u], b->ops[e[k].v],
-                                             &bp->strat[e[k].v], &regather);
-            double total = ap_price_edge(&x, e[k].tensor, b->ops[e[k].u],
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", &c,
+                                     &p, err), err);
+    const ap_block_point *bp = ap_test_layer(&p);
+    double ag = ap_cost_allgather(&c, 4, 1, 2 * sbh());
+    CHECK(ag > 0);
+    CHECK_NEAR(bp->kfwd.reshard, 2 * ag, 1e-12);
+    CHECK_NEAR(bp->kbwd.reshard, 2 * ag, 1e-12);
+    /* The edge's own view: the QKV input's edges carry a third each. */
+    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
+    const ap_block *b = &p.stages[0].blocks[2];
+    double regather_sum = 0, saved_sum = 0;
+    ap_block_edge *e = NULL;
+    int ne = ap_block_edges(g, b->ops, b->nops, &e);
+    CHECK(ne > 0);
+    for (int k = 0; k < ne; k++) {
+        double regather, back;
+        saved_sum += ap_price_edge_saved(&x, e[k].tensor, b->ops[e[k].u],
                                          &bp->strat[e[k].u], b->ops[e[k].v],
-                                         &bp->strat[e[k].v], &back);
-            CHECK(regather <= back * (1 + 1e-12) && back <= total);
-            regather_sum += regather;
-        }
-        free(e);
-        CHECK_NEAR(regather_sum, 2 * ag, 1e-12);
-        CHECK_NEAR(saved_sum, -2 * (2 * sbh() - 2 * sbh() / 4), 1e-12);
-        ap_plan_free(&p);
+                                         &bp->strat[e[k].v], &regather);
+        double total = ap_price_edge(&x, e[k].tensor, b->ops[e[k].u],
+                                     &bp->strat[e[k].u], b->ops[e[k].v],
+                                     &bp->strat[e[k].v], &back);
+        CHECK(regather <= back * (1 + 1e-12) && back <= total);
+        regather_sum += regather;
     }
+    free(e);
+    CHECK_NEAR(regather_sum, 2 * ag, 1e-12);
+    CHECK_NEAR(saved_sum, -2 * (2 * sbh() - 2 * sbh() / 4), 1e-12);
+    ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
@@ -226,16 +207,12 @@ static void block_ilp_fits_a_budget_only_the_saved_shards_meet(void)
     ap_graph *g = gpt3(0);
     ap_cluster c;
     ap_plan p;
-    if (plan(g, &c, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", &p) != AP_OK) {
-        ap_cluster_free(&c);
-        ap_graph_free(g);
-        return;
-    }
-    const ap_stage *st = &p.stages[0];
-    const ap_block *b = &st->blocks[2];
-    ap_price_ctx x = {g, &c, &st->mesh, p.micro_batch, p.nmicro, p.zero, 0};
-    double budget = layer(&p)->param_bytes + layer(&p)->act_bytes;
     char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", &c,
+                                     &p, err), err);
+    const ap_block *b = &p.stages[0].blocks[2];
+    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
+    double budget = ap_test_layer(&p)->param_bytes + ap_test_layer(&p)->act_bytes;
     ap_tables t;
     int rc = ap_tables_build(&x, b->ops, b->nops, 1, &t, err);
     CHECK(rc == AP_OK);
