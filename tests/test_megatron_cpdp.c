@@ -8,26 +8,6 @@
  * replicas and exports them as the data-parallel size. */
 #include "model.h"
 
-#include "planner/planner.h"
-
-static int plan_on(const ap_graph *g, int gpus, const char *spec, ap_cluster *c,
-                   ap_plan *p)
-{
-    char err[AP_ERR_LEN];
-    ap_megatron m;
-    ap_megatron_default(&m);
-    if (ap_cluster_preset("h100-sxm", gpus, 8, c, err)) {
-        fprintf(stderr, "%s\n", err);
-        return -1;
-    }
-    if (ap_megatron_parse(spec, &m, err) || ap_megatron_plan(g, c, &m, p, err)) {
-        fprintf(stderr, "%s: %s\n", spec, err);
-        ap_cluster_free(c);
-        return -1;
-    }
-    return 0;
-}
-
 /* Parameters of the model, each counted once. */
 static double param_elems(const ap_graph *g)
 {
@@ -72,13 +52,16 @@ static void cp2_dp4_is_four_replicas_of_cp2(void)
     ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
     ap_cluster c8, c2;
     ap_plan a, b;
+    char err[AP_ERR_LEN];
     CHECK(g != NULL);
     if (!g)
         return;
     /* 8 GPUs: tp1 pp1 cp2 dp4, against 2 GPUs at cp2 with a quarter of the
      * batch: the same micro-batch on each pair of GPUs. */
-    REQUIRE_OK(plan_on(g, 8, "tp=1,pp=1,cp=2,dp=4,mbs=1,gbs=32,zero=1", &c8, &a), "");
-    REQUIRE_OK(plan_on(g, 2, "tp=1,pp=1,cp=2,dp=1,mbs=1,gbs=8,zero=1", &c2, &b), "");
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,pp=1,cp=2,dp=4,mbs=1,gbs=32,zero=1", &c8,
+                                     &a, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 2, "tp=1,pp=1,cp=2,dp=1,mbs=1,gbs=8,zero=1", &c2,
+                                     &b, err), err);
     const ap_stage *sa = &a.stages[0], *sb = &b.stages[0];
     CHECK(sa->mesh.replicas == 4 && sa->mesh.d[0] == 2 && sa->mesh.d[1] == 1);
     CHECK(sb->mesh.replicas == 1 && sb->mesh.d[0] == 2);
@@ -109,8 +92,10 @@ static void cp2_dp4_is_four_replicas_of_cp2(void)
      * the 8 ranks of dp*cp on one node, against 2 without replicas. */
     ap_cluster_free(&c8);
     ap_cluster_free(&c2);
-    REQUIRE_OK(plan_on(g, 8, "tp=1,pp=1,cp=2,dp=4,mbs=1,gbs=32,zero=0", &c8, &a), "");
-    REQUIRE_OK(plan_on(g, 2, "tp=1,pp=1,cp=2,dp=1,mbs=1,gbs=8,zero=0", &c2, &b), "");
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,pp=1,cp=2,dp=4,mbs=1,gbs=32,zero=0", &c8,
+                                     &a, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 2, "tp=1,pp=1,cp=2,dp=1,mbs=1,gbs=8,zero=0", &c2,
+                                     &b, err), err);
     CHECK(a.stages[0].mesh.sync_nodes[1] == 1);
     CHECK_NEAR(a.stages[0].grad_sync, grad_allreduce(g, &c8, 1, 8, 1), 1e-9);
     CHECK_NEAR(b.stages[0].grad_sync, grad_allreduce(g, &c2, 1, 2, 1), 1e-9);
@@ -149,11 +134,12 @@ static void context_ring_carries_the_tensor_parallel_shard(void)
     ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 4096);
     ap_cluster c1, c2;
     ap_plan a, b;
+    char err[AP_ERR_LEN];
     CHECK(g != NULL);
     if (!g)
         return;
-    REQUIRE_OK(plan_on(g, 2, "tp=1,pp=1,cp=2,mbs=1,gbs=8,sp=0", &c1, &a), "");
-    REQUIRE_OK(plan_on(g, 4, "tp=2,pp=1,cp=2,mbs=1,gbs=8,sp=1", &c2, &b), "");
+    REQUIRE_OK(ap_test_megatron_plan(g, 2, "tp=1,pp=1,cp=2,mbs=1,gbs=8,sp=0", &c1, &a, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=2,pp=1,cp=2,mbs=1,gbs=8,sp=1", &c2, &b, err), err);
     CHECK_NEAR(a.stages[0].kinds.context, kv_ring(g, &c1, 1, 2, a.micro_batch), 1e-9);
     CHECK_NEAR(b.stages[0].kinds.context, kv_ring(g, &c2, 2, 2, b.micro_batch), 1e-9);
     CHECK(b.stages[0].kinds.context < 0.6 * a.stages[0].kinds.context);
@@ -169,13 +155,15 @@ static void cross_node_groups_follow_megatron_rank_order(void)
     ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
     ap_cluster c;
     ap_plan p;
+    char err[AP_ERR_LEN];
     CHECK(g != NULL);
     if (!g)
         return;
     /* tp=8 fills a node: a replica (cp=2 x tp=8) is two nodes, the cp ring
      * of one tp rank joins ranks r and r+8 on two nodes, and the gradient
      * group of a tp rank (stride 8, dp*cp = 4 members) spans four. */
-    REQUIRE_OK(plan_on(g, 32, "tp=8,pp=1,cp=2,dp=2,mbs=1,gbs=16,zero=0", &c, &p), "");
+    REQUIRE_OK(ap_test_megatron_plan(g, 32, "tp=8,pp=1,cp=2,dp=2,mbs=1,gbs=16,zero=0", &c,
+                                     &p, err), err);
     const ap_mesh *m = &p.stages[0].mesh;
     CHECK(m->replicas == 2 && m->d[0] == 2 && m->d[1] == 8);
     CHECK(m->nodes[0] == 2); /* the cp ring crosses nodes */
@@ -190,7 +178,8 @@ static void cross_node_groups_follow_megatron_rank_order(void)
 
     /* Two replicas on one node each way: cp=2 x tp=4 is a node, the
      * gradient group of a tp rank (4 ranks at stride 4) spans two nodes. */
-    REQUIRE_OK(plan_on(g, 16, "tp=4,pp=1,cp=2,dp=2,mbs=1,gbs=16,zero=0", &c, &p), "");
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=4,pp=1,cp=2,dp=2,mbs=1,gbs=16,zero=0", &c,
+                                     &p, err), err);
     m = &p.stages[0].mesh;
     CHECK(m->nodes[0] == 1 && m->sync_nodes[1] == 2);
     CHECK_NEAR(p.stages[0].grad_sync, grad_allreduce(g, &c, 4, 4, 2), 1e-9);
@@ -202,58 +191,49 @@ static void cross_node_groups_follow_megatron_rank_order(void)
 static void cp_with_dp_is_accepted_and_ep_with_cp_refused(void)
 {
     ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
-    ap_cluster c;
     ap_plan p;
-    ap_megatron m;
     char err[AP_ERR_LEN];
     CHECK(g != NULL);
     if (!g)
         return;
-    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 8, &c, err), err);
     /* --megatron-args with --context-parallel-size and dp = 16/(2*2) = 4. */
-    ap_megatron_default(&m);
-    REQUIRE_OK(ap_megatron_parse_args("--tensor-model-parallel-size 2 "
-                                      "--context-parallel-size 2 --micro-batch-size 1 "
-                                      "--global-batch-size 64 --use-distributed-optimizer",
-                                      &m, err), err);
-    REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "--tensor-model-parallel-size 2 "
+                                     "--context-parallel-size 2 --micro-batch-size 1 "
+                                     "--global-batch-size 64 --use-distributed-optimizer",
+                                     NULL, &p, err), err);
     CHECK(p.stages[0].mesh.replicas == 4 && p.stages[0].mesh.d[0] == 2 &&
           p.stages[0].mesh.d[1] == 2);
     CHECK(p.micro_batch == 4 && p.nmicro == 16);
     ap_plan_free(&p);
-    ap_megatron_default(&m);
-    REQUIRE_OK(ap_megatron_parse("tp=2,pp=2,cp=2,dp=2,mbs=1,gbs=64", &m, err), err);
-    REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=2,pp=2,cp=2,dp=2,mbs=1,gbs=64", NULL, &p, err),
+               err);
     CHECK(p.nstages == 2 && p.stages[1].first_rank == 8 &&
           p.stages[1].mesh.first == 8 && p.stages[1].mesh.replicas == 2);
     ap_plan_free(&p);
-    ap_cluster_free(&c);
     ap_graph_free(g);
 
     ap_graph *moe = ap_test_model("examples/hf/mixtral-8x7b.json", 0);
     CHECK(moe != NULL);
     if (!moe)
         return;
-    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 8, &c, err), err);
-    ap_megatron_default(&m);
-    REQUIRE_OK(ap_megatron_parse("tp=2,cp=2,dp=4,ep=2,mbs=1,gbs=64", &m, err), err);
-    CHECK(ap_megatron_plan(moe, &c, &m, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(moe, 16, "tp=2,cp=2,dp=4,ep=2,mbs=1,gbs=64", NULL, &p, err) ==
+          AP_EINPUT);
     CHECK_STR_HAS(err, "ep=2 with cp=2 is not priced");
-    ap_cluster_free(&c);
     ap_graph_free(moe);
 }
 
 /* Prices spec on 8 GPUs per node and reads its plan.json back. */
 static char *plan_json(const ap_graph *g, int gpus, const char *spec, double *step)
 {
-    ap_cluster c;
+    char err[AP_ERR_LEN], *json = NULL;
     ap_plan p;
-    if (plan_on(g, gpus, spec, &c, &p))
-        return NULL;
-    char *json = ap_plan_to_json(g, &p);
-    *step = p.step_time;
+    if (ap_test_megatron_plan(g, gpus, spec, NULL, &p, err) == AP_OK) {
+        json = ap_plan_to_json(g, &p);
+        *step = p.step_time;
+    } else {
+        fprintf(stderr, "%s: %s\n", spec, err);
+    }
     ap_plan_free(&p);
-    ap_cluster_free(&c);
     return json;
 }
 
