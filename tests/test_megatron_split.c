@@ -10,22 +10,6 @@
 
 #include "planner/planner.h"
 
-static int plan_of(const ap_graph *g, int gpus, const char *spec, int args,
-                   ap_plan *p, char *err)
-{
-    ap_cluster c;
-    ap_megatron m;
-    ap_megatron_default(&m);
-    int rc = ap_cluster_preset("h100-sxm", gpus, 0, &c, err);
-    if (rc)
-        return rc;
-    rc = args ? ap_megatron_parse_args(spec, &m, err) : ap_megatron_parse(spec, &m, err);
-    if (!rc)
-        rc = ap_megatron_plan(g, &c, &m, p, err);
-    ap_cluster_free(&c);
-    return rc;
-}
-
 /* gpt-tiny on 16 GPUs over two nodes, one sequence per replica: the
  * gradient all-reduce crosses InfiniBand and outlasts a micro-batch's
  * backward, so both rules give a non-zero exposed part that differs. */
@@ -35,8 +19,9 @@ static void gradient_sync_is_all_exposed_without_overlap(void)
     ap_plan on, off;
     char err[AP_ERR_LEN];
     CHECK(g != NULL);
-    REQUIRE_OK(plan_of(g, 16, "tp=1,pp=1,mbs=1,gbs=32", 0, &on, err), err);
-    REQUIRE_OK(plan_of(g, 16, "tp=1,pp=1,mbs=1,gbs=32,overlap_grad=0", 0, &off, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=1,pp=1,mbs=1,gbs=32", NULL, &on, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=1,pp=1,mbs=1,gbs=32,overlap_grad=0", NULL,
+                                     &off, err), err);
     const ap_stage *a = &on.stages[0], *b = &off.stages[0];
     CHECK(a->grad_sync > a->bwd && a->bwd > 0);
     CHECK_NEAR(b->grad_sync, a->grad_sync, 1e-15);
@@ -60,7 +45,8 @@ static void serial_sync_is_recorded_and_read_back(void)
     ap_plan_desc d;
     char err[AP_ERR_LEN];
     CHECK(g != NULL);
-    REQUIRE_OK(plan_of(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,overlap_grad=0", 0, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,overlap_grad=0", NULL,
+                                     &p, err), err);
     double most = 0;
     for (int i = 0; i < p.nstages; i++)
         most = fmax(most, p.stages[i].grad_sync);
@@ -93,7 +79,8 @@ static void trace_puts_serial_sync_after_the_backward(void)
     ap_plan p;
     char err[AP_ERR_LEN];
     CHECK(g != NULL);
-    REQUIRE_OK(plan_of(g, 16, "tp=2,pp=4,mbs=2,gbs=32,sp=1,overlap_grad=0", 0, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=2,pp=4,mbs=2,gbs=32,sp=1,overlap_grad=0", NULL,
+                                     &p, err), err);
     char *text = ap_plan_trace_json(&p, err);
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     CHECK(o != NULL);
@@ -151,9 +138,11 @@ static void first_and_last_stages_take_their_own_layers(void)
     ap_plan p;
     char err[AP_ERR_LEN];
     CHECK(g != NULL && g->nlayers == 126);
-    CHECK(plan_of(g, 128, "tp=8,pp=16,mbs=1,gbs=64,sp=1", 0, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 128, "tp=8,pp=16,mbs=1,gbs=64,sp=1", NULL, &p, err) ==
+          AP_EINPUT);
     CHECK_STR_HAS(err, "pp*vpp = 16 does not divide the 126 layers");
-    REQUIRE_OK(plan_of(g, 128, "tp=8,pp=16,mbs=1,gbs=64,sp=1,first=7,last=7", 0, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 128, "tp=8,pp=16,mbs=1,gbs=64,sp=1,first=7,last=7", NULL,
+                                     &p, err), err);
     CHECK(p.nstages == 16);
     int next = 0;
     for (int i = 0; i < p.nstages; i++) {
@@ -166,10 +155,11 @@ static void first_and_last_stages_take_their_own_layers(void)
      * stage with the most work is a middle one. */
     CHECK(p.stages[1].fwd > p.stages[0].fwd);
     ap_plan_free(&p);
-    REQUIRE_OK(plan_of(g, 128, "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 "
-                       "--sequence-parallel --global-batch-size 64 "
-                       "--decoder-first-pipeline-num-layers 6 "
-                       "--decoder-last-pipeline-num-layers 8", 1, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 128, "--tensor-model-parallel-size 8 "
+                                     "--pipeline-model-parallel-size 16 "
+                                     "--sequence-parallel --global-batch-size 64 "
+                                     "--decoder-first-pipeline-num-layers 6 "
+                                     "--decoder-last-pipeline-num-layers 8", NULL, &p, err), err);
     CHECK(p.stages[0].nlayers == 6 && p.stages[15].nlayers == 8 && p.stages[7].nlayers == 8);
     ap_plan_free(&p);
     ap_graph_free(g);
@@ -182,19 +172,23 @@ static void uneven_stages_under_interleaving(void)
     char err[AP_ERR_LEN];
     CHECK(g != NULL);
     /* 24 layers: 4 + 8 + 8 + 4, each split into two virtual stages. */
-    REQUIRE_OK(plan_of(g, 16, "tp=2,pp=4,sp=1,vpp=2,mbs=1,gbs=64,first=4,last=4", 0, &p, err),
-               err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "tp=2,pp=4,sp=1,vpp=2,mbs=1,gbs=64,first=4,last=4",
+                                     NULL, &p, err), err);
     CHECK(p.vchunks == 2 && p.stages[0].nlayers == 4 && p.stages[1].nlayers == 8);
     ap_plan_free(&p);
-    CHECK(plan_of(g, 16, "tp=2,pp=4,vpp=2,gbs=64,first=3,last=5", 0, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "tp=2,pp=4,vpp=2,gbs=64,first=3,last=5", NULL, &p, err) ==
+          AP_EINPUT);
     CHECK_STR_HAS(err, "the first stage's 3 layers do not divide into vpp=2");
-    CHECK(plan_of(g, 16, "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
-                  "--decoder-first-pipeline-num-layers 4", 1, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "--pipeline-model-parallel-size 4 "
+                                "--num-layers-per-virtual-pipeline-stage 2 "
+                                "--decoder-first-pipeline-num-layers 4", NULL, &p, err) ==
+          AP_EINPUT);
     CHECK_STR_HAS(err, "--num-virtual-stages-per-pipeline-rank");
-    REQUIRE_OK(plan_of(g, 16, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
-                       "--global-batch-size 64 --num-virtual-stages-per-pipeline-rank 2 "
-                       "--decoder-first-pipeline-num-layers 4 "
-                       "--decoder-last-pipeline-num-layers 4", 1, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 16, "--tensor-model-parallel-size 2 "
+                                     "--pipeline-model-parallel-size 4 --global-batch-size 64 "
+                                     "--num-virtual-stages-per-pipeline-rank 2 "
+                                     "--decoder-first-pipeline-num-layers 4 "
+                                     "--decoder-last-pipeline-num-layers 4", NULL, &p, err), err);
     CHECK(p.vchunks == 2 && p.stages[3].nlayers == 4);
     ap_plan_free(&p);
     ap_graph_free(g);
@@ -206,20 +200,21 @@ static void bad_first_and_last_are_refused(void)
     ap_plan p;
     char err[AP_ERR_LEN];
     CHECK(g != NULL);
-    CHECK(plan_of(g, 16, "tp=2,pp=4,first=0", 0, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "tp=2,pp=4,first=0", NULL, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "--megatron: first: bad value \"0\" (an integer from 1 to 2^30)");
-    CHECK(plan_of(g, 16, "tp=2,pp=4,first=10,last=9", 0, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "tp=2,pp=4,first=10,last=9", NULL, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "first=10,last=9 (--decoder-first/last-pipeline-num-layers): "
                        "the 5 layers left do not split evenly over the 2 middle stages");
-    CHECK(plan_of(g, 16, "tp=2,pp=4,first=20,last=20", 0, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "tp=2,pp=4,first=20,last=20", NULL, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "the 24 layers leave fewer than one for each of the 2 middle stages");
-    CHECK(plan_of(g, 16, "tp=8,pp=2,first=10,last=10", 0, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "tp=8,pp=2,first=10,last=10", NULL, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "with pp=2 first and last must add up to the 24 layers");
-    CHECK(plan_of(g, 16, "tp=8,pp=2,first=20,last=20", 0, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "tp=8,pp=2,first=20,last=20", NULL, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "with pp=2 first and last must add up to the 24 layers");
-    CHECK(plan_of(g, 16, "tp=8,pp=2,first=1073741824", 0, &p, err) == AP_EINPUT);
-    CHECK(plan_of(g, 16, "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers -1",
-                  1, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "tp=8,pp=2,first=1073741824", NULL, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "--pipeline-model-parallel-size 2 "
+                                "--decoder-first-pipeline-num-layers -1", NULL, &p, err) ==
+          AP_EINPUT);
     CHECK_STR_HAS(err, "--megatron-args: --decoder-first-pipeline-num-layers: bad value \"-1\"");
     ap_graph_free(g);
 }
