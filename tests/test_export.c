@@ -17,12 +17,8 @@ static int megatron_desc(const ap_graph *g, int gpus, const char *spec,
                          ap_plan_desc *d, double *step)
 {
     char err[AP_ERR_LEN];
-    ap_cluster c;
-    ap_megatron m;
     ap_plan p;
-    ap_megatron_default(&m);
-    if (ap_cluster_preset("h100-sxm", gpus, 0, &c, err) || ap_megatron_parse(spec, &m, err) ||
-        ap_megatron_plan(g, &c, &m, &p, err)) {
+    if (ap_test_megatron_plan(g, gpus, spec, NULL, &p, err)) {
         fprintf(stderr, "%s: %s\n", spec, err);
         return -1;
     }
@@ -34,7 +30,6 @@ static int megatron_desc(const ap_graph *g, int gpus, const char *spec,
         *step = p.step_time;
     free(json);
     ap_plan_free(&p);
-    ap_cluster_free(&c);
     return rc;
 }
 

@@ -96,19 +96,14 @@ static void torchtitan_and_deepspeed_spaces_are_counted_by_hand(void)
 static double price(const ap_graph *g, int gpus, const char *spec, int *fits)
 {
     char err[AP_ERR_LEN];
-    ap_cluster c;
-    ap_megatron m;
     ap_plan p;
-    ap_megatron_default(&m);
-    CHECK(ap_cluster_preset("h100-sxm", gpus, 8, &c, err) == AP_OK);
-    CHECK(ap_megatron_parse(spec, &m, err) == AP_OK);
-    int rc = ap_megatron_plan(g, &c, &m, &p, err);
+    int rc = ap_test_megatron_plan(g, gpus, spec, NULL, &p, err);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", spec, err);
     CHECK(rc == AP_OK);
     double t = rc ? NAN : p.step_time;
     *fits = !rc && p.max_mem_bytes <= p.hbm_limit;
-    if (!rc)
-        ap_plan_free(&p);
-    ap_cluster_free(&c);
+    ap_plan_free(&p);
     return t;
 }
 

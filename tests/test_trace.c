@@ -17,16 +17,9 @@ static ap_graph *load(const char *rel)
 static cJSON *trace_of(const ap_graph *g, int gpus, const char *spec, ap_plan *p)
 {
     char err[AP_ERR_LEN];
-    memset(p, 0, sizeof *p);
-    if (!g)
-        return NULL;
-    ap_cluster c;
-    ap_megatron m;
-    ap_megatron_default(&m);
-    CHECK(ap_cluster_preset("h100-sxm", gpus, 8, &c, err) == AP_OK);
-    CHECK(ap_megatron_parse(spec, &m, err) == AP_OK);
-    int rc = ap_megatron_plan(g, &c, &m, p, err);
-    ap_cluster_free(&c);
+    int rc = ap_test_megatron_plan(g, gpus, spec, NULL, p, err);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", spec, err);
     CHECK(rc == AP_OK);
     if (rc)
         return NULL;
