@@ -7,20 +7,37 @@
 #include "planner/planner.h"
 #include "test.h"
 
-/* Loads `rel` (relative to the source root) at sequence length `seq` (0:
- * the model's own); prints the error and returns NULL when it fails. The
+/* Loads `rel` (relative to the source root) built with options o (NULL:
+ * the defaults); prints the error and returns NULL when it fails. The
  * caller frees the graph. */
-static inline ap_graph *ap_test_model(const char *rel, int seq)
+static inline ap_graph *ap_test_model_with(const char *rel, const ap_build_opts *o)
 {
     char path[512], err[AP_ERR_LEN];
     snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
+    ap_graph *g = NULL;
+    if (ap_graph_load(path, o, &g, err))
+        fprintf(stderr, "%s\n", err);
+    return g;
+}
+
+/* The same at sequence length `seq` (0: the model's own). */
+static inline ap_graph *ap_test_model(const char *rel, int seq)
+{
     ap_build_opts o;
     ap_build_opts_default(&o);
     o.seq = seq;
-    ap_graph *g = NULL;
-    if (ap_graph_load(path, &o, &g, err))
-        fprintf(stderr, "%s\n", err);
-    return g;
+    return ap_test_model_with(rel, &o);
+}
+
+/* Bytes the ops of layer `layer` save for backward (ap_op.saved_bytes: a
+ * tensor saved by several ops counts once, whole, before any sharding). */
+static inline double ap_test_layer_saved(const ap_graph *g, int layer)
+{
+    double sum = 0;
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer == layer)
+            sum += g->ops[i].saved_bytes;
+    return sum;
 }
 
 /* Prices the Megatron-LM configuration `spec` of model g on `gpus` H100 SXM

@@ -2,8 +2,7 @@
  * parameter counts, FLOPs and saved activation bytes against their closed
  * forms (Megatron-LM and Korthikanti et al. 2022), the topological order,
  * layer classes, and the graphs that must be refused. */
-#include "graph/graph.h"
-#include "test.h"
+#include "model.h"
 
 typedef struct {
     int64_t b, s, h, a, v;
@@ -146,15 +145,6 @@ static double layer_sum(const ap_graph *g, int layer, ap_op_kind kind,
     return sum;
 }
 
-static double layer_saved(const ap_graph *g, int layer)
-{
-    double sum = 0;
-    for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].layer == layer)
-            sum += g->ops[i].saved_bytes;
-    return sum;
-}
-
 static void block_has_12h2_plus_13h_parameters(void)
 {
     ap_graph *g = build_gpt(&small);
@@ -200,7 +190,7 @@ static void saved_bytes_match_korthikanti_without_flash(void)
         return;
     double s = small.s, b = small.b, h = small.h, a = small.a;
     for (int l = 0; l < small.layers; l++)
-        CHECK_NEAR(layer_saved(g, l), s * b * h * (34 + 5 * a * s / h),
+        CHECK_NEAR(ap_test_layer_saved(g, l), s * b * h * (34 + 5 * a * s / h),
                    1e-12);
     ap_graph_free(g);
 }
@@ -214,7 +204,7 @@ static void flash_attention_drops_the_5as_over_h_term(void)
         return;
     double s = c.s, b = c.b, h = c.h, a = c.a;
     double lse = 4 * b * a * s;
-    CHECK_NEAR(layer_saved(g, 0), 34 * s * b * h + lse, 1e-12);
+    CHECK_NEAR(ap_test_layer_saved(g, 0), 34 * s * b * h + lse, 1e-12);
     const ap_op *at = &g->ops[ap_graph_find_op(g, "l0.attn")];
     CHECK_NEAR(at->saved_extra, lse, 1e-12);
     CHECK(at->saves_in == 0x7 && at->saves_out == 0x1);
@@ -233,7 +223,7 @@ static void no_dropout_keeps_only_the_softmax_probabilities(void)
     double s = c.s, b = c.b, h = c.h, a = c.a;
     /* Without dropout the s x s term is 2as^2b; the residual dropout masks
      * (p = 0) are still counted as the op kind says: 2sbh. */
-    CHECK_NEAR(layer_saved(g, 0), 34 * s * b * h + 2 * a * s * s * b, 1e-12);
+    CHECK_NEAR(ap_test_layer_saved(g, 0), 34 * s * b * h + 2 * a * s * s * b, 1e-12);
     ap_graph_free(g);
 }
 
@@ -286,7 +276,7 @@ static void a_block_with_other_attributes_is_another_class(void)
     CHECK(g->layer_class[1] == 1);
     CHECK(g->layer_class[2] == 0);
     /* Finalizing again recomputes: flash saves less in layer 1 only. */
-    CHECK(layer_saved(g, 1) < layer_saved(g, 0));
+    CHECK(ap_test_layer_saved(g, 1) < ap_test_layer_saved(g, 0));
     ap_graph_free(g);
 }
 
@@ -369,12 +359,8 @@ static void a_matmul_must_contract_a_label(void)
  * plus the heaviest single op. */
 static void untagged_model_gets_layers_of_even_flops(void)
 {
-    char path[512], err[AP_ERR_LEN];
-    snprintf(path, sizeof path, "%s/tests/data/gpt-tiny-untagged.json", ap_test_src());
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    ap_graph *g = NULL;
-    REQUIRE_OK(ap_graph_load(path, &o, &g, err), err);
+    ap_graph *g = ap_test_model("tests/data/gpt-tiny-untagged.json", 0);
+    CHECK(g != NULL);
     if (!g)
         return;
     CHECK(g->auto_layers == 1);

@@ -2,20 +2,9 @@
  * parameter counts of their closed forms, a graph survives a round trip
  * through ap_graph_to_json(), build options rescale batch and sequence, and
  * malformed text is reported with its line and column. */
-#include "graph/graph.h"
-#include "test.h"
+#include "model.h"
 
 static char err[AP_ERR_LEN];
-
-static ap_graph *load(const char *rel, const ap_build_opts *opt)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
-    ap_graph *g = NULL;
-    if (ap_graph_load(path, opt, &g, err) != AP_OK)
-        fprintf(stderr, "%s\n", err);
-    return g;
-}
 
 static double dim(const ap_graph *g, char label)
 {
@@ -32,18 +21,9 @@ static double gpt_params(const ap_graph *g)
            dim(g, 's') * h + 2 * h;
 }
 
-static double layer_saved(const ap_graph *g, int layer)
-{
-    double sum = 0;
-    for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].layer == layer)
-            sum += g->ops[i].saved_bytes;
-    return sum;
-}
-
 static void gpt_1_3b_has_1_3_billion_parameters_in_24_alike_layers(void)
 {
-    ap_graph *g = load("examples/gpt-1.3b.json", NULL);
+    ap_graph *g = ap_test_model_with("examples/gpt-1.3b.json", NULL);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -55,25 +35,25 @@ static void gpt_1_3b_has_1_3_billion_parameters_in_24_alike_layers(void)
         CHECK(g->layer_class[l] == 0);
     /* Flash attention: 34sbh plus the fp32 log-sum-exp, 4bas. */
     double s = dim(g, 's'), b = dim(g, 'b'), h = dim(g, 'h'), a = dim(g, 'n');
-    CHECK_NEAR(layer_saved(g, 7), 34 * s * b * h + 4 * b * a * s, 1e-12);
+    CHECK_NEAR(ap_test_layer_saved(g, 7), 34 * s * b * h + 4 * b * a * s, 1e-12);
     ap_graph_free(g);
 }
 
 static void gpt_tiny_saves_korthikanti_bytes_per_layer(void)
 {
-    ap_graph *g = load("examples/gpt-tiny.json", NULL);
+    ap_graph *g = ap_test_model_with("examples/gpt-tiny.json", NULL);
     if (!g)
         return;
     CHECK(g->nlayers == 2);
     CHECK_NEAR(g->total_params, gpt_params(g), 1e-12);
     double s = dim(g, 's'), b = dim(g, 'b'), h = dim(g, 'h'), a = dim(g, 'n');
-    CHECK_NEAR(layer_saved(g, 1), s * b * h * (34 + 5 * a * s / h), 1e-12);
+    CHECK_NEAR(ap_test_layer_saved(g, 1), s * b * h * (34 + 5 * a * s / h), 1e-12);
     ap_graph_free(g);
 }
 
 static void a_graph_survives_a_round_trip_through_json(void)
 {
-    ap_graph *g = load("examples/gpt-tiny.json", NULL);
+    ap_graph *g = ap_test_model_with("examples/gpt-tiny.json", NULL);
     if (!g)
         return;
     char *text = ap_graph_to_json(g);
@@ -105,8 +85,8 @@ static void build_options_rescale_batch_and_sequence(void)
     ap_build_opts_default(&o);
     o.batch = 4;
     o.seq = 128;
-    ap_graph *base = load("examples/gpt-tiny.json", NULL);
-    ap_graph *g = load("examples/gpt-tiny.json", &o);
+    ap_graph *base = ap_test_model_with("examples/gpt-tiny.json", NULL);
+    ap_graph *g = ap_test_model_with("examples/gpt-tiny.json", &o);
     CHECK(g && base);
     if (!g || !base) {
         ap_graph_free(base);
@@ -155,7 +135,7 @@ static void errors_in_ops_name_the_json_path(void)
 
 static void a_hugging_face_config_goes_to_the_hf_builder(void)
 {
-    ap_graph *g = load("examples/hf/llama-3-8b.json", NULL);
+    ap_graph *g = ap_test_model_with("examples/hf/llama-3-8b.json", NULL);
     CHECK(g != NULL);
     if (g) {
         CHECK(g->finalized && g->nlayers == 32);

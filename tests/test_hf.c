@@ -2,29 +2,9 @@
  * counts against the published totals, FLOPs against 2N + attention,
  * activation memory against Korthikanti et al., and the errors for
  * malformed configs. */
-#include "graph/graph.h"
-#include "test.h"
+#include "model.h"
 
 #include <dirent.h>
-
-static ap_graph *load_opts(const char *rel, const ap_build_opts *o)
-{
-    char path[1024], err[AP_ERR_LEN];
-    ap_graph *g = NULL;
-    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
-    if (ap_graph_load(path, o, &g, err) != AP_OK) {
-        fprintf(stderr, "%s\n", err);
-        return NULL;
-    }
-    return g;
-}
-
-static ap_graph *load(const char *rel)
-{
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    return load_opts(rel, &o);
-}
 
 static ap_graph *from_text(const char *json, const ap_build_opts *o)
 {
@@ -49,15 +29,6 @@ static const ap_tensor *tensor_named(const ap_graph *g, const char *name)
     return t >= 0 ? &g->tensors[t] : NULL;
 }
 
-static double layer_saved_bytes(const ap_graph *g, int layer)
-{
-    double s = 0;
-    for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].layer == layer)
-            s += g->ops[i].saved_bytes;
-    return s;
-}
-
 /* The closed form for a Llama-style dense model: per layer the Q, K, V and
  * O projections, three MLP matrices and two RMSNorm weights; embedding and
  * head untied; one final norm. */
@@ -69,7 +40,7 @@ static double llama_params(double L, double h, double n, double g, double d,
 
 static void llama_3_8b_has_8_03b_parameters(void)
 {
-    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -81,7 +52,7 @@ static void llama_3_8b_has_8_03b_parameters(void)
 
 static void llama_3_70b_has_70_6b_parameters(void)
 {
-    ap_graph *g = load("examples/hf/llama-3-70b.json");
+    ap_graph *g = ap_test_model("examples/hf/llama-3-70b.json", 0);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -92,7 +63,7 @@ static void llama_3_70b_has_70_6b_parameters(void)
 
 static void llama_3_1_405b_has_405_9b_parameters(void)
 {
-    ap_graph *g = load("examples/hf/llama-3.1-405b.json");
+    ap_graph *g = ap_test_model("examples/hf/llama-3.1-405b.json", 0);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -105,7 +76,7 @@ static void llama_3_1_405b_has_405_9b_parameters(void)
 static void gpt3_counts_biases_positions_and_ties_the_head(void)
 {
     double L = 96, h = 12288, v = 50257, p = 2048;
-    ap_graph *g = load("examples/hf/gpt3-175b.json");
+    ap_graph *g = ap_test_model("examples/hf/gpt3-175b.json", 0);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -118,7 +89,7 @@ static void gpt3_counts_biases_positions_and_ties_the_head(void)
 
 static void mixtral_has_46_7b_total_and_12_9b_active(void)
 {
-    ap_graph *g = load("examples/hf/mixtral-8x7b.json");
+    ap_graph *g = ap_test_model("examples/hf/mixtral-8x7b.json", 0);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -132,7 +103,7 @@ static void mixtral_has_46_7b_total_and_12_9b_active(void)
  * i.e. without the input embedding table (a lookup touches one row). */
 static void deepseek_v3_has_671b_total_and_37b_active(void)
 {
-    ap_graph *g = load("examples/hf/deepseek-v3.json");
+    ap_graph *g = ap_test_model("examples/hf/deepseek-v3.json", 0);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -146,7 +117,7 @@ static void deepseek_v3_has_671b_total_and_37b_active(void)
 /* Qwen publishes 30.5B total and 3.3B activated (rounded to 0.1B). */
 static void qwen3_30b_a3b_has_30_5b_total_and_3_3b_active(void)
 {
-    ap_graph *g = load("examples/hf/qwen3-30b-a3b.json");
+    ap_graph *g = ap_test_model("examples/hf/qwen3-30b-a3b.json", 0);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -160,7 +131,7 @@ static void qwen3_30b_a3b_has_30_5b_total_and_3_3b_active(void)
  * embedding lookup not) plus attention's 2*s*n*(d+e) per layer. */
 static void dense_forward_flops_are_2n_plus_attention(void)
 {
-    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
     CHECK(g != NULL);
     if (g) {
         double L = 32, h = 4096, n = 32, kv = 8, d = 128, f = 14336, v = 128256;
@@ -169,7 +140,7 @@ static void dense_forward_flops_are_2n_plus_attention(void)
         CHECK_NEAR(g->total_flops / s, 2 * mm + L * 2 * s * n * (d + d), 0.02);
         ap_graph_free(g);
     }
-    g = load("examples/hf/gpt3-175b.json");
+    g = ap_test_model("examples/hf/gpt3-175b.json", 0);
     CHECK(g != NULL);
     if (g) {
         double L = 96, h = 12288, v = 50257, s = 2048;
@@ -196,15 +167,15 @@ static void gpt_block_saves_34sbh_plus_5as2b(void)
     ap_graph *g = from_text(gpt2_medium, &o);
     CHECK(g != NULL);
     if (g) {
-        CHECK_NEAR(layer_saved_bytes(g, 0), s * b * h * (34 + 5 * a * s / h), 0.05);
-        CHECK_NEAR(layer_saved_bytes(g, 2), s * b * h * (34 + 5 * a * s / h), 0.05);
+        CHECK_NEAR(ap_test_layer_saved(g, 0), s * b * h * (34 + 5 * a * s / h), 0.05);
+        CHECK_NEAR(ap_test_layer_saved(g, 2), s * b * h * (34 + 5 * a * s / h), 0.05);
         ap_graph_free(g);
     }
     o.flash = 1;
     g = from_text(gpt2_medium, &o);
     CHECK(g != NULL);
     if (g) {
-        CHECK_NEAR(layer_saved_bytes(g, 1), 34 * s * b * h, 0.05);
+        CHECK_NEAR(ap_test_layer_saved(g, 1), 34 * s * b * h, 0.05);
         ap_graph_free(g);
     }
 }
@@ -237,14 +208,14 @@ static void dropout_ops_follow_the_option(void)
 static void sequence_defaults_to_context_capped_at_4096(void)
 {
     ap_build_opts o;
-    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 0);
     CHECK(g != NULL);
     if (g) {
         CHECK(dim_size(g, 's') == 4096);
         CHECK(dim_size(g, 'b') == 1);
         ap_graph_free(g);
     }
-    g = load("examples/hf/gpt3-175b.json");
+    g = ap_test_model("examples/hf/gpt3-175b.json", 0);
     CHECK(g != NULL);
     if (g) {
         CHECK(dim_size(g, 's') == 2048);
@@ -253,7 +224,7 @@ static void sequence_defaults_to_context_capped_at_4096(void)
     ap_build_opts_default(&o);
     o.seq = 1000;
     o.batch = 3;
-    g = load_opts("examples/hf/mixtral-8x7b.json", &o);
+    g = ap_test_model_with("examples/hf/mixtral-8x7b.json", &o);
     CHECK(g != NULL);
     if (g) {
         CHECK(dim_size(g, 's') == 1000);
@@ -266,7 +237,7 @@ static void sequence_defaults_to_context_capped_at_4096(void)
 /* Heads are labels the planner can split: q over n, k and v over g. */
 static void grouped_query_attention_labels_kv_heads(void)
 {
-    ap_graph *g = load("examples/hf/llama-3-70b.json");
+    ap_graph *g = ap_test_model("examples/hf/llama-3-70b.json", 0);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -288,7 +259,7 @@ static void grouped_query_attention_labels_kv_heads(void)
  * layers, then MoE layers that form a class of their own. */
 static void deepseek_v3_uses_latent_attention_and_dense_first_layers(void)
 {
-    ap_graph *g = load("examples/hf/deepseek-v3.json");
+    ap_graph *g = ap_test_model("examples/hf/deepseek-v3.json", 0);
     CHECK(g != NULL);
     if (!g)
         return;

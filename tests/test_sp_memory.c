@@ -15,16 +15,11 @@
 
 static ap_graph *gpt3(int dropout)
 {
-    char path[512], err[AP_ERR_LEN];
-    snprintf(path, sizeof path, "%s/examples/hf/gpt3-175b.json", ap_test_src());
     ap_build_opts o;
     ap_build_opts_default(&o);
     o.seq = SEQ;
     o.dropout = dropout;
-    ap_graph *g = NULL;
-    if (ap_graph_load(path, &o, &g, err))
-        fprintf(stderr, "%s\n", err);
-    return g;
+    return ap_test_model_with("examples/hf/gpt3-175b.json", &o);
 }
 
 /* s*b*h at micro-batch 1: the formulas' unit, in bytes per coefficient. */
