@@ -229,11 +229,11 @@ static void embedding_and_loss_counted_as_layers(void)
     ap_plan p;
     char err[AP_ERR_LEN];
     CHECK(g != NULL);
-    CHECK(plan_of(g, 128, "tp=8,pp=16,vpp=8,gbs=64,sp=1,first=7,last=7", 0, &p, err) ==
-          AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 128, "tp=8,pp=16,vpp=8,gbs=64,sp=1,first=7,last=7", NULL, &p,
+                                err) == AP_EINPUT);
     CHECK_STR_HAS(err, "the first stage's 7 layers do not divide into vpp=8");
-    REQUIRE_OK(plan_of(g, 128, "tp=8,pp=16,vpp=8,gbs=64,sp=1,account_embedding=1,"
-                       "account_loss=1", 0, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 128, "tp=8,pp=16,vpp=8,gbs=64,sp=1,account_embedding=1,"
+                                     "account_loss=1", NULL, &p, err), err);
     CHECK(p.vchunks == 8 && p.nstages == 16);
     int next = 0;
     for (int i = 0; i < p.nstages; i++) {
@@ -247,15 +247,16 @@ static void embedding_and_loss_counted_as_layers(void)
     CHECK(p.bubble < 15.0 / 8 / (1 + 15.0 / 8));
     ap_plan_free(&p);
     /* Only the embedding counted: 127 slots do not divide over 16 stages. */
-    CHECK(plan_of(g, 128, "tp=8,pp=16,gbs=64,sp=1,account_embedding=1", 0, &p, err) ==
-          AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 128, "tp=8,pp=16,gbs=64,sp=1,account_embedding=1", NULL, &p,
+                                err) == AP_EINPUT);
     CHECK_STR_HAS(err, "pp*vpp = 16 does not divide the 126 layers plus the embedding "
                        "counted as layers (127)");
-    REQUIRE_OK(plan_of(g, 128, "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 "
-                       "--sequence-parallel --global-batch-size 64 "
-                       "--num-virtual-stages-per-pipeline-rank 8 "
-                       "--account-for-embedding-in-pipeline-split "
-                       "--account-for-loss-in-pipeline-split", 1, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 128, "--tensor-model-parallel-size 8 "
+                                     "--pipeline-model-parallel-size 16 "
+                                     "--sequence-parallel --global-batch-size 64 "
+                                     "--num-virtual-stages-per-pipeline-rank 8 "
+                                     "--account-for-embedding-in-pipeline-split "
+                                     "--account-for-loss-in-pipeline-split", NULL, &p, err), err);
     CHECK(p.stages[0].nlayers == 7 && p.stages[8].nlayers == 8 && p.stages[15].nlayers == 7);
     ap_plan_free(&p);
     ap_graph_free(g);
@@ -267,20 +268,23 @@ static void counted_split_refuses_what_megatron_refuses(void)
     ap_plan p;
     char err[AP_ERR_LEN];
     CHECK(g != NULL);
-    CHECK(plan_of(g, 16, "tp=2,pp=4,first=5,last=5,account_loss=1", 0, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "tp=2,pp=4,first=5,last=5,account_loss=1", NULL, &p, err) ==
+          AP_EINPUT);
     CHECK_STR_HAS(err, "cannot be combined with first=N,last=N");
-    CHECK(plan_of(g, 16, "tp=2,pp=4,account_loss=2", 0, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "tp=2,pp=4,account_loss=2", NULL, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "--megatron: account_loss: bad value \"2\" (0 or 1)");
     /* gpt-tiny's 2 layers and the two counted slots over 4 stages: one
      * slot each leaves the first stage the embedding alone. */
     ap_graph *tiny = ap_test_model("examples/gpt-tiny.json", 0);
     CHECK(tiny != NULL);
-    CHECK(plan_of(tiny, 8, "tp=2,pp=4,account_embedding=1,account_loss=1", 0, &p, err) ==
-          AP_EINPUT);
+    CHECK(ap_test_megatron_plan(tiny, 8, "tp=2,pp=4,account_embedding=1,account_loss=1", NULL,
+                                &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "one slot per stage leaves the first or last stage without a layer");
     ap_graph_free(tiny);
-    CHECK(plan_of(g, 16, "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
-                  "--account-for-loss-in-pipeline-split", 1, &p, err) == AP_EINPUT);
+    CHECK(ap_test_megatron_plan(g, 16, "--pipeline-model-parallel-size 4 "
+                                "--num-layers-per-virtual-pipeline-stage 2 "
+                                "--account-for-loss-in-pipeline-split", NULL, &p, err) ==
+          AP_EINPUT);
     CHECK_STR_HAS(err, "with --account-for-embedding/loss-in-pipeline-split give "
                        "--num-virtual-stages-per-pipeline-rank");
     ap_graph_free(g);
