@@ -39,7 +39,7 @@ static void megatron_plan_classifies_back_to_its_degrees(void)
     ap_plan_desc d;
     ap_degrees k;
     char err[AP_ERR_LEN];
-    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,vpp=2,mbs=1,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,vpp=2,mbs=1,gbs=64", &d, NULL), "see above");
     REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
     CHECK(k.tp == 2 && k.pp == 2 && k.dp == 4 && k.sp == 1 && k.vpp == 2);
     CHECK(k.cp == 1 && k.ep == 1 && k.mbs == 1 && k.gbs == 64 && k.nmicro == 16);
@@ -48,14 +48,14 @@ static void megatron_plan_classifies_back_to_its_degrees(void)
 
     /* Without sequence parallelism, with 2 sequences per replica, full
      * recomputation and no distributed optimizer. */
-    CHECK(!megatron_desc(g, 16, "tp=4,pp=1,mbs=2,gbs=64,recompute=full,zero=0", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=4,pp=1,mbs=2,gbs=64,recompute=full,zero=0", &d, NULL), "see above");
     REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
     CHECK(k.tp == 4 && k.pp == 1 && k.dp == 4 && k.sp == 0 && k.vpp == 1 && k.mbs == 2);
     CHECK(k.zero == AP_ZERO_NONE && k.recompute == AP_RECOMPUTE_FULL);
     ap_plan_desc_free(&d);
 
     /* Pure data parallelism: the [16, 1] mesh is one group of 16. */
-    CHECK(!megatron_desc(g, 16, "tp=1,pp=1,mbs=1,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=1,pp=1,mbs=1,gbs=64", &d, NULL), "see above");
     REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
     CHECK(k.tp == 1 && k.dp == 16 && k.pp == 1);
     ap_plan_desc_free(&d);
@@ -92,7 +92,7 @@ static void exported_megatron_flags_price_to_the_same_step(void)
         ap_plan_desc d;
         double step = 0;
         char err[AP_ERR_LEN], *text = NULL, args[4096];
-        CHECK(g && !megatron_desc(g, 16, specs[i], &d, &step));
+        REQUIRE_OK(megatron_desc(g, 16, specs[i], &d, &step), "see above");
         REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
         args_of(text ? text : "", args, sizeof args);
         CHECK_STR_HAS(args, "--tensor-model-parallel-size");
@@ -118,7 +118,7 @@ static void megatron_flags_state_the_model_shape(void)
     ap_graph *g = load("examples/hf/llama-3-8b.json");
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
-    CHECK(g && !megatron_desc(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=256", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=256", &d, NULL), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "--num-layers 32\n");
     CHECK_STR_HAS(text, "--hidden-size 4096\n");
@@ -143,7 +143,7 @@ static void op_outside_the_pattern_is_refused_naming_stage_and_op(void)
     ap_plan_desc d;
     ap_degrees k;
     char err[AP_ERR_LEN];
-    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     /* Shard stage 1's first op on the hidden dimension instead. */
     ap_plan_desc_op *op = &d.stages[1].ops[0];
     char name[AP_NAME_LEN + 8];
@@ -164,7 +164,7 @@ static void stages_with_different_meshes_or_recompute_are_refused(void)
     ap_plan_desc d;
     ap_degrees k;
     char err[AP_ERR_LEN];
-    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     d.stages[1].mesh[0] = 2;
     d.stages[1].mesh[1] = 4;
     CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_TORCHTITAN, &k, err) == AP_EINPUT);
@@ -183,7 +183,7 @@ static void uneven_stages_need_a_layout_flag(void)
     ap_graph *g = load("examples/gpt-1.3b.json");
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
-    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     d.stages[0].nlayers = 10; /* 10 + 14 of the 24 layers */
     d.stages[1].first_layer = 10;
     d.stages[1].nlayers = 14;
@@ -196,7 +196,7 @@ static void uneven_stages_need_a_layout_flag(void)
     CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_split_points layers.10\n");
     free(text);
     ap_plan_desc_free(&d);
-    CHECK(!megatron_desc(g, 16, "tp=1,pp=2,mbs=1,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=1,pp=2,mbs=1,gbs=64", &d, NULL), "see above");
     d.stages[0].nlayers = 10;
     d.stages[1].first_layer = 10;
     d.stages[1].nlayers = 14;
@@ -205,7 +205,7 @@ static void uneven_stages_need_a_layout_flag(void)
     ap_plan_desc_free(&d);
     /* Middle stages that differ from each other need the layout string:
      * 5 + 6 + 7 + 6 of the 24 layers. */
-    CHECK(!megatron_desc(g, 16, "tp=2,pp=4,sp=1,mbs=1,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=4,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     d.stages[0].nlayers = 5;
     d.stages[1].first_layer = 5;
     d.stages[2].first_layer = 11;
@@ -224,7 +224,7 @@ static void deepspeed_config_states_batch_and_zero(void)
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
     /* dp = 16 / 2 = 8; 64 = 2 per GPU x 4 accumulation steps x 8 replicas. */
-    CHECK(g && !megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64,overlap_grad=0", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64,overlap_grad=0", &d, NULL), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err), err);
     CHECK_STR_HAS(text, "\"train_batch_size\":\t64,");
     CHECK_STR_HAS(text, "\"train_micro_batch_size_per_gpu\":\t2,");
@@ -234,13 +234,13 @@ static void deepspeed_config_states_batch_and_zero(void)
     CHECK_STR_HAS(text, "\"stages\":\t2,");
     free(text);
     ap_plan_desc_free(&d);
-    CHECK(!megatron_desc(g, 16, "tp=2,pp=2,mbs=1,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,mbs=1,gbs=64", &d, NULL), "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "DeepSpeed has no tensor parallelism");
     ap_plan_desc_free(&d);
     /* Priced with the gradient reduction hidden behind the backward, which
      * DeepSpeed's ZeRO-1 does not do: the export would promise too much. */
-    CHECK(!megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64", &d, NULL), "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "only under ZeRO-2 and 3; the plan uses ZeRO-1");
     ap_plan_desc_free(&d);
@@ -253,7 +253,7 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
     /* pp=2, dp=4: a step is 64 / 4 = 16 local sequences in micro-batches of 1. */
-    CHECK(g && !megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,zero=0", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,zero=0", &d, NULL), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "--parallelism.data_parallel_replicate_degree 4\n");
     CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 1\n");
@@ -263,7 +263,7 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     free(text);
     ap_plan_desc_free(&d);
     /* No pipeline: local batches of mbs, accumulated up to the global batch. */
-    CHECK(!megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=2,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=2,gbs=64", &d, NULL), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 8\n");
     CHECK_STR_HAS(text, "--training.local_batch_size 2\n");
@@ -271,7 +271,7 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     free(text);
     ap_plan_desc_free(&d);
     /* torchtitan's tensor parallelism always shards the norms on the sequence. */
-    CHECK(!megatron_desc(g, 16, "tp=2,pp=1,mbs=2,gbs=64", &d, NULL));
+    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=1,mbs=2,gbs=64", &d, NULL), "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "sequence parallelism");
     ap_plan_desc_free(&d);
