@@ -26,6 +26,7 @@ typedef struct {
     const int *cnt;   /* [nclasses][L+1] prefix counts of each class */
     ap_zero zero;     /* the optimizer-state sharding the points are priced at */
     int fp8;          /* linear layers in FP8 */
+    int tp_overlap;   /* TP collectives overlapped with GEMMs */
 } config;
 
 typedef struct {
@@ -98,7 +99,8 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1, cf->fp8};
+    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1, cf->fp8,
+                      cf->tp_overlap};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
             continue;
@@ -190,7 +192,8 @@ static void block_floor(const config *cf, const ap_price_ctx *x, int b,
  * can cost; recomputation only adds. */
 static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved)
 {
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1, cf->fp8};
+    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1, cf->fp8,
+                      cf->tp_overlap};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -262,6 +265,7 @@ static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
     p->vchunks = 1;
     p->zero = cf->zero;
     p->fp8 = cf->fp8;
+    p->tp_overlap = cf->tp_overlap;
     p->nstages = cf->p;
     p->nclasses = cf->m->nclasses;
     p->stages = calloc((size_t)cf->p, sizeof *p->stages);
@@ -338,6 +342,7 @@ static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *
     cf->batch = k->mb;
     cf->limit = s->limit;
     cf->fp8 = s->o->fp8;
+    cf->tp_overlap = s->o->tp_overlap;
     cf->cnt = s->cnt;
     cf->zero = AP_ZERO_1;
     ap_mesh_init(&cf->mesh, k->d0, k->d1, 0, s->c->gpus_per_node);
@@ -405,7 +410,8 @@ static double cuts(config *cf, double limit, int *first)
  * strategies stay. */
 static void reprice(config *cf, ap_zero zero)
 {
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, zero, cf->fp8};
+    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, zero, cf->fp8,
+                      cf->tp_overlap};
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {
         ap_block *blk = &cf->blocks[b];

@@ -30,7 +30,8 @@ static int *flag_slot(ap_megatron *m, const char *k)
     return !strcmp(k, "overlap_grad") ? &m->overlap_grad
          : !strcmp(k, "fp8") ? &m->fp8
          : !strcmp(k, "account_embedding") ? &m->account_embedding
-         : !strcmp(k, "account_loss") ? &m->account_loss : NULL;
+         : !strcmp(k, "account_loss") ? &m->account_loss
+         : !strcmp(k, "tp_overlap") ? &m->tp_overlap : NULL;
 }
 
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
@@ -61,7 +62,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     if (!slot && !flag && strcmp(k, "gbs") && strcmp(k, "zero")) {
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
-                 "first, last, fp8, account_embedding, account_loss)", k);
+                 "first, last, fp8, account_embedding, account_loss, "
+                 "tp_overlap)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -174,6 +176,35 @@ static int fp8_flag(const char *tok, char **save, ap_megatron *m, char *err)
     return 1;
 }
 
+/* --tp-comm-overlap's tuning flags: they choose which collectives overlap
+ * and how (TE's ub_cfgs), which autopar does not model: it prices TE's
+ * default configuration. The first two take a value. */
+static const char *const tp_overlap_tuning[] = {
+    "--tp-comm-overlap-cfg", "--tp-comm-bootstrap-backend",
+    "--disable-tp-comm-overlap-ag", "--disable-tp-comm-overlap-rs",
+    "--tp-comm-overlap-rs-dgrad", "--disable-tp-comm-bulk-dgrad",
+    "--disable-tp-comm-bulk-wgrad", "--disable-tp-comm-split-ag",
+    "--disable-tp-comm-split-rs",
+};
+
+/* --tp-comm-overlap and its tuning flags; 1 when `tok` was one, 0 when
+ * not, -1 with err set for a missing value. */
+static int tp_overlap_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    if (!strcmp(tok, "--tp-comm-overlap")) {
+        m->tp_overlap = 1;
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof tp_overlap_tuning / sizeof tp_overlap_tuning[0]; i++) {
+        if (strcmp(tok, tp_overlap_tuning[i]))
+            continue;
+        if (i < 2 && !flag_value(tok, save, err))
+            return -1;
+        return 1;
+    }
+    return 0;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[4096], who[80];
@@ -203,6 +234,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             known = 1;
         }
         if (!known && (known = fp8_flag(tok, &save, m, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = tp_overlap_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (known)
             continue;
@@ -413,6 +446,13 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
             return AP_EINPUT;
         }
     }
+    /* Megatron-LM asserts this: userbuffers replace sequence parallelism's
+     * all-gathers and reduce-scatters, not the all-reduce. */
+    if (m->tp_overlap && m->tp > 1 && !m->sp) {
+        snprintf(err, AP_ERR_LEN, "tp_overlap: --tp-comm-overlap needs sequence "
+                 "parallelism (sp=1, --sequence-parallel) when tp=%d > 1", m->tp);
+        return AP_EINPUT;
+    }
     int rc = check_split(m, L, err);
     if (rc)
         return rc;
@@ -561,6 +601,10 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->zero = m.zero;
     p->serial_grad_sync = !m.overlap_grad;
     p->fp8 = m.fp8;
+    /* With tp = 1 there is nothing to overlap: the setting is dropped, and
+     * the plan and its exports run without it (Megatron-LM turns sequence
+     * parallelism off at tp = 1 and would then refuse the flag). */
+    p->tp_overlap = m.tp_overlap && m.tp > 1;
     p->nstages = m.pp;
     p->nclasses = pt.nclasses;
     p->stages = calloc((size_t)m.pp, sizeof *p->stages);

@@ -66,6 +66,8 @@ typedef struct {
     int nmicro;       /* micro-batches per step, for amortising gradient sync */
     ap_zero zero;
     int fp8;          /* 1: linear layers run their GEMMs in FP8 (ap_fp8_linear) */
+    int tp_overlap;   /* 1: sequence-parallel collectives of linear layers
+                         overlap their GEMMs (ap_tp_overlap_exposed) */
 } ap_price_ctx;
 
 /* FP8 training as Transformer Engine runs it under Megatron-LM's
@@ -77,6 +79,25 @@ int ap_fp8_linear(const ap_graph *g, int op);
 /* AP_EINPUT, naming the cluster's GPU, when it has no FP8 tensor cores
  * (peak_flops[AP_FP8] is 0, as on the A100). */
 int ap_fp8_check(const ap_cluster *c, char *err);
+
+/* Tensor-parallel communication overlap as Transformer Engine's userbuffers
+ * run it under Megatron-LM's --tp-comm-overlap (docs/cost-model.md,
+ * "Tensor-parallel communication overlap"), by the method TE's default
+ * configuration gives each collective. */
+typedef enum {
+    AP_UB_RING,     /* all-gather into a GEMM by ring exchange, tp chunks */
+    AP_UB_PIPELINE, /* GEMM then reduce-scatter, in AP_UB_SPLITS chunks */
+    AP_UB_BULK      /* a whole collective beside a whole backward GEMM */
+} ap_ub_method;
+
+#define AP_UB_SPLITS 4 /* TE's num_splits of a pipelined overlap */
+#define AP_UB_NUM_SM 16 /* TE's num_sm of a pipelined or bulk overlap */
+
+/* Exposed seconds of a collective of `comm` seconds overlapped by method m
+ * with a GEMM of `gemm` seconds on a tp-way group, the GEMM's slowdown from
+ * the SMs the communication kernel holds included; never more than comm. */
+double ap_tp_overlap_exposed(const ap_cluster *c, ap_ub_method m, double comm,
+                             double gemm, int tp);
 
 /* Size of a label at the context's batch (batch and capacity labels scale). */
 double ap_label_size(const ap_price_ctx *x, char label);
@@ -292,6 +313,7 @@ typedef struct {
      * zeroed plan, is what searched plans use. */
     int serial_grad_sync;
     int fp8;               /* linear layers in FP8 (ap_price_ctx.fp8) */
+    int tp_overlap;        /* TP communication overlap (ap_price_ctx.tp_overlap) */
     int nstages;
     ap_stage *stages;
     int nclasses;
@@ -324,6 +346,7 @@ typedef struct {
     double ilp_gap;       /* 0: 1e-4 */
     int progress;         /* print progress to stderr when slow */
     int fp8;              /* price linear layers in FP8 (--fp8) */
+    int tp_overlap;       /* price --tp-comm-overlap (--tp-comm-overlap) */
 } ap_plan_opts;
 
 void ap_plan_opts_default(ap_plan_opts *o);
@@ -371,13 +394,14 @@ typedef struct {
     int first, last;
     int fp8;          /* --fp8-format hybrid or e4m3: linear layers in FP8 */
     int account_embedding, account_loss;
+    int tp_overlap;   /* --tp-comm-overlap: needs sp when tp > 1 */
 } ap_megatron;
 
 /* The spec's defaults: tp, pp, cp, ep, vpp, mbs 1, gbs 512, ZeRO-1 (the
  * distributed optimizer), gradient reduction overlapped, even stages. */
 void ap_megatron_default(ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
- * zero=1,overlap_grad=1,first=7,last=7,fp8=1" */
+ * zero=1,overlap_grad=1,first=7,last=7,fp8=1,tp_overlap=1" */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
 /* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ...".
  * What a flag's absence means is Megatron-LM's default: no distributed
@@ -406,7 +430,8 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
 
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
  * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
- * first, last and fp8=1 only where they differ from the spec's defaults. */
+ * first, last, fp8=1 and tp_overlap=1 only where they differ from the
+ * spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -423,6 +448,8 @@ typedef struct {
     int progress;        /* a progress line on stderr once a second has
                             passed; the caller decides (a tty) */
     int fp8;             /* every configuration with linear layers in FP8 */
+    int tp_overlap;      /* every configuration with TP communication overlap
+                            (configurations with tp > 1 and no sp are left out) */
 } ap_sweep_opts;
 
 void ap_sweep_opts_default(ap_sweep_opts *o);
@@ -512,6 +539,7 @@ typedef struct {
     int serial_grad_sync; /* "overlap_grad_reduce": false; absent reads as
                              overlapped (plans written before the field) */
     int fp8;              /* "fp8": true; absent reads as off */
+    int tp_overlap;       /* "tp_comm_overlap": true; absent reads as off */
     int has_shape;
     ap_model_shape shape;
     int nstages;
@@ -553,6 +581,7 @@ typedef struct {
                          layer fewer, as Megatron's split counting the
                          embedding and the loss as layers gives them
                          (used where first and last cannot state it) */
+    int tp_overlap;   /* TP communication overlapped with GEMMs */
 } ap_degrees;
 
 /* Derives the degrees from the stages' meshes and every op's sharding, and

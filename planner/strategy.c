@@ -449,6 +449,64 @@ static double matmul_time(const ap_price_ctx *x, const ap_op *op,
     return ap_cost_bgemm(x->c, dt, d.batch, d.m, d.n, d.k);
 }
 
+double ap_tp_overlap_exposed(const ap_cluster *c, ap_ub_method m, double comm,
+                             double gemm, int tp)
+{
+    if (comm <= 0 || tp < 2)
+        return comm > 0 ? comm : 0;
+    double e;
+    if (m == AP_UB_RING) {
+        /* tp GEMM chunks, the first on the local shard, each beside the
+         * send and receive of the next shard: only what outlasts the
+         * other tp - 1 chunks shows. */
+        e = fmax(0, comm - gemm * (tp - 1) / tp);
+    } else if (m == AP_UB_PIPELINE) {
+        /* Each of the n chunks is reduce-scattered beside the next one's
+         * GEMM; the last chunk's has no GEMM left to hide behind. */
+        double n = AP_UB_SPLITS;
+        e = fmax(comm / n, comm - gemm * (n - 1) / n);
+    } else {
+        e = fmax(0, comm - gemm);
+    }
+    /* Pipelined and bulk overlaps run their copies on num_sm SMs, which the
+     * GEMM lacks while they run. Ring exchange uses the copy engines. */
+    if (m != AP_UB_RING && c->sms > 2 * AP_UB_NUM_SM)
+        e += fmin(comm, gemm) * AP_UB_NUM_SM / c->sms;
+    return fmin(e, comm);
+}
+
+/* Whether op is a linear layer whose sequence-parallel collectives TE's
+ * userbuffers overlap: the transformer layers' linear layers, the ones TE
+ * also runs in FP8 (the LM head and attention's own products are not TE
+ * linear layers). */
+static int ub_linear(const ap_price_ctx *x, int op)
+{
+    return x->tp_overlap && ap_fp8_linear(x->g, op);
+}
+
+/* The GEMM a collective on the edge into `cons` overlaps. Megatron fuses
+ * the projections that read one gathered tensor (Q, K and V into
+ * linear_qkv, a gated MLP's gate and up into linear_fc1), so the collective
+ * runs beside all of their GEMMs: the consumer's GEMM scaled by the FLOPs
+ * of the tensor's linear-layer consumers over its own. */
+static double fused_gemm(const ap_price_ctx *x, int t, int cons,
+                         const ap_strategy *cs)
+{
+    const ap_graph *g = x->g;
+    const ap_tensor *tt = &g->tensors[t];
+    double own = g->ops[cons].flops, all = 0;
+    int seen = 0;
+    for (int i = tt->first_consumer; i >= 0 && i < g->nops && seen < tt->consumers; i++)
+        for (int k = 0; k < g->ops[i].ninputs; k++)
+            if (g->ops[i].inputs[k] == t) {
+                seen++;
+                if (ap_fp8_linear(g, i))
+                    all += g->ops[i].flops;
+            }
+    double gemm = matmul_time(x, &g->ops[cons], cs);
+    return own > 0 && all > own ? gemm * all / own : gemm;
+}
+
 /* Transformer Engine's cast of a bf16 tensor to FP8 with its transpose
  * (fp8_cast_transpose_fused): one pass reads 2 bytes per element and writes
  * 1 byte each for the tensor and its transpose, taking the amax (one
@@ -593,9 +651,22 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
             continue;
         }
         double bytes = tensor_bytes(x, out) / tensor_split(x, s, O);
-        if (s->rs[a]) {
-            c->fwd_comm += coll(x, AP_COLL_REDUCESCATTER, 1 << a, bytes);
-            c->bwd_comm += coll(x, AP_COLL_ALLGATHER, 1 << a, bytes);
+        double rs = coll(x, AP_COLL_REDUCESCATTER, 1 << a, bytes);
+        double ag = coll(x, AP_COLL_ALLGATHER, 1 << a, bytes);
+        if (s->rs[a] && ub_linear(x, (int)(op - x->g->ops))) {
+            /* Row-parallel under --tp-comm-overlap: the reduce-scatter is
+             * pipelined with the forward GEMM (proj_fprop, fc2_fprop), the
+             * backward's all-gather of the output gradient ring-exchanged
+             * into the data-gradient GEMM, of the same size (proj_dgrad,
+             * fc2_dgrad). */
+            double gemm = matmul_time(x, op, s);
+            c->fwd_comm += ap_tp_overlap_exposed(x->c, AP_UB_PIPELINE, rs, gemm,
+                                                 x->mesh->d[a]);
+            c->bwd_comm += ap_tp_overlap_exposed(x->c, AP_UB_RING, ag, gemm,
+                                                 x->mesh->d[a]);
+        } else if (s->rs[a]) {
+            c->fwd_comm += rs;
+            c->bwd_comm += ag;
         } else {
             c->fwd_comm += coll(x, AP_COLL_ALLREDUCE, 1 << a, bytes);
         }
@@ -805,6 +876,15 @@ static int regather_axes(const ap_price_ctx *x, int t, int prod,
     return mask;
 }
 
+/* Axes on which the edge's sequence-parallel collectives run beside the
+ * consumer's GEMMs under --tp-comm-overlap: those of regather_axes(), into
+ * a linear layer TE overlaps. */
+static int ub_axes(const ap_price_ctx *x, int t, int prod, const ap_strategy *ps,
+                   int cons, const ap_strategy *cs)
+{
+    return ub_linear(x, cons) ? regather_axes(x, t, prod, ps, cons, cs) : 0;
+}
+
 /* Bytes of t on one rank of the producer's layout, split only by the axis
  * other than a: what an all-gather along a moves. */
 static double gather_bytes(const ap_price_ctx *x, int t, int prod,
@@ -822,12 +902,19 @@ static double regather_time(const ap_price_ctx *x, int t, int prod,
                             const ap_strategy *cs)
 {
     int mask = regather_axes(x, t, prod, ps, cons, cs);
+    int ub = mask ? ub_axes(x, t, prod, ps, cons, cs) : 0;
+    double gemm = ub ? fused_gemm(x, t, cons, cs) : 0;
     double time = 0;
-    for (int a = 0; a < 2; a++)
-        if (mask & (1 << a))
-            time += coll(x, AP_COLL_ALLGATHER, 1 << a,
-                         gather_bytes(x, t, prod, ps, a)) /
-                    activation_consumers(x->g, t);
+    for (int a = 0; a < 2; a++) {
+        if (!(mask & (1 << a)))
+            continue;
+        double ag = coll(x, AP_COLL_ALLGATHER, 1 << a, gather_bytes(x, t, prod, ps, a));
+        /* Under --tp-comm-overlap it runs beside the data-gradient GEMM
+         * (TE's bulk qkv_dgrad, fc1_dgrad), which needs no gathered input. */
+        if (ub & (1 << a))
+            ag = ap_tp_overlap_exposed(x->c, AP_UB_BULK, ag, gemm, x->mesh->d[a]);
+        time += ag / activation_consumers(x->g, t);
+    }
     return time;
 }
 
@@ -858,6 +945,8 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
     const char *T = shape_of(x, t);
     double full = tensor_bytes(x, t);
     double cost = 0, back = 0;
+    int ub = ub_axes(x, t, prod, ps, cons, cs);
+    double gemm = ub ? fused_gemm(x, t, cons, cs) : 0;
     for (int a = 0; a < 2; a++) {
         if (x->mesh->d[a] == 1)
             continue;
@@ -870,9 +959,13 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
         if (p && !q) {
             /* One gathered copy serves every consumer that needs it, as
              * Megatron gathers a sequence-parallel norm's output once for
-             * q, k and v; each edge carries its share. */
-            cost += coll(x, AP_COLL_ALLGATHER, mask, bytes) /
-                    activation_consumers(x->g, t);
+             * q, k and v; each edge carries its share. Under
+             * --tp-comm-overlap the gather is ring-exchanged into the
+             * forward GEMM (qkv_fprop, fc1_fprop). */
+            double ag = coll(x, AP_COLL_ALLGATHER, mask, bytes);
+            if (ub & mask)
+                ag = ap_tp_overlap_exposed(x->c, AP_UB_RING, ag, gemm, x->mesh->d[a]);
+            cost += ag / activation_consumers(x->g, t);
         } else if (!p && q) {
             back += coll(x, AP_COLL_ALLGATHER, mask, bytes);
         } else if (p && q && p != q) {
@@ -885,9 +978,15 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
         char l = cs->axis[a];
         int dispatchy = x->g->ops[cons].kind == AP_OP_DISPATCH ||
                         x->g->ops[cons].kind == AP_OP_COMBINE;
-        if (l && !has_label(T, l) && !q && !dispatchy)
-            back += coll(x, p ? AP_COLL_REDUCESCATTER : AP_COLL_ALLREDUCE, mask,
-                         bytes) / activation_consumers(x->g, t);
+        if (l && !has_label(T, l) && !q && !dispatchy) {
+            double red = coll(x, p ? AP_COLL_REDUCESCATTER : AP_COLL_ALLREDUCE, mask,
+                              bytes);
+            /* The data gradient's reduce-scatter runs beside the weight
+             * gradient's GEMM (TE's bulk qkv_wgrad, fc1_wgrad). */
+            if (ub & mask)
+                red = ap_tp_overlap_exposed(x->c, AP_UB_BULK, red, gemm, x->mesh->d[a]);
+            back += red / activation_consumers(x->g, t);
+        }
     }
     back += regather_time(x, t, prod, ps, cons, cs);
     if (bwd)

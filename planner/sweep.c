@@ -45,7 +45,9 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && m->account_embedding)
         n += snprintf(buf + n, len - (size_t)n, ",account_embedding=1");
     if (n >= 0 && (size_t)n < len && m->account_loss)
-        snprintf(buf + n, len - (size_t)n, ",account_loss=1");
+        n += snprintf(buf + n, len - (size_t)n, ",account_loss=1");
+    if (n >= 0 && (size_t)n < len && m->tp_overlap)
+        snprintf(buf + n, len - (size_t)n, ",tp_overlap=1");
 }
 
 /* A growing list of candidate configurations. */
@@ -339,8 +341,12 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
         return AP_EINPUT;
     list l = {0};
     int n = 0, rc = enumerate(&s, &l);
-    for (long i = 0; i < l.n; i++)
+    for (long i = 0; i < l.n; i++) {
         l.v[i].fp8 = o->fp8;
+        /* Megatron-LM refuses the overlap without sequence parallelism, so
+         * such configurations run without it. */
+        l.v[i].tp_overlap = o->tp_overlap && l.v[i].tp > 1 && l.v[i].sp;
+    }
     worker *w = NULL;
     if (!rc) {
         n = thread_count(o->threads, l.n);
