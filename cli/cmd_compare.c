@@ -22,9 +22,11 @@ static const char usage_text[] =
     "  --megatron SPEC        tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,\n"
     "                         recompute=none|selective|full,zero=0..3,\n"
     "                         overlap_grad=0|1,first=N,last=N,fp8=0|1,\n"
-    "                         account_embedding=0|1,account_loss=0|1 (see\n"
-    "                         `autopar estimate --help`); with fp8=1 autopar's\n"
-    "                         plan and the sweep are priced in FP8 too\n"
+    "                         account_embedding=0|1,account_loss=0|1,\n"
+    "                         tp_overlap=0|1 (see `autopar estimate --help`);\n"
+    "                         with fp8=1 autopar's plan and the sweep are priced\n"
+    "                         in FP8 too, with tp_overlap=1 with TP communication\n"
+    "                         overlapped with GEMMs (where sp is on)\n"
     "  --megatron-args FLAGS  the real flags (see `autopar estimate --help`)\n"
     "  --sweep                also price every valid Megatron configuration and\n"
     "                         show the fastest that fits\n"
@@ -270,6 +272,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.global_batch = o->m.gbs;
     po.progress = progress;
     po.fp8 = o->m.fp8; /* all sides in the configuration's precision */
+    po.tp_overlap = o->m.tp_overlap;
     rc = ap_plan_search(g, c, &po, &ours, err);
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
@@ -287,6 +290,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         so.global_batch = o->m.gbs;
         so.progress = progress;
         so.fp8 = o->m.fp8;
+        so.tp_overlap = o->m.tp_overlap;
         rc = ap_sweep(g, c, &so, &sw, err);
         if (rc)
             fprintf(stderr, "autopar compare: sweep: %s\n", err);

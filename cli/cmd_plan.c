@@ -13,7 +13,7 @@ static const char usage_text[] =
     "                    [--global-batch B] [--seq N] [--flash-attention on|off]\n"
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
-    "                    [--fp8]\n"
+    "                    [--fp8] [--tp-comm-overlap]\n"
     "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
     "\n"
     "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
@@ -47,6 +47,11 @@ static const char usage_text[] =
     "                       Transformer Engine runs them (Megatron-LM's\n"
     "                       --fp8-format hybrid); needs a GPU with FP8 (H100 or\n"
     "                       later); plan.json records it\n"
+    "  --tp-comm-overlap    price sequence-parallel all-gathers and reduce-scatters\n"
+    "                       overlapped with the linear layers' GEMMs, as\n"
+    "                       Megatron-LM's --tp-comm-overlap runs them (Transformer\n"
+    "                       Engine userbuffers); all-reduces stay exposed;\n"
+    "                       plan.json records it\n"
     "  --quiet              no progress on stderr\n";
 
 /* --target: the fastest configuration of the launcher that fits, from the
@@ -61,6 +66,7 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
     so.threads = o->threads;
     so.progress = o->progress;
     so.fp8 = o->fp8;
+    so.tp_overlap = o->tp_overlap;
     ap_sweep_result r;
     char err[AP_ERR_LEN];
     int rc = ap_sweep(g, c, &so, &r, err);
@@ -120,6 +126,8 @@ int ap_cmd_plan(int argc, char **argv)
             o.progress = 0;
         } else if (!strcmp(a, "--fp8")) {
             o.fp8 = 1;
+        } else if (!strcmp(a, "--tp-comm-overlap")) {
+            o.tp_overlap = 1;
         } else if (!strcmp(a, "--target") && v) {
             char err[AP_ERR_LEN];
             if (ap_launcher_from_name(v, &target, err)) {

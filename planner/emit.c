@@ -83,6 +83,12 @@ static void header(sbuf *b, const char *who, const ap_plan_desc *p, const ap_deg
     if (d->fp8)
         put(b, "# The transformer layers' linear layers run in FP8; embedding, LM head "
                "and attention stay %s.\n", "bf16");
+    if (d->tp_overlap)
+        put(b, "# Sequence-parallel all-gathers and reduce-scatters overlap the linear "
+               "layers' GEMMs (%s).\n", "Transformer Engine userbuffers");
+    else if (p->tp_overlap && d->tp > 1)
+        put(b, "# TP communication overlap left out: it needs sequence parallelism, "
+               "which this plan %s; it was priced without it.\n", "does not use");
 }
 
 static void torchrun(sbuf *b, const ap_plan_desc *p, const char *entry, const char *var)
@@ -148,6 +154,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --overlap-grad-reduce\n");
     if (d->fp8)
         put(b, "  --fp8-format hybrid\n");
+    if (d->tp_overlap)
+        put(b, "  --tp-comm-overlap\n");
 }
 
 static void megatron_model(sbuf *b, const ap_model_shape *s)
@@ -244,6 +252,10 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (d->dp > 1 && !d->overlap_grad)
         put(&b, "# The plan was priced with the gradient reduction after the backward; "
                 "torchtitan's DDP and FSDP always overlap it, so expect a faster step.\n");
+    if (d->tp_overlap)
+        put(&b, "# TP communication overlap was priced as Transformer Engine's userbuffers "
+                "run it; torchtitan's async tensor parallelism (micro-pipelined by "
+                "torch.compile) is its nearest equivalent.\n");
     if (d->fp8)
         put(&b, "# FP8 was priced as Transformer Engine runs it, weights cast once per "
                 "step; torchao's Float8Linear casts them every micro-batch, and needs "
@@ -265,8 +277,13 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (d->recompute == AP_RECOMPUTE_SELECTIVE)
         put(&b, "  --activation_checkpoint.selective_ac_option op\n");
     if (d->fp8) /* the LM head ("output") stays in bf16, as under Megatron */
-        put(&b, "  --model.converters float8\n  --float8.filter_fqns output\n"
-                "  --training.compile\n");
+        put(&b, "  --model.converters float8\n  --float8.filter_fqns output\n");
+    /* Async tensor parallelism, torchtitan's overlap of the sequence-parallel
+     * collectives with their matmuls, is a compiler pass. */
+    if (d->tp_overlap)
+        put(&b, "  --parallelism.enable_async_tensor_parallel\n");
+    if (d->fp8 || d->tp_overlap)
+        put(&b, "  --training.compile\n");
     put(&b, "\"\n");
     torchrun(&b, p, "-m torchtitan.train --job.config_file \"${CONFIG_FILE:?the model's "
                     "torchtitan .toml}\"", "TORCHTITAN_ARGS");

@@ -235,6 +235,7 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->fp8 = d->fp8;
     m->account_embedding = d->account_embedding;
     m->account_loss = d->account_loss;
+    m->tp_overlap = d->tp_overlap;
 }
 
 /* Every op's sharding must be the one Megatron's pattern gives it. */
@@ -405,6 +406,10 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                           "chunks here; the plan interleaves %s", who, "uneven stages");
         return AP_OK;
     }
+    if (d->tp_overlap)
+        return refuse(p, err, "%s has no %s (Megatron-DeepSpeed runs Megatron's): "
+                      "export this plan to Megatron-LM or torchtitan", who,
+                      "tensor-parallel communication overlap");
     if (d->fp8)
         return refuse(p, err, "%s's config has no %s (Megatron-DeepSpeed runs "
                       "Megatron's Transformer Engine layers): export this plan to "
@@ -454,6 +459,10 @@ int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
         f.swap = 1;
     }
     infer_degrees(g, p, &f, d);
+    /* Only sequence-parallel collectives are priced overlapped, so a plan
+     * without them, or with tp = 1, ran the same without the setting: it is
+     * dropped rather than handed to a launcher that refuses it. */
+    d->tp_overlap = p->tp_overlap && d->tp > 1 && d->sp;
     d->recompute = s0->recompute;
     d->zero = p->zero;
     if ((rc = batch_degrees(p, d, err)) || (rc = check_ops(g, p, &f, d, to, err)))

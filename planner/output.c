@@ -103,6 +103,7 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON *pr = cJSON_CreateObject();
     cJSON_AddNumberToObject(pr, "step_time_s", p->step_time);
     cJSON_AddBoolToObject(pr, "fp8", p->fp8);
+    cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->tp_overlap);
     cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
     cJSON_AddNumberToObject(pr, "model_tflops_per_gpu", p->model_tflops_per_gpu);
     cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
@@ -185,6 +186,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON_AddBoolToObject(o, "overlap_grad_reduce", !p->serial_grad_sync);
     if (p->fp8)
         cJSON_AddBoolToObject(o, "fp8", 1);
+    if (p->tp_overlap)
+        cJSON_AddBoolToObject(o, "tp_comm_overlap", 1);
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
     cJSON_AddNumberToObject(solver, "gap", p->ilp_gap);
@@ -268,8 +271,10 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     fprintf(f, "  breakdown: compute %.3f s, communication %.3f s, bubble %.3f s, "
                "gradient sync %.3f s, optimizer %.3f s\n",
             p->t_compute, p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);
-    fprintf(f, "  communication: tensor-parallel %.3f s, resharding %.3f s",
-            p->t_kinds.tp, p->t_kinds.reshard);
+    fprintf(f, "  communication: tensor-parallel %.3f s, resharding %.3f s%s",
+            p->t_kinds.tp, p->t_kinds.reshard,
+            p->tp_overlap ? " (exposed: sequence-parallel collectives overlapped "
+                            "with GEMMs)" : "");
     if (p->t_kinds.expert > 0)
         fprintf(f, ", expert all-to-all %.3f s", p->t_kinds.expert);
     if (p->t_kinds.context > 0)

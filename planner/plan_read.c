@@ -435,6 +435,9 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
     }
     if (field(root, "fp8") && (rc = get_bool(r, root, "fp8", "", &p->fp8)))
         return rc;
+    if (field(root, "tp_comm_overlap") &&
+        (rc = get_bool(r, root, "tp_comm_overlap", "", &p->tp_overlap)))
+        return rc;
     const cJSON *shape = field(root, "model_shape");
     if (shape) {
         if ((rc = parse_shape(r, shape, &p->shape)))
