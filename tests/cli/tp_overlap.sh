@@ -1,0 +1,73 @@
+#!/bin/sh
+# TP communication overlap from the command line: the spec and Megatron's
+# --tp-comm-overlap (tuning flags read past) price the same faster step,
+# the report and --json say it, tensor parallelism without sequence
+# parallelism refuses it, plan.json and the Megatron export carry it through
+# a round trip, torchtitan gets async TP with compile, DeepSpeed refuses it.
+set -u
+bin=$1
+src=$2
+model=$src/examples/hf/llama-3-8b.json
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
+step() { sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p' "$1"; }
+
+spec="tp=4,pp=2,mbs=1,gbs=128,sp=1,zero=1"
+flags="--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --micro-batch-size 1
+ --global-batch-size 128 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce"
+"$bin" estimate "$model" --gpus 16 --json --megatron "$spec" >"$tmp/off" 2>&1 || bad "estimate"
+"$bin" estimate "$model" --gpus 16 --json --megatron "$spec,tp_overlap=1" >"$tmp/on" 2>&1 ||
+    bad "tp_overlap=1 estimate: $(cat "$tmp/on")"
+"$bin" estimate "$model" --gpus 16 --json --megatron-args "$flags --tp-comm-overlap
+ --tp-comm-overlap-cfg ub.yaml --disable-tp-comm-bulk-dgrad" >"$tmp/flags" 2>&1 ||
+    bad "--tp-comm-overlap flags: $(cat "$tmp/flags")"
+cmp -s "$tmp/on" "$tmp/flags" && ok || bad "tp_overlap=1 and --tp-comm-overlap differ"
+grep -q '"tp_comm_overlap":.true' "$tmp/on" && grep -q '"tp_comm_overlap":.false' "$tmp/off" &&
+    ok || bad "--json says whether TP communication overlaps"
+awk -v a="$(step "$tmp/on")" -v b="$(step "$tmp/off")" 'BEGIN { exit !(a < b) }' && ok ||
+    bad "overlap is not faster: $(step "$tmp/on") vs $(step "$tmp/off")"
+"$bin" estimate "$model" --gpus 16 --megatron "$spec,tp_overlap=1" |
+    grep -q "communication: tensor-parallel .*overlapped with GEMMs" && ok ||
+    bad "the report says the TP time is the exposed part"
+
+out=$("$bin" estimate "$model" --gpus 16 --megatron "tp=4,pp=2,mbs=1,gbs=128,tp_overlap=1" 2>&1)
+[ $? -eq 2 ] && case "$out" in *tp-comm-overlap*sequence\ parallelism*) true ;; *) false ;; esac &&
+    ok || bad "tp > 1 without sp refuses the overlap: $out"
+out=$("$bin" estimate "$model" --gpus 16 --megatron-args "--tensor-model-parallel-size 4
+ --tp-comm-overlap" 2>&1)
+[ $? -eq 2 ] && ok || bad "--tp-comm-overlap without --sequence-parallel is refused: $out"
+"$bin" estimate "$model" --gpus 16 --json --megatron "tp=1,pp=2,mbs=1,gbs=128" >"$tmp/t1" 2>&1
+"$bin" estimate "$model" --gpus 16 --json --megatron "tp=1,pp=2,mbs=1,gbs=128,tp_overlap=1" \
+    >"$tmp/t1on" 2>&1
+cmp -s "$tmp/t1" "$tmp/t1on" && ok || bad "tp=1: the setting changes nothing"
+
+# plan.json -> Megatron flags -> estimate: the same prediction.
+"$bin" estimate "$model" --gpus 16 --json --megatron "$spec,tp_overlap=1" -o "$tmp/plan.json" \
+    >"$tmp/want" 2>/dev/null
+grep -q '^	"tp_comm_overlap":	true' "$tmp/plan.json" && ok || bad "plan.json has tp_comm_overlap"
+"$bin" estimate "$model" --gpus 16 --json --megatron "$spec" -o "$tmp/plain.json" >/dev/null 2>&1
+grep -q '^	"tp_comm_overlap"' "$tmp/plain.json" && bad "plan.json without overlap names it" || ok
+"$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>&1
+grep -q -- "--tp-comm-overlap" "$tmp/args.sh" && ok || bad "Megatron export: $(cat "$tmp/args.sh")"
+args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+"$bin" estimate "$model" --gpus 16 --json --megatron-args "$args" >"$tmp/got" 2>&1
+cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp/got")"
+"$bin" export "$tmp/plan.json" --to torchtitan >"$tmp/titan.sh" 2>&1
+grep -q -- "--parallelism.enable_async_tensor_parallel" "$tmp/titan.sh" &&
+    grep -q -- "--training.compile" "$tmp/titan.sh" && ok ||
+    bad "torchtitan export has async TP and compile: $(cat "$tmp/titan.sh")"
+out=$("$bin" export "$tmp/plan.json" --to deepspeed 2>&1)
+[ $? -eq 2 ] && case "$out" in *communication\ overlap*) true ;; *) false ;; esac && ok ||
+    bad "DeepSpeed refuses the overlap: $out"
+
+# A searched plan records it.
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 4 --global-batch 8 --quiet --tp-comm-overlap \
+    -o "$tmp/p.json" >/dev/null 2>&1 && grep -q '^	"tp_comm_overlap":	true' "$tmp/p.json" && ok ||
+    bad "plan --tp-comm-overlap writes tp_comm_overlap into plan.json"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
