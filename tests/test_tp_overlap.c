@@ -46,30 +46,6 @@ static ap_graph *gpt(int seq)
     return ap_test_model("bench/validation/models/megatron-gpt-1.7b.json", seq);
 }
 
-static int plan(const ap_graph *g, ap_cluster *c, int gpus, const char *spec,
-                ap_plan *p, char *err)
-{
-    ap_megatron m;
-    ap_megatron_default(&m);
-    memset(p, 0, sizeof *p);
-    int rc = ap_cluster_preset("h100-sxm", gpus, 8, c, err);
-    if (!rc && (rc = ap_megatron_parse(spec, &m, err)))
-        ap_cluster_free(c);
-    if (!rc && (rc = ap_megatron_plan(g, c, &m, p, err)))
-        ap_cluster_free(c);
-    if (!rc && (rc = ap_plan_evaluate(g, c, p, err))) {
-        ap_plan_free(p);
-        ap_cluster_free(c);
-    }
-    return rc;
-}
-
-static const ap_block_point *layer(const ap_plan *p)
-{
-    const ap_stage *st = &p->stages[0];
-    return &st->blocks[2].points[st->point[2]];
-}
-
 static void the_h100_has_the_sms_the_figures_assume(void)
 {
     ap_cluster c;
@@ -91,8 +67,8 @@ static void a_gpt_layer_at_tp4_shows_what_its_gemms_cannot_hide(void)
         CHECK(0);
         return;
     }
-    REQUIRE_OK(plan(g, &c, 4, "tp=4,sp=1,mbs=1,gbs=8", &off, err), err);
-    if (plan(g, &c1, 4, "tp=4,sp=1,mbs=1,gbs=8,tp_overlap=1", &on, err)) {
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,sp=1,mbs=1,gbs=8", &c, &off, err), err);
+    if (ap_test_megatron_plan(g, 4, "tp=4,sp=1,mbs=1,gbs=8,tp_overlap=1", &c1, &on, err)) {
         fprintf(stderr, "%s\n", err);
         CHECK(0);
         ap_plan_free(&off);
@@ -115,11 +91,11 @@ static void a_gpt_layer_at_tp4_shows_what_its_gemms_cannot_hide(void)
     /* Without overlap: two gathers and two reduce-scatters forward; in
      * backward the row-parallel layers' gathers, the saved shards'
      * re-gathers and the column-parallel layers' reduce-scatters. */
-    const ap_block_point *a = layer(&off);
+    const ap_block_point *a = ap_test_layer(&off);
     CHECK_NEAR(a->comm_fwd, 2 * ag + 2 * rs, 1e-12);
     CHECK_NEAR(a->comm_bwd, 4 * ag + 2 * rs, 1e-12);
 
-    const ap_block_point *b = layer(&on);
+    const ap_block_point *b = ap_test_layer(&on);
     double fwd = ring(ag, qkv, t) + pipelined(rs, proj) + ring(ag, fc1, t) +
                  pipelined(rs, fc2);
     double bwd = ring(ag, proj, t) + ring(ag, fc2, t) +  /* output gradients */
@@ -194,13 +170,13 @@ static void overlap_never_makes_a_configuration_slower(void)
             char spec[128], err[AP_ERR_LEN];
             ap_cluster c, c1;
             ap_plan off, on;
-            if (plan(g, &c, 8, specs[i], &off, err)) {
+            if (ap_test_megatron_plan(g, 8, specs[i], &c, &off, err)) {
                 fprintf(stderr, "%s: %s\n", specs[i], err);
                 CHECK(0);
                 continue;
             }
             snprintf(spec, sizeof spec, "%s,tp_overlap=1", specs[i]);
-            if (plan(g, &c1, 8, spec, &on, err) == AP_OK) {
+            if (ap_test_megatron_plan(g, 8, spec, &c1, &on, err) == AP_OK) {
                 CHECK(on.tp_overlap == 1);
                 CHECK(on.step_time <= off.step_time);
                 CHECK(on.t_comm < off.t_comm);
@@ -228,8 +204,8 @@ static void at_tp1_the_setting_changes_nothing_and_is_dropped(void)
         CHECK(0);
         return;
     }
-    REQUIRE_OK(plan(g, &c, 8, "tp=1,mbs=1,gbs=16", &off, err), err);
-    if (plan(g, &c1, 8, "tp=1,mbs=1,gbs=16,tp_overlap=1", &on, err) == AP_OK) {
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,mbs=1,gbs=16", &c, &off, err), err);
+    if (ap_test_megatron_plan(g, 8, "tp=1,mbs=1,gbs=16,tp_overlap=1", &c1, &on, err) == AP_OK) {
         CHECK(on.tp_overlap == 0);
         CHECK(on.step_time == off.step_time);
         char *a = ap_plan_to_json(g, &off), *b = ap_plan_to_json(g, &on);
@@ -257,14 +233,12 @@ static void refused_at_tp_above_1_without_sequence_parallelism(void)
         CHECK(0);
         return;
     }
-    int rc = plan(g, &c, 8, "tp=4,sp=0,mbs=1,gbs=16,tp_overlap=1", &p, err);
+    int rc = ap_test_megatron_plan(g, 8, "tp=4,sp=0,mbs=1,gbs=16,tp_overlap=1", &c, &p, err);
     CHECK(rc == AP_EINPUT);
     CHECK_STR_HAS(err, "needs sequence parallelism");
     CHECK_STR_HAS(err, "tp=4");
-    if (rc == AP_OK) {
-        ap_plan_free(&p);
-        ap_cluster_free(&c);
-    }
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
     ap_graph_free(g);
 }
 
@@ -311,7 +285,7 @@ static void plan_json_carries_it_only_when_on(void)
         CHECK(0);
         return;
     }
-    REQUIRE_OK(plan(g, &c, 8, "tp=4,sp=1,mbs=1,gbs=16,tp_overlap=1", &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=4,sp=1,mbs=1,gbs=16,tp_overlap=1", &c, &p, err), err);
     char *text = ap_plan_to_json(g, &p);
     CHECK_STR_HAS(text, "\"tp_comm_overlap\":\ttrue");
     ap_plan_desc d;
