@@ -167,6 +167,32 @@ double ap_cost_memop(const ap_cluster *c, double flops, double bytes)
     return fmax(fmax(compute, memory), c->kernel_floor);
 }
 
+/* Megatron-LM's _VocabParallelCrossEntropy (megatron/core/tensor_parallel/
+ * cross_entropy.py, unfused, the default without --cross-entropy-loss-fusion)
+ * runs each step as its own kernel over the whole logits tensor, in fp32:
+ * .float() reads the logits and writes an fp32 copy, max reads it, the
+ * in-place subtract, exp and divide each read and write it, and the sum
+ * reads it: 32 bytes per logit after the cast. Backward multiplies the saved
+ * softmax by the loss gradient in place (8 bytes) and autograd casts the
+ * gradient back to the logits' dtype. Gathering the target logits and the
+ * per-token statistics touch one number per token, which is nothing beside
+ * the vocabulary. Logits already in fp32 skip both casts. */
+#define CE_FP32_PASSES_FWD 32.0
+#define CE_FP32_PASSES_BWD 8.0
+#define CE_FLOPS_FWD 5.0
+#define CE_FLOPS_BWD 1.0
+
+double ap_cost_cross_entropy(const ap_cluster *c, ap_dtype dt, double logits,
+                             int backward)
+{
+    if (!(logits > 0))
+        return 0;
+    double cast = dt == AP_FP32 ? 0 : dtype_bytes(dt) + 4;
+    double bytes = (backward ? CE_FP32_PASSES_BWD : CE_FP32_PASSES_FWD) + cast;
+    double flops = backward ? CE_FLOPS_BWD : CE_FLOPS_FWD;
+    return ap_cost_memop(c, flops * logits, bytes * logits);
+}
+
 /* Flash attention never writes the s x t scores to HBM: it reads q, k, v
  * and writes o once, and spends 2*s*t*d FLOPs on scores plus 2*s*t*e on
  * the weighted sum per head; a causal mask lets it skip half the blocks.

@@ -132,6 +132,12 @@ double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
                      double n, double k);
 /* A memory-bound kernel: max(flops / peak_fp32, bytes / (hbm_bw*hbm_eff)). */
 double ap_cost_memop(const ap_cluster *c, double flops, double bytes);
+/* Megatron-LM's vocabulary-parallel cross entropy over `logits` elements of
+ * dtype dt on this rank: the logits upcast to fp32 and a chain of fp32
+ * kernels over them (max, subtract, exp, sum, divide), forward; backward,
+ * one multiply and the cast back. */
+double ap_cost_cross_entropy(const ap_cluster *c, ap_dtype dt, double logits,
+                             int backward);
 /* Fused attention forward (flash): b*n heads, s queries, t keys, head dims
  * d (scores) and e (values); causal halves the work. */
 double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,

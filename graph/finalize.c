@@ -656,7 +656,6 @@ static unsigned wanted(const ap_op *op)
     case AP_OP_NORM: return 0x1;
     case AP_OP_SOFTMAX: return 0x100;
     case AP_OP_ATTENTION: return 0x107;
-    case AP_OP_LOSS: return 0x1;
     case AP_OP_ROUTER: return 0x101;
     case AP_OP_COMBINE: return 0x3;
     default: return 0;
@@ -668,6 +667,8 @@ static double saved_extra(const ap_graph *g, const ap_op *op)
 {
     if (op->kind == AP_OP_DROPOUT)
         return (double)g->tensors[op->outputs[0]].elems; /* 1-byte mask */
+    if (op->kind == AP_OP_LOSS) /* the fp32 softmax, not the logits */
+        return 4 * (double)g->tensors[op->inputs[0]].elems;
     if (op->kind != AP_OP_ATTENTION)
         return 0;
     const char *q = g->tensors[op->inputs[0]].shape;

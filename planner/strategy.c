@@ -601,6 +601,11 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
             c->bwd = ap_cost_attention_unfused(x->c, dt, bn, sq, t, d, e,
                                                op->dropout_p, 1);
         }
+    } else if (op->kind == AP_OP_LOSS) {
+        const ap_tensor *lg = &x->g->tensors[op->inputs[0]];
+        double logits = (double)lg->elems * scale / shard;
+        c->fwd = ap_cost_cross_entropy(x->c, lg->dtype, logits, 0);
+        c->bwd = ap_cost_cross_entropy(x->c, lg->dtype, logits, 1);
     } else {
         c->fwd = ap_cost_memop(x->c, c->flops, op->bytes_moved * scale / shard);
         c->bwd = op->kind == AP_OP_RESHAPE ? 0 : 2 * c->fwd;
@@ -759,7 +764,9 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
 }
 
 /* Saved activations: each saved tensor at its own shard size; op-owned
- * extras (masks, statistics) at the size of the op's output shard. */
+ * extras (masks, statistics) at the size of the op's output shard, or of
+ * the op's own shard where they have its inputs' shape (attention's
+ * statistics, the loss's fp32 softmax). */
 static void price_saved(const ap_price_ctx *x, const ap_op *op,
                         const ap_strategy *s, ap_op_cost *c)
 {
@@ -778,7 +785,8 @@ static void price_saved(const ap_price_ctx *x, const ap_op *op,
             bytes += tensor_bytes(x, op->outputs[i]) / k;
         }
     if (op->saved_extra > 0) {
-        double k = op->kind == AP_OP_ATTENTION ? shard_factor(x, s)
+        double k = op->kind == AP_OP_ATTENTION || op->kind == AP_OP_LOSS
+                       ? shard_factor(x, s)
                  : op->noutputs ? tensor_split(x, s, shape_of(x, op->outputs[0])) : 1;
         bytes += op->saved_extra * batch_scale(x) / k;
     }
