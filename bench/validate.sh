@@ -30,12 +30,17 @@
 set -u
 
 if [ $# -lt 1 ]; then
-    echo "usage: sh bench/validate.sh path/to/autopar [runs.json]" >&2
+    echo "usage: sh bench/validate.sh path/to/autopar [--calibrated] [runs.json]" >&2
     exit 2
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$1
 case $bin in /*) ;; *) bin=$(pwd)/$bin ;; esac
+mode=preset
+if [ "${2:-}" = "--calibrated" ]; then
+    mode=calibrated
+    shift
+fi
 runs=${2:-$root/bench/validation/runs.json}
 if [ ! -x "$bin" ]; then
     echo "validate.sh: $bin is not an executable autopar" >&2
@@ -46,10 +51,10 @@ if ! command -v python3 >/dev/null 2>&1; then
     exit 2
 fi
 
-cd "$root" && exec python3 - "$bin" "$runs" <<'EOF'
-import json, os, subprocess, sys, tempfile
+cd "$root" && exec python3 - "$bin" "$runs" "$mode" <<'EOF'
+import json, os, shutil, subprocess, sys, tempfile
 
-autopar, runs_path = sys.argv[1], sys.argv[2]
+autopar, runs_path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 
 
 def spec_value(spec, key):
@@ -69,11 +74,10 @@ def megatron_2021_flops(run):
     return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
 
 
-def estimate(run, tmp):
-    """autopar's prediction as a dict, or None and the error it printed.
-
-    A run with graph_options (e.g. attention without flash for a 2021 run)
-    is first converted by `autopar graph` into a project-format model."""
+def model_of(run, tmp):
+    """The model file to price: the run's own, or with graph_options (e.g.
+    attention without flash for a 2021 run) converted by `autopar graph`
+    into a project-format model. Returns (path, None) or (None, error)."""
     model = run["model"]
     if run.get("graph_options"):
         model = os.path.join(tmp, "model.json")
@@ -82,9 +86,21 @@ def estimate(run, tmp):
                            capture_output=True, text=True, timeout=300)
         if g.returncode != 0:
             return None, (g.stderr.strip().splitlines() or ["graph failed"])[-1]
-    cmd = [autopar, "estimate", model, "--gpus", str(run["gpus"]),
-           "--gpus-per-node", str(run["gpus_per_node"]), "--cluster", run["gpu"],
-           "--seq", str(run["seq"]), "--megatron", run["megatron"], "--json"]
+    return model, None
+
+
+def run_args(run, model, cluster):
+    return [model, "--gpus", str(run["gpus"]), "--gpus-per-node", str(run["gpus_per_node"]),
+            "--cluster", cluster, "--seq", str(run["seq"]), "--megatron", run["megatron"]]
+
+
+def estimate(run, tmp, cluster=None):
+    """autopar's prediction as a dict, or None and the error it printed.
+    cluster: a cluster file to price with instead of the run's preset."""
+    model, err = model_of(run, tmp)
+    if err:
+        return None, err
+    cmd = [autopar, "estimate"] + run_args(run, model, cluster or run["gpu"]) + ["--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         msg = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
@@ -118,37 +134,104 @@ def fmt(x):
     return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}" if x < 1 else f"{x:.1f}"
 
 
+def price(run, cluster=None):
+    """(prediction, published step, published figure, predicted figure), or
+    (None, error)."""
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            pred, err = estimate(run, tmp, cluster)
+        if pred is None:
+            return None, err
+        return (pred,) + steps(run, pred), None
+    except (OSError, KeyError, subprocess.SubprocessError, ValueError) as e:
+        return None, str(e)
+
+
+def is_fp8(run):
+    return "fp8=1" in run["megatron"].split(",")
+
+
+def calibrate(run, pub_t, out):
+    """`autopar calibrate` on run at its published step; None or the error."""
+    with tempfile.TemporaryDirectory() as tmp:
+        model, err = model_of(run, tmp)
+        if err:
+            return err
+        cmd = [autopar, "calibrate"] + run_args(run, model, run["gpu"]) + \
+              ["--measured-step", repr(pub_t), "-o", out]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        return (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
+    return None
+
+
+def anchors_of(runs, priced):
+    """Per GPU, the run its rate is calibrated on: chosen before
+    looking at any published figure, as the BF16 run whose predicted step
+    at the preset is most compute (ties: the first listed), so that the
+    factor scales as much of the step as it can."""
+    best = {}
+    for i, run in enumerate(runs):
+        r = priced[i]
+        if r is None or is_fp8(run) or run.get("precision", "bf16") != "bf16":
+            continue
+        share = r[0]["breakdown"]["compute_s"] / r[0]["step_time_s"]
+        if run["gpu"] not in best or share > best[run["gpu"]][1]:
+            best[run["gpu"]] = (i, share)
+    return {gpu: i for gpu, (i, _) in best.items()}
+
+
 with open(runs_path) as f:
     runs = json.load(f)
 
-rows, stats = [], {}
+priced, errors = [], []
 for run in runs:
+    r, err = price(run)
+    priced.append(r)
+    errors.append(err)
+
+anchors, calibrated = {}, {}
+caldir = tempfile.mkdtemp(prefix="autopar-validate-")
+if mode == "calibrated":
+    anchors = anchors_of(runs, priced)
+    for gpu, i in sorted(anchors.items()):
+        out = os.path.join(caldir, gpu + ".json")
+        err = calibrate(runs[i], priced[i][1], out)
+        if err:
+            print(f"calibrate on {runs[i]['name']}: {err}", file=sys.stderr)
+            shutil.rmtree(caldir)
+            sys.exit(1)
+        calibrated[gpu] = out
+        with open(out) as f:
+            scale = json.load(f)["calibration"]["scale"]
+        print(f"{gpu}: calibrated on {runs[i]['name']} (its published step), "
+              f"tensor-core rate x{scale:.4f}")
+    print()
+    for i, run in enumerate(runs):
+        if run["gpu"] in calibrated and anchors[run["gpu"]] != i:
+            priced[i], errors[i] = price(run, calibrated[run["gpu"]])
+shutil.rmtree(caldir)
+
+rows, stats = [], {}
+for i, run in enumerate(runs):
     unit = run["published"]["metric"]
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            pred, err = estimate(run, tmp)
-    except (OSError, subprocess.SubprocessError, ValueError) as e:
-        pred, err = None, str(e)
-    if pred is None:
+    if priced[i] is None:
         rows.append([run["name"], run["gpu"], fmt(run["published"]["value"]) + " " + unit,
-                     "error: " + err])
+                     "error: " + errors[i]])
         continue
-    try:
-        pub_t, pub_x, pred_x = steps(run, pred)
-    except (OSError, KeyError, ValueError) as e:
-        rows.append([run["name"], run["gpu"], fmt(run["published"]["value"]) + " " + unit,
-                     "error: " + str(e)])
-        continue
+    pred, pub_t, pub_x, pred_x = priced[i]
     t = pred["step_time_s"]
     e = 100 * (t - pub_t) / pub_t
     b = pred["breakdown"]
-    fp8 = "fp8=1" in run["megatron"].split(",")
+    fp8 = is_fp8(run)
     counted = run.get("precision", "bf16") == ("fp8" if fp8 else "bf16")
-    if counted:
+    anchor = anchors.get(run["gpu"]) == i
+    if counted and not anchor:
         stats.setdefault(run["gpu"], []).append((e, run["name"]))
     rows.append([run["name"], run["gpu"], f"{fmt(pub_x)} {unit}", f"{fmt(pred_x)}",
                  f"{pub_t:.3f}", f"{t:.3f}",
-                 f"{e:+.1f}%" + ("" if counted else " *") + (" fp8" if fp8 else ""),
+                 ("anchor" if anchor else f"{e:+.1f}%") + ("" if counted else " *") +
+                 (" fp8" if fp8 else ""),
                  f"{100 * b['compute_s'] / t:.0f}/{100 * b['communication_s'] / t:.0f}"
                  f"/{100 * b['bubble_s'] / t:.0f}", "" if pred.get("fits", True) else "over HBM"])
 
@@ -164,6 +247,8 @@ for r in rows:
 print()
 print("error = (predicted step - published step) / published step; negative: autopar is optimistic")
 print("fp8: measured in FP8 and priced with fp8=1 (docs/cost-model.md, FP8)")
+if anchors:
+    print("anchor: the run each GPU's rate was calibrated on; left out of the statistics")
 if any(r[6].endswith("*") or " * " in r[6] for r in rows if len(r) > 4):
     print("* measured in another precision than priced: shown, not in the statistics")
 allrows = []

@@ -11,6 +11,7 @@ int ap_cmd_plan(int argc, char **argv);
 int ap_cmd_estimate(int argc, char **argv);
 int ap_cmd_export(int argc, char **argv);
 int ap_cmd_compare(int argc, char **argv);
+int ap_cmd_calibrate(int argc, char **argv);
 
 /* Shared by the planning commands (common.c). */
 #include "costmodel/costmodel.h"

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"export", ap_cmd_export, "write a plan as Megatron-LM, torchtitan or DeepSpeed input"},
     {"compare", ap_cmd_compare, "a Megatron-LM configuration beside autopar's plan"},
     {"profile", ap_cmd_profile, "measure this node's GPUs and write a cluster file"},
+    {"calibrate", ap_cmd_calibrate, "derive the cluster's GEMM rate from a step you measured"},
 };
 
 static void usage(FILE *f)

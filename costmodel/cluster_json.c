@@ -391,11 +391,31 @@ static int parse_measured(ctx *x, const cJSON *root, ap_cluster *c)
     return parse_samples(x, m, c);
 }
 
+/* Where `autopar calibrate` recorded what it scaled and why: optional, but
+ * whole when present, so that a plan can say its rates came from a run. */
+static int parse_calibration(ctx *x, const cJSON *root, ap_cluster *c)
+{
+    static const char *const fields[] = {"scale", "measured_step_s", "from", NULL};
+    const char *p = "calibration";
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, p);
+    int rc = AP_OK;
+    if (!k)
+        return AP_OK;
+    if (!cJSON_IsObject(k))
+        return fail(x, p, "must be an object");
+    if ((rc = check_fields(x, k, p, fields)) ||
+        (rc = get_number(x, k, p, "scale", NUM_POSITIVE, 1, &c->calib_scale)) ||
+        (rc = get_number(x, k, p, "measured_step_s", NUM_SECONDS, 1, &c->calib_measured_s)) ||
+        (rc = get_string(x, k, p, "from", 1, c->calib_from, sizeof c->calib_from)))
+        return rc;
+    return AP_OK;
+}
+
 static int parse_root(ctx *x, const cJSON *root, ap_cluster *c)
 {
     static const char *const fields[] = {"format", "name", "nodes",
                                          "gpus_per_node", "gpu", "links",
-                                         "measured", NULL};
+                                         "measured", "calibration", NULL};
     char format[32] = "";
     int rc;
     if (!cJSON_IsObject(root))
@@ -409,7 +429,7 @@ static int parse_root(ctx *x, const cJSON *root, ap_cluster *c)
         (rc = get_int(x, root, "", "nodes", 1, 100000, 1, &c->nodes)) ||
         (rc = get_int(x, root, "", "gpus_per_node", 1, 1024, 1, &c->gpus_per_node)) ||
         (rc = parse_gpu(x, root, c)) || (rc = parse_links(x, root, c)) ||
-        (rc = parse_measured(x, root, c)))
+        (rc = parse_measured(x, root, c)) || (rc = parse_calibration(x, root, c)))
         return rc;
     if ((double)c->nodes * c->gpus_per_node > 1000000)
         return fail(x, "nodes", "more than 1000000 GPUs in all");
@@ -563,6 +583,12 @@ char *ap_cluster_to_json(const ap_cluster *c)
     cJSON_AddItemToObject(links, "inter", link_json(c->inter_bw, c->inter_lat));
     if (c->has_measured || c->ngemm || c->ncoll || c->hbm_bw_measured > 0)
         cJSON_AddItemToObject(root, "measured", measured_json(c));
+    if (c->calib_scale > 0) {
+        cJSON *k = cJSON_AddObjectToObject(root, "calibration");
+        cJSON_AddNumberToObject(k, "scale", c->calib_scale);
+        cJSON_AddNumberToObject(k, "measured_step_s", c->calib_measured_s);
+        cJSON_AddStringToObject(k, "from", c->calib_from);
+    }
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
     return s;

@@ -85,6 +85,12 @@ typedef struct {
      * reaches on its 2.5x-forward FLOPs; 0 means attn_eff (the pricing of
      * cluster files written before the field existed). */
     double attn_bwd_eff;
+    /* Set by `autopar calibrate` (ap_calibrate_megatron): the factor the
+     * tensor-core efficiencies above were scaled by to match a measured
+     * step, that step in seconds, and the run it came from; 0 and "" on a
+     * cluster that was not calibrated. */
+    double calib_scale, calib_measured_s;
+    char calib_from[256];
 } ap_cluster;
 
 /* The most GPUs a cluster may have (docs/hardening.md). */

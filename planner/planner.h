@@ -415,6 +415,22 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err);
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
                      const ap_megatron *m, ap_plan *out, char *err);
 
+/* What ap_calibrate_megatron found: the factor on the tensor-core
+ * efficiencies, the configuration's step at the cluster as given and at
+ * the factor, and the share of that step the factor scales (compute). */
+typedef struct {
+    double scale, preset_s, predicted_s, compute_share;
+} ap_calibration;
+
+/* Derives the cluster's sustained tensor-core rate from one measured step:
+ * scales c's GEMM and attention efficiencies (gemm_eff, attn_eff,
+ * attn_bwd_eff) by the one factor at which configuration m of g prices at
+ * `measured` seconds, and leaves c scaled (planner/calibrate.c). AP_EINPUT,
+ * with c as given, when no factor between 1/16 and peak reaches the
+ * measurement, or when c carries measured GEMM times (a profile). */
+int ap_calibrate_megatron(const ap_graph *g, ap_cluster *c, const ap_megatron *m,
+                          double measured, ap_calibration *out, char *err);
+
 /* The strategy Megatron-LM's layout gives op `op` under configuration m
  * (every degree resolved: dp set, vpp >= 1). The exporter compares a plan's
  * shardings with it. */

@@ -1,0 +1,141 @@
+/* cmd_calibrate.c -- `autopar calibrate`: a cluster file whose tensor-core
+ * rate comes from one training step the user measured. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "planner/planner.h"
+
+static const char usage_text[] =
+    "usage: autopar calibrate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
+    "                         --measured-step SECONDS -o cluster.json\n"
+    "                         [--gpus-per-node G] [--cluster NAME|FILE] [--seq N]\n"
+    "\n"
+    "Derives your cluster's sustained tensor-core rate from one training run you\n"
+    "measured: the GEMM and attention efficiencies of the cluster (a preset or a\n"
+    "file) are scaled by the one factor at which the run's configuration prices\n"
+    "at the measured step time, and the result is written as a cluster file.\n"
+    "Plans and estimates with --cluster cluster.json then price every\n"
+    "configuration at that rate. Prefer a run whose step is mostly compute (one\n"
+    "node, no pipeline); the report says how much of the step the factor moves.\n"
+    "A profile (`autopar profile`) measures the GEMMs themselves and is refused\n"
+    "here.\n"
+    "\n"
+    "  --megatron SPEC, --megatron-args FLAGS\n"
+    "                         the configuration the run used, as for `autopar\n"
+    "                         estimate` (see `autopar estimate --help`)\n"
+    "  --measured-step S      its measured seconds per training step (the mean\n"
+    "                         of steady-state steps, e.g. Megatron-LM's\n"
+    "                         \"elapsed time per iteration\" / 1000)\n"
+    "  -o FILE                where to write the calibrated cluster file\n";
+
+typedef struct {
+    ap_cli_common cm;
+    ap_megatron m;
+    const char *spec;
+    double measured;
+    const char *out;
+} calib_args;
+
+/* Returns -1 when the arguments are complete, else the exit code. */
+static int parse_args(int argc, char **argv, calib_args *a)
+{
+    char err[AP_ERR_LEN];
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = ap_cli_common_arg(&a->cm, "calibrate", s, v);
+        if (used < 0)
+            return 2;
+        if (used > 0) {
+            i += used - 1;
+        } else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if ((!strcmp(s, "--megatron") || !strcmp(s, "--megatron-args")) && v) {
+            int rc = !strcmp(s, "--megatron") ? ap_megatron_parse(v, &a->m, err)
+                                              : ap_megatron_parse_args(v, &a->m, err);
+            if (rc) {
+                fprintf(stderr, "autopar calibrate: %s\n", err);
+                return rc;
+            }
+            a->spec = v;
+            i++;
+        } else if (!strcmp(s, "--measured-step") && v) {
+            if (ap_cli_double("calibrate", s, v, 1e-6, 1e7, &a->measured))
+                return 2;
+            i++;
+        } else if (!strcmp(s, "-o") && v) {
+            a->out = v;
+            i++;
+        } else if (s[0] == '-' || a->cm.model) {
+            fprintf(stderr, "autopar calibrate: unexpected argument '%s'\n%s", s, usage_text);
+            return 2;
+        } else {
+            a->cm.model = s;
+        }
+    }
+    if (a->cm.model && a->spec && a->measured > 0 && a->out)
+        return -1;
+    fprintf(stderr, "autopar calibrate: needs MODEL, --megatron or --megatron-args, "
+                    "--measured-step and -o\n%s", usage_text);
+    return 2;
+}
+
+static void report(const calib_args *a, const ap_cluster *before,
+                   const ap_cluster *after, const ap_calibration *k)
+{
+    printf("calibrated %s on %d GPUs against a measured step of %.4g s\n",
+           before->name, ap_cluster_gpus(after), a->measured);
+    printf("  tensor-core rate x%.4f: GEMM efficiency %.4f -> %.4f", k->scale,
+           before->gemm_eff, after->gemm_eff);
+    if (before->attn_eff > 0)
+        printf(", attention %.4f -> %.4f", before->attn_eff, after->attn_eff);
+    if (before->attn_bwd_eff > 0)
+        printf(", attention backward %.4f -> %.4f", before->attn_bwd_eff,
+               after->attn_bwd_eff);
+    printf("\n  predicted step %.4f s as given, %.4f s calibrated; compute is %.0f%% "
+           "of it\n", k->preset_s, k->predicted_s, 100 * k->compute_share);
+    if (k->compute_share < 0.5)
+        printf("  warning: most of this step is communication, bubble or optimizer, "
+               "which the factor does not scale; a run with more compute (one node, "
+               "no pipeline) pins the rate down better\n");
+    printf("  wrote %s: use it with --cluster %s\n", a->out, a->out);
+}
+
+static int write_cluster(const calib_args *a, ap_cluster *c)
+{
+    snprintf(c->calib_from, sizeof c->calib_from, "%.80s on %d GPUs, --megatron %.120s",
+             a->cm.model, ap_cluster_gpus(c), a->spec);
+    char *text = ap_cluster_to_json(c);
+    int rc = !text || ap_cli_write_file(a->out, text);
+    if (rc)
+        fprintf(stderr, "autopar calibrate: cannot write %s\n", a->out);
+    free(text);
+    return rc;
+}
+
+int ap_cmd_calibrate(int argc, char **argv)
+{
+    calib_args a = {0};
+    ap_cli_common_default(&a.cm);
+    ap_megatron_default(&a.m);
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    ap_graph *g;
+    ap_cluster c;
+    if ((rc = ap_cli_setup(&a.cm, "calibrate", &g, &c)))
+        return rc;
+    ap_cluster before = c;
+    ap_calibration k;
+    char err[AP_ERR_LEN];
+    rc = ap_calibrate_megatron(g, &c, &a.m, a.measured, &k, err);
+    if (rc)
+        fprintf(stderr, "autopar calibrate: %s\n", err);
+    else if (!(rc = write_cluster(&a, &c)))
+        report(&a, &before, &c, &k);
+    ap_graph_free(g);
+    ap_cluster_free(&c);
+    return rc ? (rc == AP_EINPUT ? 2 : 1) : 0;
+}

@@ -1,0 +1,50 @@
+#!/bin/sh
+# Calibration from the command line: a measured step writes a cluster file
+# that prices the same configuration at that step, says what it scaled,
+# and is refused when the step is out of reach or the arguments incomplete.
+set -u
+bin=$1
+src=$2
+model=$src/examples/gpt-1.3b.json
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
+step() { sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p' "$1"; }
+spec="tp=2,pp=2,mbs=1,gbs=32,sp=1"
+
+"$bin" estimate "$model" --gpus 8 --megatron "$spec" --json >"$tmp/preset" 2>&1 ||
+    bad "estimate at the preset: $(cat "$tmp/preset")"
+measured=$(awk -v t="$(step "$tmp/preset")" 'BEGIN { printf "%.6f", 1.25 * t }')
+"$bin" calibrate "$model" --gpus 8 --megatron "$spec" --measured-step "$measured" \
+    -o "$tmp/cal.json" >"$tmp/out" 2>&1 || bad "calibrate: $(cat "$tmp/out")"
+grep -q "tensor-core rate x0\.[0-9]*: GEMM efficiency 0.7500 -> 0\.[0-9]*" "$tmp/out" &&
+    ok || bad "the report names the factor and the GEMM efficiency: $(cat "$tmp/out")"
+grep -q "wrote $tmp/cal.json: use it with --cluster $tmp/cal.json" "$tmp/out" &&
+    ok || bad "the report says where the cluster went"
+grep -q '"calibration"' "$tmp/cal.json" && grep -q '"measured_step_s":' "$tmp/cal.json" &&
+    ok || bad "the cluster file records the calibration"
+"$bin" estimate "$model" --gpus 8 --megatron "$spec" --cluster "$tmp/cal.json" --json \
+    >"$tmp/cal" 2>&1 || bad "estimate on the calibrated cluster: $(cat "$tmp/cal")"
+awk -v a="$(step "$tmp/cal")" -v b="$measured" \
+    'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-5 * b) }' &&
+    ok || bad "the calibrated cluster prices the run at $measured s, not $(step "$tmp/cal")"
+
+"$bin" calibrate "$model" --gpus 8 --megatron "$spec" --measured-step 0.001 \
+    -o "$tmp/no.json" >"$tmp/fast" 2>&1
+[ $? -eq 2 ] && grep -q "autopar calibrate: a measured step of 0.001 s is out of reach" "$tmp/fast" &&
+    [ ! -e "$tmp/no.json" ] && ok || bad "a step faster than peak: $(cat "$tmp/fast")"
+"$bin" calibrate "$model" --gpus 8 --megatron "$spec" --measured-step "$measured" \
+    >"$tmp/noout" 2>&1
+[ $? -eq 2 ] && grep -q "needs MODEL, --megatron or --megatron-args, --measured-step and -o" \
+    "$tmp/noout" && ok || bad "calibrate without -o: $(cat "$tmp/noout")"
+"$bin" calibrate "$model" --gpus 8 --megatron "$spec" --measured-step soon \
+    -o "$tmp/no.json" >"$tmp/nan" 2>&1
+[ $? -eq 2 ] && grep -q "\-\-measured-step needs a number" "$tmp/nan" && ok ||
+    bad "a measured step that is no number: $(cat "$tmp/nan")"
+"$bin" calibrate --help | grep -q "usage: autopar calibrate MODEL" && ok || bad "--help"
+
+echo "calibrate.sh: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

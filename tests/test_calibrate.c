@@ -1,0 +1,188 @@
+/* Calibration from a measured step: one factor on the tensor-core
+ * efficiencies makes the configuration price at the measured time; the
+ * factor is recorded in the cluster file and read back; steps out of reach
+ * and clusters that already carry measured GEMMs are refused with the
+ * cluster left as it was. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "model.h"
+
+#include "planner/planner.h"
+
+#define SPEC "tp=2,pp=2,mbs=1,gbs=32,sp=1"
+
+static ap_graph *gpt(void)
+{
+    return ap_test_model("examples/gpt-1.3b.json", 0);
+}
+
+static int spec(ap_megatron *m)
+{
+    char err[AP_ERR_LEN];
+    ap_megatron_default(m);
+    return ap_megatron_parse(SPEC, m, err);
+}
+
+static double step_on(const ap_graph *g, const ap_cluster *c)
+{
+    ap_megatron m;
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    if (spec(&m) || ap_megatron_plan(g, c, &m, &p, err))
+        return -1;
+    double t = p.step_time;
+    ap_plan_free(&p);
+    return t;
+}
+
+/* A run measured 20% slower than the preset predicts: the calibrated
+ * cluster prices it at the measured step, with every tensor-core
+ * efficiency scaled by the same factor, below 1/1.2: the tensor-core
+ * kernels must slow by more than 20% since memory-bound kernels and
+ * communication, the rest of the step, do not scale. */
+static void a_slower_run_scales_the_tensor_core_rates_down_by_one_factor(void)
+{
+    ap_graph *g = gpt();
+    ap_cluster c, before;
+    ap_megatron m;
+    ap_calibration k;
+    char err[AP_ERR_LEN];
+    if (!g || ap_cluster_preset("h100-sxm", 8, 8, &c, err) || spec(&m)) {
+        CHECK(0);
+        ap_graph_free(g);
+        return;
+    }
+    before = c;
+    double preset = step_on(g, &c);
+    REQUIRE_OK(ap_calibrate_megatron(g, &c, &m, 1.2 * preset, &k, err), err);
+    CHECK_NEAR(step_on(g, &c) / (1.2 * preset), 1, 1e-9);
+    CHECK_NEAR(k.predicted_s, 1.2 * preset, 1e-9 * preset);
+    CHECK_NEAR(k.preset_s, preset, 1e-12);
+    CHECK(k.scale < 1 / 1.2 && k.scale > 0.5);
+    CHECK_NEAR(c.gemm_eff, before.gemm_eff * k.scale, 1e-15);
+    CHECK_NEAR(c.attn_eff, before.attn_eff * k.scale, 1e-15);
+    CHECK_NEAR(c.attn_bwd_eff, before.attn_bwd_eff * k.scale, 1e-15);
+    CHECK(c.hbm_eff == before.hbm_eff && c.intra_bw == before.intra_bw);
+    CHECK(c.calib_scale == k.scale && c.calib_measured_s == 1.2 * preset);
+    CHECK(k.compute_share > 0.5 && k.compute_share < 1);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* The measured step of the preset's own prediction calibrates to 1. */
+static void the_presets_own_prediction_calibrates_to_one(void)
+{
+    ap_graph *g = gpt();
+    ap_cluster c;
+    ap_megatron m;
+    ap_calibration k;
+    char err[AP_ERR_LEN];
+    if (!g || ap_cluster_preset("a100-80g", 8, 8, &c, err) || spec(&m)) {
+        CHECK(0);
+        ap_graph_free(g);
+        return;
+    }
+    REQUIRE_OK(ap_calibrate_megatron(g, &c, &m, step_on(g, &c), &k, err), err);
+    CHECK_NEAR(k.scale, 1, 1e-9);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* Faster than every kernel at peak, or slower than 1/16 of the rates:
+ * refused, naming both bounds, and the cluster keeps its efficiencies. */
+static void steps_out_of_reach_are_refused_and_leave_the_cluster_alone(void)
+{
+    ap_graph *g = gpt();
+    ap_cluster c;
+    ap_megatron m;
+    ap_calibration k;
+    char err[AP_ERR_LEN];
+    if (!g || ap_cluster_preset("h100-sxm", 8, 8, &c, err) || spec(&m)) {
+        CHECK(0);
+        ap_graph_free(g);
+        return;
+    }
+    double eff = c.gemm_eff, preset = step_on(g, &c);
+    CHECK(ap_calibrate_megatron(g, &c, &m, 0.5 * preset, &k, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "is out of reach: this configuration prices at");
+    CHECK_STR_HAS(err, "with every tensor-core kernel at peak");
+    CHECK(c.gemm_eff == eff && c.calib_scale == 0);
+    CHECK(ap_calibrate_megatron(g, &c, &m, 100 * preset, &k, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "at 1/16 of the cluster's rates");
+    CHECK(c.gemm_eff == eff);
+    CHECK(ap_calibrate_megatron(g, &c, &m, -1, &k, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "positive number of seconds");
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* A profile's GEMM samples set the GEMM rate themselves: scaling the
+ * efficiency under them would change nothing, so it is refused. */
+static void a_profiled_cluster_is_refused(void)
+{
+    ap_graph *g = gpt();
+    ap_cluster c;
+    ap_megatron m;
+    ap_calibration k;
+    char err[AP_ERR_LEN];
+    ap_gemm_sample s = {AP_BF16, 4096, 4096, 4096, 2e-4};
+    if (!g || ap_cluster_preset("h100-sxm", 8, 8, &c, err) || spec(&m)) {
+        CHECK(0);
+        ap_graph_free(g);
+        return;
+    }
+    c.gemm = &s;
+    c.ngemm = 1;
+    CHECK(ap_calibrate_megatron(g, &c, &m, 10, &k, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "carries measured GEMM times (a profile)");
+    c.gemm = NULL;
+    c.ngemm = 0;
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* The cluster file keeps what was calibrated, and a whole record is
+ * required when the section is there. */
+static void the_calibration_round_trips_through_the_cluster_file(void)
+{
+    ap_cluster c, back;
+    char err[AP_ERR_LEN];
+    ap_cluster_preset("h100-sxm", 8, 8, &c, err);
+    c.gemm_eff *= 0.875;
+    c.calib_scale = 0.875;
+    c.calib_measured_s = 12.91;
+    snprintf(c.calib_from, sizeof c.calib_from, "llama.json on 8 GPUs, --megatron tp=1");
+    char *text = ap_cluster_to_json(&c);
+    REQUIRE_OK(ap_cluster_parse(text, strlen(text), "cal.json", 0, 0, &back, err), err);
+    CHECK(back.calib_scale == 0.875 && back.calib_measured_s == 12.91);
+    CHECK(!strcmp(back.calib_from, c.calib_from));
+    CHECK(back.gemm_eff == c.gemm_eff);
+    ap_cluster_free(&back);
+    free(text);
+    ap_cluster_free(&c);
+
+    ap_cluster_preset("h100-sxm", 8, 8, &c, err);
+    text = ap_cluster_to_json(&c);
+    CHECK(!strstr(text, "calibration"));
+    char *cut = strrchr(text, '}');
+    const char *partial = ",\"calibration\": {\"scale\": 0.9, \"from\": \"x\"}}";
+    char *bad = malloc(strlen(text) + strlen(partial) + 1);
+    memcpy(bad, text, (size_t)(cut - text));
+    strcpy(bad + (cut - text), partial);
+    CHECK(ap_cluster_parse(bad, strlen(bad), "cal.json", 0, 0, &back, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "cal.json: calibration.measured_step_s: required field is missing");
+    free(bad);
+    free(text);
+    ap_cluster_free(&c);
+}
+
+int main(void)
+{
+    RUN(a_slower_run_scales_the_tensor_core_rates_down_by_one_factor);
+    RUN(the_presets_own_prediction_calibrates_to_one);
+    RUN(steps_out_of_reach_are_refused_and_leave_the_cluster_alone);
+    RUN(a_profiled_cluster_is_refused);
+    RUN(the_calibration_round_trips_through_the_cluster_file);
+    return DONE();
+}
