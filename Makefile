@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 DEMO_MODEL ?= examples/hf/llama-3-8b.json
 DEMO_GPUS ?= 16
 
-.PHONY: all deps deps-mpi build demo test asan bench validate fuzz valgrind clean
+.PHONY: all deps deps-mpi build demo test asan bench validate validate-calibrated fuzz valgrind clean
 
 all: build
 
@@ -45,6 +45,9 @@ bench: build
 # Predictions against published training runs (docs/validation.md).
 validate: build
 	sh bench/validate.sh ./$(BUILD)/autopar
+
+validate-calibrated: build
+	sh bench/validate.sh ./$(BUILD)/autopar --calibrated
 
 # libFuzzer harnesses (clang), FUZZ_SECONDS each, from fuzz/corpus/.
 FUZZ_SECONDS ?= 60
