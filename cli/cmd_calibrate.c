@@ -103,8 +103,19 @@ static void report(const calib_args *a, const ap_cluster *before,
     printf("  wrote %s: use it with --cluster %s\n", a->out, a->out);
 }
 
+/* Reports name the cluster, so plans priced on the file say where their
+ * rates came from. */
+static void mark_name(ap_cluster *c)
+{
+    static const char tag[] = " calibrated";
+    size_t n = strlen(c->name), t = sizeof tag - 1;
+    if ((n < t || strcmp(c->name + n - t, tag)) && n + t < sizeof c->name)
+        memcpy(c->name + n, tag, t + 1);
+}
+
 static int write_cluster(const calib_args *a, ap_cluster *c)
 {
+    mark_name(c);
     snprintf(c->calib_from, sizeof c->calib_from, "%.80s on %d GPUs, --megatron %.120s",
              a->cm.model, ap_cluster_gpus(c), a->spec);
     char *text = ap_cluster_to_json(c);
