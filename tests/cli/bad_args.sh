@@ -3,12 +3,9 @@
 # flag (or the file) and what is wrong, and never crash: the Megatron cases
 # in tests/data/bad/megatron_args.txt, then bad values of the shared flags.
 set -u
-bin=$1
-src=$2
+. "$(dirname "$0")/lib.sh"
 tiny=$src/examples/gpt-tiny.json
 llama=$src/examples/hf/llama-3-8b.json
-fail=0
-pass=0
 
 refused() { # expected substring, command...
     want=$1
@@ -16,10 +13,9 @@ refused() { # expected substring, command...
     out=$("$@" 2>&1 >/dev/null)
     rc=$?
     if [ $rc -eq 2 ] && printf '%s' "$out" | grep -qF -- "$want"; then
-        pass=$((pass + 1))
+        ok
     else
-        echo "FAIL '$*': exit $rc, wanted 2 and '$want' in: $out" >&2
-        fail=$((fail + 1))
+        bad "'$*': exit $rc, wanted 2 and '$want' in: $out"
     fi
 }
 
@@ -77,5 +73,4 @@ refused "unexpected argument '--bogus'" "$bin" export --bogus
 refused "unknown option \"--bogus\"" "$bin" profile --bogus
 refused "unknown command 'plann'" "$bin" plann "$tiny"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

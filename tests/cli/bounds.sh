@@ -4,12 +4,7 @@
 # a million GPUs, huge batches and sequences, models past the op, tensor,
 # layer and layer-class caps. Models are generated here, not committed.
 set -u
-bin=$1
-src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass=0
+. "$(dirname "$0")/lib.sh"
 tiny=$src/examples/gpt-tiny.json
 
 refused() { # what, expected substring, command...
@@ -19,10 +14,9 @@ refused() { # what, expected substring, command...
     out=$(timeout 60 "$@" 2>&1 >/dev/null)
     rc=$?
     if [ $rc -eq 2 ] && echo "$out" | grep -qF -- "$want"; then
-        pass=$((pass + 1))
+        ok
     else
-        echo "FAIL $what: exit $rc, wanted 2 and '$want' in: $out" >&2
-        fail=$((fail + 1))
+        bad "$what: exit $rc, wanted 2 and '$want' in: $out"
     fi
 }
 
@@ -74,16 +68,12 @@ chain 100000 1 "$tmp/wide.json"
 start=$(date +%s)
 if "$bin" graph "$tmp/wide.json" --json >"$tmp/wide.out" 2>&1 &&
     grep -q '"layers":	100000' "$tmp/wide.out"; then
-    pass=$((pass + 1))
+    ok
 else
-    echo "FAIL 100,000 distinct layers: $(head -c 300 "$tmp/wide.out")" >&2
-    fail=$((fail + 1))
+    bad "100,000 distinct layers: $(head -c 300 "$tmp/wide.out")"
 fi
 took=$(($(date +%s) - start))
-[ "$took" -le 20 ] && pass=$((pass + 1)) || {
-    echo "FAIL 100,000 distinct layers took ${took}s" >&2
-    fail=$((fail + 1))
-}
+[ "$took" -le 20 ] && ok || bad "100,000 distinct layers took ${took}s"
 
 # One tensor past AP_MAX_TENSORS (1,000,000) is refused before any is built.
 awk 'BEGIN {
@@ -95,5 +85,4 @@ awk 'BEGIN {
 refused "more tensors than the cap" "tensors.json: tensors: 1000001 tensors, more than the limit of 1000000" \
     "$bin" graph "$tmp/tensors.json"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

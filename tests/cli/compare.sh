@@ -3,15 +3,8 @@
 # sweep's best), exit codes and errors that name what is wrong; --target and
 # --trace on autopar plan.
 set -u
-bin=$1
-src=$2
+. "$(dirname "$0")/lib.sh"
 model=$src/examples/gpt-tiny.json
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
 
 "$bin" compare "$model" --gpus 4 --global-batch 16 --quiet \
     --megatron "tp=2,pp=2,mbs=1,sp=1" --sweep >"$tmp/out" 2>"$tmp/err"
@@ -75,5 +68,4 @@ grep -q '"traceEvents":\[' "$tmp/trace.json" && grep -q '"ph":"X"' "$tmp/trace.j
     >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "cannot write" "$tmp/err" && ok || bad "an unwritable --trace fails"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

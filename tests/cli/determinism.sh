@@ -2,30 +2,22 @@
 # The same command gives byte-identical plan.json: run twice, and (once the
 # planner takes --threads) with one thread and with two.
 set -u
-bin=$1
-src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass=0
+. "$(dirname "$0")/lib.sh"
 
 same() { # what, file a, file b
     if cmp -s "$2" "$3"; then
-        pass=$((pass + 1))
+        ok
     else
-        echo "FAIL $1: plan.json differs:" >&2
+        bad "$1: plan.json differs:"
         diff "$2" "$3" | head -20 >&2
-        fail=$((fail + 1))
     fi
 }
 
 plan() { # output file, args...
     out=$1
     shift
-    "$bin" plan "$@" --quiet -o "$out" >/dev/null 2>"$tmp/err" || {
-        echo "FAIL plan $*: $(cat "$tmp/err")" >&2
-        fail=$((fail + 1))
-    }
+    "$bin" plan "$@" --quiet -o "$out" >/dev/null 2>"$tmp/err" ||
+        bad "plan $*: $(cat "$tmp/err")"
 }
 
 tiny="$src/examples/gpt-tiny.json --gpus 4 --global-batch 16"
@@ -50,10 +42,6 @@ big="$src/examples/gpt-1.3b.json --gpus 4 --global-batch 16"
 
 a=$("$bin" estimate "$src/examples/hf/llama-3-8b.json" --gpus 16 --json --megatron tp=2,pp=2,gbs=256)
 b=$("$bin" estimate "$src/examples/hf/llama-3-8b.json" --gpus 16 --json --megatron tp=2,pp=2,gbs=256)
-[ -n "$a" ] && [ "$a" = "$b" ] && pass=$((pass + 1)) || {
-    echo "FAIL estimate --json differs between runs" >&2
-    fail=$((fail + 1))
-}
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "estimate --json differs between runs"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

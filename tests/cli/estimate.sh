@@ -2,13 +2,8 @@
 # autopar estimate: Megatron configurations priced; invalid ones refused
 # with the reason; the spec and the real flags give the same prediction.
 set -u
-bin=$1
-src=$2
+. "$(dirname "$0")/lib.sh"
 model=$src/examples/hf/llama-3-8b.json
-fail=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
 
 a=$("$bin" estimate "$model" --gpus 16 --json \
     --megatron "tp=2,pp=2,mbs=1,gbs=256,sp=1,zero=1" 2>&1)
@@ -59,5 +54,4 @@ expect "--megatron-args: --decoder-last-pipeline-num-layers: bad value \"x\"" \
 expect "--megatron-args: --decoder-first-pipeline-num-layers needs a value" \
     --megatron-args "--decoder-first-pipeline-num-layers"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -7,14 +7,7 @@
 #   AP_REGEN=1 sh tests/cli/export.sh build/autopar .
 # and review the diff of tests/data/golden/ before committing it.
 set -u
-bin=$1
-src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 # name|model|gpus|Megatron spec|launcher (DeepSpeed overlaps no ZeRO-1 reduction)
 cases="gpt-tiny|examples/gpt-tiny.json|4|tp=2,pp=2,sp=1,mbs=1,gbs=8|megatron
@@ -106,5 +99,4 @@ sed '0,/"sharding":\t"n@1"/s//"sharding":\t"d@1"/' "$tmp/tiny.json" >"$tmp/odd.j
 [ $? -eq 2 ] && grep -q "megatron, torchtitan or deepspeed" "$tmp/err" && ok ||
     bad "an unknown launcher is refused"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

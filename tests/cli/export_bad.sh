@@ -3,9 +3,8 @@
 # with exit code 2 and a message that names the file and contains the text
 # in its .expect sidecar (the JSON path of the mistake and what is wrong).
 set -u
-autopar=$1
-src=$2
-. "$src/tests/cli/refusal.inc"
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/refusal.inc"
 
 for f in "$src"/tests/data/bad/plan/*.json; do
     expect_refusal "$f" "$(cat "${f%.json}.expect")" export "$f" --to megatron
@@ -13,9 +12,5 @@ done
 missing="$src/tests/data/bad/plan/missing.json"
 expect_refusal "$missing" "cannot open" export "$missing" --to torchtitan
 
-if [ "$checked" -lt 30 ]; then
-    echo "FAIL: only $checked bad plans checked"
-    failed=$((failed + 1))
-fi
-echo "$checked bad plans checked, $failed failed"
-[ "$failed" -eq 0 ]
+[ "$checked" -ge 30 ] || bad "only $checked bad plans checked"
+finish

@@ -2,60 +2,49 @@
 # `autopar graph`: the summary of the examples, --json, -o round trip,
 # rescaling, --flash-attention, usage errors.
 set -u
-autopar=$1
-src=$2
-tmp=${TMPDIR:-/tmp}/autopar-graph.$$
-mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
-failed=0
-
-fail() {
-    echo "FAIL: $*"
-    failed=$((failed + 1))
-}
+. "$(dirname "$0")/lib.sh"
 
 has() { # text, substring, what
-    case "$1" in *"$2"*) ;; *) fail "$3: no '$2' in: $1" ;; esac
+    case "$1" in *"$2"*) ok ;; *) bad "$3: no '$2' in: $1" ;; esac
 }
 
-out=$("$autopar" graph "$src/examples/gpt-1.3b.json") || fail "gpt-1.3b exit $?"
+out=$("$bin" graph "$src/examples/gpt-1.3b.json") || bad "gpt-1.3b exit $?"
 has "$out" "gpt-1.3b" "name"
 has "$out" "24 in 1 class" "layers"
 # 24(12h^2 + 13h) + vh + sh + 2h at h = 2048, v = 50257, s = 2048.
 has "$out" "1.32 B params (2.63 GB at bf16)" "params"
 has "$out" "24 attention" "ops by kind"
 
-json=$("$autopar" graph "$src/examples/gpt-1.3b.json" --json) || fail "--json exit $?"
+json=$("$bin" graph "$src/examples/gpt-1.3b.json" --json) || bad "--json exit $?"
 has "$json" '"params":	1315723264' "--json params"
 has "$json" '"layers":	24' "--json layers"
 
 # -o writes the project format; reloading it gives the same summary.
-"$autopar" graph "$src/examples/gpt-tiny.json" -o "$tmp/tiny.json" >"$tmp/a.txt" ||
-    fail "-o exit $?"
-"$autopar" graph "$tmp/tiny.json" --json >"$tmp/b.json" || fail "reload exit $?"
-"$autopar" graph "$src/examples/gpt-tiny.json" --json >"$tmp/a.json"
+"$bin" graph "$src/examples/gpt-tiny.json" -o "$tmp/tiny.json" >"$tmp/a.txt" ||
+    bad "-o exit $?"
+"$bin" graph "$tmp/tiny.json" --json >"$tmp/b.json" || bad "reload exit $?"
+"$bin" graph "$src/examples/gpt-tiny.json" --json >"$tmp/a.json"
 grep -v '"source"' "$tmp/a.json" >"$tmp/a2.json"
 grep -v '"source"' "$tmp/b.json" >"$tmp/b2.json"
-cmp -s "$tmp/a2.json" "$tmp/b2.json" || fail "round trip changed the summary"
+cmp -s "$tmp/a2.json" "$tmp/b2.json" && ok || bad "round trip changed the summary"
 
 # --seq and --batch rescale a project file: 4 x 128 tokens.
-out=$("$autopar" graph "$src/examples/gpt-tiny.json" --batch 4 --seq 128 --json)
+out=$("$bin" graph "$src/examples/gpt-tiny.json" --batch 4 --seq 128 --json)
 has "$out" '"tokens":	512' "rescaled tokens"
 
 # Flash attention on the tiny model (written without) saves less.
-off=$("$autopar" graph "$src/examples/gpt-tiny.json" --json | grep '"saved_bytes"' | tail -1)
-on=$("$autopar" graph "$src/examples/gpt-tiny.json" --flash-attention on --json |
+off=$("$bin" graph "$src/examples/gpt-tiny.json" --json | grep '"saved_bytes"' | tail -1)
+on=$("$bin" graph "$src/examples/gpt-tiny.json" --flash-attention on --json |
     grep '"saved_bytes"' | tail -1)
-[ "$off" != "$on" ] || fail "--flash-attention on changed nothing ($on)"
+[ "$off" != "$on" ] && ok || bad "--flash-attention on changed nothing ($on)"
 
-"$autopar" graph --help | grep -q "usage: autopar graph" || fail "--help"
+"$bin" graph --help | grep -q "usage: autopar graph" && ok || bad "--help"
 for args in "" "--seq" "--seq 0 x.json" "--flash-attention maybe x.json" \
     "--bogus x.json" "a.json b.json"; do
     # shellcheck disable=SC2086
-    "$autopar" graph $args >/dev/null 2>&1
+    "$bin" graph $args >/dev/null 2>&1
     rc=$?
-    [ "$rc" -eq 2 ] || fail "'graph $args' exit $rc, expected 2"
+    [ "$rc" -eq 2 ] && ok || bad "'graph $args' exit $rc, expected 2"
 done
 
-[ "$failed" -eq 0 ] && echo "graph CLI: all passed"
-[ "$failed" -eq 0 ]
+finish

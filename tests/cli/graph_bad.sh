@@ -4,12 +4,8 @@
 # sidecar (the JSON path of the mistake). A file over the size limit is made
 # here rather than committed.
 set -u
-autopar=$1
-src=$2
-tmp=${TMPDIR:-/tmp}/autopar-graph-bad.$$
-mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
-. "$src/tests/cli/refusal.inc"
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/refusal.inc"
 
 for f in "$src"/tests/data/bad/model_*.json; do
     expect_refusal "$f" "$(cat "${f%.json}.expect")" graph "$f"
@@ -21,9 +17,5 @@ expect_refusal "$tmp/huge.json" "over the limit of 64 MiB" graph "$tmp/huge.json
 expect_refusal "$tmp/missing.json" "cannot open" graph "$tmp/missing.json"
 expect_refusal "$tmp" "not a regular file" graph "$tmp"
 
-if [ "$checked" -lt 40 ]; then
-    echo "FAIL: only $checked bad models checked"
-    failed=$((failed + 1))
-fi
-echo "$checked bad models checked, $failed failed"
-[ "$failed" -eq 0 ]
+[ "$checked" -ge 40 ] || bad "only $checked bad models checked"
+finish

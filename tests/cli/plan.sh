@@ -1,14 +1,7 @@
 #!/bin/sh
 # autopar plan: a plan for the tiny model, its JSON, and clean refusals.
 set -u
-bin=$1
-src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 4 --global-batch 16 --quiet \
     -o "$tmp/plan.json" >"$tmp/out" 2>"$tmp/err"
@@ -57,5 +50,4 @@ cmp -s "$tmp/threads1.json" "$tmp/threads2.json" &&
     grep -q '"timeouts":' "$tmp/partial.json" && ok ||
     bad "some ILPs out of time: a plan, a warning and solver.timeouts: $(cat "$tmp/err")"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -5,15 +5,8 @@
 # parallelism refuses it, plan.json and the Megatron export carry it through
 # a round trip, torchtitan gets async TP with compile, DeepSpeed refuses it.
 set -u
-bin=$1
-src=$2
+. "$(dirname "$0")/lib.sh"
 model=$src/examples/hf/llama-3-8b.json
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
 step() { sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p' "$1"; }
 
 spec="tp=4,pp=2,mbs=1,gbs=128,sp=1,zero=1"
@@ -69,5 +62,4 @@ out=$("$bin" export "$tmp/plan.json" --to deepspeed 2>&1)
     -o "$tmp/p.json" >/dev/null 2>&1 && grep -q '^	"tp_comm_overlap":	true' "$tmp/p.json" && ok ||
     bad "plan --tp-comm-overlap writes tp_comm_overlap into plan.json"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
