@@ -70,32 +70,39 @@ static int check_fields(ctx *x, const cJSON *obj, const char *prefix,
     return AP_OK;
 }
 
+/* Looks `key` up in `obj` and writes its JSON path into `path` (PATH_LEN
+ * bytes) for the caller's messages. Returns the field, or NULL when it is
+ * absent; *rc is then the error for a required field and AP_OK for an
+ * optional one, which keeps the caller's default. */
+static const cJSON *field(ctx *x, const cJSON *obj, const char *prefix,
+                          const char *key, int required, char *path, int *rc)
+{
+    join(path, prefix, key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *rc = v || !required ? AP_OK : fail(x, path, "required field is missing");
+    return v;
+}
+
 static const cJSON *need_object(ctx *x, const cJSON *obj, const char *prefix,
                                 const char *key, int *rc)
 {
     char path[PATH_LEN];
-    join(path, prefix, key);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    const cJSON *v = field(x, obj, prefix, key, 1, path, rc);
     if (!v)
-        *rc = fail(x, path, "required field is missing");
-    else if (!cJSON_IsObject(v))
+        return NULL;
+    if (!cJSON_IsObject(v))
         *rc = fail(x, path, "must be an object");
-    else
-        return v;
-    return NULL;
+    return *rc ? NULL : v;
 }
 
 static int get_number(ctx *x, const cJSON *obj, const char *prefix,
                       const char *key, num_kind kind, int required, double *out)
 {
     char path[PATH_LEN];
-    join(path, prefix, key);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) {
-        if (required)
-            return fail(x, path, "required field is missing");
-        return AP_OK;
-    }
+    int rc;
+    const cJSON *v = field(x, obj, prefix, key, required, path, &rc);
+    if (!v)
+        return rc;
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     int ok = isfinite(d) && (d < 1e30 || kind == NUM_INFO);
     if (kind == NUM_POSITIVE || kind == NUM_INFO)
@@ -126,13 +133,10 @@ static int get_int(ctx *x, const cJSON *obj, const char *prefix,
                    const char *key, int lo, int hi, int required, int *out)
 {
     char path[PATH_LEN];
-    join(path, prefix, key);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) {
-        if (required)
-            return fail(x, path, "required field is missing");
-        return AP_OK;
-    }
+    int rc;
+    const cJSON *v = field(x, obj, prefix, key, required, path, &rc);
+    if (!v)
+        return rc;
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     if (!(d >= lo && d <= hi && d == floor(d)))
         return fail(x, path, "must be an integer between %d and %d", lo, hi);
@@ -144,13 +148,10 @@ static int get_string(ctx *x, const cJSON *obj, const char *prefix,
                       const char *key, int required, char *out, size_t cap)
 {
     char path[PATH_LEN];
-    join(path, prefix, key);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v) {
-        if (required)
-            return fail(x, path, "required field is missing");
-        return AP_OK;
-    }
+    int rc;
+    const cJSON *v = field(x, obj, prefix, key, required, path, &rc);
+    if (!v)
+        return rc;
     if (!cJSON_IsString(v))
         return fail(x, path, "must be a string");
     if (strlen(v->valuestring) >= cap)
