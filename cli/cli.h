@@ -37,6 +37,11 @@ void ap_cli_common_default(ap_cli_common *c);
  * not one of them), or -1 after printing an error. */
 int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
                       const char *v);
+/* Takes `a` as the model when it is the first argument that is not a flag;
+ * anything else that reached here is refused with the usage. Returns 0, or
+ * 2 after printing the error. */
+int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
+                     const char *usage);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
@@ -72,6 +77,11 @@ typedef struct {
 void ap_cli_output_default(ap_cli_output *o);
 int ap_cli_output_arg(ap_cli_output *o, const char *cmd, const char *a,
                       const char *v);
+/* The head of plan's and estimate's argument loops: a shared flag, else an
+ * output flag; returns what those return (the arguments used, 0 when `a` is
+ * neither, -1 after printing an error). */
+int ap_cli_common_output_arg(ap_cli_common *c, ap_cli_output *o,
+                             const char *cmd, const char *a, const char *v);
 /* Writes -o and --trace, then prints what --emit asks for: the summary
  * (after `header` when it is not empty), plan.json, or a launcher's input;
  * `instead`, when not NULL, is printed in place of all that. Prints errors

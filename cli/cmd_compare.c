@@ -217,11 +217,8 @@ static int parse(int argc, char **argv, options *o)
             }
             o->have_megatron = 1;
             i++;
-        } else if (a[0] == '-' || o->cm.model) {
-            fprintf(stderr, "autopar compare: unexpected argument '%s'\n%s", a, usage_text);
+        } else if (ap_cli_model_arg(&o->cm, "compare", a, usage_text)) {
             return 2;
-        } else {
-            o->cm.model = a;
         }
     }
     if (!o->cm.model || !o->have_megatron) {

@@ -73,9 +73,7 @@ int ap_cmd_estimate(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int used = ap_cli_common_arg(&cm, "estimate", a, v);
-        if (used == 0)
-            used = ap_cli_output_arg(&out, "estimate", a, v);
+        int used = ap_cli_common_output_arg(&cm, &out, "estimate", a, v);
         if (used < 0)
             return 2;
         if (used > 0) {
@@ -96,11 +94,8 @@ int ap_cmd_estimate(int argc, char **argv)
             }
             have = 1;
             i++;
-        } else if (a[0] == '-' || cm.model) {
-            fprintf(stderr, "autopar estimate: unexpected argument '%s'\n%s", a, usage_text);
+        } else if (ap_cli_model_arg(&cm, "estimate", a, usage_text)) {
             return 2;
-        } else {
-            cm.model = a;
         }
     }
     if (!cm.model || !have) {

@@ -106,9 +106,7 @@ int ap_cmd_plan(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int used = ap_cli_common_arg(&cm, "plan", a, v);
-        if (used == 0)
-            used = ap_cli_output_arg(&out, "plan", a, v);
+        int used = ap_cli_common_output_arg(&cm, &out, "plan", a, v);
         if (used < 0)
             return 2;
         if (used > 0) {
@@ -152,11 +150,8 @@ int ap_cmd_plan(int argc, char **argv)
             if (ap_cli_double("plan", a, v, 0, 1, &o.ilp_gap))
                 return 2;
             i++;
-        } else if (a[0] == '-' || cm.model) {
-            fprintf(stderr, "autopar plan: unexpected argument '%s'\n%s", a, usage_text);
+        } else if (ap_cli_model_arg(&cm, "plan", a, usage_text)) {
             return 2;
-        } else {
-            cm.model = a;
         }
     }
     if (!cm.model) {

@@ -89,6 +89,17 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
     return 0;
 }
 
+int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
+                     const char *usage)
+{
+    if (a[0] == '-' || c->model) {
+        fprintf(stderr, "autopar %s: unexpected argument '%s'\n%s", cmd, a, usage);
+        return 2;
+    }
+    c->model = a;
+    return 0;
+}
+
 static int plannable(const ap_graph *g, const char *cmd)
 {
     int classes = 0;

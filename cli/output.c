@@ -1,6 +1,6 @@
 /* output.c -- what the commands that produce a plan (plan, estimate) write:
  * plan.json to -o, the timeline to --trace, and on stdout what --emit asks
- * for. */
+ * for; and the flags that say so, read with the shared ones. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +31,13 @@ int ap_cli_output_arg(ap_cli_output *o, const char *cmd, const char *a,
         return 0;
     }
     return 2;
+}
+
+int ap_cli_common_output_arg(ap_cli_common *c, ap_cli_output *o,
+                             const char *cmd, const char *a, const char *v)
+{
+    int used = ap_cli_common_arg(c, cmd, a, v);
+    return used ? used : ap_cli_output_arg(o, cmd, a, v);
 }
 
 int ap_cli_output_plan(const ap_cli_output *o, const char *cmd,
