@@ -73,8 +73,10 @@ static double sync_exposed(const ap_plan *p) { return p->t_grad_sync; }
 static double sync_total(const ap_plan *p) { return p->t_grad_sync_total; }
 static double optimizer(const ap_plan *p) { return p->t_optimizer; }
 
-static void describe_plan(const ap_plan *p, char *buf, size_t len)
+static void describe_plan(const ap_graph *g, const ap_plan *p, char *buf, size_t len)
 {
+    char micro[160];
+    ap_plan_format_micro_batches(g, p, micro, sizeof micro);
     int n = snprintf(buf, len, "%d stage%s, mesh", p->nstages, p->nstages > 1 ? "s" : "");
     for (int i = 0; i < p->nstages && n > 0 && (size_t)n < len; i++) {
         const ap_stage *st = &p->stages[i];
@@ -84,8 +86,8 @@ static void describe_plan(const ap_plan *p, char *buf, size_t len)
         n += snprintf(buf + n, len - (size_t)n, " %dx%d", st->mesh.d[0], st->mesh.d[1]);
     }
     if (n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, ", %d micro-batches of %.0f, %s, ZeRO-%d",
-                 p->nmicro, p->micro_batch, p->schedule == AP_SCHED_INTERLEAVED
+        snprintf(buf + n, len - (size_t)n, ", %s, %s, ZeRO-%d",
+                 micro, p->schedule == AP_SCHED_INTERLEAVED
                  ? "interleaved 1F1B" : "1F1B", (int)p->zero);
 }
 
@@ -277,7 +279,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         return rc;
     }
     ap_cli_warn_timeouts("compare", &ours, po.ilp_time_limit);
-    describe_plan(&ours, cols[1].config, sizeof cols[1].config);
+    describe_plan(g, &ours, cols[1].config, sizeof cols[1].config);
     cols[0].plan = &yours;
     cols[1].plan = &ours;
     int n = 2;

@@ -76,9 +76,10 @@ static void header(sbuf *b, const char *who, const ap_plan_desc *p, const ap_deg
 {
     put(b, "# %s launch for %s on %d GPUs (%d node%s x %d), from an autopar plan.\n", who,
         p->model, p->gpus, nodes_of(p), nodes_of(p) > 1 ? "s" : "", gpus_per_node(p));
-    put(b, "# tp=%d pp=%d dp=%d cp=%d ep=%d sp=%d vpp=%d; %d micro-batches of %d per "
+    put(b, "# tp=%d pp=%d dp=%d cp=%d ep=%d sp=%d vpp=%d; %d micro-batch%s of %d per "
            "replica, global batch %.0f; recompute %s; ZeRO-%d\n",
-        d->tp, d->pp, d->dp, d->cp, d->ep, d->sp, d->vpp, d->nmicro, d->mbs, d->gbs,
+        d->tp, d->pp, d->dp, d->cp, d->ep, d->sp, d->vpp, d->nmicro,
+        d->nmicro == 1 ? "" : "es", d->mbs, d->gbs,
         ap_emit_recompute_name(d->recompute), (int)d->zero);
     if (d->fp8)
         put(b, "# The transformer layers' linear layers run in FP8; embedding, LM head "

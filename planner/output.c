@@ -40,6 +40,17 @@ static const char *block_name(const ap_graph *g, const ap_plan *p, int b,
     return buf;
 }
 
+/* Whether stage st runs block b: the pieces before and after the layers, or
+ * a layer class. */
+static int stage_has_block(const ap_graph *g, const ap_plan *p,
+                           const ap_stage *st, int b)
+{
+    int used = b == 0 ? st->has_pre : b == 1 ? st->has_post : 0;
+    for (int l = st->first_layer; b >= 2 && l < st->first_layer + st->nlayers; l++)
+        used |= g->layer_class[l] == p->classes[b - 2];
+    return used && st->blocks[b].npoints;
+}
+
 static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st,
                          int index)
 {
@@ -70,12 +81,7 @@ static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st
     cJSON *blocks = cJSON_AddArrayToObject(o, "blocks");
     for (int b = 0; b < 2 + p->nclasses; b++) {
         const ap_block *blk = &st->blocks[b];
-        if (!blk->npoints)
-            continue;
-        int used = b == 0 ? st->has_pre : b == 1 ? st->has_post : 0;
-        for (int l = st->first_layer; b >= 2 && l < st->first_layer + st->nlayers; l++)
-            used |= g->layer_class[l] == p->classes[b - 2];
-        if (!used)
+        if (!stage_has_block(g, p, st, b))
             continue;
         cJSON *bo = cJSON_CreateObject();
         char buf[128];
@@ -226,13 +232,70 @@ static void print_block(const ap_graph *g, const ap_block *blk,
     fputc('\n', f);
 }
 
+/* The layers decide: the pieces before and after them are small, and the
+ * ILP may leave one of their ops unsplit where the layers split the batch. */
+static int stage_data_parallel(const ap_graph *g, const ap_plan *p,
+                               const ap_stage *st)
+{
+    char batch = ap_graph_label_of(g, AP_DIM_BATCH);
+    int all[2] = {1, 1}, seen = 0;
+    for (int b = 2; batch && b < 2 + p->nclasses; b++) {
+        const ap_block *blk = &st->blocks[b];
+        if (!stage_has_block(g, p, st, b))
+            continue;
+        const ap_strategy *s = blk->points[st->point[b]].strat;
+        for (int i = 0; i < blk->nops; i++) {
+            if (!strchr(g->ops[blk->ops[i]].iter, batch))
+                continue;
+            seen = 1;
+            all[0] &= s[i].axis[0] == batch;
+            all[1] &= s[i].axis[1] == batch;
+        }
+    }
+    int dp = st->mesh.replicas > 1 ? st->mesh.replicas : 1;
+    for (int k = 0; k < 2 && seen; k++)
+        dp *= all[k] ? st->mesh.d[k] : 1;
+    return dp;
+}
+
+int ap_plan_data_parallel(const ap_graph *g, const ap_plan *p)
+{
+    int dp = 0;
+    for (int i = 0; i < p->nstages; i++) {
+        int d = stage_data_parallel(g, p, &p->stages[i]);
+        if (i > 0 && d != dp)
+            return 0;
+        dp = d;
+    }
+    return dp;
+}
+
+void ap_plan_format_micro_batches(const ap_graph *g, const ap_plan *p,
+                                  char *buf, size_t len)
+{
+    int dp = ap_plan_data_parallel(g, p);
+    int n = snprintf(buf, len, "%d micro-batch%s of ", p->nmicro,
+                     p->nmicro == 1 ? "" : "es");
+    if (n < 0 || (size_t)n >= len)
+        return;
+    if (dp == 1)
+        snprintf(buf + n, len - (size_t)n, "%.0f", p->micro_batch);
+    else if (dp > 1)
+        snprintf(buf + n, len - (size_t)n, "%g per replica (%.0f across the %d "
+                 "data-parallel replicas)", p->micro_batch / dp, p->micro_batch, dp);
+    else
+        snprintf(buf + n, len - (size_t)n, "%.0f, split over each stage's "
+                 "data-parallel replicas", p->micro_batch);
+}
+
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
 {
+    char micro[160];
+    ap_plan_format_micro_batches(g, p, micro, sizeof micro);
     fprintf(f, "plan for %s on %d GPUs (%s, %d per node)\n", p->model, p->gpus,
             p->cluster, p->gpus_per_node);
-    fprintf(f, "  batch %.0f sequences x %d tokens; %d micro-batches of %.0f; %s; ZeRO-%d\n",
-            p->global_batch, p->seq, p->nmicro, p->micro_batch,
-            schedule_name(p->schedule), (int)p->zero);
+    fprintf(f, "  batch %.0f sequences x %d tokens; %s; %s; ZeRO-%d\n",
+            p->global_batch, p->seq, micro, schedule_name(p->schedule), (int)p->zero);
     if (p->fp8)
         fprintf(f, "  precision: linear layers' GEMMs in FP8 (Transformer Engine), "
                    "the rest in %s\n", ap_dtype_name(g->dtype));

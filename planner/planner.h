@@ -498,6 +498,15 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p);
 /* The prediction object of plan.json alone (what `estimate --json` prints). */
 char *ap_plan_prediction_to_json(const ap_plan *p);
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f);
+/* The data-parallel replicas (Megatron's dp) the micro-batch is split over:
+ * a stage's mesh replicas times each mesh axis that splits the batch label
+ * in every op of its layers that has one. 0 when the stages differ. */
+int ap_plan_data_parallel(const ap_graph *g, const ap_plan *p);
+/* The micro-batching as a Megatron user reads it, per data-parallel
+ * replica: "32 micro-batches of 1 per replica (4 across the 4 data-parallel
+ * replicas)"; "32 micro-batches of 4" without data parallelism. */
+void ap_plan_format_micro_batches(const ap_graph *g, const ap_plan *p,
+                                  char *buf, size_t len);
 
 /* Exports (docs/exports.md): plan.json read back, classified into the
  * degrees a training launcher takes, and written as that launcher's

@@ -30,6 +30,21 @@ echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok || bad "cp=2 with d
     grep -q "mesh 2x2 x4 replicas" && ok || bad "the plan shows 4 replicas of a 2x2 mesh"
 grep -rq "needs a 3-D mesh" "$src/planner" "$src/cli" && bad "the cp-with-dp refusal is gone" || ok
 
+# The report gives the micro-batch per data-parallel replica, as Megatron's
+# --micro-batch-size does: gbs / (mbs * dp) micro-batches. The cp axis splits
+# the sequence, not the batch, so it adds no replica; nor does tp.
+micro() { # spec, expected text
+    out=$("$bin" estimate "$model" --gpus 16 --megatron "$1" 2>&1)
+    case "$out" in *"; $2; "*) ok ;; *) bad "$1: no '$2' in: $(echo "$out" | head -2)" ;; esac
+}
+micro "tp=2,pp=2,mbs=1,gbs=128" \
+    "32 micro-batches of 1 per replica (4 across the 4 data-parallel replicas)"
+micro "tp=2,cp=2,dp=4,gbs=256" \
+    "64 micro-batches of 1 per replica (4 across the 4 data-parallel replicas)"
+micro "tp=1,pp=2,mbs=2,gbs=128" \
+    "8 micro-batches of 2 per replica (16 across the 8 data-parallel replicas)"
+micro "tp=8,pp=2,mbs=2,gbs=128" "64 micro-batches of 2"
+
 expect() {
     want=$1
     shift
