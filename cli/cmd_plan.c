@@ -184,6 +184,10 @@ int ap_cmd_plan(int argc, char **argv)
         return rc;
     }
     ap_cli_warn_timeouts("plan", &plan, o.ilp_time_limit);
+    if (o.tp_overlap && !plan.tp_overlap)
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", *line ? "\n" : "",
+                 "--tp-comm-overlap left out: this plan has no sequence-parallel "
+                 "collectives of tensor-parallel layers to overlap");
     rc = ap_cli_output_plan(&out, "plan", g, &plan, line, NULL);
     ap_plan_free(&plan);
     ap_graph_free(g);

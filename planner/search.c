@@ -296,6 +296,31 @@ static int try_interleaving(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     return ap_plan_evaluate(g, c, p, err);
 }
 
+/* Whether the plan's layers split a label other than the batch and the
+ * sequence on a mesh axis of more than one GPU: tensor parallelism. Only
+ * there can --tp-comm-overlap change a price, so a plan without it drops
+ * the setting, as its exports do at tp = 1. Every stage holds every layer
+ * class's block; those a stage does not run are looked at too, which can
+ * only keep a setting that changes nothing. */
+static int tensor_parallel(const ap_graph *g, const ap_plan *p)
+{
+    char batch = ap_graph_label_of(g, AP_DIM_BATCH);
+    char seq = ap_graph_label_of(g, AP_DIM_SEQ);
+    for (int i = 0; i < p->nstages; i++) {
+        const ap_stage *st = &p->stages[i];
+        for (int b = 2; b < 2 + p->nclasses; b++) {
+            const ap_block *blk = &st->blocks[b];
+            const ap_strategy *s = blk->npoints ? blk->points[st->point[b]].strat : NULL;
+            for (int k = 0; s && k < blk->nops; k++)
+                for (int a = 0; a < 2; a++)
+                    if (st->mesh.d[a] > 1 && s[k].axis[a] && s[k].axis[a] != batch &&
+                        s[k].axis[a] != seq)
+                        return 1;
+        }
+    }
+    return 0;
+}
+
 static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 {
     search s;
@@ -338,6 +363,10 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
     }
     s.best.ilp_timeouts = s.timeouts;
     int rc = try_interleaving(ctx->g, ctx->c, &s.best, ctx->limit, err);
+    if (!rc && s.best.tp_overlap && !tensor_parallel(ctx->g, &s.best)) {
+        s.best.tp_overlap = 0;
+        rc = ap_plan_evaluate(ctx->g, ctx->c, &s.best, err);
+    }
     if (rc) {
         ap_plan_free(&s.best);
         return rc;

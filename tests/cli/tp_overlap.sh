@@ -3,7 +3,8 @@
 # --tp-comm-overlap (tuning flags read past) price the same faster step,
 # the report and --json say it, tensor parallelism without sequence
 # parallelism refuses it, plan.json and the Megatron export carry it through
-# a round trip, torchtitan gets async TP with compile, DeepSpeed refuses it.
+# a round trip, torchtitan gets async TP with compile, DeepSpeed refuses it;
+# a searched plan keeps it only where its layers are split tensor-parallel.
 set -u
 . "$(dirname "$0")/lib.sh"
 model=$src/examples/hf/llama-3-8b.json
@@ -57,9 +58,32 @@ out=$("$bin" export "$tmp/plan.json" --to deepspeed 2>&1)
 [ $? -eq 2 ] && case "$out" in *communication\ overlap*) true ;; *) false ;; esac && ok ||
     bad "DeepSpeed refuses the overlap: $out"
 
-# A searched plan records it.
-"$bin" plan "$src/examples/gpt-tiny.json" --gpus 4 --global-batch 8 --quiet --tp-comm-overlap \
-    -o "$tmp/p.json" >/dev/null 2>&1 && grep -q '^	"tp_comm_overlap":	true' "$tmp/p.json" && ok ||
+# A searched plan records it when its layers are split tensor-parallel:
+# gpt-1.3b on 2 GPUs at a global batch of 8 splits the heads and the MLP
+# (n@1, f@1) with sequence parallelism between them.
+layers() { awk '/"block":/ { layer = /layer class/ } layer && /"sharding":/' "$1"; }
+"$bin" plan "$src/examples/gpt-1.3b.json" --gpus 2 --global-batch 8 --quiet --tp-comm-overlap \
+    -o "$tmp/p.json" >"$tmp/report" 2>&1 && grep -q '^	"tp_comm_overlap":	true' "$tmp/p.json" && ok ||
     bad "plan --tp-comm-overlap writes tp_comm_overlap into plan.json"
+layers "$tmp/p.json" | grep -q '"f@1"' && layers "$tmp/p.json" | grep -q '"s@1"' && ok ||
+    bad "gpt-1.3b on 2 GPUs: the layers are not split tensor-parallel: $(layers "$tmp/p.json")"
+grep -q "overlapped with GEMMs" "$tmp/report" && ok || bad "the report says the overlap: $(cat "$tmp/report")"
+
+# Where plain data parallelism wins (gpt-1.3b on 4 GPUs at a global batch of
+# 64: the layers split the batch and nothing else), there is nothing to
+# overlap: plan.json says false, the plan is the one searched without the
+# setting, byte for byte, and the report says it was left out.
+"$bin" plan "$src/examples/gpt-1.3b.json" --gpus 4 --global-batch 64 --quiet --tp-comm-overlap \
+    -o "$tmp/dp.json" >"$tmp/report" 2>&1 || bad "plan at tp = 1: $(cat "$tmp/report")"
+[ -n "$(layers "$tmp/dp.json")" ] && ! layers "$tmp/dp.json" | grep -qv '"b@1"' && ok ||
+    bad "gpt-1.3b on 4 GPUs: the layers split more than the batch: $(layers "$tmp/dp.json")"
+grep -q '^		"tp_comm_overlap":	false' "$tmp/dp.json" &&
+    ! grep -q '^	"tp_comm_overlap"' "$tmp/dp.json" && ok ||
+    bad "plan.json at tp = 1 keeps tp_comm_overlap"
+"$bin" plan "$src/examples/gpt-1.3b.json" --gpus 4 --global-batch 64 --quiet \
+    -o "$tmp/plain.json" >/dev/null 2>&1
+cmp -s "$tmp/dp.json" "$tmp/plain.json" && ok || bad "at tp = 1 the setting changed the plan"
+grep -q "^--tp-comm-overlap left out: " "$tmp/report" && ! grep -q "overlapped with GEMMs" "$tmp/report" &&
+    ok || bad "the report says the setting was left out: $(cat "$tmp/report")"
 
 finish
