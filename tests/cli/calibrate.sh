@@ -3,15 +3,8 @@
 # that prices the same configuration at that step, says what it scaled,
 # and is refused when the step is out of reach or the arguments incomplete.
 set -u
-bin=$1
-src=$2
+. "$(dirname "$0")/lib.sh"
 model=$src/examples/gpt-1.3b.json
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-pass=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
 step() { sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p' "$1"; }
 spec="tp=2,pp=2,mbs=1,gbs=32,sp=1"
 
@@ -46,5 +39,4 @@ awk -v a="$(step "$tmp/cal")" -v b="$measured" \
     bad "a measured step that is no number: $(cat "$tmp/nan")"
 "$bin" calibrate --help | grep -q "usage: autopar calibrate MODEL" && ok || bad "--help"
 
-echo "calibrate.sh: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
