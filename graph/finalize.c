@@ -132,6 +132,55 @@ static int check_elementwise(const check *c)
     return 0;
 }
 
+/* The cos/sin table of a rotary op: its last label is the rotated width r,
+ * at most the head's and even (rotate_half pairs element i with i + r/2);
+ * its other labels broadcast over x's. */
+static int check_rotary_table(const check *c, const ap_tensor *x)
+{
+    const ap_tensor *t = in(c, 1);
+    char d = x->shape[x->rank - 1];
+    if (t->role != AP_TENSOR_INPUT)
+        return bad(c, ".inputs[1]", "cos/sin table \"%s\" must be an input "
+                   "(it has no gradient)", t->name);
+    if (t->rank < 1)
+        return bad(c, ".inputs[1]", "cos/sin table \"%s\" is a scalar", t->name);
+    char r = t->shape[t->rank - 1];
+    for (int i = 0; i + 1 < t->rank; i++)
+        if (!strchr(x->shape, t->shape[i]) || t->shape[i] == d)
+            return bad(c, ".inputs[1]", "cos/sin table \"%s\" has a label "
+                       "'%c' that is not one of the input's \"%s\" outside "
+                       "its last", t->shape, t->shape[i], x->shape);
+    if (r != d && strchr(x->shape, r))
+        return bad(c, ".inputs[1]", "the rotated width '%c' of \"%s\" must "
+                   "be the input's last label or a label of its own", r, t->shape);
+    int64_t rs = size_of(c->g, r), ds = size_of(c->g, d);
+    if (rs > ds || rs % 2)
+        return bad(c, ".inputs[1]", "rotated width %lld must be even and at "
+                   "most the head's %lld", (long long)rs, (long long)ds);
+    return 0;
+}
+
+static int check_rotary(const check *c)
+{
+    if (check_arity(c, 1, 2, 1, 1))
+        return -1;
+    const ap_tensor *x = in(c, 0);
+    if (x->role != AP_TENSOR_ACT)
+        return bad(c, ".inputs[0]", "input \"%s\" must be an activation", x->name);
+    if (x->rank < 1)
+        return bad(c, ".inputs[0]", "input \"%s\" is a scalar", x->name);
+    if (strcmp(x->shape, out(c, 0)->shape))
+        return bad(c, ".outputs[0]",
+                   "output shape \"%s\" differs from the input's \"%s\"",
+                   out(c, 0)->shape, x->shape);
+    if (c->op->ninputs == 2)
+        return check_rotary_table(c, x);
+    if (size_of(c->g, x->shape[x->rank - 1]) % 2)
+        return bad(c, ".inputs[0]", "rotated width %lld must be even",
+                   (long long)size_of(c->g, x->shape[x->rank - 1]));
+    return 0;
+}
+
 static int check_binary(const check *c)
 {
     if (check_arity(c, 2, 2, 1, 1))
@@ -362,6 +411,9 @@ static int check_op(const ap_graph *g, int i, char *err)
     switch (c.op->kind) {
     case AP_OP_MATMUL: return check_matmul(&c);
     case AP_OP_UNARY:
+        if (c.op->sub == AP_UNARY_ROTARY)
+            return check_rotary(&c);
+        return check_elementwise(&c);
     case AP_OP_SOFTMAX:
     case AP_OP_DROPOUT: return check_elementwise(&c);
     case AP_OP_BINARY: return check_binary(&c);
@@ -586,8 +638,23 @@ static double unary_flops_per_elem(int sub)
     switch (sub) {
     case AP_UNARY_GELU: return 8;
     case AP_UNARY_SILU: return 4;
+    /* RoPE is x cos + rotate_half(x) sin per rotated element: two multiplies
+     * and an add (rotate_half itself only moves and negates). */
+    case AP_UNARY_ROTARY: return 3;
     default: return 1; /* relu, scale */
     }
+}
+
+/* Elements a unary op computes on: a rotary op with a table rotates r of
+ * each head's d elements and only copies the rest. */
+static double unary_elems(const ap_graph *g, const ap_op *op)
+{
+    const ap_tensor *x = &g->tensors[op->inputs[0]];
+    double e = (double)x->elems;
+    if (op->sub != AP_UNARY_ROTARY || op->ninputs < 2)
+        return e;
+    const ap_tensor *t = &g->tensors[op->inputs[1]];
+    return e / dsize(g, x->shape[x->rank - 1]) * dsize(g, t->shape[t->rank - 1]);
 }
 
 static double op_flops(const ap_graph *g, const ap_op *op)
@@ -612,7 +679,7 @@ static double op_flops(const ap_graph *g, const ap_op *op)
         double e = dsize(g, g->tensors[op->inputs[1]].shape[1]);
         return 2 * (double)x->elems * e + 5 * oe;
     }
-    case AP_OP_UNARY: return unary_flops_per_elem(op->sub) * oe;
+    case AP_OP_UNARY: return unary_flops_per_elem(op->sub) * unary_elems(g, op);
     case AP_OP_BINARY: return oe;
     case AP_OP_NORM: return (op->sub == AP_NORM_LAYER ? 7 : 4) * oe;
     case AP_OP_SOFTMAX: return 5 * oe;
@@ -651,7 +718,11 @@ static unsigned wanted(const ap_op *op)
 {
     switch (op->kind) {
     case AP_OP_MATMUL: return 0x3;
-    case AP_OP_UNARY: return op->sub == AP_UNARY_SCALE ? 0 : 0x1;
+    /* Rotation by fixed angles is undone by rotating the gradient by the
+     * opposite ones: rotary's backward needs only its cos/sin table, so the
+     * rotated q and k that attention keeps are all that stays. */
+    case AP_OP_UNARY:
+        return op->sub == AP_UNARY_SCALE || op->sub == AP_UNARY_ROTARY ? 0 : 0x1;
     case AP_OP_BINARY: return op->sub == AP_BINARY_MUL ? 0x3 : 0;
     case AP_OP_NORM: return 0x1;
     case AP_OP_SOFTMAX: return 0x100;

@@ -88,6 +88,7 @@ static const struct {
     {"silu", AP_OP_UNARY, AP_UNARY_SILU},
     {"relu", AP_OP_UNARY, AP_UNARY_RELU},
     {"scale", AP_OP_UNARY, AP_UNARY_SCALE},
+    {"rotary", AP_OP_UNARY, AP_UNARY_ROTARY},
     {"add", AP_OP_BINARY, AP_BINARY_ADD},
     {"mul", AP_OP_BINARY, AP_BINARY_MUL},
     {"layernorm", AP_OP_NORM, AP_NORM_LAYER},
@@ -111,7 +112,7 @@ static const struct {
 static int sub_count(ap_op_kind k)
 {
     switch (k) {
-    case AP_OP_UNARY: return 4;
+    case AP_OP_UNARY: return 5;
     case AP_OP_BINARY: return 2;
     case AP_OP_NORM: return 2;
     case AP_OP_RESHAPE: return 4;

@@ -85,7 +85,17 @@ typedef enum {
     AP_OP_COMBINE    /* y[e,c,h], probs[b,s,e] -> [b,s,h] (weighted sum back) */
 } ap_op_kind;
 
-typedef enum { AP_UNARY_GELU, AP_UNARY_SILU, AP_UNARY_RELU, AP_UNARY_SCALE } ap_unary;
+/* AP_UNARY_ROTARY is the rotary position embedding (RoPE) of q or k: inputs
+ * x [..., d] and, optionally, its cos/sin table [s, r] (an input, r <= d, even):
+ * the first r elements of each head are rotated, the rest copied. Without a
+ * table the whole last label is rotated. */
+typedef enum {
+    AP_UNARY_GELU,
+    AP_UNARY_SILU,
+    AP_UNARY_RELU,
+    AP_UNARY_SCALE,
+    AP_UNARY_ROTARY
+} ap_unary;
 typedef enum { AP_BINARY_ADD, AP_BINARY_MUL } ap_binary;
 typedef enum { AP_NORM_LAYER, AP_NORM_RMS } ap_norm;
 typedef enum { AP_LAYOUT_RESHAPE, AP_LAYOUT_TRANSPOSE, AP_LAYOUT_SPLIT, AP_LAYOUT_CONCAT } ap_layout;

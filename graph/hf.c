@@ -52,6 +52,7 @@ typedef struct {
     int64_t layers, hidden, heads, kv_heads, head_dim, v_head_dim, ffn, vocab;
     int64_t positions; /* learned position table rows (GPT-2), else 0 */
     int64_t max_pos;   /* the config's context length, 0 if unknown */
+    int64_t rot;       /* rotary embedding width per head, 0 for none */
     int layernorm;     /* LayerNorm with bias, else RMSNorm without */
     int gelu_mlp;      /* fc1 -> gelu -> fc2, else gate/up -> silu * up -> down */
     int qkv_bias, o_bias, mlp_bias;
@@ -151,12 +152,21 @@ static int cfg_bool(hf_cfg *c, const char *key, int def)
     return cJSON_IsTrue(v);
 }
 
-/* A number field that only needs to have the right type (rotary_pct). */
-static void cfg_check_number(hf_cfg *c, const char *key)
+/* A number field in [0, 1]; absent or null gives `def`. */
+static double cfg_fraction(hf_cfg *c, const char *key, double def)
 {
     const cJSON *v = cfg_item(c, key);
-    if (!c->bad && v && !cJSON_IsNumber(v))
+    if (c->bad || !v)
+        return def;
+    if (!cJSON_IsNumber(v)) {
         cfg_fail(c, "\"%s\" must be a number, not %s", key, json_type_name(v));
+        return def;
+    }
+    if (!(v->valuedouble >= 0 && v->valuedouble <= 1)) {
+        cfg_fail(c, "\"%s\" is %g; it must be between 0 and 1", key, v->valuedouble);
+        return def;
+    }
+    return v->valuedouble;
 }
 
 static int read_family(hf_cfg *c, family *out)
@@ -234,10 +244,16 @@ static void read_neox(hf_cfg *c, hf_model *m)
     m->parallel_residual = cfg_bool(c, "use_parallel_residual", 1);
     m->tie = cfg_bool(c, "tie_word_embeddings", 0);
     m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", 1);
-    cfg_check_number(c, "rotary_pct");
+    double pct = cfg_fraction(c, "rotary_pct", 0.25); /* GPTNeoXConfig's default */
     m->kv_heads = m->heads;
     m->layernorm = m->gelu_mlp = m->mlp_bias = 1;
     check_heads(c, m, "hidden_size", "num_attention_heads", "num_attention_heads");
+    /* HF's rotary_ndims = int(head_size * rotary_pct) */
+    m->rot = (int64_t)((double)m->head_dim * pct);
+    if (!c->bad && m->rot % 2)
+        cfg_fail(c, "\"rotary_pct\" (%g) of the head size %lld rotates an odd "
+                 "number of elements (%lld); rotary pairs them", pct,
+                 (long long)m->head_dim, (long long)m->rot);
 }
 
 /* mlp_only_layers: layer indices that keep a dense MLP in a Qwen-MoE model. */
@@ -348,6 +364,10 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
      * whatever num_key_value_heads says. */
     if (m->mla)
         m->kv_heads = m->heads;
+    m->rot = m->mla ? m->qk_rope : m->head_dim;
+    if (!c->bad && m->rot % 2)
+        cfg_fail(c, "the rotary part of the head (%lld) must be even: rotary "
+                 "pairs its elements", (long long)m->rot);
 }
 
 static int is_moe_layer(const hf_model *m, int64_t i)
@@ -511,8 +531,20 @@ static void attention(bld *b, const ap_build_opts *opt, const char *q,
     }
 }
 
+/* The rotary position embedding of x, writing y: one fused kernel (as
+ * Megatron-Core's --apply-rope-fusion) that reads x and the fp32 angle
+ * table "rope.freqs" [s, r] and writes y, rotating r of each head's
+ * elements and copying the rest. */
+static void rotary(bld *b, const char *name, const char *x, const char *y)
+{
+    char ins[2 * AP_NAME_LEN];
+    snprintf(ins, sizeof ins, "%s =rope.freqs", x);
+    op(b, name, AP_OP_UNARY, AP_UNARY_ROTARY, ins, y);
+}
+
 /* Q, K and V each projected straight into heads ("bsh,hnd->bsnd"), so that
- * splitting the n and g labels is head-parallel attention. */
+ * splitting the n and g labels is head-parallel attention. Q and K are
+ * rotated after their norms (Qwen3's order) and before attention. */
 static void self_attention(bld *b, const hf_model *m, const ap_build_opts *opt,
                            const char *x)
 {
@@ -527,15 +559,23 @@ static void self_attention(bld *b, const hf_model *m, const ap_build_opts *opt,
         q = "q_norm.y";
         k = "k_norm.y";
     }
+    if (m->rot) {
+        rotary(b, "q_rot", q, "q_rot.y:bsnd");
+        rotary(b, "k_rot", k, "k_rot.y:bsgd");
+        q = "q_rot.y";
+        k = "k_rot.y";
+    }
     attention(b, opt, q, k, "v.y", "attn.y:bsnd");
     linear(b, "o", "attn.y", "ndh", m->o_bias ? "h" : NULL, "o.y:bsh");
 }
 
 /* DeepSeek's multi-head latent attention. Queries and keys have a part
  * without rotary embedding (D, per head) and a rotary part (r); the rotary
- * key is one per token, broadcast over the heads by adding it to the [g]
- * input "heads.ones" (the format has no broadcasting view), then
- * concatenated with the per-head part. */
+ * key is one per token, rotated, then broadcast over the heads by adding it
+ * to the [g] input "heads.ones" (the format has no broadcasting view), then
+ * concatenated with the per-head part. The query's rotary op reads and
+ * writes all d = D + r of each head and rotates r of them: Megatron-Core
+ * rotates the split-off part and concatenates, which moves at least that. */
 static void latent_attention(bld *b, const hf_model *m, const ap_build_opts *opt,
                              const char *x)
 {
@@ -552,11 +592,13 @@ static void latent_attention(bld *b, const hf_model *m, const ap_build_opts *opt
     norm(b, m, "kv_a_norm", "kv_a.y", 'k', "kv_a_norm.y:bsk");
     linear(b, "k_b", "kv_a_norm.y", "kgD", NULL, "k_nope.y:bsgD");
     linear(b, "v_b", "kv_a_norm.y", "kge", NULL, "v.y:bsge");
-    op(b, "k_rope_heads", AP_OP_BINARY, AP_BINARY_ADD, "k_rope.y =heads.ones",
+    rotary(b, "q_rot", "q.y", "q_rot.y:bsnd");
+    rotary(b, "k_rot", "k_rope.y", "k_rot.y:bsr");
+    op(b, "k_rope_heads", AP_OP_BINARY, AP_BINARY_ADD, "k_rot.y =heads.ones",
        "k_rope_heads.y:bsgr");
     op(b, "k_cat", AP_OP_RESHAPE, AP_LAYOUT_CONCAT, "k_nope.y k_rope_heads.y",
        "k.y:bsgd");
-    attention(b, opt, "q.y", "k.y", "v.y", "attn.y:bsne");
+    attention(b, opt, "q_rot.y", "k.y", "v.y", "attn.y:bsne");
     linear(b, "o", "attn.y", "neh", m->o_bias ? "h" : NULL, "o.y:bsh");
 }
 
@@ -700,6 +742,14 @@ static void block(bld *b, const hf_model *m, const ap_build_opts *opt, int i)
     b->layer = -1;
 }
 
+/* The angle table: per position, one fp32 angle per rotated element (as
+ * Megatron-Core's rotary_pos_emb, which its fused kernel reads); its last
+ * label is the rotated width: the head dim when all of it is rotated. */
+static const char *rotary_shape(const hf_model *m)
+{
+    return m->rot == m->head_dim ? "sd" : "sr";
+}
+
 static void embedding(bld *b, const hf_model *m)
 {
     tensor(b, "tokens", "bs", AP_INT32, AP_TENSOR_INPUT);
@@ -715,6 +765,8 @@ static void embedding(bld *b, const hf_model *m)
     }
     if (m->mla)
         tensor(b, "heads.ones", "g", AP_BF16, AP_TENSOR_INPUT);
+    if (m->rot)
+        tensor(b, "rope.freqs", rotary_shape(m), AP_FP32, AP_TENSOR_INPUT);
 }
 
 static void head(bld *b, const hf_model *m)
@@ -750,6 +802,8 @@ static void dims(bld *b, const hf_model *m, int64_t batch, int64_t seq)
     dim(b, 'v', "vocab", AP_DIM_VOCAB, m->vocab);
     if (m->positions)
         dim(b, 'p', "positions", AP_DIM_OTHER, m->positions);
+    if (m->rot && m->rot != m->head_dim && !m->mla)
+        dim(b, 'r', "rotary_dim", AP_DIM_OTHER, m->rot);
     if (any_dense_layer(m))
         dim(b, 'f', "ffn", AP_DIM_FFN, m->ffn);
     if (any_moe_layer(m)) {

@@ -191,6 +191,15 @@ static void shardable(const ap_price_ctx *x, const ap_op *op, char *out)
         out[n++] = q[2]; /* heads */
         break;
     }
+    case AP_OP_UNARY:
+        if (op->sub != AP_UNARY_ROTARY) {
+            strcpy(out, o);
+            return;
+        }
+        /* Rotary pairs element i of a head with i + r/2 (rotate_half), so
+         * like a norm's or softmax's reduced label the head dim stays whole;
+         * the table's own label is never split either. */
+        /* fall through */
     case AP_OP_NORM:
     case AP_OP_SOFTMAX: {
         size_t r = strlen(o);
@@ -568,6 +577,17 @@ static double batch_scale(const ap_price_ctx *x)
     return x->batch / b0;
 }
 
+/* Bytes a rotary op moves on one GPU: its shard of x and y, and of the
+ * angle table only what its labels split (a head split reads all of it). */
+static double rotary_bytes(const ap_price_ctx *x, const ap_op *op,
+                           const ap_strategy *s)
+{
+    double b = 0;
+    for (int i = 0; i < op->ninputs; i++)
+        b += tensor_bytes(x, op->inputs[i]) / operand_split(x, op, s, op->inputs[i]);
+    return b + tensor_bytes(x, op->outputs[0]) / operand_split(x, op, s, op->outputs[0]);
+}
+
 static void price_compute(const ap_price_ctx *x, const ap_op *op,
                           const ap_strategy *s, ap_op_cost *c)
 {
@@ -606,6 +626,10 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
         double logits = (double)lg->elems * scale / shard;
         c->fwd = ap_cost_cross_entropy(x->c, lg->dtype, logits, 0);
         c->bwd = ap_cost_cross_entropy(x->c, lg->dtype, logits, 1);
+    } else if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_ROTARY) {
+        /* The backward rotates the gradient back: the same traffic. */
+        c->fwd = ap_cost_memop(x->c, c->flops, rotary_bytes(x, op, s));
+        c->bwd = c->fwd;
     } else {
         c->fwd = ap_cost_memop(x->c, c->flops, op->bytes_moved * scale / shard);
         c->bwd = op->kind == AP_OP_RESHAPE ? 0 : 2 * c->fwd;
