@@ -522,7 +522,7 @@ typedef struct {
     ap_dtype dtype;
     int rmsnorm;           /* else LayerNorm */
     int swiglu;            /* gated SiLU MLP; else the model's activation */
-    int learned_positions; /* a position table; else rotary (not in the graph) */
+    int learned_positions; /* a position table; else rotary (its ops on q and k) */
     int tied_embeddings;   /* the LM head reads the embedding table */
     int linear_bias;       /* matmuls carry biases */
     int flash;             /* fused attention */
