@@ -249,6 +249,162 @@ double ap_cost_attention_backward(const ap_cluster *c, ap_dtype dt, double bn,
                           2 * attention_bytes(dt, bn, s, t, d, e), eff);
 }
 
+/* Context-parallel attention as Transformer Engine's AttnFuncWithCPAndKVP2P
+ * runs it (transformer_engine/pytorch/attention/dot_product_attention/
+ * context_parallel.py; Megatron-Core's --cp-comm-type p2p), bshd or sbhd,
+ * flash or cuDNN fused attention, bf16 or fp16. Rank r of cp holds the
+ * sequence chunks r and 2cp-1-r (load balancing), s query rows in all per
+ * head, and meets every rank's K and V over cp steps of a ring. Each step's
+ * attention is its own kernel, and each torch.compile'd correction
+ * (jit_fuser) its own pass over HBM. Rows are b*n*s query rows; the fp32
+ * log-sum-exp (lse) is 4 bytes a row. */
+typedef struct {
+    const ap_cluster *c;
+    ap_dtype dt;
+    double bn, bkv;  /* query heads and KV heads, times the batch */
+    double s, d, e;  /* local rows per head, head dims of q/k and v */
+    int causal, cp;
+} cp_attn;
+
+/* Step j of rank r causally: j == 0 is the diagonal block, causal over the
+ * two local chunks; 0 < j <= r the first half of the KV received (chunk
+ * r-j) against all local queries; j > r all the KV received against the
+ * second local chunk. Without a mask every step sees everything. */
+static int cp_whole_queries(const cp_attn *a, int r, int j)
+{
+    return !a->causal || j <= r;
+}
+
+/* One kernel over a step's block, forward or backward. */
+static double cp_block(const cp_attn *a, int r, int j, int backward)
+{
+    double s = a->s, sq = s, sk = s;
+    int causal = a->causal && j == 0;
+    if (a->causal && j > 0) {
+        if (j <= r)
+            sk = s / 2;
+        else
+            sq = s / 2;
+    }
+    return backward ? ap_cost_attention_backward(a->c, a->dt, a->bn, sq, sk, a->d, a->e, causal)
+                    : ap_cost_attention(a->c, a->dt, a->bn, sq, sk, a->d, a->e, causal);
+}
+
+/* flash_attn_fwd_softmax_lse_correction (or its second-half variant over
+ * half the rows): max, min, exp, log1p and add per row, reading both lse
+ * and writing the running one back. */
+#define CP_LSE_FLOPS 6.0
+
+static double cp_lse_correction(const cp_attn *a, double rows)
+{
+    return ap_cost_memop(a->c, CP_LSE_FLOPS * rows, 3 * 4 * rows);
+}
+
+/* flash_attn_fwd_out_correction (second-half variant over half the rows):
+ * out += out_per_step * exp(lse_per_step - lse), out in the activation
+ * dtype: out read and written, out_per_step and both lse read. */
+static double cp_out_correction(const cp_attn *a, double rows)
+{
+    double sz = dtype_bytes(a->dt), el = rows * a->e;
+    return ap_cost_memop(a->c, 2 * el + 2 * rows, 3 * sz * el + 2 * 4 * rows);
+}
+
+static double cp_forward(const cp_attn *a, int r)
+{
+    double rows = a->bn * a->s, sz = dtype_bytes(a->dt);
+    double t = 0;
+    for (int j = 0; j < a->cp; j++)
+        t += cp_block(a, r, j, 0);
+    /* Step 0's lse is cloned into the running lse, which every later step
+     * corrects. */
+    t += ap_cost_memop(a->c, 0, 2 * 4 * rows);
+    for (int j = 1; j < a->cp; j++)
+        t += cp_lse_correction(a, cp_whole_queries(a, r, j) ? rows : rows / 2);
+    /* flash_attn_fwd_out_correction_init scales step 0's output into out,
+     * cast back to the output's dtype (no fp32 accumulator, so no final
+     * cast); each later step is added in. */
+    double el = rows * a->e;
+    t += ap_cost_memop(a->c, 2 * el + 2 * rows, 2 * sz * el + 2 * 4 * rows);
+    for (int j = 1; j < a->cp; j++)
+        t += cp_out_correction(a, cp_whole_queries(a, r, j) ? rows : rows / 2);
+    return t;
+}
+
+/* copy_ (2 passes of the dtype) or add_ (3) of a gradient slice into the
+ * buffer it accumulates in; dq and dk, dv are all in the activation dtype. */
+static double cp_accumulate(const cp_attn *a, double elems, int add)
+{
+    double sz = dtype_bytes(a->dt);
+    return ap_cost_memop(a->c, add ? elems : 0, (add ? 3 : 2) * sz * elems);
+}
+
+/* dq at backward step i (forward step cp-1-i), sbhd: steps over the second
+ * half of the queries touch dq[1] only; rank r's step over the diagonal
+ * after them (i == cp-1-r) copies dq[0] and adds dq[1], or copies all of dq
+ * on the last rank, whose first step it is. */
+static double cp_dq(const cp_attn *a, int r, int i)
+{
+    double all = a->bn * a->s * a->d;
+    int first = a->cp - r - 1;
+    if (!a->causal || i > first)
+        return cp_accumulate(a, all, i > 0);
+    if (i == first)
+        return r == a->cp - 1 ? cp_accumulate(a, all, 0)
+                              : cp_accumulate(a, all / 2, 0) + cp_accumulate(a, all / 2, 1);
+    return cp_accumulate(a, all / 2, i > 0);
+}
+
+/* dK or dV (w = d or e) at backward step i, accumulated into the buffer that
+ * travels the ring with it: the diagonal step adds all of it (rank 0, whose
+ * first chunk no earlier step touched, adds the first half and copies the
+ * second); steps over the first half of the KV add into dkv[0]; the others
+ * copy (first step) or add the whole. */
+static double cp_dkv(const cp_attn *a, int r, int i, double w)
+{
+    double all = a->bkv * a->s * w;
+    if (!a->causal)
+        return cp_accumulate(a, all, i > 0);
+    if (i == a->cp - 1)
+        return r == 0 ? cp_accumulate(a, all / 2, 1) + cp_accumulate(a, all / 2, 0)
+                      : cp_accumulate(a, all, 1);
+    if (i >= a->cp - r - 1)
+        return cp_accumulate(a, all / 2, i > 0);
+    return cp_accumulate(a, all, i > 0);
+}
+
+static double cp_backward(const cp_attn *a, int r)
+{
+    double rows = a->bn * a->s, sz = dtype_bytes(a->dt);
+    /* The saved KV copied into the first ring buffer, and (causal, every
+     * rank but the last) the second half of the lse made contiguous. */
+    double t = ap_cost_memop(a->c, 0, 2 * sz * a->bkv * a->s * (a->d + a->e));
+    if (a->causal && r < a->cp - 1)
+        t += ap_cost_memop(a->c, 0, 2 * 4 * rows / 2);
+    for (int i = 0; i < a->cp; i++)
+        t += cp_block(a, r, a->cp - 1 - i, 1) + cp_dq(a, r, i) + cp_dkv(a, r, i, a->d) +
+             cp_dkv(a, r, i, a->e);
+    return t;
+}
+
+/* The ring moves in lock step, so the slowest rank sets the pace: the last
+ * rank forward (its later steps correct all of its rows), rank 0 backward
+ * for cp > 2 (its steps accumulate whole dK and dV). */
+double ap_cost_attention_cp(const ap_cluster *c, ap_dtype dt, double bn, double bkv,
+                            double s, double d, double e, int causal, int cp,
+                            int backward)
+{
+    if (!(bn > 0 && bkv > 0 && s > 0 && d > 0 && e > 0))
+        return 0;
+    if (cp <= 1)
+        return backward ? ap_cost_attention_backward(c, dt, bn, s, s, d, e, causal)
+                        : ap_cost_attention(c, dt, bn, s, s, d, e, causal);
+    cp_attn a = {c, dt, bn, bkv, s, d, e, causal, cp};
+    double worst = 0;
+    for (int r = 0; r < cp; r++)
+        worst = fmax(worst, backward ? cp_backward(&a, r) : cp_forward(&a, r));
+    return worst;
+}
+
 /* FLOPs per score of the memory-bound kernels between the two GEMMs: the
  * graph's own counts for a softmax and a dropout (graph/finalize.c), used
  * for their backward passes too; their bytes dominate either way. */

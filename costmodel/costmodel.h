@@ -155,6 +155,24 @@ double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,
 double ap_cost_attention_backward(const ap_cluster *c, ap_dtype dt, double bn,
                                   double s, double t, double d, double e,
                                   int causal);
+/* Context-parallel flash attention as Transformer Engine runs it for
+ * Megatron-Core (AttnFuncWithCPAndKVP2P in transformer_engine/pytorch/
+ * attention/dot_product_attention/context_parallel.py, --cp-comm-type p2p,
+ * bshd/sbhd, not fp8), forward or, with `backward`, backward, on one of `cp`
+ * ranks that each hold s query rows (the whole sequence over cp) of bn query
+ * heads and bkv KV heads (both times the batch). Causal, the load-balanced
+ * split: cp steps, the first causal over the local rows, the others over
+ * half the queries or half the keys; without a mask, cp steps of s x s.
+ * Every step is its own ap_cost_attention(_backward) at its block's size,
+ * and every correction its own ap_cost_memop at its bytes (docs/cost-model.md
+ * lists them): forward, the fp32 log-sum-exp merged and the output
+ * rescaled into the activation dtype each step; backward, dQ and dK, dV
+ * copied or added into their buffers each step, in the activation dtype.
+ * The slowest rank's time; the KV ring's traffic is not included. cp <= 1
+ * is plain ap_cost_attention(_backward) over s x s. */
+double ap_cost_attention_cp(const ap_cluster *c, ap_dtype dt, double bn, double bkv,
+                            double s, double d, double e, int causal, int cp,
+                            int backward);
 /* Unfused attention (Megatron-LM before flash attention), forward or, with
  * `backward`, backward; arguments as for ap_cost_attention, and `dropout` the
  * attention-dropout probability (0: no dropout kernels). One kernel per step,

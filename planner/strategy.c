@@ -612,7 +612,15 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
         double t = ap_label_size(x, q[1]);
         double d = ap_label_size(x, q[3]), e = ap_label_size(x, v[3]);
         ap_dtype dt = x->g->tensors[op->inputs[0]].dtype;
-        if (op->flash) {
+        int cp = split_of(x, s, q[1]);
+        if (op->flash && cp > 1) {
+            /* Context parallel: Transformer Engine's ring runs one kernel
+             * per step and corrects the partial results between them. */
+            double bkv = bn * ap_label_size(x, shape_of(x, op->inputs[1])[2]) /
+                         ap_label_size(x, q[2]);
+            c->fwd = ap_cost_attention_cp(x->c, dt, bn, bkv, sq, d, e, op->causal, cp, 0);
+            c->bwd = ap_cost_attention_cp(x->c, dt, bn, bkv, sq, d, e, op->causal, cp, 1);
+        } else if (op->flash) {
             c->fwd = ap_cost_attention(x->c, dt, bn, sq, t, d, e, op->causal);
             c->bwd = ap_cost_attention_backward(x->c, dt, bn, sq, t, d, e, op->causal);
         } else {
