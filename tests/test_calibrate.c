@@ -36,6 +36,31 @@ static double step_on(const ap_graph *g, const ap_cluster *c)
     return t;
 }
 
+/* The model, a preset cluster of 8 GPUs and SPEC, every test's start. */
+typedef struct {
+    ap_graph *g;
+    ap_cluster c;
+    ap_megatron m;
+} fixture;
+
+static int setup(fixture *f, const char *preset)
+{
+    char err[AP_ERR_LEN];
+    memset(f, 0, sizeof *f);
+    f->g = gpt();
+    if (f->g && !ap_cluster_preset(preset, 8, 8, &f->c, err) && !spec(&f->m))
+        return 0;
+    CHECK(0);
+    ap_graph_free(f->g);
+    return -1;
+}
+
+static void teardown(fixture *f)
+{
+    ap_cluster_free(&f->c);
+    ap_graph_free(f->g);
+}
+
 /* A run measured 20% slower than the preset predicts: the calibrated
  * cluster prices it at the measured step, with every tensor-core
  * efficiency scaled by the same factor, below 1/1.2: the tensor-core
@@ -43,103 +68,80 @@ static double step_on(const ap_graph *g, const ap_cluster *c)
  * communication, the rest of the step, do not scale. */
 static void a_slower_run_scales_the_tensor_core_rates_down_by_one_factor(void)
 {
-    ap_graph *g = gpt();
-    ap_cluster c, before;
-    ap_megatron m;
+    fixture f;
+    ap_cluster before;
     ap_calibration k;
     char err[AP_ERR_LEN];
-    if (!g || ap_cluster_preset("h100-sxm", 8, 8, &c, err) || spec(&m)) {
-        CHECK(0);
-        ap_graph_free(g);
+    if (setup(&f, "h100-sxm"))
         return;
-    }
-    before = c;
-    double preset = step_on(g, &c);
-    REQUIRE_OK(ap_calibrate_megatron(g, &c, &m, 1.2 * preset, &k, err), err);
-    CHECK_NEAR(step_on(g, &c) / (1.2 * preset), 1, 1e-9);
+    before = f.c;
+    double preset = step_on(f.g, &f.c);
+    REQUIRE_OK(ap_calibrate_megatron(f.g, &f.c, &f.m, 1.2 * preset, &k, err), err);
+    CHECK_NEAR(step_on(f.g, &f.c) / (1.2 * preset), 1, 1e-9);
     CHECK_NEAR(k.predicted_s, 1.2 * preset, 1e-9 * preset);
     CHECK_NEAR(k.preset_s, preset, 1e-12);
     CHECK(k.scale < 1 / 1.2 && k.scale > 0.5);
-    CHECK_NEAR(c.gemm_eff, before.gemm_eff * k.scale, 1e-15);
-    CHECK_NEAR(c.attn_eff, before.attn_eff * k.scale, 1e-15);
-    CHECK_NEAR(c.attn_bwd_eff, before.attn_bwd_eff * k.scale, 1e-15);
-    CHECK(c.hbm_eff == before.hbm_eff && c.intra_bw == before.intra_bw);
-    CHECK(c.calib_scale == k.scale && c.calib_measured_s == 1.2 * preset);
+    CHECK_NEAR(f.c.gemm_eff, before.gemm_eff * k.scale, 1e-15);
+    CHECK_NEAR(f.c.attn_eff, before.attn_eff * k.scale, 1e-15);
+    CHECK_NEAR(f.c.attn_bwd_eff, before.attn_bwd_eff * k.scale, 1e-15);
+    CHECK(f.c.hbm_eff == before.hbm_eff && f.c.intra_bw == before.intra_bw);
+    CHECK(f.c.calib_scale == k.scale && f.c.calib_measured_s == 1.2 * preset);
     CHECK(k.compute_share > 0.5 && k.compute_share < 1);
-    ap_cluster_free(&c);
-    ap_graph_free(g);
+    teardown(&f);
 }
 
 /* The measured step of the preset's own prediction calibrates to 1. */
 static void the_presets_own_prediction_calibrates_to_one(void)
 {
-    ap_graph *g = gpt();
-    ap_cluster c;
-    ap_megatron m;
+    fixture f;
     ap_calibration k;
     char err[AP_ERR_LEN];
-    if (!g || ap_cluster_preset("a100-80g", 8, 8, &c, err) || spec(&m)) {
-        CHECK(0);
-        ap_graph_free(g);
+    if (setup(&f, "a100-80g"))
         return;
-    }
-    REQUIRE_OK(ap_calibrate_megatron(g, &c, &m, step_on(g, &c), &k, err), err);
+    REQUIRE_OK(ap_calibrate_megatron(f.g, &f.c, &f.m, step_on(f.g, &f.c), &k, err), err);
     CHECK_NEAR(k.scale, 1, 1e-9);
-    ap_cluster_free(&c);
-    ap_graph_free(g);
+    teardown(&f);
 }
 
 /* Faster than every kernel at peak, or slower than 1/16 of the rates:
  * refused, naming both bounds, and the cluster keeps its efficiencies. */
 static void steps_out_of_reach_are_refused_and_leave_the_cluster_alone(void)
 {
-    ap_graph *g = gpt();
-    ap_cluster c;
-    ap_megatron m;
+    fixture f;
     ap_calibration k;
     char err[AP_ERR_LEN];
-    if (!g || ap_cluster_preset("h100-sxm", 8, 8, &c, err) || spec(&m)) {
-        CHECK(0);
-        ap_graph_free(g);
+    if (setup(&f, "h100-sxm"))
         return;
-    }
-    double eff = c.gemm_eff, preset = step_on(g, &c);
-    CHECK(ap_calibrate_megatron(g, &c, &m, 0.5 * preset, &k, err) == AP_EINPUT);
+    double eff = f.c.gemm_eff, preset = step_on(f.g, &f.c);
+    CHECK(ap_calibrate_megatron(f.g, &f.c, &f.m, 0.5 * preset, &k, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "is out of reach: this configuration prices at");
     CHECK_STR_HAS(err, "with every tensor-core kernel at peak");
-    CHECK(c.gemm_eff == eff && c.calib_scale == 0);
-    CHECK(ap_calibrate_megatron(g, &c, &m, 100 * preset, &k, err) == AP_EINPUT);
+    CHECK(f.c.gemm_eff == eff && f.c.calib_scale == 0);
+    CHECK(ap_calibrate_megatron(f.g, &f.c, &f.m, 100 * preset, &k, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "at 1/16 of the cluster's rates");
-    CHECK(c.gemm_eff == eff);
-    CHECK(ap_calibrate_megatron(g, &c, &m, -1, &k, err) == AP_EINPUT);
+    CHECK(f.c.gemm_eff == eff);
+    CHECK(ap_calibrate_megatron(f.g, &f.c, &f.m, -1, &k, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "positive number of seconds");
-    ap_cluster_free(&c);
-    ap_graph_free(g);
+    teardown(&f);
 }
 
 /* A profile's GEMM samples set the GEMM rate themselves: scaling the
  * efficiency under them would change nothing, so it is refused. */
 static void a_profiled_cluster_is_refused(void)
 {
-    ap_graph *g = gpt();
-    ap_cluster c;
-    ap_megatron m;
+    fixture f;
     ap_calibration k;
     char err[AP_ERR_LEN];
     ap_gemm_sample s = {AP_BF16, 4096, 4096, 4096, 2e-4};
-    if (!g || ap_cluster_preset("h100-sxm", 8, 8, &c, err) || spec(&m)) {
-        CHECK(0);
-        ap_graph_free(g);
+    if (setup(&f, "h100-sxm"))
         return;
-    }
-    c.gemm = &s;
-    c.ngemm = 1;
-    CHECK(ap_calibrate_megatron(g, &c, &m, 10, &k, err) == AP_EINPUT);
+    f.c.gemm = &s;
+    f.c.ngemm = 1;
+    CHECK(ap_calibrate_megatron(f.g, &f.c, &f.m, 10, &k, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "carries measured GEMM times (a profile)");
-    c.gemm = NULL;
-    c.ngemm = 0;
-    ap_cluster_free(&c);
-    ap_graph_free(g);
+    f.c.gemm = NULL;
+    f.c.ngemm = 0;
+    teardown(&f);
 }
 
 /* The cluster file keeps what was calibrated, and a whole record is
