@@ -31,22 +31,21 @@ static double largest_efficiency(const ap_cluster *c)
     return fmax(c->gemm_eff, fmax(c->attn_eff, c->attn_bwd_eff));
 }
 
-/* Prices m at factor f and returns its step time, or a negative status. */
-static double priced(const ap_graph *g, const ap_cluster *base, ap_cluster *c,
-                     const ap_megatron *m, double f, ap_calibration *out,
-                     char *err)
+/* Prices m at factor f into *t (and into out, when given). */
+static int priced(const ap_graph *g, const ap_cluster *base, ap_cluster *c,
+                  const ap_megatron *m, double f, double *t, ap_calibration *out,
+                  char *err)
 {
     ap_plan p;
     scale_efficiencies(base, f, c);
-    if (ap_megatron_plan(g, c, m, &p, err))
-        return -1;
-    double t = p.step_time;
-    if (out) {
+    int rc = ap_megatron_plan(g, c, m, &p, err);
+    *t = p.step_time;
+    if (!rc && out) {
         out->compute_share = p.step_time > 0 ? p.t_compute / p.step_time : 0;
-        out->predicted_s = t;
+        out->predicted_s = p.step_time;
     }
     ap_plan_free(&p);
-    return t;
+    return rc;
 }
 
 static int check_inputs(const ap_cluster *c, double measured, char *err)
@@ -69,25 +68,21 @@ static int check_inputs(const ap_cluster *c, double measured, char *err)
     return AP_OK;
 }
 
-int ap_calibrate_megatron(const ap_graph *g, ap_cluster *c, const ap_megatron *m,
-                          double measured, ap_calibration *out, char *err)
+/* The factor in [1/16, 1/max_eff] at which m prices at `measured`,
+ * found by bisection on its log, into out; c is left scaled anyhow. */
+static int solve(const ap_graph *g, const ap_cluster *base, ap_cluster *c,
+                 const ap_megatron *m, double measured, ap_calibration *out,
+                 char *err)
 {
-    memset(out, 0, sizeof *out);
-    int rc = check_inputs(c, measured, err);
-    if (rc)
+    double lo = CALIBRATE_MIN_SCALE, hi = 1 / largest_efficiency(base);
+    double preset, fastest, slowest, t;
+    int rc;
+    if ((rc = priced(g, base, c, m, 1, &preset, out, err)) ||
+        (rc = priced(g, base, c, m, hi, &fastest, NULL, err)) ||
+        (rc = priced(g, base, c, m, lo, &slowest, NULL, err)))
         return rc;
-    ap_cluster base = *c;
-    double lo = CALIBRATE_MIN_SCALE, hi = 1 / largest_efficiency(&base);
-    double preset = priced(g, &base, c, m, 1, out, err);
-    double fastest = preset < 0 ? -1 : priced(g, &base, c, m, hi, NULL, err);
-    double slowest = fastest < 0 ? -1 : priced(g, &base, c, m, lo, NULL, err);
-    if (slowest < 0) {
-        scale_efficiencies(&base, 1, c);
-        return AP_EINPUT;
-    }
     out->preset_s = preset;
     if (measured < fastest || measured > slowest) {
-        scale_efficiencies(&base, 1, c);
         snprintf(err, AP_ERR_LEN,
                  "a measured step of %.4g s is out of reach: this configuration "
                  "prices at %.4g s with every tensor-core kernel at peak and %.4g s "
@@ -98,18 +93,29 @@ int ap_calibrate_megatron(const ap_graph *g, ap_cluster *c, const ap_megatron *m
     }
     for (int i = 0; i < CALIBRATE_ITERS; i++) {
         double mid = sqrt(lo * hi);
-        double t = priced(g, &base, c, m, mid, NULL, err);
-        if (t < 0)
-            return AP_EINTERNAL;
+        if ((rc = priced(g, base, c, m, mid, &t, NULL, err)))
+            return rc;
         if (t > measured)
             lo = mid;
         else
             hi = mid;
     }
     out->scale = sqrt(lo * hi);
-    if (priced(g, &base, c, m, out->scale, out, err) < 0)
-        return AP_EINTERNAL;
-    scale_efficiencies(&base, out->scale, c);
+    return priced(g, base, c, m, out->scale, &t, out, err);
+}
+
+int ap_calibrate_megatron(const ap_graph *g, ap_cluster *c, const ap_megatron *m,
+                          double measured, ap_calibration *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = check_inputs(c, measured, err);
+    if (rc)
+        return rc;
+    ap_cluster base = *c;
+    rc = solve(g, &base, c, m, measured, out, err);
+    scale_efficiencies(&base, rc ? 1 : out->scale, c);
+    if (rc)
+        return rc;
     c->calib_scale = (base.calib_scale > 0 ? base.calib_scale : 1) * out->scale;
     c->calib_measured_s = measured;
     return AP_OK;
