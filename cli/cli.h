@@ -42,6 +42,11 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
  * 2 after printing the error. */
 int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
                      const char *usage);
+/* Reads `--megatron SPEC` or `--megatron-args FLAGS` into *m: returns the
+ * arguments used (2), 0 when `a` is neither or has no value, or the exit
+ * code negated after printing the parser's error. */
+int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
+                        ap_megatron *m);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,

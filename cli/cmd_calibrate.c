@@ -41,7 +41,6 @@ typedef struct {
 /* Returns -1 when the arguments are complete, else the exit code. */
 static int parse_args(int argc, char **argv, calib_args *a)
 {
-    char err[AP_ERR_LEN];
     for (int i = 0; i < argc; i++) {
         const char *s = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = ap_cli_common_arg(&a->cm, "calibrate", s, v);
@@ -52,13 +51,9 @@ static int parse_args(int argc, char **argv, calib_args *a)
         } else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
             fputs(usage_text, stdout);
             return 0;
-        } else if ((!strcmp(s, "--megatron") || !strcmp(s, "--megatron-args")) && v) {
-            int rc = !strcmp(s, "--megatron") ? ap_megatron_parse(v, &a->m, err)
-                                              : ap_megatron_parse_args(v, &a->m, err);
-            if (rc) {
-                fprintf(stderr, "autopar calibrate: %s\n", err);
-                return rc;
-            }
+        } else if ((used = ap_cli_megatron_arg("calibrate", s, v, &a->m)) != 0) {
+            if (used < 0)
+                return -used;
             a->spec = v;
             i++;
         } else if (!strcmp(s, "--measured-step") && v) {
@@ -68,11 +63,8 @@ static int parse_args(int argc, char **argv, calib_args *a)
         } else if (!strcmp(s, "-o") && v) {
             a->out = v;
             i++;
-        } else if (s[0] == '-' || a->cm.model) {
-            fprintf(stderr, "autopar calibrate: unexpected argument '%s'\n%s", s, usage_text);
+        } else if (ap_cli_model_arg(&a->cm, "calibrate", s, usage_text)) {
             return 2;
-        } else {
-            a->cm.model = s;
         }
     }
     if (a->cm.model && a->spec && a->measured > 0 && a->out)

@@ -183,7 +183,6 @@ typedef struct {
 
 static int parse(int argc, char **argv, options *o)
 {
-    char err[AP_ERR_LEN];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -211,12 +210,9 @@ static int parse(int argc, char **argv, options *o)
                 fprintf(stderr, "autopar compare: give one --megatron or --megatron-args\n");
                 return 2;
             }
-            int rc = !strcmp(a, "--megatron") ? ap_megatron_parse(v, &o->m, err)
-                                              : ap_megatron_parse_args(v, &o->m, err);
-            if (rc) {
-                fprintf(stderr, "autopar compare: %s\n", err);
-                return rc;
-            }
+            int rc = ap_cli_megatron_arg("compare", a, v, &o->m);
+            if (rc < 0)
+                return -rc;
             o->have_megatron = 1;
             i++;
         } else if (ap_cli_model_arg(&o->cm, "compare", a, usage_text)) {

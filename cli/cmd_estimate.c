@@ -85,13 +85,9 @@ int ap_cmd_estimate(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if ((!strcmp(a, "--megatron") || !strcmp(a, "--megatron-args")) && v) {
-            int rc = !strcmp(a, "--megatron") ? ap_megatron_parse(v, &m, err)
-                                              : ap_megatron_parse_args(v, &m, err);
-            if (rc) {
-                fprintf(stderr, "autopar estimate: %s\n", err);
-                return rc;
-            }
+        } else if ((used = ap_cli_megatron_arg("estimate", a, v, &m)) != 0) {
+            if (used < 0)
+                return -used;
             have = 1;
             i++;
         } else if (ap_cli_model_arg(&cm, "estimate", a, usage_text)) {

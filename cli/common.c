@@ -100,6 +100,21 @@ int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
     return 0;
 }
 
+int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
+                        ap_megatron *m)
+{
+    char err[AP_ERR_LEN];
+    int spec = !strcmp(a, "--megatron");
+    if (!v || (!spec && strcmp(a, "--megatron-args")))
+        return 0;
+    int rc = spec ? ap_megatron_parse(v, m, err) : ap_megatron_parse_args(v, m, err);
+    if (rc) {
+        fprintf(stderr, "autopar %s: %s\n", cmd, err);
+        return -rc;
+    }
+    return 2;
+}
+
 static int plannable(const ap_graph *g, const char *cmd)
 {
     int classes = 0;
