@@ -302,16 +302,17 @@ static double cp_lse_correction(const cp_attn *a, double rows)
 
 /* flash_attn_fwd_out_correction (second-half variant over half the rows):
  * out += out_per_step * exp(lse_per_step - lse), out in the activation
- * dtype: out read and written, out_per_step and both lse read. */
-static double cp_out_correction(const cp_attn *a, double rows)
+ * dtype: out read and written, out_per_step and both lse read. The first
+ * step's (init) writes out without reading it: two passes, not three. */
+static double cp_out_correction(const cp_attn *a, double rows, int init)
 {
     double sz = dtype_bytes(a->dt), el = rows * a->e;
-    return ap_cost_memop(a->c, 2 * el + 2 * rows, 3 * sz * el + 2 * 4 * rows);
+    return ap_cost_memop(a->c, 2 * el + 2 * rows, (init ? 2 : 3) * sz * el + 2 * 4 * rows);
 }
 
 static double cp_forward(const cp_attn *a, int r)
 {
-    double rows = a->bn * a->s, sz = dtype_bytes(a->dt);
+    double rows = a->bn * a->s;
     double t = 0;
     for (int j = 0; j < a->cp; j++)
         t += cp_block(a, r, j, 0);
@@ -323,10 +324,9 @@ static double cp_forward(const cp_attn *a, int r)
     /* flash_attn_fwd_out_correction_init scales step 0's output into out,
      * cast back to the output's dtype (no fp32 accumulator, so no final
      * cast); each later step is added in. */
-    double el = rows * a->e;
-    t += ap_cost_memop(a->c, 2 * el + 2 * rows, 2 * sz * el + 2 * 4 * rows);
+    t += cp_out_correction(a, rows, 1);
     for (int j = 1; j < a->cp; j++)
-        t += cp_out_correction(a, cp_whole_queries(a, r, j) ? rows : rows / 2);
+        t += cp_out_correction(a, cp_whole_queries(a, r, j) ? rows : rows / 2, 0);
     return t;
 }
 
