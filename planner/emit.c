@@ -172,7 +172,10 @@ static void megatron_model(sbuf *b, const ap_model_shape *s)
         put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n",
             s->experts, s->top_k, s->ffn);
     put(b, "  --seq-length %lld\n  --max-position-embeddings %lld\n", s->seq, s->seq);
-    put(b, "  --position-embedding-type %s\n", s->learned_positions ? "learned_absolute" : "rope");
+    put(b, "  --position-embedding-type %s\n", s->learned_positions ? "learned_absolute"
+        : s->rotary_percent > 0 ? "rope" : "none");
+    if (!s->learned_positions && s->rotary_percent > 0 && s->rotary_percent < 1)
+        put(b, "  --rotary-percent %.17g\n", s->rotary_percent);
     if (s->rmsnorm)
         put(b, "  --normalization RMSNorm\n");
     if (s->swiglu)

@@ -131,6 +131,12 @@ static int check_shape(const ap_graph *g, const ap_plan_desc *p, char *err)
                      names[i], want[i], g->source, have[i]);
             return AP_EINPUT;
         }
+    if (p->shape.rotary_percent >= 0 && p->shape.rotary_percent != s.rotary_percent) {
+        errf(err, "%s: model_shape.rotary_percent is %g but the model %s rotates "
+                 "%g of each head; pass the plan's model with --model", p->source,
+                 p->shape.rotary_percent, g->source, s.rotary_percent);
+        return AP_EINPUT;
+    }
     return AP_OK;
 }
 
@@ -442,13 +448,29 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
     return AP_OK;
 }
 
+/* What a launcher's model flags cannot state. Only Megatron-LM's export
+ * states the architecture; the others run the user's own model code. */
+static int check_architecture(const ap_graph *g, const ap_plan_desc *p,
+                              ap_launcher to, char *err)
+{
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    if (to == AP_LAUNCHER_MEGATRON && s.parallel_residual)
+        return refuse(p, err, "%s's transformer layer runs attention and then the MLP; "
+                      "the model runs them side by side on the layer's input (%s), "
+                      "which no Megatron-LM flag states", ap_launcher_name(to),
+                      "a parallel residual, as GPT-NeoX's use_parallel_residual");
+    return AP_OK;
+}
+
 int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
                      ap_degrees *d, char *err)
 {
     const char *who = ap_launcher_name(to);
     memset(d, 0, sizeof *d);
     int rc;
-    if ((rc = check_shape(g, p, err)) || (rc = check_stages(g, p, who, err)) ||
+    if ((rc = check_shape(g, p, err)) || (rc = check_architecture(g, p, to, err)) ||
+        (rc = check_stages(g, p, who, err)) ||
         (rc = check_pipeline(g, p, d, err)))
         return rc;
     const ap_plan_desc_stage *s0 = &p->stages[0];

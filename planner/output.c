@@ -165,7 +165,11 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddStringToObject(o, "dtype", ap_dtype_name(s.dtype));
     cJSON_AddStringToObject(o, "norm", s.rmsnorm ? "rmsnorm" : "layernorm");
     cJSON_AddStringToObject(o, "mlp", s.swiglu ? "swiglu" : "plain");
-    cJSON_AddStringToObject(o, "positions", s.learned_positions ? "learned" : "rotary");
+    cJSON_AddStringToObject(o, "positions", s.learned_positions ? "learned"
+                            : s.rotary_percent > 0 ? "rotary" : "none");
+    if (!s.learned_positions && s.rotary_percent > 0)
+        cJSON_AddNumberToObject(o, "rotary_percent", s.rotary_percent);
+    cJSON_AddBoolToObject(o, "parallel_residual", s.parallel_residual);
     cJSON_AddBoolToObject(o, "tied_embeddings", s.tied_embeddings);
     cJSON_AddBoolToObject(o, "linear_bias", s.linear_bias);
     cJSON_AddBoolToObject(o, "flash_attention", s.flash);

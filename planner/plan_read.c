@@ -347,6 +347,25 @@ static int check_cover(const reader *r, const ap_plan_desc *p)
     return AP_OK;
 }
 
+/* rotary_percent and parallel_residual came after the first plans: a
+ * rotary plan without the share reads as -1 (unknown, not checked), and
+ * without parallel_residual as sequential layers. */
+static int parse_rotary(const reader *r, const cJSON *o, int rotary, ap_model_shape *s)
+{
+    int rc = AP_OK;
+    s->rotary_percent = rotary ? -1 : 0;
+    if (field(o, "rotary_percent")) {
+        if (!rotary)
+            return fail(r, "model_shape.rotary_percent", "given, but positions are "
+                        "not rotary");
+        rc = get_number(r, o, "rotary_percent", "model_shape", 1e-9, 1,
+                        &s->rotary_percent);
+    }
+    if (!rc && field(o, "parallel_residual"))
+        rc = get_bool(r, o, "parallel_residual", "model_shape", &s->parallel_residual);
+    return rc;
+}
+
 static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
 {
     const char *at = "model_shape";
@@ -396,12 +415,13 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
         return fail(r, "model_shape.norm", "\"%s\" is not rmsnorm or layernorm", norm);
     if (strcmp(act, "swiglu") && strcmp(act, "plain"))
         return fail(r, "model_shape.mlp", "\"%s\" is not swiglu or plain", act);
-    if (strcmp(pos, "learned") && strcmp(pos, "rotary"))
-        return fail(r, "model_shape.positions", "\"%s\" is not learned or rotary", pos);
+    if (strcmp(pos, "learned") && strcmp(pos, "rotary") && strcmp(pos, "none"))
+        return fail(r, "model_shape.positions", "\"%s\" is not learned, rotary or none",
+                    pos);
     s->rmsnorm = !strcmp(norm, "rmsnorm");
     s->swiglu = !strcmp(act, "swiglu");
     s->learned_positions = !strcmp(pos, "learned");
-    return AP_OK;
+    return parse_rotary(r, o, !strcmp(pos, "rotary"), s);
 }
 
 static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)

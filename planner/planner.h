@@ -522,7 +522,13 @@ typedef struct {
     ap_dtype dtype;
     int rmsnorm;           /* else LayerNorm */
     int swiglu;            /* gated SiLU MLP; else the model's activation */
-    int learned_positions; /* a position table; else rotary (its ops on q and k) */
+    int learned_positions; /* a position table before the layers */
+    double rotary_percent; /* of each head's width that rotary ops on q and k
+                              rotate: 1, less for a partial rotary embedding
+                              (GPT-NeoX's rotary_pct), 0 without rotary ops;
+                              -1 in a plan read back that does not say */
+    int parallel_residual; /* attention and MLP both read the layer's input
+                              (GPT-NeoX's use_parallel_residual) */
     int tied_embeddings;   /* the LM head reads the embedding table */
     int linear_bias;       /* matmuls carry biases */
     int flash;             /* fused attention */

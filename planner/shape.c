@@ -16,8 +16,7 @@ static int is_param(const ap_graph *g, int t)
 }
 
 /* A position table is a second embedding before the layers, or a
- * parameter added to the token embeddings there. Rotary embeddings are not
- * in the graph, so a model without a table is taken to use them. */
+ * parameter added to the token embeddings there. */
 static int has_position_table(const ap_graph *g)
 {
     int embeddings = 0;
@@ -31,6 +30,42 @@ static int has_position_table(const ap_graph *g)
             for (int k = 0; k < op->ninputs; k++)
                 if (is_param(g, op->inputs[k]))
                     return 1;
+    }
+    return 0;
+}
+
+/* The share of the rotated input's last dimension that the first rotary op
+ * in a layer rotates: its cos/sin table's last label, or all of it without
+ * a table. */
+static double rotary_percent(const ap_graph *g)
+{
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind != AP_OP_UNARY || op->sub != AP_UNARY_ROTARY || op->layer < 0)
+            continue;
+        const ap_tensor *x = &g->tensors[op->inputs[0]];
+        const ap_tensor *t = op->ninputs > 1 ? &g->tensors[op->inputs[1]] : x;
+        double d = (double)ap_graph_dim(g, x->shape[x->rank - 1])->size;
+        double r = (double)ap_graph_dim(g, t->shape[t->rank - 1])->size;
+        return r / d;
+    }
+    return 0;
+}
+
+/* Parallel residual: two norms of one layer read the same tensor, the
+ * layer's input, so attention and MLP run side by side. */
+static int has_parallel_residual(const ap_graph *g)
+{
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *a = &g->ops[i];
+        if (a->kind != AP_OP_NORM || a->layer < 0)
+            continue;
+        for (int j = i + 1; j < g->nops; j++) {
+            const ap_op *b = &g->ops[j];
+            if (b->kind == AP_OP_NORM && b->layer == a->layer &&
+                b->inputs[0] == a->inputs[0])
+                return 1;
+        }
     }
     return 0;
 }
@@ -85,5 +120,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     }
     s->swiglu = silu && mul;
     s->learned_positions = has_position_table(g);
+    s->rotary_percent = rotary_percent(g);
+    s->parallel_residual = has_parallel_residual(g);
     s->tied_embeddings = head_is_tied(g);
 }

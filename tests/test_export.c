@@ -5,6 +5,8 @@
  * launcher needs. */
 #include "model.h"
 
+#include <cjson/cJSON.h>
+
 #include "planner/planner.h"
 
 static ap_graph *load(const char *rel)
@@ -132,6 +134,125 @@ static void megatron_flags_state_the_model_shape(void)
     CHECK_STR_HAS(text, "--untie-embeddings-and-output-weights\n");
     CHECK_STR_HAS(text, "torchrun --nnodes 2 --nproc-per-node 8");
     CHECK(text && !strstr(text, "--kv-channels")); /* 32 x 128 = 4096 */
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+static ap_graph *neox(const char *extra)
+{
+    char cfg[512], err[AP_ERR_LEN];
+    snprintf(cfg, sizeof cfg,
+             "{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 2, \"hidden_size\": 256,"
+             " \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"vocab_size\": 1024,"
+             " \"max_position_embeddings\": 128%s}", extra);
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = NULL;
+    if (ap_graph_from_hf(cfg, strlen(cfg), "neox.json", &o, &g, err))
+        fprintf(stderr, "%s\n", err);
+    return g;
+}
+
+/* GPT-NeoX rotates rotary_pct of each 64-wide head (16 of 64 here):
+ * Megatron-LM trains that model only with --rotary-percent, and plan.json
+ * records the share so that an export checks it against the model. */
+static void partial_rotary_is_stated_as_rotary_percent(void)
+{
+    ap_graph *g = neox(", \"rotary_pct\": 0.25, \"use_parallel_residual\": false");
+    REQUIRE_OK(g ? 0 : 1, "neox.json did not load");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(megatron_desc(g, 8, "tp=2,pp=1,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    CHECK_NEAR(d.shape.rotary_percent, 0.25, 0);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--position-embedding-type rope\n  --rotary-percent 0.25\n");
+    free(text);
+    d.shape.rotary_percent = 0.5;
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "model_shape.rotary_percent is 0.5 but the model neox.json rotates 0.25");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* Whole-head rotary, as Llama's, is Megatron-LM's default: no flag. */
+static void whole_head_rotary_needs_no_rotary_percent(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(megatron_desc(g, 8, "tp=8,pp=1,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    CHECK_NEAR(d.shape.rotary_percent, 1, 0);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK(text && !strstr(text, "--rotary-percent"));
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* GPT-NeoX's parallel residual (attention and MLP both on the layer's
+ * input) has no Megatron-LM flag: exporting it would train another model.
+ * DeepSpeed runs the user's own model code, so its config is written. */
+static void parallel_residual_is_refused_by_megatron_only(void)
+{
+    ap_graph *g = neox(", \"rotary_pct\": 0.25");
+    REQUIRE_OK(g ? 0 : 1, "neox.json did not load");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(megatron_desc(g, 8, "tp=1,pp=1,mbs=1,gbs=64,zero=0,overlap_grad=0", &d, NULL),
+               "see above");
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK(text == NULL);
+    CHECK_STR_HAS(err, "plan.json: Megatron-LM's transformer layer runs attention and then "
+                       "the MLP; the model runs them side by side");
+    CHECK_STR_HAS(err, "parallel residual");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err), err);
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* A model with neither a position table nor rotary ops (gpt-tiny without
+ * its position add) is stated as Megatron-LM's "none", not as RoPE. */
+static void model_without_positions_is_stated_as_none(void)
+{
+    char path[512], err[AP_ERR_LEN], *text = NULL;
+    snprintf(path, sizeof path, "%s/examples/gpt-tiny.json", ap_test_src());
+    FILE *f = fopen(path, "rb");
+    REQUIRE_OK(f ? 0 : 1, path);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *m = cJSON_Parse(buf);
+    REQUIRE_OK(m ? 0 : 1, "gpt-tiny.json does not parse");
+    cJSON *ops = cJSON_GetObjectItem(m, "ops"), *tensors = cJSON_GetObjectItem(m, "tensors");
+    for (int i = cJSON_GetArraySize(ops) - 1; i >= 0; i--) {
+        cJSON *op = cJSON_GetArrayItem(ops, i);
+        const char *name = cJSON_GetObjectItem(op, "name")->valuestring;
+        if (!strcmp(name, "pos"))
+            cJSON_DeleteItemFromArray(ops, i);
+        else if (!strcmp(name, "embed"))
+            cJSON_ReplaceItemInArray(cJSON_GetObjectItem(op, "outputs"), 0,
+                                     cJSON_CreateString("x0"));
+    }
+    for (int i = cJSON_GetArraySize(tensors) - 1; i >= 0; i--) {
+        const char *name = cJSON_GetObjectItem(cJSON_GetArrayItem(tensors, i), "name")->valuestring;
+        if (!strcmp(name, "wpe") || !strcmp(name, "tok"))
+            cJSON_DeleteItemFromArray(tensors, i);
+    }
+    char *json = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    ap_graph *g = NULL;
+    int rc = ap_graph_parse_json(json, strlen(json), "nopos.json", &g, err);
+    free(json);
+    REQUIRE_OK(rc, err);
+    ap_plan_desc d;
+    REQUIRE_OK(megatron_desc(g, 8, "tp=1,pp=1,mbs=1", &d, NULL), "see above");
+    CHECK_NEAR(d.shape.rotary_percent, 0, 0);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--position-embedding-type none\n");
+    CHECK(text && !strstr(text, "--rotary-percent"));
     free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
@@ -303,5 +424,9 @@ int main(void)
     RUN(deepspeed_config_states_batch_and_zero);
     RUN(torchtitan_batch_flags_follow_the_pipeline);
     RUN(reader_names_the_field_at_fault);
+    RUN(partial_rotary_is_stated_as_rotary_percent);
+    RUN(whole_head_rotary_needs_no_rotary_percent);
+    RUN(parallel_residual_is_refused_by_megatron_only);
+    RUN(model_without_positions_is_stated_as_none);
     return DONE();
 }
