@@ -80,6 +80,17 @@ void ap_cluster_free(ap_cluster *c)
     c->ngemm = c->ncoll = 0;
 }
 
+const char *ap_cluster_basis(const ap_cluster *c)
+{
+    if (c->calib_scale > 0)
+        return "calibrated";
+    if (c->ngemm > 0 || c->ncoll > 0)
+        return "profile";
+    if (!strcmp(c->source, "preset"))
+        return "preset";
+    return "file";
+}
+
 int ap_cluster_gpus(const ap_cluster *c)
 {
     return c->nodes * c->gpus_per_node;

@@ -106,6 +106,11 @@ int ap_cluster_preset(const char *name, int gpus, int gpus_per_node,
 int ap_cluster_set_size(ap_cluster *c, int gpus, int gpus_per_node, char *err);
 /* A comma-separated list of the preset names, for messages. */
 const char *ap_cluster_preset_names(void);
+/* Where the cluster's prices come from, for reports: "calibrated" (scaled
+ * to a measured step by `autopar calibrate`), "profile" (measured GEMM or
+ * collective tables), "preset" (datasheet peaks and published efficiencies)
+ * or "file" (a cluster file's own figures). A static string. */
+const char *ap_cluster_basis(const ap_cluster *c);
 /* Loads a cluster file (docs/cluster-format.md). `gpus` and `gpus_per_node`,
  * when non-zero, override the file's counts. */
 int ap_cluster_load(const char *path, int gpus, int gpus_per_node,

@@ -108,6 +108,8 @@ static cJSON *prediction_json(const ap_plan *p)
 {
     cJSON *pr = cJSON_CreateObject();
     cJSON_AddNumberToObject(pr, "step_time_s", p->step_time);
+    cJSON_AddStringToObject(pr, "cluster", p->cluster);
+    cJSON_AddStringToObject(pr, "cluster_basis", p->cluster_basis);
     cJSON_AddBoolToObject(pr, "fp8", p->fp8);
     cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->tp_overlap);
     cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
@@ -184,6 +186,7 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON_AddStringToObject(o, "model_path", g->source);
     cJSON_AddItemToObject(o, "model_shape", shape_json(g));
     cJSON_AddStringToObject(o, "cluster", p->cluster);
+    cJSON_AddStringToObject(o, "cluster_basis", p->cluster_basis);
     cJSON_AddNumberToObject(o, "gpus", p->gpus);
     cJSON_AddNumberToObject(o, "gpus_per_node", p->gpus_per_node);
     cJSON_AddNumberToObject(o, "global_batch", p->global_batch);
@@ -292,6 +295,24 @@ void ap_plan_format_micro_batches(const ap_graph *g, const ap_plan *p,
                  "data-parallel replicas", p->micro_batch);
 }
 
+/* How far the absolute numbers can be trusted depends on where the
+ * cluster's rates came from; a preset's have run fast against measured
+ * training steps (docs/validation.md), which the reader should know. */
+static void print_basis(const ap_plan *p, FILE *f)
+{
+    if (!strcmp(p->cluster_basis, "preset"))
+        fprintf(f, "  prices: the %s preset (datasheet peaks at published library "
+                   "efficiencies, not measured on your GPUs); measured training steps "
+                   "have run slower than such predictions (docs/validation.md): "
+                   "`autopar profile` or `autopar calibrate` for absolute numbers\n",
+                p->cluster);
+    else if (!strcmp(p->cluster_basis, "profile"))
+        fprintf(f, "  prices: %s, from measured GEMM and collective tables\n", p->cluster);
+    else if (!strcmp(p->cluster_basis, "calibrated"))
+        fprintf(f, "  prices: %s, tensor-core rates scaled to a measured step\n",
+                p->cluster);
+}
+
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
 {
     char micro[160];
@@ -354,4 +375,5 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
             p->t_p2p, p->t_grad_sync_total, p->t_grad_sync,
             p->serial_grad_sync ? ", after the backward" : "");
     fprintf(f, "  solver: %s (gap %.2g)\n", status_name(p->ilp_status), p->ilp_gap);
+    print_basis(p, f);
 }

@@ -299,6 +299,7 @@ typedef struct {
 typedef struct {
     char model[AP_NAME_LEN];
     char cluster[64];
+    char cluster_basis[16]; /* ap_cluster_basis of the cluster it was priced on */
     int gpus, gpus_per_node;
     double global_batch;   /* sequences per step */
     double micro_batch;    /* sequences per micro-batch, all replicas */

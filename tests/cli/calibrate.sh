@@ -24,6 +24,21 @@ grep -q '"calibration"' "$tmp/cal.json" && grep -q '"measured_step_s":' "$tmp/ca
 awk -v a="$(step "$tmp/cal")" -v b="$measured" \
     'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-5 * b) }' &&
     ok || bad "the calibrated cluster prices the run at $measured s, not $(step "$tmp/cal")"
+# Every prediction says what its prices rest on: a preset's datasheet rates
+# (with the warning that measured steps ran slower), or the calibration.
+grep -q '"cluster_basis":[[:space:]]*"calibrated"' "$tmp/cal" &&
+    grep -q '"cluster_basis":[[:space:]]*"preset"' \
+    "$tmp/preset" && ok || bad "the JSON names the basis: $(grep basis "$tmp/cal" "$tmp/preset")"
+"$bin" estimate "$model" --gpus 8 --megatron "$spec" --cluster "$tmp/cal.json" 2>&1 |
+    grep -q "prices: h100-sxm calibrated, tensor-core rates scaled to a measured step" &&
+    ok || bad "the report names the calibrated cluster"
+"$bin" estimate "$model" --gpus 8 --megatron "$spec" 2>&1 |
+    grep -q "prices: the h100-sxm preset (datasheet peaks .*measured training steps have run slower" &&
+    ok || bad "the report warns that a preset's absolute numbers run fast"
+"$bin" estimate "$model" --gpus 8 --megatron "$spec" \
+    --cluster "$src/examples/clusters/synthetic-measured.json" 2>&1 |
+    grep -q "prices: .*, from measured GEMM and collective tables" && ok ||
+    bad "the report names a profile"
 
 "$bin" calibrate "$model" --gpus 8 --megatron "$spec" --measured-step 0.001 \
     -o "$tmp/no.json" >"$tmp/fast" 2>&1
