@@ -197,12 +197,74 @@ static int parse_tile(ctx *x, const cJSON *gpu, ap_cluster *c)
     return AP_OK;
 }
 
+/* The longest kernel a curve may name: far past any context trained on,
+ * and small enough that its logarithm stays well conditioned. */
+#define MAX_CURVE_LENGTH 1e9
+/* A length factor multiplies an efficiency; 4 covers a curve taken
+ * relative to a pessimistic efficiency without letting a typo price
+ * attention at many times the peak (the product is capped there too). */
+#define MAX_CURVE_FACTOR 4.0
+
+/* One row of gpu.attention_by_length into `out`: with want < 0 the lengths
+ * (1 to AP_ATTN_LEN_MAX of them, increasing), else `want` factors, one per
+ * length. The row's count goes to *n. */
+static int parse_curve_row(ctx *x, const cJSON *obj, const char *key, int want,
+                           double *out, int *n)
+{
+    char p[PATH_LEN];
+    int rc, lengths = want < 0;
+    const cJSON *a = field(x, obj, "gpu.attention_by_length", key, 1, p, &rc);
+    if (!a)
+        return rc;
+    int count = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (lengths && !(count >= 1 && count <= AP_ATTN_LEN_MAX))
+        return fail(x, p, "must be an array of 1 to %d lengths", AP_ATTN_LEN_MAX);
+    if (!lengths && count != want)
+        return fail(x, p, "must be an array of %d factors, one per length", want);
+    for (int i = 0; i < count; i++) {
+        const cJSON *e = cJSON_GetArrayItem(a, i);
+        double d = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+        if (lengths && !(d >= 1 && d <= MAX_CURVE_LENGTH))
+            return fail(x, p, "[%d]: must be a length from 1 to 1e9 tokens", i);
+        if (lengths && i > 0 && !(d > out[i - 1]))
+            return fail(x, p, "[%d]: lengths must increase", i);
+        if (!lengths && !(d > 0 && d <= MAX_CURVE_FACTOR))
+            return fail(x, p, "[%d]: must be a factor in (0, 4]", i);
+        out[i] = d;
+    }
+    *n = count;
+    return AP_OK;
+}
+
+/* gpu.attention_by_length: optional, but whole when present. */
+static int parse_attn_curve(ctx *x, const cJSON *gpu, ap_cluster *c)
+{
+    static const char *const fields[] = {"lengths", "forward_causal",
+                                         "forward_noncausal", "backward", NULL};
+    const char *p = "gpu.attention_by_length";
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(gpu, "attention_by_length");
+    int n = 0, m = 0, rc;
+    if (!a)
+        return AP_OK;
+    if (!cJSON_IsObject(a))
+        return fail(x, p, "must be an object");
+    if ((rc = check_fields(x, a, p, fields)) ||
+        (rc = parse_curve_row(x, a, "lengths", -1, c->attn_len, &n)) ||
+        (rc = parse_curve_row(x, a, "forward_causal", n, c->attn_len_causal, &m)) ||
+        (rc = parse_curve_row(x, a, "forward_noncausal", n, c->attn_len_noncausal, &m)) ||
+        (rc = parse_curve_row(x, a, "backward", n, c->attn_len_bwd, &m)))
+        return rc;
+    c->attn_len_n = n;
+    return AP_OK;
+}
+
 static int parse_gpu(ctx *x, const cJSON *root, ap_cluster *c)
 {
     static const char *const fields[] = {
         "name", "sms", "memory_bytes", "reserved_bytes", "hbm_bandwidth",
         "hbm_efficiency", "gemm_efficiency", "attention_efficiency",
-        "attention_backward_efficiency", "gemm_tile", "kernel_floor_s", "peak_flops", NULL};
+        "attention_backward_efficiency", "attention_by_length", "gemm_tile",
+        "kernel_floor_s", "peak_flops", NULL};
     int rc = AP_OK;
     const cJSON *g = need_object(x, root, "", "gpu", &rc);
     if (!g)
@@ -219,6 +281,7 @@ static int parse_gpu(ctx *x, const cJSON *root, ap_cluster *c)
         (rc = get_number(x, g, p, "attention_efficiency", NUM_FRACTION, 0, &c->attn_eff)) ||
         (rc = get_number(x, g, p, "attention_backward_efficiency", NUM_FRACTION, 0,
                          &c->attn_bwd_eff)) ||
+        (rc = parse_attn_curve(x, g, c)) ||
         (rc = parse_tile(x, g, c)) ||
         (rc = get_number(x, g, p, "kernel_floor_s", NUM_NONNEG, 1, &c->kernel_floor)) ||
         (rc = parse_peaks(x, g, c)))
@@ -496,6 +559,18 @@ static cJSON *peaks_json(const ap_cluster *c)
     return pk;
 }
 
+static cJSON *curve_json(const ap_cluster *c)
+{
+    cJSON *a = cJSON_CreateObject();
+    int n = c->attn_len_n;
+    cJSON_AddItemToObject(a, "lengths", cJSON_CreateDoubleArray(c->attn_len, n));
+    cJSON_AddItemToObject(a, "forward_causal", cJSON_CreateDoubleArray(c->attn_len_causal, n));
+    cJSON_AddItemToObject(a, "forward_noncausal",
+                          cJSON_CreateDoubleArray(c->attn_len_noncausal, n));
+    cJSON_AddItemToObject(a, "backward", cJSON_CreateDoubleArray(c->attn_len_bwd, n));
+    return a;
+}
+
 static cJSON *gpu_json(const ap_cluster *c)
 {
     cJSON *g = cJSON_CreateObject();
@@ -510,6 +585,8 @@ static cJSON *gpu_json(const ap_cluster *c)
         cJSON_AddNumberToObject(g, "attention_efficiency", c->attn_eff);
     if (c->attn_bwd_eff > 0)
         cJSON_AddNumberToObject(g, "attention_backward_efficiency", c->attn_bwd_eff);
+    if (c->attn_len_n > 0 && c->attn_len_n <= AP_ATTN_LEN_MAX)
+        cJSON_AddItemToObject(g, "attention_by_length", curve_json(c));
     if (c->tile_m > 0 && c->tile_n > 0) {
         int tile[2] = {c->tile_m, c->tile_n};
         cJSON_AddItemToObject(g, "gemm_tile", cJSON_CreateIntArray(tile, 2));

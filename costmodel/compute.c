@@ -215,6 +215,42 @@ static double forward_eff(const ap_cluster *c)
     return c->attn_eff > 0 ? c->attn_eff : (c->gemm_eff > 0 ? c->gemm_eff : 1);
 }
 
+static const double *curve_factors(const ap_cluster *c, ap_attn_curve curve)
+{
+    if (curve == AP_ATTN_FWD_CAUSAL)
+        return c->attn_len_causal;
+    return curve == AP_ATTN_FWD_NONCAUSAL ? c->attn_len_noncausal : c->attn_len_bwd;
+}
+
+/* Published curves (FlashAttention-3's charts) sample lengths in powers of
+ * two and the rate changes by about the same amount per doubling, hence
+ * linear in log(length); outside the table the nearest point holds, as no
+ * chart says how the rate goes on. */
+double ap_attention_length_factor(const ap_cluster *c, ap_attn_curve curve,
+                                  double length)
+{
+    int n = c->attn_len_n;
+    if (n <= 0 || n > AP_ATTN_LEN_MAX || !(length > 0))
+        return 1;
+    const double *x = c->attn_len, *f = curve_factors(c, curve);
+    if (length <= x[0])
+        return f[0];
+    if (length >= x[n - 1])
+        return f[n - 1];
+    int i = 1;
+    while (x[i] < length)
+        i++;
+    double w = log(length / x[i - 1]) / log(x[i] / x[i - 1]);
+    return f[i - 1] + w * (f[i] - f[i - 1]);
+}
+
+/* An efficiency times a length factor may claim more than the peak (a
+ * calibrated file, a fast curve); no kernel runs above it. */
+static double attention_eff(double eff, double factor)
+{
+    return fmin(eff * factor, 1.0);
+}
+
 static double attention_time(const ap_cluster *c, ap_dtype dt, double flops,
                              double bytes, double eff)
 {
@@ -223,13 +259,18 @@ static double attention_time(const ap_cluster *c, ap_dtype dt, double flops,
     return fmax(fmax(compute, memory), c->kernel_floor);
 }
 
+/* A forward kernel gives each block of queries to one thread block, which
+ * loops over the keys: its per-block setup (loading Q, the last rescale,
+ * writing O) is spread over t/block iterations, so the rate follows t. */
 double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,
                          double t, double d, double e, int causal)
 {
     if (!(bn > 0 && s > 0 && t > 0 && d > 0 && e > 0))
         return 0;
+    ap_attn_curve curve = causal ? AP_ATTN_FWD_CAUSAL : AP_ATTN_FWD_NONCAUSAL;
+    double eff = attention_eff(forward_eff(c), ap_attention_length_factor(c, curve, t));
     return attention_time(c, dt, attention_flops(bn, s, t, d, e, causal),
-                          attention_bytes(dt, bn, s, t, d, e), forward_eff(c));
+                          attention_bytes(dt, bn, s, t, d, e), eff);
 }
 
 /* The backward recomputes the scores and runs five matmuls to the forward's
@@ -237,14 +278,17 @@ double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,
  * and dV, twice the forward's traffic (the fp32 row statistics are a
  * vanishing s per head). Its published efficiency is lower than the
  * forward's, so it has its own, falling back to the forward's for cluster
- * files that predate it. */
+ * files that predate it. It gives each block of keys to one thread block
+ * (dK and dV stay in registers) and loops over the queries, so its rate
+ * follows s. */
 double ap_cost_attention_backward(const ap_cluster *c, ap_dtype dt, double bn,
                                   double s, double t, double d, double e,
                                   int causal)
 {
     if (!(bn > 0 && s > 0 && t > 0 && d > 0 && e > 0))
         return 0;
-    double eff = c->attn_bwd_eff > 0 ? c->attn_bwd_eff : forward_eff(c);
+    double base = c->attn_bwd_eff > 0 ? c->attn_bwd_eff : forward_eff(c);
+    double eff = attention_eff(base, ap_attention_length_factor(c, AP_ATTN_BWD, s));
     return attention_time(c, dt, 2.5 * attention_flops(bn, s, t, d, e, causal),
                           2 * attention_bytes(dt, bn, s, t, d, e), eff);
 }

@@ -18,6 +18,7 @@
 #include "graph/graph.h"
 
 #define AP_NDTYPES 6 /* entries of ap_dtype */
+#define AP_ATTN_LEN_MAX 16 /* most points of a flash-attention length curve */
 
 /* One measured GEMM: C[m,n] = A[m,k] B[k,n] in dtype, median seconds. */
 typedef struct {
@@ -91,6 +92,17 @@ typedef struct {
      * cluster that was not calibrated. */
     double calib_scale, calib_measured_s;
     char calib_from[256];
+    /* Added later: flash attention's rate by kernel length, as factors on
+     * attn_eff (forward, causal or not) and attn_bwd_eff (backward) at
+     * attn_len_n increasing lengths; attn_len_n 0 means no curve (every
+     * length at the efficiency itself, the pricing of files without one).
+     * Fixed arrays, so that a cluster still copies by assignment and owns
+     * nothing more to free. ap_attention_length_factor() reads them. */
+    int attn_len_n;
+    double attn_len[AP_ATTN_LEN_MAX];
+    double attn_len_causal[AP_ATTN_LEN_MAX];
+    double attn_len_noncausal[AP_ATTN_LEN_MAX];
+    double attn_len_bwd[AP_ATTN_LEN_MAX];
 } ap_cluster;
 
 /* The most GPUs a cluster may have (docs/hardening.md). */
@@ -149,14 +161,30 @@ double ap_cost_memop(const ap_cluster *c, double flops, double bytes);
  * one multiply and the cast back. */
 double ap_cost_cross_entropy(const ap_cluster *c, ap_dtype dt, double logits,
                              int backward);
+/* The curves of a cluster's attention rate by kernel length
+ * (gpu.attention_by_length in docs/cluster-format.md). */
+typedef enum {
+    AP_ATTN_FWD_CAUSAL,    /* forward with a causal mask, s = t */
+    AP_ATTN_FWD_NONCAUSAL, /* forward without a mask */
+    AP_ATTN_BWD            /* backward (measured without a mask) */
+} ap_attn_curve;
+/* The factor on attn_eff (forward curves) or attn_bwd_eff (backward) for a
+ * kernel whose inner loop runs over `length` tokens: the forward loops over
+ * the keys (t), the backward over the queries (s). Linear in log(length)
+ * between the curve's points, the end points' factors outside them; 1 when
+ * the cluster has no curve or length is not positive. */
+double ap_attention_length_factor(const ap_cluster *c, ap_attn_curve curve,
+                                  double length);
 /* Fused attention forward (flash): b*n heads, s queries, t keys, head dims
- * d (scores) and e (values); causal halves the work. */
+ * d (scores) and e (values); causal halves the work. The compute term runs
+ * at attn_eff times the length factor for t (capped at the peak). */
 double ap_cost_attention(const ap_cluster *c, ap_dtype dt, double bn, double s,
                          double t, double d, double e, int causal);
 /* Its backward, arguments as above: 2.5x the forward's FLOPs (five matmuls,
  * the scores recomputed, against the forward's two) at attn_bwd_eff (else
- * attn_eff), and the backward's traffic, q, k, v, o and dO in and dQ, dK
- * and dV out: twice the forward's bytes. Never below kernel_floor. */
+ * attn_eff) times the backward length factor for s (capped at the peak),
+ * and the backward's traffic, q, k, v, o and dO in and dQ, dK and dV out:
+ * twice the forward's bytes. Never below kernel_floor. */
 double ap_cost_attention_backward(const ap_cluster *c, ap_dtype dt, double bn,
                                   double s, double t, double d, double e,
                                   int causal);

@@ -7,6 +7,17 @@
 
 #include "costmodel/costmodel.h"
 
+/* Flash attention's TFLOP/s by length, and the rates the efficiencies were
+ * taken at, which the curve is divided by: its factors are relative to
+ * attn_eff and attn_bwd_eff, so that calibration, which scales those two,
+ * scales the whole curve. */
+typedef struct {
+    int n;
+    double len[AP_ATTN_LEN_MAX];
+    double causal[AP_ATTN_LEN_MAX], noncausal[AP_ATTN_LEN_MAX], bwd[AP_ATTN_LEN_MAX];
+    double fwd_ref, bwd_ref;
+} attn_rates;
+
 typedef struct {
     const char *name;
     const char *gpu_name;
@@ -15,6 +26,7 @@ typedef struct {
     double gemm_eff, attn_eff, attn_bwd_eff, kernel_floor;
     double bf16, fp16, tf32, fp8;
     double intra_bw, inter_bw;
+    const attn_rates *attn_len; /* NULL: one efficiency at every length */
 } preset;
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -39,6 +51,21 @@ typedef struct {
  * halves them, the backward is 2.5x the forward). */
 #define H100_ATTN_FWD (529e12 / 989.4e12)
 #define H100_ATTN_BWD (518e12 / 989.4e12)
+/* The same paper's charts by sequence length (512 ... 16k tokens, head dim
+ * 128, bf16, H100 SXM5), cuDNN: forward with the causal mask, forward
+ * without it, and backward (charted without the mask only). The benchmark
+ * keeps 16k tokens in all, so every length runs the same 2048 blocks of
+ * 128 queries and the curve measures how long each block's loop over the
+ * keys is, not how well the blocks fill the GPU (docs/cost-model.md). */
+static const attn_rates fa3_cudnn_h100 = {
+    6,
+    {512, 1024, 2048, 4096, 8192, 16384},
+    {315, 410, 484, 518, 529, 539},
+    {497, 574, 617, 609, 600, 595},
+    {305, 408, 465, 499, 518, 516},
+    529, 518,
+};
+
 #define A100_ATTN_FWD 0.6
 #define A100_ATTN_BWD (0.6 * 63.0 / 73.0)
 
@@ -47,27 +74,27 @@ static const preset presets[] = {
      85899345920.0, 2.039e12, 0.9,
      0.85, A100_ATTN_FWD, A100_ATTN_BWD, 4e-6,
      312e12, 312e12, 156e12, 0,
-     230e9, HDR_200G},
+     230e9, HDR_200G, NULL},
     {"h100-sxm", "NVIDIA H100 80GB HBM3", 132, 128, 256,
      85520809984.0, 3.35e12, 0.9,
      0.75, H100_ATTN_FWD, H100_ATTN_BWD, 4e-6,
      989.4e12, 989.4e12, 494.7e12, 1978.9e12,
-     360e9, NDR_400G},
+     360e9, NDR_400G, &fa3_cudnn_h100},
     {"h200", "NVIDIA H200", 132, 128, 256,
      150754820096.0, 4.8e12, 0.9,
      0.75, H100_ATTN_FWD, H100_ATTN_BWD, 4e-6,
      989.4e12, 989.4e12, 494.7e12, 1978.9e12,
-     360e9, NDR_400G},
+     360e9, NDR_400G, &fa3_cudnn_h100},
     {"b200", "NVIDIA B200", 148, 128, 256,
      180e9, 8e12, 0.9,
      0.7, 0.6, 0, 4e-6,
      2250e12, 2250e12, 1125e12, 4500e12,
-     720e9, NDR_400G},
+     720e9, NDR_400G, NULL},
     {"h800", "NVIDIA H800", 132, 128, 256,
      85520809984.0, 3.35e12, 0.9,
      0.75, H100_ATTN_FWD, H100_ATTN_BWD, 4e-6,
      989.4e12, 989.4e12, 494.7e12, 1978.9e12,
-     160e9, NDR_400G},
+     160e9, NDR_400G, &fa3_cudnn_h100},
 };
 
 #define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
@@ -91,6 +118,17 @@ static const preset *find_preset(const char *name)
         if (!strcmp(presets[i].name, name))
             return &presets[i];
     return NULL;
+}
+
+static void fill_attn_len(const attn_rates *r, ap_cluster *c)
+{
+    c->attn_len_n = r->n;
+    for (int i = 0; i < r->n; i++) {
+        c->attn_len[i] = r->len[i];
+        c->attn_len_causal[i] = r->causal[i] / r->fwd_ref;
+        c->attn_len_noncausal[i] = r->noncausal[i] / r->fwd_ref;
+        c->attn_len_bwd[i] = r->bwd[i] / r->bwd_ref;
+    }
 }
 
 static void fill_from_preset(const preset *p, ap_cluster *c)
@@ -118,6 +156,8 @@ static void fill_from_preset(const preset *p, ap_cluster *c)
     c->inter_bw = p->inter_bw;
     c->inter_lat = NET_HOP_S;
     c->mem_reserved = reserved_bytes(p->hbm_bytes);
+    if (p->attn_len)
+        fill_attn_len(p->attn_len, c);
 }
 
 int ap_cluster_preset(const char *name, int gpus, int gpus_per_node,

@@ -258,7 +258,9 @@ static void attention_is_priced_unfused_unless_flash(void)
     op->causal = 1;
     ap_price_op(&x, i, &heads, &oc);
     CHECK_NEAR(oc.fwd, ap_cost_attention(&c, AP_BF16, 4, 2048, 2048, 128, 128, 1), 1e-12);
-    CHECK_NEAR(oc.fwd, full / 2, 1e-9);
+    /* Half the FLOPs of the unmasked kernel, at the causal 2k rate (484
+     * TFLOP/s against 617 without the mask, h100-sxm's length curve). */
+    CHECK_NEAR(oc.fwd, full / 2 * 617.0 / 484.0, 1e-9);
     CHECK_NEAR(oc.bwd, ap_cost_attention_backward(&c, AP_BF16, 4, 2048, 2048, 128, 128, 1), 1e-12);
     CHECK(causal_fwd + causal_bwd > 5 * (oc.fwd + oc.bwd));
     ap_cluster_free(&c);
