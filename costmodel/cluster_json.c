@@ -559,15 +559,28 @@ static cJSON *peaks_json(const ap_cluster *c)
     return pk;
 }
 
+/* cJSON prints a number in 15 digits when that reads back within an
+ * epsilon, which is not always the same double; a curve's factors are
+ * quotients (529/989.4 ...) and must read back exactly, so 17 digits. */
+static cJSON *exact_array(const double *v, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    char num[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(num, sizeof num, "%.17g", v[i]);
+        cJSON_AddItemToArray(a, cJSON_CreateRaw(num));
+    }
+    return a;
+}
+
 static cJSON *curve_json(const ap_cluster *c)
 {
     cJSON *a = cJSON_CreateObject();
     int n = c->attn_len_n;
-    cJSON_AddItemToObject(a, "lengths", cJSON_CreateDoubleArray(c->attn_len, n));
-    cJSON_AddItemToObject(a, "forward_causal", cJSON_CreateDoubleArray(c->attn_len_causal, n));
-    cJSON_AddItemToObject(a, "forward_noncausal",
-                          cJSON_CreateDoubleArray(c->attn_len_noncausal, n));
-    cJSON_AddItemToObject(a, "backward", cJSON_CreateDoubleArray(c->attn_len_bwd, n));
+    cJSON_AddItemToObject(a, "lengths", exact_array(c->attn_len, n));
+    cJSON_AddItemToObject(a, "forward_causal", exact_array(c->attn_len_causal, n));
+    cJSON_AddItemToObject(a, "forward_noncausal", exact_array(c->attn_len_noncausal, n));
+    cJSON_AddItemToObject(a, "backward", exact_array(c->attn_len_bwd, n));
     return a;
 }
 

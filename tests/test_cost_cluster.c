@@ -79,6 +79,13 @@ static void same_cluster(const ap_cluster *a, const ap_cluster *b)
     CHECK(a->has_measured == b->has_measured);
     CHECK(!strcmp(a->measured_date, b->measured_date));
     CHECK(!strcmp(a->measured_command, b->measured_command));
+    CHECK(a->attn_len_n == b->attn_len_n);
+    for (int i = 0; i < a->attn_len_n && i < b->attn_len_n; i++) {
+        CHECK(a->attn_len[i] == b->attn_len[i]);
+        CHECK(a->attn_len_causal[i] == b->attn_len_causal[i]);
+        CHECK(a->attn_len_noncausal[i] == b->attn_len_noncausal[i]);
+        CHECK(a->attn_len_bwd[i] == b->attn_len_bwd[i]);
+    }
     CHECK(a->ngemm == b->ngemm && a->ncoll == b->ncoll);
     for (int i = 0; i < a->ngemm && i < b->ngemm; i++)
         CHECK(!memcmp(&a->gemm[i], &b->gemm[i], sizeof a->gemm[i]));
@@ -203,6 +210,101 @@ static void every_bad_cluster_file_is_rejected_with_its_message(void)
     CHECK(seen >= 10);
 }
 
+/* A cluster file whose gpu object ends with `curve` (a field, or ""). */
+static int parse_curve(const char *curve, ap_cluster *c, char *err)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\": \"autopar-cluster/1\", \"name\": \"t\", \"nodes\": 1,"
+             " \"gpus_per_node\": 8, \"gpu\": {\"name\": \"H100\", \"sms\": 132,"
+             " \"memory_bytes\": 85520809984, \"reserved_bytes\": 5349782323,"
+             " \"hbm_bandwidth\": 3.35e12, \"hbm_efficiency\": 0.9,"
+             " \"gemm_efficiency\": 0.75, \"attention_efficiency\": 0.5,"
+             " \"kernel_floor_s\": 4e-6, \"peak_flops\": {\"bf16\": 1e15,"
+             " \"fp16\": 1e15, \"fp32\": 5e14}%s},"
+             " \"links\": {\"intra\": {\"bandwidth\": 3.6e11, \"latency_s\": 3.4e-6},"
+             " \"inter\": {\"bandwidth\": 4.5e10, \"latency_s\": 9.6e-6}}}",
+             curve);
+    return ap_cluster_parse(text, strlen(text), "cluster.json", 0, 0, c, err);
+}
+
+#define CURVE(lengths, causal, noncausal, backward)                            \
+    ", \"attention_by_length\": {\"lengths\": " lengths                        \
+    ", \"forward_causal\": " causal ", \"forward_noncausal\": " noncausal     \
+    ", \"backward\": " backward "}"
+
+/* A hand-written curve is read as written, prices by it (a 1k causal
+ * forward at half of attention_efficiency: 0.25 of the 1e15 peak), and is
+ * written back so that it round-trips. */
+static void a_length_curve_is_read_priced_and_round_trips(void)
+{
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(parse_curve(CURVE("[1024, 4096]", "[0.5, 1]", "[1, 2]", "[0.25, 1]"), &c,
+                           err),
+               err);
+    CHECK(c.attn_len_n == 2 && c.attn_len[1] == 4096 && c.attn_len_noncausal[1] == 2);
+    double bn = 1024, t = 1024, d = 128;
+    CHECK_NEAR(ap_cost_attention(&c, AP_BF16, bn, t, t, d, d, 1),
+               2 * bn * t * t * d / (1e15 * 0.25), 1e-12);
+    char *text = ap_cluster_to_json(&c);
+    CHECK_STR_HAS(text, "\"attention_by_length\"");
+    ap_cluster back;
+    REQUIRE_OK(ap_cluster_parse(text, strlen(text), "rt.json", 0, 0, &back, err), err);
+    same_cluster(&c, &back);
+    free(text);
+    ap_cluster_free(&back);
+    ap_cluster_free(&c);
+
+    /* Without the field, none is read and none written. */
+    REQUIRE_OK(parse_curve("", &c, err), err);
+    CHECK(c.attn_len_n == 0);
+    text = ap_cluster_to_json(&c);
+    CHECK(!strstr(text, "attention_by_length"));
+    free(text);
+    ap_cluster_free(&c);
+}
+
+static void a_bad_length_curve_is_refused_naming_its_field(void)
+{
+    static const struct {
+        const char *curve, *expect;
+    } bad[] = {
+        {CURVE("[1024, 1024]", "[1, 1]", "[1, 1]", "[1, 1]"),
+         "gpu.attention_by_length.lengths: [1]: lengths must increase"},
+        {CURVE("[4096, 1024]", "[1, 1]", "[1, 1]", "[1, 1]"),
+         "gpu.attention_by_length.lengths: [1]: lengths must increase"},
+        {CURVE("[0.5]", "[1]", "[1]", "[1]"),
+         "gpu.attention_by_length.lengths: [0]: must be a length from 1 to 1e9 tokens"},
+        {CURVE("[]", "[]", "[]", "[]"),
+         "gpu.attention_by_length.lengths: must be an array of 1 to 16 lengths"},
+        {CURVE("[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]", "[1]", "[1]", "[1]"),
+         "gpu.attention_by_length.lengths: must be an array of 1 to 16 lengths"},
+        {CURVE("[1024, 4096]", "[1]", "[1, 1]", "[1, 1]"),
+         "gpu.attention_by_length.forward_causal: must be an array of 2 factors, one per "
+         "length"},
+        {CURVE("[1024, 4096]", "[1, 1]", "[1, 0]", "[1, 1]"),
+         "gpu.attention_by_length.forward_noncausal: [1]: must be a factor in (0, 4]"},
+        {CURVE("[1024, 4096]", "[1, 1]", "[1, 1]", "[1, 4.5]"),
+         "gpu.attention_by_length.backward: [1]: must be a factor in (0, 4]"},
+        {CURVE("[1024, 4096]", "[1, 1]", "[1, 1]", "[1, \"1\"]"),
+         "gpu.attention_by_length.backward: [1]: must be a factor in (0, 4]"},
+        {", \"attention_by_length\": {\"lengths\": [1024], \"forward_causal\": [1],"
+         " \"forward_noncausal\": [1]}",
+         "gpu.attention_by_length.backward: required field is missing"},
+        {", \"attention_by_length\": {\"lengths\": [1024], \"causal\": [1]}",
+         "gpu.attention_by_length.causal: unknown field"},
+        {", \"attention_by_length\": [1024]", "gpu.attention_by_length: must be an object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ap_cluster c;
+        char err[AP_ERR_LEN] = "";
+        CHECK(parse_curve(bad[i].curve, &c, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, "cluster.json: ");
+        CHECK_STR_HAS(err, bad[i].expect);
+    }
+}
+
 static void missing_file_is_an_input_error(void)
 {
     ap_cluster c;
@@ -221,6 +323,8 @@ int main(void)
     RUN(measured_file_round_trips_and_overrides_hbm);
     RUN(file_counts_can_be_overridden);
     RUN(every_bad_cluster_file_is_rejected_with_its_message);
+    RUN(a_length_curve_is_read_priced_and_round_trips);
+    RUN(a_bad_length_curve_is_refused_naming_its_field);
     RUN(missing_file_is_an_input_error);
     return DONE();
 }
