@@ -80,6 +80,13 @@ void ap_cluster_free(ap_cluster *c)
     c->ngemm = c->ncoll = 0;
 }
 
+double ap_cluster_gemm_eff(const ap_cluster *c, ap_dtype dt)
+{
+    if (dt == AP_FP8 && c->peak_flops[AP_FP8] > 0 && c->gemm_eff_fp8 > 0)
+        return c->gemm_eff_fp8;
+    return c->gemm_eff > 0 ? c->gemm_eff : 1;
+}
+
 const char *ap_cluster_basis(const ap_cluster *c)
 {
     if (c->calib_scale > 0)

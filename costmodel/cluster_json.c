@@ -262,7 +262,7 @@ static int parse_gpu(ctx *x, const cJSON *root, ap_cluster *c)
 {
     static const char *const fields[] = {
         "name", "sms", "memory_bytes", "reserved_bytes", "hbm_bandwidth",
-        "hbm_efficiency", "gemm_efficiency", "attention_efficiency",
+        "hbm_efficiency", "gemm_efficiency", "gemm_efficiency_fp8", "attention_efficiency",
         "attention_backward_efficiency", "attention_by_length", "gemm_tile",
         "kernel_floor_s", "peak_flops", NULL};
     int rc = AP_OK;
@@ -278,6 +278,8 @@ static int parse_gpu(ctx *x, const cJSON *root, ap_cluster *c)
         (rc = get_number(x, g, p, "hbm_bandwidth", NUM_RATE, 1, &c->hbm_bw)) ||
         (rc = get_number(x, g, p, "hbm_efficiency", NUM_FRACTION, 1, &c->hbm_eff)) ||
         (rc = get_number(x, g, p, "gemm_efficiency", NUM_FRACTION, 1, &c->gemm_eff)) ||
+        (rc = get_number(x, g, p, "gemm_efficiency_fp8", NUM_FRACTION, 0,
+                         &c->gemm_eff_fp8)) ||
         (rc = get_number(x, g, p, "attention_efficiency", NUM_FRACTION, 0, &c->attn_eff)) ||
         (rc = get_number(x, g, p, "attention_backward_efficiency", NUM_FRACTION, 0,
                          &c->attn_bwd_eff)) ||
@@ -594,6 +596,8 @@ static cJSON *gpu_json(const ap_cluster *c)
     cJSON_AddNumberToObject(g, "hbm_bandwidth", c->hbm_bw);
     cJSON_AddNumberToObject(g, "hbm_efficiency", c->hbm_eff);
     cJSON_AddNumberToObject(g, "gemm_efficiency", c->gemm_eff);
+    if (c->gemm_eff_fp8 > 0)
+        cJSON_AddNumberToObject(g, "gemm_efficiency_fp8", c->gemm_eff_fp8);
     if (c->attn_eff > 0)
         cJSON_AddNumberToObject(g, "attention_efficiency", c->attn_eff);
     if (c->attn_bwd_eff > 0)

@@ -78,7 +78,7 @@ static double quantisation(const ap_cluster *c, double batch, double m,
 static double analytic_bgemm(const ap_cluster *c, ap_dtype dt, double batch,
                              double m, double n, double k)
 {
-    double eff = c->gemm_eff > 0 ? c->gemm_eff : 1;
+    double eff = ap_cluster_gemm_eff(c, dt);
     double flops = 2 * batch * m * n * k;
     double compute = flops / (peak_for(c, dt) * eff * quantisation(c, batch, m, n));
     double bytes = dtype_bytes(dt) * batch * (m * k + k * n + m * n);

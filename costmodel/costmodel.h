@@ -103,6 +103,11 @@ typedef struct {
     double attn_len_causal[AP_ATTN_LEN_MAX];
     double attn_len_noncausal[AP_ATTN_LEN_MAX];
     double attn_len_bwd[AP_ATTN_LEN_MAX];
+    /* Added with FP8 pricing's measured rate: the fraction of the fp8 peak
+     * an FP8 GEMM reaches, which is less than gemm_eff's of the bf16 peak;
+     * 0 means gemm_eff (files written before the field price as they did).
+     * gemm_eff_for() picks it. */
+    double gemm_eff_fp8;
 } ap_cluster;
 
 /* The most GPUs a cluster may have (docs/hardening.md). */
@@ -123,6 +128,9 @@ const char *ap_cluster_preset_names(void);
  * collective tables), "preset" (datasheet peaks and published efficiencies)
  * or "file" (a cluster file's own figures). A static string. */
 const char *ap_cluster_basis(const ap_cluster *c);
+/* The GEMM efficiency of dtype dt: gemm_eff_fp8 for FP8 on a GPU with an
+ * fp8 peak (when set), gemm_eff otherwise. */
+double ap_cluster_gemm_eff(const ap_cluster *c, ap_dtype dt);
 /* Loads a cluster file (docs/cluster-format.md). `gpus` and `gpus_per_node`,
  * when non-zero, override the file's counts. */
 int ap_cluster_load(const char *path, int gpus, int gpus_per_node,

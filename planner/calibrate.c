@@ -22,13 +22,14 @@
 static void scale_efficiencies(const ap_cluster *base, double f, ap_cluster *c)
 {
     c->gemm_eff = base->gemm_eff * f;
+    c->gemm_eff_fp8 = base->gemm_eff_fp8 * f;
     c->attn_eff = base->attn_eff * f;
     c->attn_bwd_eff = base->attn_bwd_eff * f;
 }
 
 static double largest_efficiency(const ap_cluster *c)
 {
-    return fmax(c->gemm_eff, fmax(c->attn_eff, c->attn_bwd_eff));
+    return fmax(fmax(c->gemm_eff, c->gemm_eff_fp8), fmax(c->attn_eff, c->attn_bwd_eff));
 }
 
 /* Prices m at factor f into *t (and into out, when given). */

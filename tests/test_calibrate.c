@@ -84,6 +84,8 @@ static void a_slower_run_scales_the_tensor_core_rates_down_by_one_factor(void)
     CHECK_NEAR(f.c.gemm_eff, before.gemm_eff * k.scale, 1e-15);
     CHECK_NEAR(f.c.attn_eff, before.attn_eff * k.scale, 1e-15);
     CHECK_NEAR(f.c.attn_bwd_eff, before.attn_bwd_eff * k.scale, 1e-15);
+    CHECK(before.gemm_eff_fp8 > 0); /* FP8 GEMMs share the clock too */
+    CHECK_NEAR(f.c.gemm_eff_fp8, before.gemm_eff_fp8 * k.scale, 1e-15);
     CHECK(f.c.hbm_eff == before.hbm_eff && f.c.intra_bw == before.intra_bw);
     CHECK(f.c.calib_scale == k.scale && f.c.calib_measured_s == 1.2 * preset);
     CHECK(k.compute_share > 0.5 && k.compute_share < 1);

@@ -70,6 +70,7 @@ static void same_cluster(const ap_cluster *a, const ap_cluster *b)
     for (int i = 0; i < AP_NDTYPES; i++)
         CHECK(a->peak_flops[i] == b->peak_flops[i]);
     CHECK(a->gemm_eff == b->gemm_eff && a->attn_eff == b->attn_eff);
+    CHECK(a->gemm_eff_fp8 == b->gemm_eff_fp8 && a->attn_bwd_eff == b->attn_bwd_eff);
     CHECK(a->hbm_bytes == b->hbm_bytes && a->mem_reserved == b->mem_reserved);
     CHECK(a->hbm_bw == b->hbm_bw && a->hbm_eff == b->hbm_eff);
     CHECK(a->hbm_bw_measured == b->hbm_bw_measured);

@@ -50,12 +50,30 @@ static void skinny_gemm_is_memory_bound(void)
                bytes / (3.35e12 * 0.9), 1e-9);
 }
 
-static void fp8_is_twice_as_fast_as_bf16_when_compute_bound(void)
+/* The FP8 peak is twice bf16's, but FP8 GEMMs reach less of it: on an
+ * H100 SXM the best measured are 70.9% of the FP8 peak against 80.3% of
+ * bf16's (ml-engineering's MAMF table), so a compute-bound FP8 GEMM runs
+ * 2 x 70.9/80.3 = 1.77 times as fast, not 2. A cluster without the FP8
+ * figure keeps bf16's efficiency and the full factor of 2. */
+static void fp8_is_faster_than_bf16_by_the_measured_ratio(void)
 {
     ap_cluster c = h100();
     double bf16 = ap_cost_gemm(&c, AP_BF16, 8192, 8192, 8192);
     double fp8 = ap_cost_gemm(&c, AP_FP8, 8192, 8192, 8192);
-    CHECK_NEAR(bf16 / fp8, 2.0, 1e-3);
+    CHECK_NEAR(c.gemm_eff_fp8, 0.75 * 70.9 / 80.3, 1e-15);
+    CHECK_NEAR(bf16 / fp8, 1978.9 / 989.4 * 70.9 / 80.3, 1e-9);
+    c.gemm_eff_fp8 = 0;
+    CHECK_NEAR(bf16 / ap_cost_gemm(&c, AP_FP8, 8192, 8192, 8192), 1978.9 / 989.4, 1e-9);
+}
+
+/* FP8 on a GPU without FP8 tensor cores runs at the bf16 rate and its
+ * efficiency, whatever FP8 figure the cluster carries. */
+static void fp8_without_an_fp8_peak_runs_as_bf16(void)
+{
+    ap_cluster c = h100();
+    c.peak_flops[AP_FP8] = 0;
+    CHECK_NEAR(ap_cost_gemm(&c, AP_FP8, 8192, 8192, 8192) /
+               ap_cost_gemm(&c, AP_BF16, 8192, 8192, 8192), 1.0, 1e-12);
 }
 
 static void batched_gemm_shares_the_waves(void)
@@ -206,7 +224,8 @@ int main(void)
     RUN(a_partial_last_wave_costs_what_the_best_tile_leaves_idle);
     RUN(tiny_gemm_hits_the_kernel_floor);
     RUN(skinny_gemm_is_memory_bound);
-    RUN(fp8_is_twice_as_fast_as_bf16_when_compute_bound);
+    RUN(fp8_is_faster_than_bf16_by_the_measured_ratio);
+    RUN(fp8_without_an_fp8_peak_runs_as_bf16);
     RUN(batched_gemm_shares_the_waves);
     RUN(measured_gemm_returns_the_sample_at_its_shape);
     RUN(measured_gemm_interpolates_between_samples);

@@ -87,11 +87,12 @@ static void a_linear_layer_takes_the_fp8_gemm_time_plus_its_casts(void)
     CHECK_NEAR(c.fwd, gemm + cast(&u.c, m * k) + cast(&u.c, k * n) / 8, 1e-12);
     /* Backward: dgrad and wgrad in FP8, the output gradient cast. */
     CHECK_NEAR(c.bwd, 2 * gemm + cast(&u.c, m * n), 1e-12);
-    /* The FP8 peak is twice bf16's: the GEMM alone halves. */
+    /* The FP8 peak is twice bf16's at 70.9/80.3 of bf16's efficiency (the
+     * measured ratio, docs/cluster-format.md): the GEMM alone takes 0.57. */
     u.x.fp8 = 0;
     ap_op_cost b = price(&u.x, "l0.mlp.up");
     CHECK_NEAR(b.fwd, ap_cost_gemm(&u.c, AP_BF16, m, n, k), 1e-12);
-    CHECK_NEAR(ap_cost_gemm(&u.c, AP_BF16, m, n, k) / gemm, 1979.0 / 989.0, 0.02);
+    CHECK_NEAR(ap_cost_gemm(&u.c, AP_BF16, m, n, k) / gemm, 1979.0 / 989.0 * 70.9 / 80.3, 0.02);
     CHECK(c.fwd < b.fwd && c.fwd > b.fwd / 2);
     ap_cluster_free(&u.c);
     ap_graph_free(g);
