@@ -354,23 +354,37 @@ static double cp_out_correction(const cp_attn *a, double rows, int init)
     return ap_cost_memop(a->c, 2 * el + 2 * rows, (init ? 2 : 3) * sz * el + 2 * 4 * rows);
 }
 
-static double cp_forward(const cp_attn *a, int r)
+/* The log-sum-exp work after step j's kernel: step 0's lse cloned into the
+ * running lse, every later step's merged into it over the rows it saw. */
+static double cp_lse_step(const cp_attn *a, int r, int j)
 {
     double rows = a->bn * a->s;
-    double t = 0;
+    if (j == 0)
+        return ap_cost_memop(a->c, 0, 2 * 4 * rows);
+    return cp_lse_correction(a, cp_whole_queries(a, r, j) ? rows : rows / 2);
+}
+
+/* flash_attn_fwd_out_correction_init scales step 0's output into out, cast
+ * back to the output's dtype (no fp32 accumulator, so no final cast); each
+ * later step is added in over the rows it saw. */
+static double cp_out_step(const cp_attn *a, int r, int j)
+{
+    double rows = a->bn * a->s;
+    return cp_out_correction(a, cp_whole_queries(a, r, j) ? rows : rows / 2, j == 0);
+}
+
+/* The rank's own K and V copied into the first ring buffer: torch.cat
+ * forward, copy_ backward, one read and one write of each. */
+static double cp_kv_copy(const cp_attn *a)
+{
+    return ap_cost_memop(a->c, 0, 2 * dtype_bytes(a->dt) * a->bkv * a->s * (a->d + a->e));
+}
+
+static double cp_forward(const cp_attn *a, int r)
+{
+    double t = cp_kv_copy(a);
     for (int j = 0; j < a->cp; j++)
-        t += cp_block(a, r, j, 0);
-    /* Step 0's lse is cloned into the running lse, which every later step
-     * corrects. */
-    t += ap_cost_memop(a->c, 0, 2 * 4 * rows);
-    for (int j = 1; j < a->cp; j++)
-        t += cp_lse_correction(a, cp_whole_queries(a, r, j) ? rows : rows / 2);
-    /* flash_attn_fwd_out_correction_init scales step 0's output into out,
-     * cast back to the output's dtype (no fp32 accumulator, so no final
-     * cast); each later step is added in. */
-    t += cp_out_correction(a, rows, 1);
-    for (int j = 1; j < a->cp; j++)
-        t += cp_out_correction(a, cp_whole_queries(a, r, j) ? rows : rows / 2, 0);
+        t += cp_block(a, r, j, 0) + cp_lse_step(a, r, j) + cp_out_step(a, r, j);
     return t;
 }
 
@@ -416,17 +430,24 @@ static double cp_dkv(const cp_attn *a, int r, int i, double w)
     return cp_accumulate(a, all, i > 0);
 }
 
+/* Backward step i's kernel (over forward step cp-1-i's block) and its dq
+ * accumulation: the work queued between posting that step's transfer and
+ * waiting for it. */
+static double cp_backward_step(const cp_attn *a, int r, int i)
+{
+    return cp_block(a, r, a->cp - 1 - i, 1) + cp_dq(a, r, i);
+}
+
 static double cp_backward(const cp_attn *a, int r)
 {
-    double rows = a->bn * a->s, sz = dtype_bytes(a->dt);
+    double rows = a->bn * a->s;
     /* The saved KV copied into the first ring buffer, and (causal, every
      * rank but the last) the second half of the lse made contiguous. */
-    double t = ap_cost_memop(a->c, 0, 2 * sz * a->bkv * a->s * (a->d + a->e));
+    double t = cp_kv_copy(a);
     if (a->causal && r < a->cp - 1)
         t += ap_cost_memop(a->c, 0, 2 * 4 * rows / 2);
     for (int i = 0; i < a->cp; i++)
-        t += cp_block(a, r, a->cp - 1 - i, 1) + cp_dq(a, r, i) + cp_dkv(a, r, i, a->d) +
-             cp_dkv(a, r, i, a->e);
+        t += cp_backward_step(a, r, i) + cp_dkv(a, r, i, a->d) + cp_dkv(a, r, i, a->e);
     return t;
 }
 
@@ -447,6 +468,64 @@ double ap_cost_attention_cp(const ap_cluster *c, ap_dtype dt, double bn, double 
     for (int r = 0; r < cp; r++)
         worst = fmax(worst, backward ? cp_backward(&a, r) : cp_forward(&a, r));
     return worst;
+}
+
+/* The KV ring as TE overlaps it. flash_attn_p2p_communicate posts, on
+ * every rank at once, a send to one neighbour and a receive from the other
+ * (batched isend/irecv), so a hop moves `blocks` of this rank's KV blocks
+ * (its K and V, bkv * s * (d + e) elements) over the slowest link of the
+ * ring, which crosses nodes when any of its hops does. */
+static double cp_hop(const cp_attn *a, int nodes, double blocks)
+{
+    double kv = dtype_bytes(a->dt) * a->bkv * a->s * (a->d + a->e);
+    return ap_cost_sendrecv(a->c, nodes, blocks * kv);
+}
+
+/* Forward: step j waits for its KV, posts the transfer of step j+1's and
+ * runs its kernel, the lse merge following on the same stream; step j+1's
+ * kernel waits for the transfer. The last step posts nothing. */
+static double cp_ring_forward(const cp_attn *a, int r, int nodes)
+{
+    double hop = cp_hop(a, nodes, 1), t = 0;
+    for (int j = 0; j + 1 < a->cp; j++)
+        t += fmax(0, hop - cp_block(a, r, j, 0) - cp_lse_step(a, r, j));
+    return t;
+}
+
+/* Backward: step i posts its transfer, runs its kernel and dq accumulation,
+ * and waits for the transfer before adding its dK, dV into the dKV partial
+ * sum that came with it. Step 0 sends the KV alone (no partial sum yet),
+ * the middle steps KV and dKV, the last step the dKV alone: the final hop,
+ * which hands every rank the sum for its own chunks. */
+static double cp_ring_backward(const cp_attn *a, int r, int nodes)
+{
+    double t = 0;
+    for (int i = 0; i < a->cp; i++) {
+        double blocks = i == 0 || i == a->cp - 1 ? 1 : 2;
+        t += fmax(0, cp_hop(a, nodes, blocks) - cp_backward_step(a, r, i));
+    }
+    return t;
+}
+
+/* What the ring adds to the slowest rank: each rank's steps plus its
+ * exposed transfers, the most over ranks, less the most of the steps alone
+ * (ap_cost_attention_cp), so that the two add up to the slowest rank's
+ * attention with its ring. */
+double ap_cost_cp_ring(const ap_cluster *c, ap_dtype dt, double bn, double bkv,
+                       double s, double d, double e, int causal, int cp, int nodes,
+                       int backward)
+{
+    if (!(bn > 0 && bkv > 0 && s > 0 && d > 0 && e > 0) || cp <= 1)
+        return 0;
+    cp_attn a = {c, dt, bn, bkv, s, d, e, causal, cp};
+    double steps = 0, paced = 0;
+    for (int r = 0; r < cp; r++) {
+        double t = backward ? cp_backward(&a, r) : cp_forward(&a, r);
+        double ring = backward ? cp_ring_backward(&a, r, nodes) : cp_ring_forward(&a, r, nodes);
+        steps = fmax(steps, t);
+        paced = fmax(paced, t + ring);
+    }
+    return paced - steps;
 }
 
 /* FLOPs per score of the memory-bound kernels between the two GEMMs: the

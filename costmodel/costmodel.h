@@ -209,11 +209,28 @@ double ap_cost_attention_backward(const ap_cluster *c, ap_dtype dt, double bn,
  * lists them): forward, the fp32 log-sum-exp merged and the output
  * rescaled into the activation dtype each step; backward, dQ and dK, dV
  * copied or added into their buffers each step, in the activation dtype.
- * The slowest rank's time; the KV ring's traffic is not included. cp <= 1
- * is plain ap_cost_attention(_backward) over s x s. */
+ * The slowest rank's time; the KV ring's traffic is ap_cost_cp_ring's.
+ * cp <= 1 is plain ap_cost_attention(_backward) over s x s. */
 double ap_cost_attention_cp(const ap_cluster *c, ap_dtype dt, double bn, double bkv,
                             double s, double d, double e, int causal, int cp,
                             int backward);
+/* The KV ring of that attention, arguments as for ap_cost_attention_cp and
+ * `nodes` the nodes the cp ranks span (more than 1: some hop crosses nodes
+ * and the ring, in lock step, runs at the inter-node send/recv). Each
+ * transfer runs beside the work TE queues before waiting for it, so only
+ * what outlasts that work is exposed, hop being ap_cost_sendrecv of
+ * `blocks` local KV blocks (bkv * s * (d + e) elements of dt):
+ *   forward   sum over steps j < cp-1 of
+ *               max(0, hop(1) - kernel_j - lse merge_j)
+ *   backward  sum over steps i of max(0, hop(b_i) - kernel_i - dq add_i),
+ *               b_0 = 1 (KV), b_i = 2 (KV and dKV), b_cp-1 = 1 (the last
+ *               dKV hop)
+ * per rank; returned is the most over ranks of steps plus ring less the
+ * most of the steps alone, so that ap_cost_attention_cp plus this is the
+ * slowest rank's time. 0 when cp <= 1. */
+double ap_cost_cp_ring(const ap_cluster *c, ap_dtype dt, double bn, double bkv,
+                       double s, double d, double e, int causal, int cp, int nodes,
+                       int backward);
 /* Unfused attention (Megatron-LM before flash attention), forward or, with
  * `backward`, backward; arguments as for ap_cost_attention, and `dropout` the
  * attention-dropout probability (0: no dropout kernels). One kernel per step,

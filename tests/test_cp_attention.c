@@ -53,6 +53,8 @@ static double bwd(const ap_cluster *c, double sq, double sk, int causal)
 /* The forward corrections of a rank whose cp-1 later steps all cover its
  * whole s rows (the last rank, causal; every rank without a mask), R = 32 s
  * rows, lse 4 bytes a row, out 2 bytes an element:
+ *   torch.cat of the local K and V into the first
+ *   ring buffer (read and written, 8 s (128 + 128))  2*2*8*256s
  *   torch.clone of step 0's lse                       8R
  *   flash_attn_fwd_softmax_lse_correction, per step  12R   (read 2, write 1)
  *   flash_attn_fwd_out_correction_init             2*2*128R + 8R
@@ -61,7 +63,8 @@ static double bwd(const ap_cluster *c, double sq, double sk, int causal)
 static double forward_corrections(const ap_cluster *c, int cp)
 {
     double rows = HEADS * SEQ / cp, out = 2 * HEAD_DIM * rows;
-    double t = pass(c, 8 * rows) + pass(c, 2 * out + 8 * rows);
+    double kv = KV_HEADS * SEQ / cp * 2 * HEAD_DIM;
+    double t = pass(c, 2 * 2 * kv) + pass(c, 8 * rows) + pass(c, 2 * out + 8 * rows);
     for (int j = 1; j < cp; j++)
         t += pass(c, 12 * rows) + pass(c, 3 * out + 8 * rows);
     return t;
