@@ -588,6 +588,32 @@ static double rotary_bytes(const ap_price_ctx *x, const ap_op *op,
     return b + tensor_bytes(x, op->outputs[0]) / operand_split(x, op, s, op->outputs[0]);
 }
 
+/* What one GPU's attention sees under strategy s: bn query heads and bkv
+ * KV heads (both times the batch), sq of the t query rows, head dims d of
+ * q/k and e of v, and the cp ways its sequence is split. */
+typedef struct {
+    ap_dtype dt;
+    double bn, bkv, sq, t, d, e;
+    int cp;
+} attn_shard;
+
+static void attention_shard(const ap_price_ctx *x, const ap_op *op,
+                            const ap_strategy *s, attn_shard *a)
+{
+    const char *q = shape_of(x, op->inputs[0]);
+    const char *v = shape_of(x, op->inputs[2]);
+    a->dt = x->g->tensors[op->inputs[0]].dtype;
+    a->bn = ap_label_size(x, q[0]) / split_of(x, s, q[0]) *
+            ap_label_size(x, q[2]) / split_of(x, s, q[2]);
+    a->bkv = a->bn * ap_label_size(x, shape_of(x, op->inputs[1])[2]) /
+             ap_label_size(x, q[2]);
+    a->cp = split_of(x, s, q[1]);
+    a->t = ap_label_size(x, q[1]);
+    a->sq = a->t / a->cp;
+    a->d = ap_label_size(x, q[3]);
+    a->e = ap_label_size(x, v[3]);
+}
+
 static void price_compute(const ap_price_ctx *x, const ap_op *op,
                           const ap_strategy *s, ap_op_cost *c)
 {
@@ -604,29 +630,23 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
             c->bwd += cb;
         }
     } else if (op->kind == AP_OP_ATTENTION) {
-        const char *q = shape_of(x, op->inputs[0]);
-        const char *v = shape_of(x, op->inputs[2]);
-        double bn = ap_label_size(x, q[0]) / split_of(x, s, q[0]) *
-                    ap_label_size(x, q[2]) / split_of(x, s, q[2]);
-        double sq = ap_label_size(x, q[1]) / split_of(x, s, q[1]);
-        double t = ap_label_size(x, q[1]);
-        double d = ap_label_size(x, q[3]), e = ap_label_size(x, v[3]);
-        ap_dtype dt = x->g->tensors[op->inputs[0]].dtype;
-        int cp = split_of(x, s, q[1]);
-        if (op->flash && cp > 1) {
+        attn_shard a;
+        attention_shard(x, op, s, &a);
+        if (op->flash && a.cp > 1) {
             /* Context parallel: Transformer Engine's ring runs one kernel
              * per step and corrects the partial results between them. */
-            double bkv = bn * ap_label_size(x, shape_of(x, op->inputs[1])[2]) /
-                         ap_label_size(x, q[2]);
-            c->fwd = ap_cost_attention_cp(x->c, dt, bn, bkv, sq, d, e, op->causal, cp, 0);
-            c->bwd = ap_cost_attention_cp(x->c, dt, bn, bkv, sq, d, e, op->causal, cp, 1);
+            c->fwd = ap_cost_attention_cp(x->c, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
+                                          op->causal, a.cp, 0);
+            c->bwd = ap_cost_attention_cp(x->c, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
+                                          op->causal, a.cp, 1);
         } else if (op->flash) {
-            c->fwd = ap_cost_attention(x->c, dt, bn, sq, t, d, e, op->causal);
-            c->bwd = ap_cost_attention_backward(x->c, dt, bn, sq, t, d, e, op->causal);
+            c->fwd = ap_cost_attention(x->c, a.dt, a.bn, a.sq, a.t, a.d, a.e, op->causal);
+            c->bwd = ap_cost_attention_backward(x->c, a.dt, a.bn, a.sq, a.t, a.d, a.e,
+                                                op->causal);
         } else {
-            c->fwd = ap_cost_attention_unfused(x->c, dt, bn, sq, t, d, e,
+            c->fwd = ap_cost_attention_unfused(x->c, a.dt, a.bn, a.sq, a.t, a.d, a.e,
                                                op->dropout_p, 0);
-            c->bwd = ap_cost_attention_unfused(x->c, dt, bn, sq, t, d, e,
+            c->bwd = ap_cost_attention_unfused(x->c, a.dt, a.bn, a.sq, a.t, a.d, a.e,
                                                op->dropout_p, 1);
         }
     } else if (op->kind == AP_OP_LOSS) {
@@ -644,6 +664,38 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
         if (op->kind == AP_OP_RESHAPE)
             c->fwd = 0;
     }
+}
+
+/* Context parallel: every rank meets every K and V shard. A flash
+ * attention runs Transformer Engine's ring, whose send/recv hides behind
+ * the step kernels (ap_cost_cp_ring: only what outlasts them is priced).
+ * Unfused attention has no ring: it is priced as gathering K and V
+ * forward, and gathering them and reduce-scattering dK, dV backward, each
+ * unhidden. */
+static void price_kv_exchange(const ap_price_ctx *x, const ap_op *op,
+                              const ap_strategy *s, ap_op_cost *c)
+{
+    const char *q = shape_of(x, op->inputs[0]);
+    int mask = axes_of(s, q[1]);
+    if (!mask)
+        return;
+    attn_shard a;
+    attention_shard(x, op, s, &a);
+    if (op->flash) {
+        int nodes = x->mesh->nodes[mask - 1];
+        c->fwd_comm += ap_cost_cp_ring(x->c, a.dt, a.bn, a.bkv, a.sq, a.d, a.e, op->causal,
+                                       a.cp, nodes, 0);
+        c->bwd_comm += ap_cost_cp_ring(x->c, a.dt, a.bn, a.bkv, a.sq, a.d, a.e, op->causal,
+                                       a.cp, nodes, 1);
+        return;
+    }
+    double kv = 0;
+    for (int i = 1; i < 3; i++)
+        kv += tensor_bytes(x, op->inputs[i]) / operand_split(x, op, s, op->inputs[i]) *
+              a.cp;
+    c->fwd_comm += coll(x, AP_COLL_ALLGATHER, mask, kv);
+    c->bwd_comm += coll(x, AP_COLL_ALLGATHER, mask, kv) +
+                   coll(x, AP_COLL_REDUCESCATTER, mask, kv);
 }
 
 /* Forward partial sums: a split label the output lacks. */
@@ -708,22 +760,8 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
             c->fwd_comm += coll(x, AP_COLL_ALLREDUCE, 1 << a, bytes);
         }
     }
-    if (op->kind == AP_OP_ATTENTION) {
-        /* Context parallel: every rank sees every K and V shard (a ring of
-         * send/recv, priced as an all-gather), and reduces dK, dV back. */
-        const char *q = shape_of(x, op->inputs[0]);
-        int mask = axes_of(s, q[1]);
-        if (mask) {
-            double kv = 0;
-            for (int i = 1; i < 3; i++)
-                kv += tensor_bytes(x, op->inputs[i]) /
-                      operand_split(x, op, s, op->inputs[i]) *
-                      split_of(x, s, q[1]);
-            c->fwd_comm += coll(x, AP_COLL_ALLGATHER, mask, kv);
-            c->bwd_comm += coll(x, AP_COLL_ALLGATHER, mask, kv) +
-                           coll(x, AP_COLL_REDUCESCATTER, mask, kv);
-        }
-    }
+    if (op->kind == AP_OP_ATTENTION)
+        price_kv_exchange(x, op, s, c);
 }
 
 static int is_param(const ap_price_ctx *x, int t)

@@ -77,12 +77,14 @@ static void cp2_dp4_is_four_replicas_of_cp2(void)
     CHECK_NEAR(sb->mem_bytes - sa->mem_bytes, 12 * P * (1.0 / 2 - 1.0 / 8), 1e-9);
 
     /* Compute per micro-batch and the K/V ring of context parallelism are
-     * one replica's, the same as the cp-only run's. */
+     * one replica's, the same as the cp-only run's. The ring hides behind
+     * the step kernels there (a 17 MB hop, 50 us over NVLink, beside
+     * kernels of 260 us and more: test_cp_ring.c), so neither exposes any;
+     * the equality of exposed rings is test_cp_ring.c's cross-node case. */
     CHECK(sa->fwd - sa->comm_fwd > 0);
     CHECK_NEAR(sa->fwd - sa->comm_fwd, sb->fwd - sb->comm_fwd, 1e-12);
     CHECK_NEAR(sa->bwd - sa->comm_bwd, sb->bwd - sb->comm_bwd, 1e-12);
-    CHECK(sa->kinds.context > 0);
-    CHECK_NEAR(sa->kinds.context, sb->kinds.context, 1e-12);
+    CHECK(sa->kinds.context == 0 && sb->kinds.context == 0);
     CHECK_NEAR(sa->flops, sb->flops, 1e-12);
     CHECK_NEAR(a.t_compute, b.t_compute, 1e-12);
     ap_plan_free(&a);
@@ -110,23 +112,47 @@ static void cp2_dp4_is_four_replicas_of_cp2(void)
 
 /* The K/V ring of context parallelism moves each rank's K and V at their
  * tensor-parallel shard: with tp beside cp every rank holds kv_heads/tp of
- * them, so the ring carries 1/tp of the bytes of a tp=1 run. Per attention
- * op: an all-gather forward, an all-gather and a reduce-scatter backward
- * over the cp ranks, of b*s*(kv_heads/tp)*d bf16 elements for K and for V. */
+ * them (and heads/tp query heads). Per attention op, forward and backward,
+ * what ap_cost_cp_ring exposes for a rank's seq/cp rows of b sequences at
+ * those heads, the cp ranks inside one node. */
 static double kv_ring(const ap_graph *g, const ap_cluster *c, int tp, int cp,
                       double micro_batch)
 {
-    char b = ap_graph_label_of(g, AP_DIM_BATCH);
-    double scale = micro_batch / (double)ap_graph_dim(g, b)->size, t_sum = 0;
+    char bl = ap_graph_label_of(g, AP_DIM_BATCH);
+    double b = micro_batch / (double)ap_graph_dim(g, bl)->size, t_sum = 0;
     for (int i = 0; i < g->nops; i++) {
         const ap_op *op = &g->ops[i];
         if (op->kind != AP_OP_ATTENTION)
             continue;
-        double kv = 2.0 * scale * (double)(g->tensors[op->inputs[1]].elems +
-                                           g->tensors[op->inputs[2]].elems) / tp;
-        t_sum += 2 * ap_cost_allgather(c, cp, 1, kv) + ap_cost_reducescatter(c, cp, 1, kv);
+        const char *q = g->tensors[op->inputs[0]].shape;
+        const char *k = g->tensors[op->inputs[1]].shape;
+        double bn = b * (double)ap_graph_dim(g, q[0])->size *
+                    (double)ap_graph_dim(g, q[2])->size / tp;
+        double bkv = b * (double)ap_graph_dim(g, k[0])->size *
+                     (double)ap_graph_dim(g, k[2])->size / tp;
+        double s = (double)ap_graph_dim(g, q[1])->size / cp;
+        double d = (double)ap_graph_dim(g, q[3])->size;
+        for (int bwd = 0; bwd < 2; bwd++)
+            t_sum += ap_cost_cp_ring(c, AP_BF16, bn, bkv, s, d, d, 1, cp, 1, bwd);
     }
     return t_sum;
+}
+
+/* On H100's NVLink this ring hides behind the step kernels (a 8 MB hop,
+ * 27 us, beside kernels of 65 us and more), so it is priced on H100s
+ * joined by a 10 GB/s link (PCIe-class), where its hops outlast them. */
+static int slow_link_plan(const ap_graph *g, int gpus, const char *spec, ap_cluster *c,
+                          ap_plan *p, char *err)
+{
+    ap_megatron m;
+    memset(p, 0, sizeof *p);
+    memset(c, 0, sizeof *c);
+    ap_megatron_default(&m);
+    int rc = ap_cluster_preset("h100-sxm", gpus, 8, c, err);
+    if (!rc)
+        rc = ap_megatron_parse(spec, &m, err);
+    c->intra_bw = 10e9;
+    return rc ? rc : ap_megatron_plan(g, c, &m, p, err);
 }
 
 static void context_ring_carries_the_tensor_parallel_shard(void)
@@ -138,8 +164,9 @@ static void context_ring_carries_the_tensor_parallel_shard(void)
     CHECK(g != NULL);
     if (!g)
         return;
-    REQUIRE_OK(ap_test_megatron_plan(g, 2, "tp=1,pp=1,cp=2,mbs=1,gbs=8,sp=0", &c1, &a, err), err);
-    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=2,pp=1,cp=2,mbs=1,gbs=8,sp=1", &c2, &b, err), err);
+    REQUIRE_OK(slow_link_plan(g, 2, "tp=1,pp=1,cp=2,mbs=1,gbs=8,sp=0", &c1, &a, err), err);
+    REQUIRE_OK(slow_link_plan(g, 4, "tp=2,pp=1,cp=2,mbs=1,gbs=8,sp=1", &c2, &b, err), err);
+    CHECK(a.stages[0].kinds.context > 0);
     CHECK_NEAR(a.stages[0].kinds.context, kv_ring(g, &c1, 1, 2, a.micro_batch), 1e-9);
     CHECK_NEAR(b.stages[0].kinds.context, kv_ring(g, &c2, 2, 2, b.micro_batch), 1e-9);
     CHECK(b.stages[0].kinds.context < 0.6 * a.stages[0].kinds.context);
