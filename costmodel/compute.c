@@ -451,6 +451,24 @@ static double cp_backward(const cp_attn *a, int r)
     return t;
 }
 
+/* The ranks whose time can be the slowest. A rank's steps fall into a few
+ * kinds (the diagonal, first-half KV, second-half queries, and their
+ * corrections and accumulations), and between the first two and the last
+ * two ranks the number of steps of each kind moves by one per rank, so a
+ * rank's time (steps, and steps with the ring) is linear in r there and
+ * largest at an end. Ranks 0 and cp-1 have kinds of their own. Pricing
+ * these four instead of every rank keeps a call O(cp), not O(cp^2), which
+ * the planner's search needs when it splits a long sequence many ways. */
+static int cp_candidate_ranks(int cp, int *r)
+{
+    int n = 0;
+    const int want[4] = {0, 1, cp - 2, cp - 1};
+    for (int k = 0; k < 4; k++)
+        if (want[k] >= 0 && want[k] < cp && (n == 0 || want[k] > r[n - 1]))
+            r[n++] = want[k];
+    return n;
+}
+
 /* The ring moves in lock step, so the slowest rank sets the pace: the last
  * rank forward (its later steps correct all of its rows), rank 0 backward
  * for cp > 2 (its steps accumulate whole dK and dV). */
@@ -464,9 +482,10 @@ double ap_cost_attention_cp(const ap_cluster *c, ap_dtype dt, double bn, double 
         return backward ? ap_cost_attention_backward(c, dt, bn, s, s, d, e, causal)
                         : ap_cost_attention(c, dt, bn, s, s, d, e, causal);
     cp_attn a = {c, dt, bn, bkv, s, d, e, causal, cp};
+    int ranks[4], n = cp_candidate_ranks(cp, ranks);
     double worst = 0;
-    for (int r = 0; r < cp; r++)
-        worst = fmax(worst, backward ? cp_backward(&a, r) : cp_forward(&a, r));
+    for (int k = 0; k < n; k++)
+        worst = fmax(worst, backward ? cp_backward(&a, ranks[k]) : cp_forward(&a, ranks[k]));
     return worst;
 }
 
@@ -507,6 +526,20 @@ static double cp_ring_backward(const cp_attn *a, int r, int nodes)
     return t;
 }
 
+double ap_cost_attention_cp_rank(const ap_cluster *c, ap_dtype dt, double bn,
+                                 double bkv, double s, double d, double e,
+                                 int causal, int cp, int nodes, int rank,
+                                 int backward, double *ring)
+{
+    *ring = 0;
+    if (!(bn > 0 && bkv > 0 && s > 0 && d > 0 && e > 0) || cp <= 1 || rank < 0 ||
+        rank >= cp)
+        return 0;
+    cp_attn a = {c, dt, bn, bkv, s, d, e, causal, cp};
+    *ring = backward ? cp_ring_backward(&a, rank, nodes) : cp_ring_forward(&a, rank, nodes);
+    return backward ? cp_backward(&a, rank) : cp_forward(&a, rank);
+}
+
 /* What the ring adds to the slowest rank: each rank's steps plus its
  * exposed transfers, the most over ranks, less the most of the steps alone
  * (ap_cost_attention_cp), so that the two add up to the slowest rank's
@@ -518,8 +551,10 @@ double ap_cost_cp_ring(const ap_cluster *c, ap_dtype dt, double bn, double bkv,
     if (!(bn > 0 && bkv > 0 && s > 0 && d > 0 && e > 0) || cp <= 1)
         return 0;
     cp_attn a = {c, dt, bn, bkv, s, d, e, causal, cp};
+    int ranks[4], n = cp_candidate_ranks(cp, ranks);
     double steps = 0, paced = 0;
-    for (int r = 0; r < cp; r++) {
+    for (int k = 0; k < n; k++) {
+        int r = ranks[k];
         double t = backward ? cp_backward(&a, r) : cp_forward(&a, r);
         double ring = backward ? cp_ring_backward(&a, r, nodes) : cp_ring_forward(&a, r, nodes);
         steps = fmax(steps, t);

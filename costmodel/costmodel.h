@@ -231,6 +231,16 @@ double ap_cost_attention_cp(const ap_cluster *c, ap_dtype dt, double bn, double 
 double ap_cost_cp_ring(const ap_cluster *c, ap_dtype dt, double bn, double bkv,
                        double s, double d, double e, int causal, int cp, int nodes,
                        int backward);
+
+/* One rank's share of the above: the time of rank `rank`'s steps (what
+ * ap_cost_attention_cp takes the most of) and, in *ring, its exposed ring
+ * time (with the steps, what ap_cost_cp_ring paces by). For reports and
+ * for checking that the slowest rank is found without pricing every one.
+ * 0 (and *ring 0) outside 0 <= rank < cp or for cp <= 1. */
+double ap_cost_attention_cp_rank(const ap_cluster *c, ap_dtype dt, double bn,
+                                 double bkv, double s, double d, double e,
+                                 int causal, int cp, int nodes, int rank,
+                                 int backward, double *ring);
 /* Unfused attention (Megatron-LM before flash attention), forward or, with
  * `backward`, backward; arguments as for ap_cost_attention, and `dropout` the
  * attention-dropout probability (0: no dropout kernels). One kernel per step,

@@ -168,6 +168,37 @@ static void one_rank_has_no_ring(void)
     ap_cluster_free(&c);
 }
 
+/* The slowest rank is found by pricing ranks 0, 1, cp-2 and cp-1 only (a
+ * rank's time is linear in r between them): the same answer as pricing
+ * every rank, for small and large cp, causal or not, on one node and
+ * across nodes where the ring shows, forward and backward. */
+static void the_slowest_rank_is_found_without_pricing_every_rank(void)
+{
+    ap_cluster c = h100(16);
+    c.inter_bw = 1e9; /* a slow rail, so the ring shows and varies by rank */
+    const int cps[] = {2, 3, 4, 5, 7, 8, 16, 33};
+    for (int k = 0; k < (int)(sizeof cps / sizeof cps[0]); k++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                int cp = cps[k];
+                double s = SEQ / cp, steps = 0, paced = 0;
+                for (int r = 0; r < cp; r++) {
+                    double ring;
+                    double t = ap_cost_attention_cp_rank(&c, AP_BF16, HEADS, KV_HEADS, s,
+                                                         HEAD_DIM, HEAD_DIM, causal, cp, 2,
+                                                         r, bwd, &ring);
+                    steps = fmax(steps, t);
+                    paced = fmax(paced, t + ring);
+                }
+                CHECK(steps > 0);
+                CHECK_NEAR(ap_cost_attention_cp(&c, AP_BF16, HEADS, KV_HEADS, s, HEAD_DIM,
+                                                HEAD_DIM, causal, cp, bwd) / steps, 1, 1e-12);
+                CHECK_NEAR(ring(&c, HEADS, KV_HEADS, s, causal, cp, 2, bwd), paced - steps,
+                           1e-12 * steps);
+            }
+    ap_cluster_free(&c);
+}
+
 int main(void)
 {
     RUN(kernels_outlast_transfers_and_nothing_shows);
@@ -175,5 +206,6 @@ int main(void)
     RUN(a_ring_across_nodes_pays_the_rail);
     RUN(llama3_8b_cp2_estimate_exposes_no_ring);
     RUN(one_rank_has_no_ring);
+    RUN(the_slowest_rank_is_found_without_pricing_every_rank);
     return DONE();
 }
