@@ -380,11 +380,31 @@ static double cp_kv_copy(const cp_attn *a)
     return ap_cost_memop(a->c, 0, 2 * dtype_bytes(a->dt) * a->bkv * a->s * (a->d + a->e));
 }
 
-static double cp_forward(const cp_attn *a, int r)
+/* The KV ring as TE overlaps it. flash_attn_p2p_communicate posts, on
+ * every rank at once, a send to one neighbour and a receive from the other
+ * (batched isend/irecv), so a hop moves `blocks` of this rank's KV blocks
+ * (its K and V, bkv * s * (d + e) elements) over the slowest link of the
+ * ring, which crosses nodes when any of its hops does. */
+static double cp_hop(const cp_attn *a, int nodes, double blocks)
 {
-    double t = cp_kv_copy(a);
-    for (int j = 0; j < a->cp; j++)
-        t += cp_block(a, r, j, 0) + cp_lse_step(a, r, j) + cp_out_step(a, r, j);
+    double kv = dtype_bytes(a->dt) * a->bkv * a->s * (a->d + a->e);
+    return ap_cost_sendrecv(a->c, nodes, blocks * kv);
+}
+
+/* Forward, rank r: its steps' time, and in *ring (when not NULL) what its
+ * KV transfers leave exposed. Step j waits for its KV, posts the transfer
+ * of step j+1's and runs its kernel, the lse merge following on the same
+ * stream; step j+1's kernel waits for the transfer. The last step posts
+ * nothing. */
+static double cp_forward(const cp_attn *a, int r, int nodes, double *ring)
+{
+    double t = cp_kv_copy(a), hop = ring ? cp_hop(a, nodes, 1) : 0;
+    for (int j = 0; j < a->cp; j++) {
+        double block = cp_block(a, r, j, 0), lse = cp_lse_step(a, r, j);
+        t += block + lse + cp_out_step(a, r, j);
+        if (ring && j + 1 < a->cp)
+            *ring += fmax(0, hop - block - lse);
+    }
     return t;
 }
 
@@ -438,7 +458,13 @@ static double cp_backward_step(const cp_attn *a, int r, int i)
     return cp_block(a, r, a->cp - 1 - i, 1) + cp_dq(a, r, i);
 }
 
-static double cp_backward(const cp_attn *a, int r)
+/* Backward, rank r, likewise. Step i posts its transfer, runs its kernel
+ * and dq accumulation, and waits for the transfer before adding its dK, dV
+ * into the dKV partial sum that came with it. Step 0 sends the KV alone (no
+ * partial sum yet), the middle steps KV and dKV, the last step the dKV
+ * alone: the final hop, which hands every rank the sum for its own
+ * chunks. */
+static double cp_backward(const cp_attn *a, int r, int nodes, double *ring)
 {
     double rows = a->bn * a->s;
     /* The saved KV copied into the first ring buffer, and (causal, every
@@ -446,9 +472,23 @@ static double cp_backward(const cp_attn *a, int r)
     double t = cp_kv_copy(a);
     if (a->causal && r < a->cp - 1)
         t += ap_cost_memop(a->c, 0, 2 * 4 * rows / 2);
-    for (int i = 0; i < a->cp; i++)
-        t += cp_backward_step(a, r, i) + cp_dkv(a, r, i, a->d) + cp_dkv(a, r, i, a->e);
+    for (int i = 0; i < a->cp; i++) {
+        double step = cp_backward_step(a, r, i);
+        t += step + cp_dkv(a, r, i, a->d) + cp_dkv(a, r, i, a->e);
+        if (ring) {
+            double blocks = i == 0 || i == a->cp - 1 ? 1 : 2;
+            *ring += fmax(0, cp_hop(a, nodes, blocks) - step);
+        }
+    }
     return t;
+}
+
+/* Rank r's steps, and its exposed ring in *ring when not NULL. */
+static double cp_rank(const cp_attn *a, int r, int nodes, int backward, double *ring)
+{
+    if (ring)
+        *ring = 0;
+    return backward ? cp_backward(a, r, nodes, ring) : cp_forward(a, r, nodes, ring);
 }
 
 /* The ranks whose time can be the slowest. A rank's steps fall into a few
@@ -469,6 +509,21 @@ static int cp_candidate_ranks(int cp, int *r)
     return n;
 }
 
+/* The most over ranks of the steps alone (*steps) and, with_ring, of the
+ * steps with each rank's exposed ring (*paced; else *paced = *steps). */
+static void cp_slowest(const cp_attn *a, int nodes, int backward, int with_ring,
+                       double *steps, double *paced)
+{
+    int ranks[4], n = cp_candidate_ranks(a->cp, ranks);
+    *steps = *paced = 0;
+    for (int k = 0; k < n; k++) {
+        double ring = 0;
+        double t = cp_rank(a, ranks[k], nodes, backward, with_ring ? &ring : NULL);
+        *steps = fmax(*steps, t);
+        *paced = fmax(*paced, t + ring);
+    }
+}
+
 /* The ring moves in lock step, so the slowest rank sets the pace: the last
  * rank forward (its later steps correct all of its rows), rank 0 backward
  * for cp > 2 (its steps accumulate whole dK and dV). */
@@ -482,48 +537,9 @@ double ap_cost_attention_cp(const ap_cluster *c, ap_dtype dt, double bn, double 
         return backward ? ap_cost_attention_backward(c, dt, bn, s, s, d, e, causal)
                         : ap_cost_attention(c, dt, bn, s, s, d, e, causal);
     cp_attn a = {c, dt, bn, bkv, s, d, e, causal, cp};
-    int ranks[4], n = cp_candidate_ranks(cp, ranks);
-    double worst = 0;
-    for (int k = 0; k < n; k++)
-        worst = fmax(worst, backward ? cp_backward(&a, ranks[k]) : cp_forward(&a, ranks[k]));
-    return worst;
-}
-
-/* The KV ring as TE overlaps it. flash_attn_p2p_communicate posts, on
- * every rank at once, a send to one neighbour and a receive from the other
- * (batched isend/irecv), so a hop moves `blocks` of this rank's KV blocks
- * (its K and V, bkv * s * (d + e) elements) over the slowest link of the
- * ring, which crosses nodes when any of its hops does. */
-static double cp_hop(const cp_attn *a, int nodes, double blocks)
-{
-    double kv = dtype_bytes(a->dt) * a->bkv * a->s * (a->d + a->e);
-    return ap_cost_sendrecv(a->c, nodes, blocks * kv);
-}
-
-/* Forward: step j waits for its KV, posts the transfer of step j+1's and
- * runs its kernel, the lse merge following on the same stream; step j+1's
- * kernel waits for the transfer. The last step posts nothing. */
-static double cp_ring_forward(const cp_attn *a, int r, int nodes)
-{
-    double hop = cp_hop(a, nodes, 1), t = 0;
-    for (int j = 0; j + 1 < a->cp; j++)
-        t += fmax(0, hop - cp_block(a, r, j, 0) - cp_lse_step(a, r, j));
-    return t;
-}
-
-/* Backward: step i posts its transfer, runs its kernel and dq accumulation,
- * and waits for the transfer before adding its dK, dV into the dKV partial
- * sum that came with it. Step 0 sends the KV alone (no partial sum yet),
- * the middle steps KV and dKV, the last step the dKV alone: the final hop,
- * which hands every rank the sum for its own chunks. */
-static double cp_ring_backward(const cp_attn *a, int r, int nodes)
-{
-    double t = 0;
-    for (int i = 0; i < a->cp; i++) {
-        double blocks = i == 0 || i == a->cp - 1 ? 1 : 2;
-        t += fmax(0, cp_hop(a, nodes, blocks) - cp_backward_step(a, r, i));
-    }
-    return t;
+    double steps, paced;
+    cp_slowest(&a, 0, backward, 0, &steps, &paced);
+    return steps;
 }
 
 double ap_cost_attention_cp_rank(const ap_cluster *c, ap_dtype dt, double bn,
@@ -536,8 +552,7 @@ double ap_cost_attention_cp_rank(const ap_cluster *c, ap_dtype dt, double bn,
         rank >= cp)
         return 0;
     cp_attn a = {c, dt, bn, bkv, s, d, e, causal, cp};
-    *ring = backward ? cp_ring_backward(&a, rank, nodes) : cp_ring_forward(&a, rank, nodes);
-    return backward ? cp_backward(&a, rank) : cp_forward(&a, rank);
+    return cp_rank(&a, rank, nodes, backward, ring);
 }
 
 /* What the ring adds to the slowest rank: each rank's steps plus its
@@ -551,15 +566,8 @@ double ap_cost_cp_ring(const ap_cluster *c, ap_dtype dt, double bn, double bkv,
     if (!(bn > 0 && bkv > 0 && s > 0 && d > 0 && e > 0) || cp <= 1)
         return 0;
     cp_attn a = {c, dt, bn, bkv, s, d, e, causal, cp};
-    int ranks[4], n = cp_candidate_ranks(cp, ranks);
-    double steps = 0, paced = 0;
-    for (int k = 0; k < n; k++) {
-        int r = ranks[k];
-        double t = backward ? cp_backward(&a, r) : cp_forward(&a, r);
-        double ring = backward ? cp_ring_backward(&a, r, nodes) : cp_ring_forward(&a, r, nodes);
-        steps = fmax(steps, t);
-        paced = fmax(paced, t + ring);
-    }
+    double steps, paced;
+    cp_slowest(&a, nodes, backward, 1, &steps, &paced);
     return paced - steps;
 }
 
