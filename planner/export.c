@@ -109,13 +109,12 @@ static int find_op(const ap_graph *g, const ap_plan_desc *p, int st, int i,
     return k;
 }
 
-static int check_shape(const ap_graph *g, const ap_plan_desc *p, char *err)
+static int check_shape(const ap_graph *g, const ap_model_shape *m,
+                       const ap_plan_desc *p, char *err)
 {
-    ap_model_shape s;
-    ap_model_shape_of(g, &s);
-    if (p->seq != s.seq) {
+    if (p->seq != m->seq) {
         errf(err, "%s: seq_length is %d but the model %s has %lld",
-                 p->source, p->seq, g->source, s.seq);
+                 p->source, p->seq, g->source, m->seq);
         return AP_EINPUT;
     }
     if (!p->has_shape)
@@ -123,7 +122,7 @@ static int check_shape(const ap_graph *g, const ap_plan_desc *p, char *err)
     const char *names[] = {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "experts"};
     long long want[] = {p->shape.layers, p->shape.hidden, p->shape.heads,
                         p->shape.kv_heads, p->shape.ffn, p->shape.vocab, p->shape.experts};
-    long long have[] = {s.layers, s.hidden, s.heads, s.kv_heads, s.ffn, s.vocab, s.experts};
+    long long have[] = {m->layers, m->hidden, m->heads, m->kv_heads, m->ffn, m->vocab, m->experts};
     for (int i = 0; i < 7; i++)
         if (want[i] != have[i]) {
             errf(err, "%s: model_shape.%s is %lld but the model %s "
@@ -131,10 +130,10 @@ static int check_shape(const ap_graph *g, const ap_plan_desc *p, char *err)
                      names[i], want[i], g->source, have[i]);
             return AP_EINPUT;
         }
-    if (p->shape.rotary_percent >= 0 && p->shape.rotary_percent != s.rotary_percent) {
+    if (p->shape.rotary_percent >= 0 && p->shape.rotary_percent != m->rotary_percent) {
         errf(err, "%s: model_shape.rotary_percent is %g but the model %s rotates "
                  "%g of each head; pass the plan's model with --model", p->source,
-                 p->shape.rotary_percent, g->source, s.rotary_percent);
+                 p->shape.rotary_percent, g->source, m->rotary_percent);
         return AP_EINPUT;
     }
     return AP_OK;
@@ -450,12 +449,10 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
 
 /* What a launcher's model flags cannot state. Only Megatron-LM's export
  * states the architecture; the others run the user's own model code. */
-static int check_architecture(const ap_graph *g, const ap_plan_desc *p,
+static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
                               ap_launcher to, char *err)
 {
-    ap_model_shape s;
-    ap_model_shape_of(g, &s);
-    if (to == AP_LAUNCHER_MEGATRON && s.parallel_residual)
+    if (to == AP_LAUNCHER_MEGATRON && s->parallel_residual)
         return refuse(p, err, "%s's transformer layer runs attention and then the MLP; "
                       "the model runs them side by side on the layer's input (%s), "
                       "which no Megatron-LM flag states", ap_launcher_name(to),
@@ -469,8 +466,10 @@ int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
     const char *who = ap_launcher_name(to);
     memset(d, 0, sizeof *d);
     int rc;
-    if ((rc = check_shape(g, p, err)) || (rc = check_architecture(g, p, to, err)) ||
-        (rc = check_stages(g, p, who, err)) ||
+    ap_model_shape shape;
+    ap_model_shape_of(g, &shape);
+    if ((rc = check_shape(g, &shape, p, err)) ||
+        (rc = check_architecture(&shape, p, to, err)) || (rc = check_stages(g, p, who, err)) ||
         (rc = check_pipeline(g, p, d, err)))
         return rc;
     const ap_plan_desc_stage *s0 = &p->stages[0];
