@@ -29,6 +29,18 @@ static inline ap_graph *ap_test_model(const char *rel, int seq)
     return ap_test_model_with(rel, &o);
 }
 
+/* The h100-sxm preset, `gpus` GPUs in nodes of 8 (a partial node below 8).
+ * The preset always loads, so there is no error to report; the caller frees
+ * it with ap_cluster_free() (presets own no tables, so forgetting is
+ * harmless). */
+static inline ap_cluster ap_test_h100(int gpus)
+{
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    ap_cluster_preset("h100-sxm", gpus, 8, &c, err);
+    return c;
+}
+
 /* Bytes the ops of layer `layer` save for backward (ap_op.saved_bytes: a
  * tensor saved by several ops counts once, whole, before any sharding). */
 static inline double ap_test_layer_saved(const ap_graph *g, int layer)

@@ -1,30 +1,22 @@
 /* test_cost_comm.c -- collectives against the nccl-tests definitions and
  * the communication volumes of the seed notes (000_*.txt). */
 #include "costmodel/costmodel.h"
-#include "test.h"
+#include "model.h"
 
 #define GIB (1024.0 * 1024 * 1024)
-
-static ap_cluster h100(int gpus)
-{
-    ap_cluster c;
-    char err[AP_ERR_LEN];
-    ap_cluster_preset("h100-sxm", gpus, 0, &c, err);
-    return c;
-}
 
 /* nccl-tests: busbw = algbw * 2(n-1)/n for all-reduce; alpha is NCCL's
  * ring latency, one NVLink hop per each of the 2(n-1) steps. */
 static void allreduce_matches_nccl_tests_busbw(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     double alpha = 14 * c.intra_lat;
     CHECK_NEAR(ap_cost_allreduce(&c, 8, 1, GIB), 2 * 7.0 / 8 * GIB / 360e9 + alpha, 1e-12);
 }
 
 static void gather_scatter_and_alltoall_move_half_an_allreduce(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     double beta = 7.0 / 8 * GIB / 360e9, alpha = 7 * c.intra_lat;
     CHECK_NEAR(ap_cost_allgather(&c, 8, 1, GIB), beta + alpha, 1e-12);
     CHECK_NEAR(ap_cost_reducescatter(&c, 8, 1, GIB), beta + alpha, 1e-12);
@@ -34,7 +26,7 @@ static void gather_scatter_and_alltoall_move_half_an_allreduce(void)
 
 static void a_single_rank_costs_nothing(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     CHECK(ap_cost_allreduce(&c, 1, 1, GIB) == 0);
     CHECK(ap_cost_allgather(&c, 0, 1, GIB) == 0);
     CHECK(ap_cost_allreduce(&c, 8, 1, 0) == 0);
@@ -44,7 +36,7 @@ static void a_single_rank_costs_nothing(void)
  * per node gets r rails, capped by NVLink. */
 static void inter_node_groups_use_one_rail_per_gpu(void)
 {
-    ap_cluster c = h100(64);
+    ap_cluster c = ap_test_h100(64);
     /* 8 ranks, one per node: one rail each, and all 14 ring steps cross. */
     double one_per_node = 2 * 7.0 / 8 * GIB / 45e9 + 14 * c.inter_lat;
     CHECK_NEAR(ap_cost_allreduce(&c, 8, 8, GIB), one_per_node, 1e-12);
@@ -61,7 +53,7 @@ static void inter_node_groups_use_one_rail_per_gpu(void)
 /* Seed 000: DP all-reduces the gradients, 2(d-1)/d x 2P bytes in bf16. */
 static void dp_gradient_allreduce_of_a_7b_model(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     double P = 7e9, d = 8;
     double t = ap_cost_allreduce(&c, 8, 1, 2 * P);
     CHECK_NEAR(t - 14 * c.intra_lat, 2 * (d - 1) / d * 2 * P / 360e9, 1e-12);
@@ -73,7 +65,7 @@ static void dp_gradient_allreduce_of_a_7b_model(void)
  * leaves the GPU, and dispatch + combine give 2bshk(d-1)/d elements. */
 static void ep_alltoall_volume_is_2bshk_over_d(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     double b = 4, s = 4096, h = 7168, k = 8, d = 8;
     double buffer = b * s * h * k * 2; /* bf16 bytes one rank sends in all */
     double both = 2 * ap_cost_alltoall(&c, 8, 1, buffer) - 2 * 7 * c.intra_lat;
@@ -84,14 +76,14 @@ static void ep_alltoall_volume_is_2bshk_over_d(void)
 /* Seed 000: PP sends one bsh activation (2 bytes each) to the next stage. */
 static void pp_sendrecv_of_an_activation(void)
 {
-    ap_cluster c = h100(16);
+    ap_cluster c = ap_test_h100(16);
     double b = 1, s = 4096, h = 8192;
     CHECK_NEAR(ap_cost_sendrecv(&c, 2, b * s * h * 2), b * s * h * 2 / 45e9 + 9.6e-6, 1e-12);
 }
 
 static ap_cluster with_samples(ap_coll_sample *s, int n)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     c.coll = s;
     c.ncoll = n;
     return c;
@@ -112,7 +104,7 @@ static void measured_table_returns_samples_and_interpolates(void)
     CHECK_NEAR(ap_cost_allreduce(&c, 8, 1, 1024), 3.0e-5, 1e-12);
     CHECK_NEAR(ap_cost_allreduce(&c, 8, 1, 4.0 * (1 << 30)), 4 * 6.0e-3, 1e-12);
     /* Other groups fall back to the analytic model. */
-    ap_cluster a = h100(8);
+    ap_cluster a = ap_test_h100(8);
     CHECK_NEAR(ap_cost_allreduce(&c, 4, 1, 1 << 26), ap_cost_allreduce(&a, 4, 1, 1 << 26), 1e-12);
     CHECK_NEAR(ap_cost_allgather(&c, 8, 1, 1 << 26), ap_cost_allgather(&a, 8, 1, 1 << 26), 1e-12);
 }

@@ -1,21 +1,13 @@
 /* test_cost_compute.c -- GEMM, attention (flash and unfused) and
  * memory-bound kernel costs. */
 #include "costmodel/costmodel.h"
-#include "test.h"
-
-static ap_cluster h100(void)
-{
-    ap_cluster c;
-    char err[AP_ERR_LEN];
-    ap_cluster_preset("h100-sxm", 8, 0, &c, err);
-    return c;
-}
+#include "model.h"
 
 /* 8192^3: cuBLAS may run 128x256, 64x256, 128x128 or 64x128 tiles; the
  * best fill is 64x128: 128 x 64 = 8192 tiles over 132 SMs in 63 waves. */
 static void large_gemm_runs_at_peak_times_efficiency_times_waves(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     double n = 8192;
     double ideal = 2 * n * n * n / (989.4e12 * c.gemm_eff);
     double waves = 8192.0 / (63 * 132);
@@ -25,7 +17,7 @@ static void large_gemm_runs_at_peak_times_efficiency_times_waves(void)
 
 static void a_partial_last_wave_costs_what_the_best_tile_leaves_idle(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     /* 1536 x 2816 is 12 x 11 = 132 tiles of 128x256: one full wave. One
      * more row of tiles (1664 rows) fills waves best with 64x128 tiles:
      * 26 x 22 = 572 tiles in 5 waves of 132. */
@@ -36,7 +28,7 @@ static void a_partial_last_wave_costs_what_the_best_tile_leaves_idle(void)
 
 static void tiny_gemm_hits_the_kernel_floor(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     CHECK(ap_cost_gemm(&c, AP_BF16, 16, 16, 16) == c.kernel_floor);
     CHECK(ap_cost_gemm(&c, AP_BF16, 0, 16, 16) == 0);
 }
@@ -44,7 +36,7 @@ static void tiny_gemm_hits_the_kernel_floor(void)
 /* A matrix-vector product is bound by reading the matrix. */
 static void skinny_gemm_is_memory_bound(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     double bytes = 2.0 * (1 * 8192 + 8192 * 8192 + 1 * 8192);
     CHECK_NEAR(ap_cost_gemm(&c, AP_BF16, 1, 8192, 8192),
                bytes / (3.35e12 * 0.9), 1e-9);
@@ -57,7 +49,7 @@ static void skinny_gemm_is_memory_bound(void)
  * figure keeps bf16's efficiency and the full factor of 2. */
 static void fp8_is_faster_than_bf16_by_the_measured_ratio(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     double bf16 = ap_cost_gemm(&c, AP_BF16, 8192, 8192, 8192);
     double fp8 = ap_cost_gemm(&c, AP_FP8, 8192, 8192, 8192);
     CHECK_NEAR(c.gemm_eff_fp8, 0.75 * 70.9 / 80.3, 1e-15);
@@ -70,7 +62,7 @@ static void fp8_is_faster_than_bf16_by_the_measured_ratio(void)
  * efficiency, whatever FP8 figure the cluster carries. */
 static void fp8_without_an_fp8_peak_runs_as_bf16(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     c.peak_flops[AP_FP8] = 0;
     CHECK_NEAR(ap_cost_gemm(&c, AP_FP8, 8192, 8192, 8192) /
                ap_cost_gemm(&c, AP_BF16, 8192, 8192, 8192), 1.0, 1e-12);
@@ -78,7 +70,7 @@ static void fp8_without_an_fp8_peak_runs_as_bf16(void)
 
 static void batched_gemm_shares_the_waves(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     /* A 512x512 output is 32 tiles of 64x128: four such GEMMs (128 tiles)
      * share one wave over 132 SMs and take as long as one; a fifth needs a
      * second wave: 160 tiles in 264 slots. */
@@ -91,7 +83,7 @@ static void batched_gemm_shares_the_waves(void)
 
 static ap_cluster measured_h100(ap_gemm_sample *s, int n)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     c.gemm = s;
     c.ngemm = n;
     return c;
@@ -105,7 +97,7 @@ static void measured_gemm_returns_the_sample_at_its_shape(void)
     CHECK_NEAR(ap_cost_gemm(&c, AP_BF16, 1024, 1024, 1024), 2.0e-5, 1e-12);
     CHECK_NEAR(ap_cost_gemm(&c, AP_BF16, 8192, 8192, 8192), 1.6e-3, 1e-12);
     /* fp16 has no samples: analytic. */
-    ap_cluster a = h100();
+    ap_cluster a = ap_test_h100(8);
     CHECK_NEAR(ap_cost_gemm(&c, AP_FP16, 4096, 4096, 4096),
                ap_cost_gemm(&a, AP_FP16, 4096, 4096, 4096), 1e-12);
 }
@@ -126,7 +118,7 @@ static void measured_gemm_interpolates_between_samples(void)
 
 static void causal_attention_does_half_the_work(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     double bn = 32 * 32, s = 8192, d = 128;
     double full = ap_cost_attention(&c, AP_BF16, bn, s, s, d, d, 0);
     double causal = ap_cost_attention(&c, AP_BF16, bn, s, s, d, d, 1);
@@ -149,7 +141,7 @@ static double gemm_bytes(double m, double n, double k) { return 2 * bn_ * (m * k
 
 static void unfused_forward_is_two_gemms_softmax_and_dropout_through_hbm(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     double P = scores();
     double qk = gemm_bytes(s_, s_, d_), pv = gemm_bytes(s_, d_, s_);
     double softmax = 2 * 2 * P;      /* scores in, probabilities out */
@@ -162,7 +154,7 @@ static void unfused_forward_is_two_gemms_softmax_and_dropout_through_hbm(void)
 
 static void unfused_backward_is_four_gemms_and_the_two_kernels_backward(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     double P = scores();
     /* dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q. */
     double gemms = gemm_bytes(s_, s_, d_) + gemm_bytes(s_, d_, s_) +
@@ -193,7 +185,7 @@ static double flash_step(const ap_cluster *c, double s)
 
 static void unfused_attention_is_slower_than_flash_by_a_gap_growing_as_s_squared(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     CHECK(unfused_step(&c, 2048) > 5 * flash_step(&c, 2048));
     double gap2k = unfused_step(&c, 2048) - flash_step(&c, 2048);
     double gap4k = unfused_step(&c, 4096) - flash_step(&c, 4096);
@@ -204,14 +196,14 @@ static void unfused_attention_is_slower_than_flash_by_a_gap_growing_as_s_squared
 
 static void unfused_attention_of_nothing_costs_nothing(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     CHECK(ap_cost_attention_unfused(&c, AP_BF16, 0, s_, s_, d_, d_, 0.1, 0) == 0);
     CHECK(ap_cost_attention_unfused(&c, AP_BF16, bn_, s_, s_, d_, 0, 0.1, 1) == 0);
 }
 
 static void memop_is_a_roofline_with_a_floor(void)
 {
-    ap_cluster c = h100();
+    ap_cluster c = ap_test_h100(8);
     double bytes = 4.0 * 8192 * 8192 * 2;
     CHECK_NEAR(ap_cost_memop(&c, 8192.0 * 8192, bytes), bytes / (3.35e12 * 0.9), 1e-9);
     CHECK(ap_cost_memop(&c, 10, 100) == c.kernel_floor);

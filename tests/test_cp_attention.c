@@ -14,20 +14,12 @@
 #define HEAD_DIM 128.0
 #define SEQ 8192.0
 
-static ap_cluster h100(int gpus)
-{
-    ap_cluster c;
-    char err[AP_ERR_LEN];
-    ap_cluster_preset("h100-sxm", gpus, 8, &c, err);
-    return c;
-}
-
 /* The preset without its length curve: every kernel at the 8k efficiency,
  * so that kernel times add up as their FLOPs do. The curve prices an
  * s x s/2 block apart from an s/2 x s one (test_attention_len.c). */
 static ap_cluster h100_flat(int gpus)
 {
-    ap_cluster c = h100(gpus);
+    ap_cluster c = ap_test_h100(gpus);
     c.attn_len_n = 0;
     return c;
 }
@@ -96,7 +88,7 @@ static void the_steps_do_the_single_kernels_flops(void)
  * corrections; its rows all need correcting, so it is the slowest. */
 static void forward_is_the_steps_plus_the_corrections(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     for (int cp = 2; cp <= 4; cp *= 2) {
         double s = SEQ / cp;
         double want = fwd(&c, s, s, 1) + (cp - 1) * fwd(&c, s, s / 2, 0) +
@@ -145,7 +137,7 @@ static void backward_is_the_steps_plus_the_accumulations(void)
  * against the last rank's 6cp + 1 = 25. */
 static void without_gqa_rank_zero_paces_the_backward(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     int cp = 4;
     double s = SEQ / cp, q = HEADS * s * HEAD_DIM, rows = HEADS * s;
     /* Rank 0: its lse's second half made contiguous and the KV copied;
@@ -168,7 +160,7 @@ static void without_gqa_rank_zero_paces_the_backward(void)
  * every correction over all rows, dQ, dK and dV copied then added whole. */
 static void bidirectional_attention_runs_whole_blocks(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     int cp = 2;
     double s = SEQ / cp, q = HEADS * s * HEAD_DIM, k = KV_HEADS * s * HEAD_DIM;
     CHECK_NEAR(ap_cost_attention_cp(&c, AP_BF16, HEADS, KV_HEADS, s, HEAD_DIM, HEAD_DIM,
@@ -184,7 +176,7 @@ static void bidirectional_attention_runs_whole_blocks(void)
 
 static void one_rank_is_plain_flash_attention(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     CHECK(ap_cost_attention_cp(&c, AP_BF16, HEADS, KV_HEADS, SEQ, HEAD_DIM, HEAD_DIM, 1,
                                1, 0) == fwd(&c, SEQ, SEQ, 1));
     CHECK(ap_cost_attention_cp(&c, AP_BF16, HEADS, KV_HEADS, SEQ, HEAD_DIM, HEAD_DIM, 1,

@@ -12,14 +12,6 @@
 #define HEAD_DIM 128.0
 #define SEQ 8192.0
 
-static ap_cluster h100(int gpus)
-{
-    ap_cluster c;
-    char err[AP_ERR_LEN];
-    ap_cluster_preset("h100-sxm", gpus, 8, &c, err);
-    return c;
-}
-
 /* One hop of `bytes` over NVLink (360 GB/s, 3.4 us per hop) or, across
  * nodes, one 400 Gb/s rail (45 GB/s, 9.6 us): the presets' figures. */
 static double nvlink_hop(double bytes)
@@ -54,7 +46,7 @@ static double ring(const ap_cluster *c, double heads, double kv_heads, double s,
  * quarters the kernels (under 70 us): hidden too. */
 static void kernels_outlast_transfers_and_nothing_shows(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     double s = SEQ / 2;
     CHECK_NEAR(ap_cost_sendrecv(&c, 1, kv_bytes(KV_HEADS, s)), 50.0e-6, 0.01);
     CHECK_NEAR(ap_cost_attention(&c, AP_BF16, HEADS, s, s / 2, HEAD_DIM, HEAD_DIM, 0),
@@ -79,7 +71,7 @@ static void kernels_outlast_transfers_and_nothing_shows(void)
  * with B = 2 * 64 * 128 bytes and hop(x) = 3.4 us + x / 100 MB/s. */
 static void transfers_outlasting_kernels_show_all_but_the_kernels(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     c.intra_bw = 100e6;
     double floor = c.kernel_floor, B = 2 * 64 * 128;
     double hop1 = 3.4e-6 + B / 100e6, hop2 = 3.4e-6 + 2 * B / 100e6;
@@ -106,7 +98,7 @@ static void transfers_outlasting_kernels_show_all_but_the_kernels(void)
  * backward's windows (its kernels are 2.5x) still hide the hops. */
 static void a_ring_across_nodes_pays_the_rail(void)
 {
-    ap_cluster c = h100(16);
+    ap_cluster c = ap_test_h100(16);
     double s = SEQ / 2, kv = kv_bytes(1, s);
     double k0 = ap_cost_attention(&c, AP_BF16, 4, s, s, HEAD_DIM, HEAD_DIM, 1);
     CHECK_NEAR(k0, 4 * s * s * 2 * HEAD_DIM / 518e12, 1e-12);
@@ -159,7 +151,7 @@ static void llama3_8b_cp2_estimate_exposes_no_ring(void)
 /* No ring without a split sequence, nor for empty shapes. */
 static void one_rank_has_no_ring(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     c.intra_bw = 1e6;
     CHECK(ring(&c, HEADS, KV_HEADS, SEQ, 1, 1, 1, 0) == 0);
     CHECK(ring(&c, HEADS, KV_HEADS, SEQ, 1, 0, 1, 1) == 0);
@@ -174,7 +166,7 @@ static void one_rank_has_no_ring(void)
  * across nodes where the ring shows, forward and backward. */
 static void the_slowest_rank_is_found_without_pricing_every_rank(void)
 {
-    ap_cluster c = h100(16);
+    ap_cluster c = ap_test_h100(16);
     c.inter_bw = 1e9; /* a slow rail, so the ring shows and varies by rank */
     const int cps[] = {2, 3, 4, 5, 7, 8, 16, 33};
     for (int k = 0; k < (int)(sizeof cps / sizeof cps[0]); k++)

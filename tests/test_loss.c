@@ -6,21 +6,13 @@
 
 #include "planner/planner.h"
 
-static ap_cluster h100(int gpus)
-{
-    ap_cluster c;
-    char err[AP_ERR_LEN];
-    ap_cluster_preset("h100-sxm", gpus, 8, &c, err);
-    return c;
-}
-
 /* Forward, per logit: .float() reads 2 bytes and writes 4; max reads 4;
  * subtract, exp and divide read and write 4 each (24); sum reads 4. That is
  * 38 bytes. Backward: the in-place multiply by the loss gradient (8) and
  * the cast of the gradient back to bf16 (4 + 2): 14 bytes. */
 static void bf16_logits_cross_hbm_38_bytes_forward_and_14_backward(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     double logits = 8192.0 * 128256; /* one Llama 3 sequence */
     double bw = 3.35e12 * 0.9;
     CHECK_NEAR(ap_cost_cross_entropy(&c, AP_BF16, logits, 0), 38 * logits / bw, 1e-12);
@@ -31,7 +23,7 @@ static void bf16_logits_cross_hbm_38_bytes_forward_and_14_backward(void)
 /* .float() on fp32 logits returns them as they are: no cast either way. */
 static void fp32_logits_skip_both_casts(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     double logits = 2048.0 * 50257;
     double bw = 3.35e12 * 0.9;
     CHECK_NEAR(ap_cost_cross_entropy(&c, AP_FP32, logits, 0), 32 * logits / bw, 1e-12);
@@ -41,7 +33,7 @@ static void fp32_logits_skip_both_casts(void)
 
 static void no_logits_cost_nothing_and_a_few_the_kernel_floor(void)
 {
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     CHECK(ap_cost_cross_entropy(&c, AP_BF16, 0, 0) == 0);
     CHECK(ap_cost_cross_entropy(&c, AP_BF16, 10, 1) == c.kernel_floor);
     ap_cluster_free(&c);
@@ -57,7 +49,7 @@ static void a_vocabulary_split_gives_each_rank_its_share(void)
         CHECK(0);
         return;
     }
-    ap_cluster c = h100(8);
+    ap_cluster c = ap_test_h100(8);
     ap_mesh mesh;
     ap_mesh_init(&mesh, 8, 1, 0, 8);
     ap_price_ctx x = {.g = g, .c = &c, .mesh = &mesh, .batch = 2, .nmicro = 4,
