@@ -5,7 +5,12 @@
 #   sh bench/validate.sh build/autopar [runs.json]
 #
 # Every run is priced with the preset of its GPU and the Megatron-LM
-# configuration it used; nothing is fitted. A run measured in FP8 carries
+# configuration it used; nothing is fitted to the table. Each preset's
+# tensor-core rate comes from one published step (costmodel/preset.c): that
+# run is marked "anchor" and left out of the statistics, and --calibrated
+# derives the rate again from the run a fixed rule picks (anchors_of), to
+# show whether the preset's factor is still the one its run gives. A run
+# measured in FP8 carries
 # fp8=1 in its configuration (linear layers in FP8 as Transformer Engine runs
 # them). A run that autopar refuses is printed with its error and left out of
 # the statistics, as is a run whose precision its configuration does not
@@ -190,10 +195,18 @@ for run in runs:
     priced.append(r)
     errors.append(err)
 
-anchors, calibrated = {}, {}
+# The runs the presets' tensor-core rates were derived from
+# (costmodel/preset.c): priced like the others, left out of the statistics.
+sources = {run["gpu"]: i for i, run in enumerate(runs) if run.get("preset_rate_source")}
+anchors, calibrated = dict(sources), {}
 caldir = tempfile.mkdtemp(prefix="autopar-validate-")
 if mode == "calibrated":
     anchors = anchors_of(runs, priced)
+    for gpu, i in sorted(anchors.items()):
+        if sources.get(gpu) != i:
+            print(f"{gpu}: the rule picks {runs[i]['name']}, but the preset's rate "
+                  f"comes from another run: mark the rule's run preset_rate_source "
+                  f"and derive the rate on it", file=sys.stderr)
     for gpu, i in sorted(anchors.items()):
         out = os.path.join(caldir, gpu + ".json")
         err = calibrate(runs[i], priced[i][1], out)
@@ -205,7 +218,7 @@ if mode == "calibrated":
         with open(out) as f:
             scale = json.load(f)["calibration"]["scale"]
         print(f"{gpu}: calibrated on {runs[i]['name']} (its published step), "
-              f"tensor-core rate x{scale:.4f}")
+              f"tensor-core rate x{scale:.4f} of the kernel figures")
     print()
     for i, run in enumerate(runs):
         if run["gpu"] in calibrated and anchors[run["gpu"]] != i:
@@ -230,7 +243,8 @@ for i, run in enumerate(runs):
         stats.setdefault(run["gpu"], []).append((e, run["name"]))
     rows.append([run["name"], run["gpu"], f"{fmt(pub_x)} {unit}", f"{fmt(pred_x)}",
                  f"{pub_t:.3f}", f"{t:.3f}",
-                 ("anchor" if anchor else f"{e:+.1f}%") + ("" if counted else " *") +
+                 (f"anchor {e:+.1f}%" if anchor else f"{e:+.1f}%") +
+                 ("" if counted else " *") +
                  (" fp8" if fp8 else ""),
                  f"{100 * b['compute_s'] / t:.0f}/{100 * b['communication_s'] / t:.0f}"
                  f"/{100 * b['bubble_s'] / t:.0f}", "" if pred.get("fits", True) else "over HBM"])
@@ -247,8 +261,11 @@ for r in rows:
 print()
 print("error = (predicted step - published step) / published step; negative: autopar is optimistic")
 print("fp8: measured in FP8 and priced with fp8=1 (docs/cost-model.md, FP8)")
-if anchors:
+if anchors and mode == "calibrated":
     print("anchor: the run each GPU's rate was calibrated on; left out of the statistics")
+elif anchors:
+    print("anchor: the run each preset's tensor-core rate was derived from "
+          "(costmodel/preset.c); left out of the statistics")
 if any(r[6].endswith("*") or " * " in r[6] for r in rows if len(r) > 4):
     print("* measured in another precision than priced: shown, not in the statistics")
 allrows = []

@@ -87,14 +87,32 @@ double ap_cluster_gemm_eff(const ap_cluster *c, ap_dtype dt)
     return c->gemm_eff > 0 ? c->gemm_eff : 1;
 }
 
+void ap_cluster_scale_rate(ap_cluster *c, double f)
+{
+    c->gemm_eff *= f;
+    c->gemm_eff_fp8 *= f;
+    c->attn_eff *= f;
+    c->attn_bwd_eff *= f;
+}
+
+void ap_cluster_kernel_rate(ap_cluster *c)
+{
+    if (c->calib_scale > 0)
+        ap_cluster_scale_rate(c, 1 / c->calib_scale);
+    c->calib_scale = c->calib_measured_s = 0;
+    c->calib_from[0] = '\0';
+}
+
+/* A preset is one whatever its rate was scaled to: that step was published,
+ * not measured on the user's GPUs. */
 const char *ap_cluster_basis(const ap_cluster *c)
 {
+    if (!strcmp(c->source, "preset"))
+        return "preset";
     if (c->calib_scale > 0)
         return "calibrated";
     if (c->ngemm > 0 || c->ncoll > 0)
         return "profile";
-    if (!strcmp(c->source, "preset"))
-        return "preset";
     return "file";
 }
 

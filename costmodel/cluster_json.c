@@ -586,6 +586,23 @@ static cJSON *curve_json(const ap_cluster *c)
     return a;
 }
 
+/* cJSON writes 15 significant digits when they read back within a
+ * relative epsilon, which can lose the last bit; efficiencies are products
+ * (a calibration's factor times a kernel figure), and a file must give back
+ * the cluster it was written from, so they get as many digits as that
+ * takes. */
+static void add_exact(cJSON *o, const char *key, double v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.15g", v);
+    if (strtod(buf, NULL) != v)
+        snprintf(buf, sizeof buf, "%.17g", v);
+    if (isfinite(v))
+        cJSON_AddRawToObject(o, key, buf);
+    else
+        cJSON_AddNullToObject(o, key);
+}
+
 static cJSON *gpu_json(const ap_cluster *c)
 {
     cJSON *g = cJSON_CreateObject();
@@ -595,13 +612,13 @@ static cJSON *gpu_json(const ap_cluster *c)
     cJSON_AddNumberToObject(g, "reserved_bytes", c->mem_reserved);
     cJSON_AddNumberToObject(g, "hbm_bandwidth", c->hbm_bw);
     cJSON_AddNumberToObject(g, "hbm_efficiency", c->hbm_eff);
-    cJSON_AddNumberToObject(g, "gemm_efficiency", c->gemm_eff);
+    add_exact(g, "gemm_efficiency", c->gemm_eff);
     if (c->gemm_eff_fp8 > 0)
-        cJSON_AddNumberToObject(g, "gemm_efficiency_fp8", c->gemm_eff_fp8);
+        add_exact(g, "gemm_efficiency_fp8", c->gemm_eff_fp8);
     if (c->attn_eff > 0)
-        cJSON_AddNumberToObject(g, "attention_efficiency", c->attn_eff);
+        add_exact(g, "attention_efficiency", c->attn_eff);
     if (c->attn_bwd_eff > 0)
-        cJSON_AddNumberToObject(g, "attention_backward_efficiency", c->attn_bwd_eff);
+        add_exact(g, "attention_backward_efficiency", c->attn_bwd_eff);
     if (c->attn_len_n > 0 && c->attn_len_n <= AP_ATTN_LEN_MAX)
         cJSON_AddItemToObject(g, "attention_by_length", curve_json(c));
     if (c->tile_m > 0 && c->tile_n > 0) {
@@ -680,7 +697,7 @@ char *ap_cluster_to_json(const ap_cluster *c)
         cJSON_AddItemToObject(root, "measured", measured_json(c));
     if (c->calib_scale > 0) {
         cJSON *k = cJSON_AddObjectToObject(root, "calibration");
-        cJSON_AddNumberToObject(k, "scale", c->calib_scale);
+        add_exact(k, "scale", c->calib_scale);
         cJSON_AddNumberToObject(k, "measured_step_s", c->calib_measured_s);
         cJSON_AddStringToObject(k, "from", c->calib_from);
     }

@@ -123,14 +123,25 @@ int ap_cluster_preset(const char *name, int gpus, int gpus_per_node,
 int ap_cluster_set_size(ap_cluster *c, int gpus, int gpus_per_node, char *err);
 /* A comma-separated list of the preset names, for messages. */
 const char *ap_cluster_preset_names(void);
-/* Where the cluster's prices come from, for reports: "calibrated" (scaled
- * to a measured step by `autopar calibrate`), "profile" (measured GEMM or
- * collective tables), "preset" (datasheet peaks and published efficiencies)
- * or "file" (a cluster file's own figures). A static string. */
+/* Where the cluster's prices come from, for reports: "preset" (datasheet
+ * peaks and published efficiencies, the tensor-core rate scaled to a
+ * published training step where the preset has one), "calibrated" (a file
+ * scaled to a measured step by `autopar calibrate`), "profile" (measured
+ * GEMM or collective tables) or "file" (a cluster file's own figures). A
+ * static string. */
 const char *ap_cluster_basis(const ap_cluster *c);
 /* The GEMM efficiency of dtype dt: gemm_eff_fp8 for FP8 on a GPU with an
  * fp8 peak (when set), gemm_eff otherwise. */
 double ap_cluster_gemm_eff(const ap_cluster *c, ap_dtype dt);
+/* Scales the tensor-core rate by f: the GEMM (bf16 and FP8) and flash
+ * attention (forward and backward) efficiencies together, as every
+ * tensor-core kernel runs at the one clock a measured step reveals. */
+void ap_cluster_scale_rate(ap_cluster *c, double f);
+/* Undoes a calibration (calib_scale, a preset's included): the tensor-core
+ * efficiencies back at the kernel figures they were scaled from, and the
+ * calibration record cleared. A profile starts from these, since it
+ * measures kernels, not training steps. */
+void ap_cluster_kernel_rate(ap_cluster *c);
 /* Loads a cluster file (docs/cluster-format.md). `gpus` and `gpus_per_node`,
  * when non-zero, override the file's counts. */
 int ap_cluster_load(const char *path, int gpus, int gpus_per_node,

@@ -21,10 +21,11 @@
 
 static void scale_efficiencies(const ap_cluster *base, double f, ap_cluster *c)
 {
-    c->gemm_eff = base->gemm_eff * f;
-    c->gemm_eff_fp8 = base->gemm_eff_fp8 * f;
-    c->attn_eff = base->attn_eff * f;
-    c->attn_bwd_eff = base->attn_bwd_eff * f;
+    c->gemm_eff = base->gemm_eff;
+    c->gemm_eff_fp8 = base->gemm_eff_fp8;
+    c->attn_eff = base->attn_eff;
+    c->attn_bwd_eff = base->attn_bwd_eff;
+    ap_cluster_scale_rate(c, f);
 }
 
 static double largest_efficiency(const ap_cluster *c)

@@ -255,8 +255,6 @@ static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
     memset(p, 0, sizeof *p);
     const ap_graph *g = cf->g;
     snprintf(p->model, sizeof p->model, "%s", g->name);
-    snprintf(p->cluster, sizeof p->cluster, "%s", cf->c->name);
-    snprintf(p->cluster_basis, sizeof p->cluster_basis, "%s", ap_cluster_basis(cf->c));
     p->gpus = o->gpus;
     p->gpus_per_node = cf->c->gpus_per_node;
     p->global_batch = o->global_batch;

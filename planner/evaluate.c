@@ -219,9 +219,19 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     p->mfu = p->model_tflops_per_gpu * 1e12 / c->peak_flops[g->dtype];
 }
 
+/* What the plan's prices rest on, for its reports. */
+static void record_cluster(const ap_cluster *c, ap_plan *p)
+{
+    snprintf(p->cluster, sizeof p->cluster, "%s", c->name);
+    snprintf(p->cluster_basis, sizeof p->cluster_basis, "%s", ap_cluster_basis(c));
+    p->rate_scale = c->calib_scale;
+    snprintf(p->rate_from, sizeof p->rate_from, "%s", c->calib_from);
+}
+
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                      char *err)
 {
+    record_cluster(c, p);
     if (p->fp8 && ap_fp8_check(c, err))
         return AP_EINPUT;
     for (int i = 0; i < p->nstages; i++) {

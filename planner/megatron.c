@@ -590,8 +590,6 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     if ((rc = ap_parts_build(g, &pt, err)))
         return rc;
     snprintf(p->model, sizeof p->model, "%s", g->name);
-    snprintf(p->cluster, sizeof p->cluster, "%s", c->name);
-    snprintf(p->cluster_basis, sizeof p->cluster_basis, "%s", ap_cluster_basis(c));
     p->gpus = ap_cluster_gpus(c);
     p->gpus_per_node = c->gpus_per_node;
     p->global_batch = m.gbs;

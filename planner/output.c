@@ -104,12 +104,23 @@ static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st
     return o;
 }
 
+/* The factor on the kernel figures' tensor-core rate and the step it came
+ * from, where there is one. */
+static void add_rate(cJSON *o, const ap_plan *p)
+{
+    if (p->rate_scale > 0) {
+        cJSON_AddNumberToObject(o, "cluster_rate_scale", p->rate_scale);
+        cJSON_AddStringToObject(o, "cluster_rate_from", p->rate_from);
+    }
+}
+
 static cJSON *prediction_json(const ap_plan *p)
 {
     cJSON *pr = cJSON_CreateObject();
     cJSON_AddNumberToObject(pr, "step_time_s", p->step_time);
     cJSON_AddStringToObject(pr, "cluster", p->cluster);
     cJSON_AddStringToObject(pr, "cluster_basis", p->cluster_basis);
+    add_rate(pr, p);
     cJSON_AddBoolToObject(pr, "fp8", p->fp8);
     cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->tp_overlap);
     cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
@@ -187,6 +198,7 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON_AddItemToObject(o, "model_shape", shape_json(g));
     cJSON_AddStringToObject(o, "cluster", p->cluster);
     cJSON_AddStringToObject(o, "cluster_basis", p->cluster_basis);
+    add_rate(o, p);
     cJSON_AddNumberToObject(o, "gpus", p->gpus);
     cJSON_AddNumberToObject(o, "gpus_per_node", p->gpus_per_node);
     cJSON_AddNumberToObject(o, "global_batch", p->global_batch);
@@ -296,21 +308,31 @@ void ap_plan_format_micro_batches(const ap_graph *g, const ap_plan *p,
 }
 
 /* How far the absolute numbers can be trusted depends on where the
- * cluster's rates came from; a preset's have run fast against measured
- * training steps (docs/validation.md), which the reader should know. */
+ * cluster's rates came from: a preset's tensor-core rate is scaled to one
+ * published training step where it has one (docs/cluster-format.md), and
+ * otherwise runs fast against measured steps (docs/validation.md); either
+ * way it was not measured on the reader's GPUs. */
 static void print_basis(const ap_plan *p, FILE *f)
 {
-    if (!strcmp(p->cluster_basis, "preset"))
-        fprintf(f, "  prices: the %s preset (datasheet peaks at published library "
-                   "efficiencies, not measured on your GPUs); measured training steps "
-                   "have run slower than such predictions (docs/validation.md): "
-                   "`autopar profile` or `autopar calibrate` for absolute numbers\n",
+    if (!strcmp(p->cluster_basis, "preset") && p->rate_scale > 0)
+        fprintf(f, "  prices: the %s preset (datasheet peaks at published kernel "
+                   "efficiencies, the tensor-core rate x%.3f as measured in a published "
+                   "training step: %s); not measured on your GPUs: `autopar profile` or "
+                   "`autopar calibrate` for yours\n",
+                p->cluster, p->rate_scale, p->rate_from);
+    else if (!strcmp(p->cluster_basis, "preset"))
+        fprintf(f, "  prices: the %s preset (datasheet peaks at published kernel "
+                   "efficiencies, with no published training step to scale them to); "
+                   "training steps on other GPUs have run slower than such figures "
+                   "(docs/validation.md): `autopar profile` or `autopar calibrate` for "
+                   "absolute numbers\n",
                 p->cluster);
     else if (!strcmp(p->cluster_basis, "profile"))
         fprintf(f, "  prices: %s, from measured GEMM and collective tables\n", p->cluster);
     else if (!strcmp(p->cluster_basis, "calibrated"))
-        fprintf(f, "  prices: %s, tensor-core rates scaled to a measured step\n",
-                p->cluster);
+        fprintf(f, "  prices: %s, tensor-core rates scaled to a measured step (x%.3f of "
+                   "the kernel figures: %s)\n",
+                p->cluster, p->rate_scale, p->rate_from);
 }
 
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)

@@ -300,6 +300,9 @@ typedef struct {
     char model[AP_NAME_LEN];
     char cluster[64];
     char cluster_basis[16]; /* ap_cluster_basis of the cluster it was priced on */
+    double rate_scale;      /* its calib_scale: the factor on the kernel
+                               figures' tensor-core rate, 0 for none */
+    char rate_from[256];    /* the measured step that factor came from */
     int gpus, gpus_per_node;
     double global_batch;   /* sequences per step */
     double micro_batch;    /* sequences per micro-batch, all replicas */

@@ -143,9 +143,13 @@ int ap_profile_build_cluster(const ap_profile_result *r, ap_cluster *c,
                                c, err);
     if (st != AP_OK)
         return st;
-    /* The preset's measured tables, if it ever has any, are replaced. */
+    /* The preset's measured tables, if it ever has any, are replaced, and
+     * its tensor-core rate goes back to the kernel figures: a profile
+     * measures kernels, and its GEMM table is priced as measured, so what
+     * the preset took from a training step would scale attention alone. */
     free(c->gemm);
     free(c->coll);
+    ap_cluster_kernel_rate(c);
     if (!preset)
         scale_unknown(r, c);
     copy_text(c->name, sizeof c->name, r->gpu_name[0] ? r->gpu_name : "unknown GPU");

@@ -29,16 +29,26 @@ static inline ap_graph *ap_test_model(const char *rel, int seq)
     return ap_test_model_with(rel, &o);
 }
 
-/* The h100-sxm preset, `gpus` GPUs in nodes of 8 (a partial node below 8).
- * The preset always loads, so there is no error to report; the caller frees
- * it with ap_cluster_free() (presets own no tables, so forgetting is
- * harmless). */
-static inline ap_cluster ap_test_h100(int gpus)
+/* Preset `name` at the kernel figures it starts from (datasheet peaks at
+ * the published kernel efficiencies), without the training-step scale on
+ * its tensor-core rate: the pricing tests check kernels against the
+ * benchmarks they were published by, and test_preset_rate checks the
+ * scale. `gpus` GPUs in nodes of 8 (a partial node below 8). Presets
+ * always load, so there is no error to report; the caller frees it with
+ * ap_cluster_free() (presets own no tables, so forgetting is harmless). */
+static inline ap_cluster ap_test_kernel_preset(const char *name, int gpus)
 {
     ap_cluster c;
     char err[AP_ERR_LEN];
-    ap_cluster_preset("h100-sxm", gpus, 8, &c, err);
+    ap_cluster_preset(name, gpus, 8, &c, err);
+    ap_cluster_kernel_rate(&c);
     return c;
+}
+
+/* The h100-sxm preset at its kernel figures (above). */
+static inline ap_cluster ap_test_h100(int gpus)
+{
+    return ap_test_kernel_preset("h100-sxm", gpus);
 }
 
 /* Bytes the ops of layer `layer` save for backward (ap_op.saved_bytes: a

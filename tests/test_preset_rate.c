@@ -1,0 +1,148 @@
+/* The presets' tensor-core rate in training: the kernel figures (datasheet
+ * peaks at published kernel efficiencies) scaled by one factor per GPU,
+ * derived by calibration from one published training step; each preset
+ * prices the run it came from at that run's measured step, so a change to
+ * the cost model that moves those steps fails here until the factor is
+ * derived again (`make validate-calibrated` prints it, docs/validation.md).
+ * A profile measures kernels and starts from the kernel figures. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "profiler/profiler.h"
+
+#define HOPPER 0.8829
+#define AMPERE 0.7597
+
+static ap_cluster preset(const char *name, int gpus)
+{
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    if (ap_cluster_preset(name, gpus, 8, &c, err))
+        fprintf(stderr, "%s\n", err);
+    return c;
+}
+
+/* Every tensor-core efficiency of the H100, H200 and H800 carries the one
+ * Hopper factor, the step it came from recorded beside it; memory-bound
+ * and communication rates do not. */
+static void hopper_presets_run_their_tensor_cores_at_0_8829_of_the_kernel_figures(void)
+{
+    const char *names[] = {"h100-sxm", "h200", "h800"};
+    for (int i = 0; i < 3; i++) {
+        ap_cluster c = preset(names[i], 8);
+        CHECK(c.calib_scale == HOPPER && c.calib_measured_s == 12.91);
+        CHECK_STR_HAS(c.calib_from, "NeMo 24.09 Llama 3.1 8B on 8 H100 SXM");
+        CHECK_NEAR(c.gemm_eff, 0.75 * HOPPER, 1e-15);
+        CHECK_NEAR(c.gemm_eff_fp8, 0.75 * 70.9 / 80.3 * HOPPER, 1e-15);
+        CHECK_NEAR(c.attn_eff, 529 / 989.4 * HOPPER, 1e-15);
+        CHECK_NEAR(c.attn_bwd_eff, 518 / 989.4 * HOPPER, 1e-15);
+        CHECK(c.hbm_eff == 0.9 && c.peak_flops[AP_BF16] == 989.4e12);
+        CHECK(!strcmp(ap_cluster_basis(&c), "preset"));
+        ap_cluster_free(&c);
+    }
+}
+
+static void the_a100_runs_at_0_7597_and_the_b200_at_its_kernel_figures(void)
+{
+    ap_cluster a = preset("a100-80g", 8), b = preset("b200", 8);
+    CHECK(a.calib_scale == AMPERE);
+    CHECK_NEAR(a.gemm_eff, 0.85 * AMPERE, 1e-15);
+    CHECK_NEAR(a.attn_eff, 0.6 * AMPERE, 1e-15);
+    CHECK(b.calib_scale == 0 && b.calib_from[0] == '\0' && b.gemm_eff == 0.7);
+    CHECK(!strcmp(ap_cluster_basis(&b), "preset"));
+    ap_cluster_free(&a);
+    ap_cluster_free(&b);
+}
+
+/* Taking the factor off gives back the published kernel figures and
+ * clears the record; a cluster without one is left as it is. */
+static void the_kernel_rate_is_the_published_figures(void)
+{
+    ap_cluster c = preset("h100-sxm", 8);
+    ap_cluster_kernel_rate(&c);
+    CHECK_NEAR(c.gemm_eff, 0.75, 1e-15);
+    CHECK_NEAR(c.attn_eff, 529 / 989.4, 1e-15);
+    CHECK(c.calib_scale == 0 && c.calib_measured_s == 0 && c.calib_from[0] == '\0');
+    ap_cluster_kernel_rate(&c);
+    CHECK_NEAR(c.gemm_eff, 0.75, 1e-15);
+    ap_cluster_free(&c);
+}
+
+static double megatron_step(const ap_graph *g, ap_cluster *c, const char *spec)
+{
+    ap_megatron m;
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    if (!g || ap_megatron_parse(spec, &m, err) || ap_megatron_plan(g, c, &m, &p, err)) {
+        fprintf(stderr, "%s: %s\n", spec, g ? err : "no model");
+        return -1;
+    }
+    double t = p.step_time;
+    ap_plan_free(&p);
+    return t;
+}
+
+/* The DGX Cloud recipe's Llama 3.1 8B on 8 H100s, BF16: 12.91 s. */
+static void the_h100_preset_prices_its_source_run_at_the_measured_step(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-3-8b.json", 8192);
+    ap_cluster c = preset("h100-sxm", 8);
+    double t = megatron_step(g, &c, "tp=1,pp=1,cp=2,mbs=1,gbs=128,sp=0,recompute=none,"
+                                    "zero=1,overlap_grad=1");
+    CHECK_NEAR(t, 12.91, 0.002 * 12.91);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* Narayanan et al.'s GPT 1.7B on 32 A100s: 137 TFLOP/s per GPU by their
+ * eq. (3), 96 B s l h^2 (1 + s/6h + V/16lh) / (137e12 * 32) = 3.528 s. */
+static void the_a100_preset_prices_its_source_run_at_the_measured_step(void)
+{
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.seq = 2048;
+    o.flash = 0;
+    o.dropout = 1;
+    ap_graph *g = ap_test_model_with("bench/validation/models/megatron-gpt-1.7b.json", &o);
+    double B = 512, s = 2048, l = 24, h = 2304, V = 51200;
+    double published = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)) /
+                       (137e12 * 32);
+    CHECK_NEAR(published, 3.528, 0.0005);
+    ap_cluster c = preset("a100-80g", 32);
+    double t = megatron_step(g, &c, "tp=1,pp=1,mbs=1,gbs=512,sp=0,recompute=full,zero=0,"
+                                    "overlap_grad=0");
+    CHECK_NEAR(t, published, 0.002 * published);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* A profile's cluster keeps the preset's peaks but not its training-step
+ * factor: what it measures are kernels. */
+static void a_profile_starts_from_the_kernel_figures(void)
+{
+    ap_profile_result r;
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    memset(&r, 0, sizeof r);
+    snprintf(r.gpu_name, sizeof r.gpu_name, "NVIDIA H100 80GB HBM3");
+    r.nodes = r.gpus_per_node = 1;
+    REQUIRE_OK(ap_profile_build_cluster(&r, &c, err), err);
+    CHECK_NEAR(c.gemm_eff, 0.75, 1e-15);
+    CHECK(c.calib_scale == 0);
+    CHECK(!strcmp(ap_cluster_basis(&c), "file"));
+    ap_cluster_free(&c);
+}
+
+int main(void)
+{
+    RUN(hopper_presets_run_their_tensor_cores_at_0_8829_of_the_kernel_figures);
+    RUN(the_a100_runs_at_0_7597_and_the_b200_at_its_kernel_figures);
+    RUN(the_kernel_rate_is_the_published_figures);
+    RUN(the_h100_preset_prices_its_source_run_at_the_measured_step);
+    RUN(the_a100_preset_prices_its_source_run_at_the_measured_step);
+    RUN(a_profile_starts_from_the_kernel_figures);
+    return DONE();
+}
