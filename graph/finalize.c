@@ -641,6 +641,7 @@ static double unary_flops_per_elem(int sub)
     /* RoPE is x cos + rotate_half(x) sin per rotated element: two multiplies
      * and an add (rotate_half itself only moves and negates). */
     case AP_UNARY_ROTARY: return 3;
+    case AP_UNARY_RELU2: return 2; /* a max and a multiply */
     default: return 1; /* relu, scale */
     }
 }
@@ -681,7 +682,7 @@ static double op_flops(const ap_graph *g, const ap_op *op)
     }
     case AP_OP_UNARY: return unary_flops_per_elem(op->sub) * unary_elems(g, op);
     case AP_OP_BINARY: return oe;
-    case AP_OP_NORM: return (op->sub == AP_NORM_LAYER ? 7 : 4) * oe;
+    case AP_OP_NORM: return (op->sub == AP_NORM_RMS ? 4 : 7) * oe;
     case AP_OP_SOFTMAX: return 5 * oe;
     case AP_OP_DROPOUT: return 2 * oe;
     case AP_OP_LOSS: return 5 * (double)x->elems;

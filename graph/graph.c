@@ -89,10 +89,12 @@ static const struct {
     {"relu", AP_OP_UNARY, AP_UNARY_RELU},
     {"scale", AP_OP_UNARY, AP_UNARY_SCALE},
     {"rotary", AP_OP_UNARY, AP_UNARY_ROTARY},
+    {"relu2", AP_OP_UNARY, AP_UNARY_RELU2},
     {"add", AP_OP_BINARY, AP_BINARY_ADD},
     {"mul", AP_OP_BINARY, AP_BINARY_MUL},
     {"layernorm", AP_OP_NORM, AP_NORM_LAYER},
     {"rmsnorm", AP_OP_NORM, AP_NORM_RMS},
+    {"layernorm1p", AP_OP_NORM, AP_NORM_LAYER1P},
     {"softmax", AP_OP_SOFTMAX, 0},
     {"dropout", AP_OP_DROPOUT, 0},
     {"attention", AP_OP_ATTENTION, 0},
@@ -112,9 +114,9 @@ static const struct {
 static int sub_count(ap_op_kind k)
 {
     switch (k) {
-    case AP_OP_UNARY: return 5;
+    case AP_OP_UNARY: return 6;
     case AP_OP_BINARY: return 2;
-    case AP_OP_NORM: return 2;
+    case AP_OP_NORM: return 3;
     case AP_OP_RESHAPE: return 4;
     default: return 0;
     }

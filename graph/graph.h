@@ -88,16 +88,21 @@ typedef enum {
 /* AP_UNARY_ROTARY is the rotary position embedding (RoPE) of q or k: inputs
  * x [..., d] and, optionally, its cos/sin table [s, r] (an input, r <= d, even):
  * the first r elements of each head are rotated, the rest copied. Without a
- * table the whole last label is rotated. */
+ * table the whole last label is rotated. AP_UNARY_RELU2 is the squared ReLU,
+ * relu(x)^2, of Nemotron's MLP: one fused elementwise kernel. */
 typedef enum {
     AP_UNARY_GELU,
     AP_UNARY_SILU,
     AP_UNARY_RELU,
     AP_UNARY_SCALE,
-    AP_UNARY_ROTARY
+    AP_UNARY_ROTARY,
+    AP_UNARY_RELU2
 } ap_unary;
 typedef enum { AP_BINARY_ADD, AP_BINARY_MUL } ap_binary;
-typedef enum { AP_NORM_LAYER, AP_NORM_RMS } ap_norm;
+/* AP_NORM_LAYER1P is LayerNorm with a zero-centred gamma (it scales by
+ * weight + 1, Megatron's --apply-layernorm-1p): LayerNorm's cost, a
+ * different model. */
+typedef enum { AP_NORM_LAYER, AP_NORM_RMS, AP_NORM_LAYER1P } ap_norm;
 typedef enum { AP_LAYOUT_RESHAPE, AP_LAYOUT_TRANSPOSE, AP_LAYOUT_SPLIT, AP_LAYOUT_CONCAT } ap_layout;
 
 typedef struct {

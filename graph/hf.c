@@ -1,6 +1,6 @@
 /* hf.c -- builds the operator graph of one training step from a Hugging Face
  * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
- * DeepSeek-V3).
+ * DeepSeek-V3, Nemotron).
  *
  * The config is read into an hf_model first, so that every field is checked
  * (present, of the right type, within sane bounds, consistent) before a single
@@ -39,12 +39,13 @@ typedef enum {
     FAM_QWEN2_MOE,
     FAM_QWEN3_MOE,
     FAM_DEEPSEEK_V3,
+    FAM_NEMOTRON,
     FAM_COUNT
 } family;
 
 static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
-    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"};
+    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -55,6 +56,8 @@ typedef struct {
     int64_t rot;       /* rotary embedding width per head, 0 for none */
     int layernorm;     /* LayerNorm with bias, else RMSNorm without */
     int gelu_mlp;      /* fc1 -> gelu -> fc2, else gate/up -> silu * up -> down */
+    int relu2_mlp;     /* up -> relu^2 -> down (Nemotron), not gated */
+    int layernorm1p;   /* LayerNorm with a zero-centred gamma (Nemotron) */
     int qkv_bias, o_bias, mlp_bias;
     int parallel_residual;
     int tie;
@@ -323,6 +326,19 @@ static void read_mla(hf_cfg *c, hf_model *m)
     m->head_dim = m->qk_nope + m->qk_rope;
 }
 
+/* Nemotron rotates int(head_dim * partial_rotary_factor) elements of each
+ * head, as HF's default rope init does; 0.5 is NemotronConfig's default. */
+static int64_t nemotron_rotary(hf_cfg *c, const hf_model *m)
+{
+    double f = cfg_fraction(c, "partial_rotary_factor", 0.5);
+    int64_t r = (int64_t)((double)m->head_dim * f);
+    if (!c->bad && r % 2)
+        cfg_fail(c, "\"partial_rotary_factor\" (%g) of the head size %lld rotates "
+                 "an odd number of elements (%lld); rotary pairs them", f,
+                 (long long)m->head_dim, (long long)r);
+    return r;
+}
+
 /* Llama and its descendants share the field names. */
 static void read_llama_like(hf_cfg *c, hf_model *m)
 {
@@ -346,7 +362,7 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     } else if (f != FAM_MISTRAL && f != FAM_MIXTRAL) {
         m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", 0);
     }
-    if (f == FAM_LLAMA)
+    if (f == FAM_LLAMA || f == FAM_NEMOTRON)
         m->mlp_bias = cfg_bool(c, "mlp_bias", 0);
     m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE;
     if (moe && !c->bad) {
@@ -364,7 +380,8 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
      * whatever num_key_value_heads says. */
     if (m->mla)
         m->kv_heads = m->heads;
-    m->rot = m->mla ? m->qk_rope : m->head_dim;
+    m->rot = m->mla ? m->qk_rope : f == FAM_NEMOTRON && !c->bad ? nemotron_rotary(c, m)
+                                                                : m->head_dim;
     if (!c->bad && m->rot % 2)
         cfg_fail(c, "the rotary part of the head (%lld) must be even: rotary "
                  "pairs its elements", (long long)m->rot);
@@ -507,7 +524,8 @@ static void norm(bld *b, const hf_model *m, const char *name, const char *x,
         snprintf(ins, sizeof ins, "%s %s.w:%c %s.b:%c", x, name, l, name, l);
     else
         snprintf(ins, sizeof ins, "%s %s.w:%c", x, name, l);
-    op(b, name, AP_OP_NORM, m->layernorm ? AP_NORM_LAYER : AP_NORM_RMS, ins, y);
+    op(b, name, AP_OP_NORM,
+       m->layernorm1p ? AP_NORM_LAYER1P : m->layernorm ? AP_NORM_LAYER : AP_NORM_RMS, ins, y);
 }
 
 static void dropout(bld *b, const char *name, const char *x, const char *y)
@@ -610,15 +628,17 @@ static void dense_mlp(bld *b, const hf_model *m, const char *name, const char *x
     snprintf(bias, sizeof bias, "%c", f);
     if (m->mlp_bias)
         fb = bias;
-    if (m->gelu_mlp) {
-        snprintf(n, sizeof n, "%s.fc1", name);
+    if (m->gelu_mlp || m->relu2_mlp) {
+        /* Not gated: GPT's fc1 -> gelu, Nemotron's up -> relu2. */
+        const char *in = m->gelu_mlp ? "fc1" : "up", *act = m->gelu_mlp ? "gelu" : "relu2";
+        snprintf(n, sizeof n, "%s.%s", name, in);
         snprintf(w, sizeof w, "h%c", f);
-        snprintf(y, sizeof y, "%s.fc1.y:bs%c", name, f);
+        snprintf(y, sizeof y, "%s.%s.y:bs%c", name, in, f);
         linear(b, n, x, w, fb, y);
-        snprintf(n, sizeof n, "%s.gelu", name);
-        snprintf(in2, sizeof in2, "%s.fc1.y", name);
+        snprintf(n, sizeof n, "%s.%s", name, act);
+        snprintf(in2, sizeof in2, "%s.%s.y", name, in);
         snprintf(y, sizeof y, "%s.act.y:bs%c", name, f);
-        op(b, n, AP_OP_UNARY, AP_UNARY_GELU, in2, y);
+        op(b, n, AP_OP_UNARY, m->gelu_mlp ? AP_UNARY_GELU : AP_UNARY_RELU2, in2, y);
     } else {
         snprintf(w, sizeof w, "h%c", f);
         snprintf(n, sizeof n, "%s.gate", name);
@@ -816,6 +836,22 @@ static void dims(bld *b, const hf_model *m, int64_t batch, int64_t seq)
     }
 }
 
+/* Nemotron is a Llama-like config with LayerNorm1P (with bias) and a
+ * squared-ReLU MLP that is not gated. hidden_act names that activation in
+ * HF's ACT2FN; another one would be another MLP, so it is refused. */
+static void read_nemotron(hf_cfg *c, hf_model *m)
+{
+    const cJSON *v = cfg_item(c, "hidden_act");
+    if (c->bad)
+        return;
+    if (v && !cJSON_IsString(v))
+        cfg_fail(c, "\"hidden_act\" must be a string, not %s", json_type_name(v));
+    else if (v && strcmp(v->valuestring, "relu2"))
+        cfg_fail(c, "\"hidden_act\" is \"%.64s\"; nemotron is built with \"relu2\" "
+                 "(squared ReLU) only", v->valuestring);
+    m->layernorm = m->layernorm1p = m->relu2_mlp = 1;
+}
+
 static int read_model(hf_cfg *c, hf_model *m)
 {
     if (read_family(c, &m->fam) < 0)
@@ -828,6 +864,8 @@ static int read_model(hf_cfg *c, hf_model *m)
         read_llama_like(c, m);
     if (m->fam != FAM_GPT2 && m->fam != FAM_NEOX)
         m->layernorm = m->gelu_mlp = 0;
+    if (m->fam == FAM_NEMOTRON)
+        read_nemotron(c, m);
     return c->bad ? AP_EINPUT : AP_OK;
 }
 

@@ -178,8 +178,12 @@ static void megatron_model(sbuf *b, const ap_model_shape *s)
         put(b, "  --rotary-percent %.17g\n", s->rotary_percent);
     if (s->rmsnorm)
         put(b, "  --normalization RMSNorm\n");
+    else if (s->layernorm_1p)
+        put(b, "  --normalization LayerNorm\n  --apply-layernorm-1p\n");
     if (s->swiglu)
         put(b, "  --swiglu\n");
+    else if (s->squared_relu)
+        put(b, "  --squared-relu\n");
     if (!s->tied_embeddings)
         put(b, "  --untie-embeddings-and-output-weights\n");
     if (!s->linear_bias)

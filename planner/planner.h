@@ -526,6 +526,8 @@ typedef struct {
     ap_dtype dtype;
     int rmsnorm;           /* else LayerNorm */
     int swiglu;            /* gated SiLU MLP; else the model's activation */
+    int squared_relu;      /* relu(x)^2 in the layers' MLP (Nemotron) */
+    int layernorm_1p;      /* LayerNorm with a zero-centred gamma (Nemotron) */
     int learned_positions; /* a position table before the layers */
     double rotary_percent; /* of each head's width that rotary ops on q and k
                               rotate: 1, less for a partial rotary embedding

@@ -107,6 +107,10 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
         const ap_op *op = &g->ops[i];
         if (op->kind == AP_OP_NORM && op->sub == AP_NORM_RMS)
             s->rmsnorm = 1;
+        if (op->kind == AP_OP_NORM && op->sub == AP_NORM_LAYER1P)
+            s->layernorm_1p = 1;
+        if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_RELU2 && op->layer >= 0)
+            s->squared_relu = 1;
         if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_SILU && op->layer >= 0)
             silu = 1;
         if (op->kind == AP_OP_BINARY && op->sub == AP_BINARY_MUL && op->layer >= 0)
