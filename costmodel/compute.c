@@ -156,6 +156,24 @@ double ap_cost_gemm(const ap_cluster *c, ap_dtype dt, double m, double n,
     return ap_cost_bgemm(c, dt, 1, m, n, k);
 }
 
+/* Transformer Engine's GroupedLinear, what Megatron-Core's TEGroupedMLP runs
+ * the experts with, issues one cuBLAS GEMM per expert (te_general_grouped_gemm
+ * -> nvte_multi_stream_cublas_gemm), round robin on its compute streams, so
+ * that up to that many GEMMs run at once and share the SMs: a round of them
+ * has its tiles quantised per GEMM and its waves over the round's tiles
+ * together, which ap_cost_bgemm of the round's size is. The rounds follow
+ * each other; the last may be partial. */
+double ap_cost_grouped_gemm(const ap_cluster *c, ap_dtype dt, double groups,
+                            double m, double n, double k)
+{
+    if (!(groups >= 1) || !isfinite(groups))
+        return ap_cost_bgemm(c, dt, groups, m, n, k);
+    double s = AP_GROUPED_GEMM_STREAMS;
+    double full = floor(groups / s), rest = groups - full * s;
+    double t = full > 0 ? full * ap_cost_bgemm(c, dt, s, m, n, k) : 0;
+    return t + (rest > 0 ? ap_cost_bgemm(c, dt, rest, m, n, k) : 0);
+}
+
 /* Memory-bound kernels run on the CUDA cores; the fp32 peak stands in for
  * their arithmetic limit, which they almost never reach. */
 double ap_cost_memop(const ap_cluster *c, double flops, double bytes)

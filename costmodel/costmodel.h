@@ -172,6 +172,15 @@ double ap_cost_gemm(const ap_cluster *c, ap_dtype dt, double m, double n,
 /* Batched GEMM (attention scores, experts): `batch` independent GEMMs. */
 double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
                      double n, double k);
+/* The GEMMs of `groups` experts, each m x n x k, as Transformer Engine's
+ * GroupedLinear runs them: one cuBLAS GEMM per expert over
+ * AP_GROUPED_GEMM_STREAMS streams (TE's num_compute_streams), so in rounds
+ * of that many concurrent GEMMs, each round ap_cost_bgemm(round, m, n, k):
+ * tiles quantised per expert, waves over the round's tiles, the kernel
+ * floor once per round. groups below 1 is ap_cost_bgemm's. */
+#define AP_GROUPED_GEMM_STREAMS 4
+double ap_cost_grouped_gemm(const ap_cluster *c, ap_dtype dt, double groups,
+                            double m, double n, double k);
 /* A memory-bound kernel: max(flops / peak_fp32, bytes / (hbm_bw*hbm_eff)). */
 double ap_cost_memop(const ap_cluster *c, double flops, double bytes);
 /* Megatron-LM's vocabulary-parallel cross entropy over `logits` elements of

@@ -544,8 +544,9 @@ static ap_strategy layout_of(const ap_graph *g, const ap_megatron *m, int opi)
     default:
         if (col)
             s.axis[1] = col;
-        else if (m->sp && seq && strchr(out, seq))
-            s.axis[1] = seq;
+        else if (m->sp && seq && (strchr(out, seq) ||
+                                  (op->kind == AP_OP_DISPATCH && strchr(op->iter, seq))))
+            s.axis[1] = seq; /* a dispatch sends its sequence shard */
     }
     return s;
 }

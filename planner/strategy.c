@@ -450,11 +450,22 @@ static gemm_dims dims_of(const ap_price_ctx *x, const ap_op *op,
     return d;
 }
 
+/* A matmul batched over the experts: every expert's weight times its own
+ * tokens, which Megatron-Core runs as a grouped GEMM. */
+static int expert_gemm(const ap_price_ctx *x, const ap_op *op)
+{
+    char e = ap_graph_label_of(x->g, AP_DIM_EXPERTS);
+    return e && op->ninputs >= 2 && has_label(shape_of(x, op->inputs[0]), e) &&
+           has_label(shape_of(x, op->inputs[1]), e);
+}
+
 static double matmul_time(const ap_price_ctx *x, const ap_op *op,
                           const ap_strategy *s)
 {
     gemm_dims d = dims_of(x, op, s);
     ap_dtype dt = runs_fp8(x, op) ? AP_FP8 : x->g->tensors[op->outputs[0]].dtype;
+    if (expert_gemm(x, op))
+        return ap_cost_grouped_gemm(x->c, dt, d.batch, d.m, d.n, d.k);
     return ap_cost_bgemm(x->c, dt, d.batch, d.m, d.n, d.k);
 }
 
@@ -698,6 +709,48 @@ static void price_kv_exchange(const ap_price_ctx *x, const ap_op *op,
                    coll(x, AP_COLL_REDUCESCATTER, mask, kv);
 }
 
+/* Expert parallelism as Megatron-Core's alltoall token dispatcher runs it,
+ * dropless (MoEAlltoAllTokenDispatcher, megatron/core/transformer/moe/
+ * token_dispatcher.py). Dispatch: permutation 1 copies each token once per
+ * chosen expert, grouped by expert (the op's own memory pass), the
+ * all-to-all sends every copy to its expert's rank, and with more than one
+ * local expert permutation 2 (sort_chunks_by_idxs) regroups what arrived,
+ * by source rank, into one run per local expert. Combine undoes them in
+ * reverse: the unsort, the all-to-all back, the weighted unpermutation.
+ * A rank sends and receives its tokens' top_k copies, tokens * top_k *
+ * hidden elements (the [experts, capacity, hidden] slots on this rank), not
+ * deduplicated per destination rank (over the tensor-parallel ranks when
+ * sequence parallelism splits the tokens); the all-to-alls are not overlapped
+ * (moe_a2a_overlap is off by default). Backward runs each again on the
+ * gradients. */
+static void price_token_exchange(const ap_price_ctx *x, const ap_op *op,
+                                 const ap_strategy *s, ap_op_cost *c)
+{
+    char e = ap_graph_label_of(x->g, AP_DIM_EXPERTS);
+    int mask = axes_of(s, e);
+    int slots = op->kind == AP_OP_DISPATCH ? op->outputs[0] : op->inputs[0];
+    if (!e || !mask || !has_label(shape_of(x, slots), e))
+        return;
+    double bytes = tensor_bytes(x, slots) / tensor_split(x, s, shape_of(x, slots));
+    /* Tokens split over the other axis as well (sequence parallel) are sent
+     * from their shard, and gathered over that axis after dispatch, or
+     * reduce-scattered before combine, on the edges. */
+    int tok = op->kind == AP_OP_DISPATCH ? op->inputs[0] : op->outputs[0];
+    double shard = 1;
+    for (int a = 0; a < 2; a++)
+        if (!(mask & (1 << a)) && label_in(x, op, tok, s->axis[a]) &&
+            !has_label(shape_of(x, slots), s->axis[a]))
+            shard *= x->mesh->d[a];
+    double a2a = coll(x, AP_COLL_ALLTOALL, mask, bytes / shard);
+    c->fwd_comm += a2a;
+    c->bwd_comm += a2a;
+    if (ap_label_size(x, e) / split_of(x, s, e) > 1) {
+        double sort = ap_cost_memop(x->c, 0, 2 * bytes);
+        c->fwd += sort;
+        c->bwd += sort;
+    }
+}
+
 /* Forward partial sums: a split label the output lacks. */
 static void price_partials(const ap_price_ctx *x, const ap_op *op,
                            const ap_strategy *s, ap_op_cost *c)
@@ -710,15 +763,10 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
         char l = s->axis[a];
         if (!l || has_label(O, l) || x->mesh->d[a] == 1)
             continue;
-        if (op->kind == AP_OP_DISPATCH || op->kind == AP_OP_COMBINE) {
-            /* Tokens travel to and from their experts: one all-to-all each
-             * way, forward and backward. */
-            double bytes = tensor_bytes(x, out) / tensor_split(x, s, O) /
-                           x->mesh->d[a];
-            c->fwd_comm += coll(x, AP_COLL_ALLTOALL, 1 << a, bytes);
-            c->bwd_comm += coll(x, AP_COLL_ALLTOALL, 1 << a, bytes);
+        /* A token label split leaves each rank its own tokens and their
+         * slots; the experts label split is price_token_exchange's. */
+        if (op->kind == AP_OP_DISPATCH || op->kind == AP_OP_COMBINE)
             continue;
-        }
         if (op->kind == AP_OP_LOSS) {
             const char *lg = shape_of(x, op->inputs[0]);
             if (l != lg[2]) {
@@ -762,6 +810,8 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
     }
     if (op->kind == AP_OP_ATTENTION)
         price_kv_exchange(x, op, s, c);
+    if (op->kind == AP_OP_DISPATCH || op->kind == AP_OP_COMBINE)
+        price_token_exchange(x, op, s, c);
 }
 
 static int is_param(const ap_price_ctx *x, int t)

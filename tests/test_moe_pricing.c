@@ -1,0 +1,199 @@
+/* test_moe_pricing.c -- what a mixture-of-experts layer costs as
+ * Megatron-Core runs it: the experts' GEMMs as Transformer Engine's grouped
+ * GEMM (one cuBLAS GEMM per expert over four streams), and the alltoall
+ * token dispatcher's all-to-alls and second permutation, whose volume is
+ * every token's top_k copies (docs/cost-model.md, "Mixture of experts"). */
+#include "costmodel/costmodel.h"
+#include "model.h"
+#include "test.h"
+
+/* The GEMM rate of the h100-sxm kernel figures: 989.4 TFLOP/s at 0.75. */
+static double h100_bf16_rate(const ap_cluster *c)
+{
+    return c->peak_flops[AP_BF16] * ap_cluster_gemm_eff(c, AP_BF16);
+}
+
+/* Five experts of 384 tokens, fc1 of a gated FFN of 768 (n = 1536) over
+ * k = 4096, on the 132 SMs of an H100 (tiles 128 x 256 and their halves).
+ * The first round, four concurrent GEMMs of 6 x 12 tiles of 64 x 128, has
+ * 288 tiles: 3 waves, 288/396 busy. The last, one GEMM alone, has 72 tiles
+ * in one wave: 72/132. One batched launch of all five would fill 360 of 396
+ * slots. All three are compute-bound at these shapes. */
+static void five_experts_run_as_a_round_of_four_and_one_alone(void)
+{
+    ap_cluster c = ap_test_h100(8);
+    double m = 384, n = 1536, k = 4096;
+    double rate = h100_bf16_rate(&c);
+    double four = 2 * 4 * m * n * k / (rate * 288.0 / 396.0);
+    double one = 2 * 1 * m * n * k / (rate * 72.0 / 132.0);
+    double t = ap_cost_grouped_gemm(&c, AP_BF16, 5, m, n, k);
+    CHECK_NEAR(t, four + one, 1e-9);
+    double batched = 2 * 5 * m * n * k / (rate * 360.0 / 396.0);
+    CHECK_NEAR(ap_cost_bgemm(&c, AP_BF16, 5, m, n, k), batched, 1e-9);
+    CHECK(t > batched * 1.3);
+    ap_cluster_free(&c);
+}
+
+/* Sixteen experts are four full rounds: four times one round's time. */
+static void sixteen_experts_are_four_rounds_of_four(void)
+{
+    ap_cluster c = ap_test_h100(8);
+    double round = ap_cost_bgemm(&c, AP_BF16, 4, 4096, 768, 2048);
+    CHECK_NEAR(ap_cost_grouped_gemm(&c, AP_BF16, 16, 4096, 768, 2048), 4 * round, 1e-12);
+    CHECK_NEAR(ap_cost_grouped_gemm(&c, AP_BF16, 1, 4096, 768, 2048),
+               ap_cost_gemm(&c, AP_BF16, 4096, 768, 2048), 1e-12);
+    CHECK(ap_cost_grouped_gemm(&c, AP_BF16, 0, 4096, 768, 2048) == 0);
+    ap_cluster_free(&c);
+}
+
+/* Each of a group's launches pays at least the kernel floor: 128 tiny
+ * experts (one row each) cost 32 rounds of the floor, not one. */
+static void tiny_experts_pay_the_floor_once_per_round(void)
+{
+    ap_cluster c = ap_test_h100(8);
+    double t = ap_cost_grouped_gemm(&c, AP_BF16, 128, 1, 16, 16);
+    CHECK_NEAR(t, 32 * c.kernel_floor, 1e-9);
+    ap_cluster_free(&c);
+}
+
+/* The op of layer 0 named `name` in the plan's first layer class, and the
+ * strategy the plan gives it; -1 when absent. */
+static int layer_op(const ap_graph *g, const ap_plan *p, const char *name,
+                    ap_strategy *s)
+{
+    const ap_stage *st = &p->stages[0];
+    const ap_block *b = &st->blocks[2];
+    const ap_block_point *pt = ap_test_layer(p);
+    for (int i = 0; i < b->nops; i++)
+        if (!strcmp(g->ops[b->ops[i]].name, name)) {
+            *s = pt->strat[i];
+            return b->ops[i];
+        }
+    return -1;
+}
+
+/* Qwen3-30B-A3B (hidden 2048, 128 experts, top 8) on 8 GPUs of one node,
+ * ep = 8, one sequence of 1024 tokens per GPU: each rank sends its tokens'
+ * 8 copies, 1024 * 8 * 2048 bf16 = 32 MiB, in one all-to-all each way of
+ * dispatch and of combine, forward and again backward. The old price sent
+ * 1/(top_k * ep) of it, on the combine only. */
+static void qwen3_dispatch_sends_every_tokens_eight_copies(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/qwen3-30b-a3b.json", 1024);
+    ap_cluster c;
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,pp=1,ep=8,mbs=1,gbs=8,zero=1", &c, &p, err),
+               err);
+    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
+    double bytes = 1024.0 * 8 * 2048 * 2;
+    double a2a = ap_cost_alltoall(&c, 8, 1, bytes);
+    const char *names[] = {"l0.dispatch", "l0.combine"};
+    for (int i = 0; i < 2; i++) {
+        ap_strategy s;
+        int op = layer_op(g, &p, names[i], &s);
+        REQUIRE_OK(op < 0, names[i]);
+        ap_op_cost oc;
+        ap_price_op(&x, op, &s, &oc);
+        CHECK_NEAR(oc.fwd_comm, a2a, 1e-9);
+        CHECK_NEAR(oc.bwd_comm, a2a, 1e-9);
+    }
+    /* 7/8 of 32 MiB over 360 GB/s NVLink, and 7 hops of 3.4 us. */
+    CHECK_NEAR(a2a, 7 * 3.4e-6 + 7.0 / 8 * bytes / 360e9, 1e-9);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* With 16 experts per rank, what arrives is sorted into one run per local
+ * expert (permutation 2): the 32 MiB read and written once more, forward
+ * and backward, on top of the dispatch's own permutation. */
+static void sixteen_local_experts_sort_what_arrives(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/qwen3-30b-a3b.json", 1024);
+    ap_cluster c;
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,pp=1,ep=8,mbs=1,gbs=8,zero=1", &c, &p, err),
+               err);
+    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
+    ap_strategy s;
+    int op = layer_op(g, &p, "l0.dispatch", &s);
+    REQUIRE_OK(op < 0, "l0.dispatch");
+    ap_op_cost oc;
+    ap_price_op(&x, op, &s, &oc);
+    /* Permutation 1 reads the 8 sequences' tokens (split 8 ways here, as
+     * the plan prices the op over the experts) and writes their copies. */
+    const ap_op *d = &g->ops[op];
+    double b0 = (double)ap_graph_dim(g, ap_graph_label_of(g, AP_DIM_BATCH))->size;
+    double scale = x.batch / b0;
+    double perm1 = ap_cost_memop(&c, d->flops * scale / 8, d->bytes_moved * scale / 8);
+    double sort = ap_cost_memop(&c, 0, 2 * 1024.0 * 8 * 2048 * 2);
+    CHECK_NEAR(oc.fwd, perm1 + sort, 1e-9);
+    CHECK_NEAR(oc.bwd, 2 * perm1 + sort, 1e-9);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* Mixtral's 8 experts over ep = 8 leave one expert per rank: nothing to
+ * sort, and top 2 makes the all-to-all 2 copies of each token. */
+static void one_local_expert_has_no_second_permutation(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/mixtral-8x7b.json", 1024);
+    ap_cluster c;
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,pp=1,ep=8,mbs=1,gbs=8,zero=1", &c, &p, err),
+               err);
+    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
+    ap_strategy s;
+    int op = layer_op(g, &p, "l0.dispatch", &s);
+    REQUIRE_OK(op < 0, "l0.dispatch");
+    ap_op_cost oc;
+    ap_price_op(&x, op, &s, &oc);
+    const ap_op *d = &g->ops[op];
+    double b0 = (double)ap_graph_dim(g, ap_graph_label_of(g, AP_DIM_BATCH))->size;
+    CHECK_NEAR(oc.fwd, ap_cost_memop(&c, 0, d->bytes_moved * x.batch / b0 / 8), 1e-9);
+    CHECK_NEAR(oc.fwd_comm, ap_cost_alltoall(&c, 8, 1, 1024.0 * 2 * 4096 * 2), 1e-9);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* Without expert parallelism every rank holds every expert and routes its
+ * own tokens: no all-to-all at all (the old price charged one). */
+static void replicated_experts_exchange_no_tokens(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/mixtral-8x7b.json", 1024);
+    ap_cluster c;
+    ap_plan p;
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,pp=1,ep=1,mbs=1,gbs=8,zero=1", &c, &p, err),
+               err);
+    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
+    const char *names[] = {"l0.dispatch", "l0.combine"};
+    for (int i = 0; i < 2; i++) {
+        ap_strategy s;
+        int op = layer_op(g, &p, names[i], &s);
+        REQUIRE_OK(op < 0, names[i]);
+        ap_op_cost oc;
+        ap_price_op(&x, op, &s, &oc);
+        CHECK(oc.fwd_comm == 0 && oc.bwd_comm == 0);
+    }
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+int main(void)
+{
+    RUN(five_experts_run_as_a_round_of_four_and_one_alone);
+    RUN(sixteen_experts_are_four_rounds_of_four);
+    RUN(tiny_experts_pay_the_floor_once_per_round);
+    RUN(qwen3_dispatch_sends_every_tokens_eight_copies);
+    RUN(sixteen_local_experts_sort_what_arrives);
+    RUN(one_local_expert_has_no_second_permutation);
+    RUN(replicated_experts_exchange_no_tokens);
+    return DONE();
+}
