@@ -113,4 +113,28 @@ static inline const ap_block_point *ap_test_layer(const ap_plan *p)
     return &st->blocks[2].points[st->point[2]];
 }
 
+/* Prices spec on `gpus` H100s (ap_test_megatron_plan) and reads its
+ * plan.json back into *d, which the caller frees (ap_plan_desc_free); the
+ * step time into *step when step is not NULL. Prints the error and returns
+ * non-zero when either fails. */
+static inline int ap_test_megatron_desc(const ap_graph *g, int gpus, const char *spec,
+                                        ap_plan_desc *d, double *step)
+{
+    char err[AP_ERR_LEN];
+    ap_plan p;
+    if (ap_test_megatron_plan(g, gpus, spec, NULL, &p, err)) {
+        fprintf(stderr, "%s: %s\n", spec, err);
+        return -1;
+    }
+    char *json = ap_plan_to_json(g, &p);
+    int rc = ap_plan_desc_parse(json, strlen(json), "plan.json", d, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    if (step)
+        *step = p.step_time;
+    free(json);
+    ap_plan_free(&p);
+    return rc;
+}
+
 #endif

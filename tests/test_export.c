@@ -14,34 +14,13 @@ static ap_graph *load(const char *rel)
     return ap_test_model(rel, 0);
 }
 
-/* Prices spec on `gpus` H100s and reads its plan.json back into *d. */
-static int megatron_desc(const ap_graph *g, int gpus, const char *spec,
-                         ap_plan_desc *d, double *step)
-{
-    char err[AP_ERR_LEN];
-    ap_plan p;
-    if (ap_test_megatron_plan(g, gpus, spec, NULL, &p, err)) {
-        fprintf(stderr, "%s: %s\n", spec, err);
-        return -1;
-    }
-    char *json = ap_plan_to_json(g, &p);
-    int rc = ap_plan_desc_parse(json, strlen(json), "plan.json", d, err);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
-    if (step)
-        *step = p.step_time;
-    free(json);
-    ap_plan_free(&p);
-    return rc;
-}
-
 static void megatron_plan_classifies_back_to_its_degrees(void)
 {
     ap_graph *g = load("examples/gpt-1.3b.json");
     ap_plan_desc d;
     ap_degrees k;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,vpp=2,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=2,sp=1,vpp=2,mbs=1,gbs=64", &d, NULL), "see above");
     REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
     CHECK(k.tp == 2 && k.pp == 2 && k.dp == 4 && k.sp == 1 && k.vpp == 2);
     CHECK(k.cp == 1 && k.ep == 1 && k.mbs == 1 && k.gbs == 64 && k.nmicro == 16);
@@ -50,14 +29,14 @@ static void megatron_plan_classifies_back_to_its_degrees(void)
 
     /* Without sequence parallelism, with 2 sequences per replica, full
      * recomputation and no distributed optimizer. */
-    REQUIRE_OK(megatron_desc(g, 16, "tp=4,pp=1,mbs=2,gbs=64,recompute=full,zero=0", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=4,pp=1,mbs=2,gbs=64,recompute=full,zero=0", &d, NULL), "see above");
     REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
     CHECK(k.tp == 4 && k.pp == 1 && k.dp == 4 && k.sp == 0 && k.vpp == 1 && k.mbs == 2);
     CHECK(k.zero == AP_ZERO_NONE && k.recompute == AP_RECOMPUTE_FULL);
     ap_plan_desc_free(&d);
 
     /* Pure data parallelism: the [16, 1] mesh is one group of 16. */
-    REQUIRE_OK(megatron_desc(g, 16, "tp=1,pp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=1,pp=1,mbs=1,gbs=64", &d, NULL), "see above");
     REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
     CHECK(k.tp == 1 && k.dp == 16 && k.pp == 1);
     ap_plan_desc_free(&d);
@@ -94,7 +73,7 @@ static void exported_megatron_flags_price_to_the_same_step(void)
         ap_plan_desc d;
         double step = 0;
         char err[AP_ERR_LEN], *text = NULL, args[4096];
-        REQUIRE_OK(megatron_desc(g, 16, specs[i], &d, &step), "see above");
+        REQUIRE_OK(ap_test_megatron_desc(g, 16, specs[i], &d, &step), "see above");
         REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
         args_of(text ? text : "", args, sizeof args);
         CHECK_STR_HAS(args, "--tensor-model-parallel-size");
@@ -120,7 +99,7 @@ static void megatron_flags_state_the_model_shape(void)
     ap_graph *g = load("examples/hf/llama-3-8b.json");
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
-    REQUIRE_OK(megatron_desc(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=256", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=256", &d, NULL), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "--num-layers 32\n");
     CHECK_STR_HAS(text, "--hidden-size 4096\n");
@@ -163,7 +142,7 @@ static void partial_rotary_is_stated_as_rotary_percent(void)
     REQUIRE_OK(g ? 0 : 1, "neox.json did not load");
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
-    REQUIRE_OK(megatron_desc(g, 8, "tp=2,pp=1,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=2,pp=1,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     CHECK_NEAR(d.shape.rotary_percent, 0.25, 0);
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "--position-embedding-type rope\n  --rotary-percent 0.25\n");
@@ -181,7 +160,7 @@ static void whole_head_rotary_needs_no_rotary_percent(void)
     ap_graph *g = load("examples/hf/llama-3-8b.json");
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
-    REQUIRE_OK(megatron_desc(g, 8, "tp=8,pp=1,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=8,pp=1,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     CHECK_NEAR(d.shape.rotary_percent, 1, 0);
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK(text && !strstr(text, "--rotary-percent"));
@@ -199,7 +178,7 @@ static void parallel_residual_is_refused_by_megatron_only(void)
     REQUIRE_OK(g ? 0 : 1, "neox.json did not load");
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
-    REQUIRE_OK(megatron_desc(g, 8, "tp=1,pp=1,mbs=1,gbs=64,zero=0,overlap_grad=0", &d, NULL),
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,mbs=1,gbs=64,zero=0,overlap_grad=0", &d, NULL),
                "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
     CHECK(text == NULL);
@@ -248,7 +227,7 @@ static void model_without_positions_is_stated_as_none(void)
     free(json);
     REQUIRE_OK(rc, err);
     ap_plan_desc d;
-    REQUIRE_OK(megatron_desc(g, 8, "tp=1,pp=1,mbs=1", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,mbs=1", &d, NULL), "see above");
     CHECK_NEAR(d.shape.rotary_percent, 0, 0);
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "--position-embedding-type none\n");
@@ -264,7 +243,7 @@ static void op_outside_the_pattern_is_refused_naming_stage_and_op(void)
     ap_plan_desc d;
     ap_degrees k;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     /* Shard stage 1's first op on the hidden dimension instead. */
     ap_plan_desc_op *op = &d.stages[1].ops[0];
     char name[AP_NAME_LEN + 8];
@@ -285,7 +264,7 @@ static void stages_with_different_meshes_or_recompute_are_refused(void)
     ap_plan_desc d;
     ap_degrees k;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     d.stages[1].mesh[0] = 2;
     d.stages[1].mesh[1] = 4;
     CHECK(ap_plan_classify(g, &d, AP_LAUNCHER_TORCHTITAN, &k, err) == AP_EINPUT);
@@ -304,7 +283,7 @@ static void uneven_stages_need_a_layout_flag(void)
     ap_graph *g = load("examples/gpt-1.3b.json");
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
-    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     d.stages[0].nlayers = 10; /* 10 + 14 of the 24 layers */
     d.stages[1].first_layer = 10;
     d.stages[1].nlayers = 14;
@@ -317,7 +296,7 @@ static void uneven_stages_need_a_layout_flag(void)
     CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_split_points layers.10\n");
     free(text);
     ap_plan_desc_free(&d);
-    REQUIRE_OK(megatron_desc(g, 16, "tp=1,pp=2,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=1,pp=2,mbs=1,gbs=64", &d, NULL), "see above");
     d.stages[0].nlayers = 10;
     d.stages[1].first_layer = 10;
     d.stages[1].nlayers = 14;
@@ -326,7 +305,7 @@ static void uneven_stages_need_a_layout_flag(void)
     ap_plan_desc_free(&d);
     /* Middle stages that differ from each other need the layout string:
      * 5 + 6 + 7 + 6 of the 24 layers. */
-    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=4,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=4,sp=1,mbs=1,gbs=64", &d, NULL), "see above");
     d.stages[0].nlayers = 5;
     d.stages[1].first_layer = 5;
     d.stages[2].first_layer = 11;
@@ -345,7 +324,7 @@ static void deepspeed_config_states_batch_and_zero(void)
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
     /* dp = 16 / 2 = 8; 64 = 2 per GPU x 4 accumulation steps x 8 replicas. */
-    REQUIRE_OK(megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64,overlap_grad=0", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64,overlap_grad=0", &d, NULL), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err), err);
     CHECK_STR_HAS(text, "\"train_batch_size\":\t64,");
     CHECK_STR_HAS(text, "\"train_micro_batch_size_per_gpu\":\t2,");
@@ -355,13 +334,13 @@ static void deepspeed_config_states_batch_and_zero(void)
     CHECK_STR_HAS(text, "\"stages\":\t2,");
     free(text);
     ap_plan_desc_free(&d);
-    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=2,mbs=1,gbs=64", &d, NULL), "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "DeepSpeed has no tensor parallelism");
     ap_plan_desc_free(&d);
     /* Priced with the gradient reduction hidden behind the backward, which
      * DeepSpeed's ZeRO-1 does not do: the export would promise too much. */
-    REQUIRE_OK(megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=1,pp=2,mbs=2,gbs=64", &d, NULL), "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "only under ZeRO-2 and 3; the plan uses ZeRO-1");
     ap_plan_desc_free(&d);
@@ -374,7 +353,7 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
     /* pp=2, dp=4: a step is 64 / 4 = 16 local sequences in micro-batches of 1. */
-    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,zero=0", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,zero=0", &d, NULL), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "--parallelism.data_parallel_replicate_degree 4\n");
     CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 1\n");
@@ -384,7 +363,7 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     free(text);
     ap_plan_desc_free(&d);
     /* No pipeline: local batches of mbs, accumulated up to the global batch. */
-    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=2,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=2,gbs=64", &d, NULL), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 8\n");
     CHECK_STR_HAS(text, "--training.local_batch_size 2\n");
@@ -392,7 +371,7 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     free(text);
     ap_plan_desc_free(&d);
     /* torchtitan's tensor parallelism always shards the norms on the sequence. */
-    REQUIRE_OK(megatron_desc(g, 16, "tp=2,pp=1,mbs=2,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=1,mbs=2,gbs=64", &d, NULL), "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "sequence parallelism");
     ap_plan_desc_free(&d);

@@ -202,26 +202,6 @@ static void zero_rotary_factor_builds_no_rotary_ops(void)
     ap_graph_free(g);
 }
 
-/* Prices spec on `gpus` H100s and reads its plan.json back into *d. */
-static int megatron_desc(const ap_graph *g, int gpus, const char *spec,
-                         ap_plan_desc *d, double *step)
-{
-    char err[AP_ERR_LEN];
-    ap_plan p;
-    if (ap_test_megatron_plan(g, gpus, spec, NULL, &p, err)) {
-        fprintf(stderr, "%s: %s\n", spec, err);
-        return -1;
-    }
-    char *json = ap_plan_to_json(g, &p);
-    int rc = ap_plan_desc_parse(json, strlen(json), "plan.json", d, err);
-    if (rc)
-        fprintf(stderr, "%s\n", err);
-    *step = p.step_time;
-    free(json);
-    ap_plan_free(&p);
-    return rc;
-}
-
 /* NeMo's Nemotron-4 recipes run Megatron-Core with squared ReLU,
  * LayerNorm1p, half-rotary RoPE, 8 query groups, no linear biases and an
  * untied head; the export states each, and its flags price back to the
@@ -233,7 +213,7 @@ static void nemotron_exports_squared_relu_and_layernorm_1p_to_megatron(void)
     ap_plan_desc d;
     double step = 0;
     char err[AP_ERR_LEN], *text = NULL;
-    REQUIRE_OK(megatron_desc(g, 16, "tp=4,pp=1,sp=1,mbs=4,gbs=64", &d, &step), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=4,pp=1,sp=1,mbs=4,gbs=64", &d, &step), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "--position-embedding-type rope\n  --rotary-percent 0.5\n");
     CHECK_STR_HAS(text, "--normalization LayerNorm\n  --apply-layernorm-1p\n");
@@ -269,7 +249,7 @@ static void llama_export_states_neither_squared_relu_nor_layernorm_1p(void)
     ap_plan_desc d;
     double step = 0;
     char err[AP_ERR_LEN], *text = NULL;
-    REQUIRE_OK(megatron_desc(g, 8, "tp=8,pp=1,sp=1,mbs=1,gbs=64", &d, &step), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=8,pp=1,sp=1,mbs=1,gbs=64", &d, &step), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK(text && !strstr(text, "--squared-relu") && !strstr(text, "--apply-layernorm-1p") &&
           !strstr(text, "--normalization LayerNorm"));
