@@ -768,6 +768,23 @@ static double save(const ap_graph *g, derive_state *st, int t)
     return (double)g->tensors[st->root[t]].bytes;
 }
 
+/* A gated linear unit's activation (silu for SwiGLU, gelu for GeGLU) runs
+ * fused with its product in Megatron-Core (bias_swiglu_impl, bias_geglu_impl,
+ * default on; TE's GroupedMLP the same): the kernel saves the activation's
+ * input and recomputes the activation in backward, so the product keeps the
+ * other factor only. torch.compile's partitioner recomputes it the same way. */
+static int is_fused_glu_factor(const ap_graph *g, const ap_op *op, int i)
+{
+    if (op->kind != AP_OP_BINARY || op->sub != AP_BINARY_MUL)
+        return 0;
+    int p = g->tensors[op->inputs[i]].producer;
+    if (p < 0)
+        return 0;
+    const ap_op *act = &g->ops[p];
+    return act->kind == AP_OP_UNARY &&
+           (act->sub == AP_UNARY_SILU || act->sub == AP_UNARY_GELU);
+}
+
 static void derive_op(ap_graph *g, derive_state *st, ap_op *op)
 {
     derive_labels(g, op);
@@ -778,7 +795,8 @@ static void derive_op(ap_graph *g, derive_state *st, ap_op *op)
     op->saved_bytes = op->saved_extra;
     unsigned want = wanted(op);
     for (int i = 0; i < op->ninputs; i++) {
-        double b = (want >> i) & 1 ? save(g, st, op->inputs[i]) : -1;
+        int keep = (want >> i) & 1 && !is_fused_glu_factor(g, op, i);
+        double b = keep ? save(g, st, op->inputs[i]) : -1;
         if (b >= 0) {
             op->saves_in |= 1u << i;
             op->saved_bytes += b;

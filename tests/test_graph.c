@@ -291,6 +291,40 @@ static ap_graph *two_op_graph(void)
     return g;
 }
 
+/* A gated unit y = act(g) * u as Megatron-Core runs it fused
+ * (bias_swiglu_impl): backward keeps g and u and recomputes act(g), so
+ * act's output is not kept. A product of two plain tensors keeps both. */
+static void a_gated_unit_keeps_the_gate_not_its_activation(void)
+{
+    static const int subs[] = {AP_UNARY_SILU, AP_UNARY_GELU, AP_UNARY_RELU};
+    for (int k = 0; k < 3; k++) {
+        ap_graph *g = ap_graph_new("glu");
+        ap_graph_add_dim(g, 'b', "batch", AP_DIM_BATCH, 4, err);
+        ap_graph_add_dim(g, 's', "seq", AP_DIM_SEQ, 2, err);
+        ap_graph_add_dim(g, 'h', "hidden", AP_DIM_HIDDEN, 8, err);
+        ap_graph_add_dim(g, 'v', "vocab", AP_DIM_VOCAB, 16, err);
+        ap_graph_add_tensor(g, "tokens", "bs", AP_INT32, AP_TENSOR_INPUT, err);
+        ADD_T(g, "wg", "vh", AP_TENSOR_PARAM);
+        ADD_T(g, "wu", "vh", AP_TENSOR_PARAM);
+        static const char *acts[] = {"x", "u", "y", "z"};
+        for (int i = 0; i < 4; i++)
+            ADD_T(g, acts[i], "bsh", AP_TENSOR_ACT);
+        add_op(g, "gate", AP_OP_EMBEDDING, 0, -1, "tokens", "wg", 0, "x");
+        add_op(g, "up", AP_OP_EMBEDDING, 0, -1, "tokens", "wu", 0, "u");
+        add_op(g, "act", AP_OP_UNARY, subs[k], -1, "x", 0, 0, "y");
+        add_op(g, "mul", AP_OP_BINARY, AP_BINARY_MUL, -1, "y", "u", 0, "z");
+        REQUIRE_OK(ap_graph_finalize(g, err), err);
+        const ap_op *act = &g->ops[2], *mul = &g->ops[3];
+        double t = 4 * 2 * 8 * 2; /* one bf16 b x s x h tensor */
+        CHECK_NEAR(act->saved_bytes, t, 1e-15);
+        /* silu and gelu are fused with the product; relu is not a GLU
+         * activation Megatron fuses, so its output stays. */
+        CHECK_NEAR(mul->saved_bytes, k < 2 ? t : 2 * t, 1e-15);
+        CHECK(mul->saves_in == (k < 2 ? 0x2u : 0x3u));
+        ap_graph_free(g);
+    }
+}
+
 static void a_cycle_is_rejected_and_named(void)
 {
     ap_graph *g = two_op_graph();
@@ -397,6 +431,7 @@ int main(void)
     RUN(topological_order_is_by_index_among_ready_ops);
     RUN(identical_blocks_share_a_layer_class);
     RUN(a_block_with_other_attributes_is_another_class);
+    RUN(a_gated_unit_keeps_the_gate_not_its_activation);
     RUN(a_cycle_is_rejected_and_named);
     RUN(a_second_producer_is_rejected);
     RUN(bad_shapes_and_names_are_rejected);
