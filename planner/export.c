@@ -457,6 +457,13 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
                       "the model runs them side by side on the layer's input (%s), "
                       "which no Megatron-LM flag states", ap_launcher_name(to),
                       "a parallel residual, as GPT-NeoX's use_parallel_residual");
+    /* Without a flag Megatron-LM builds gelu; its others are --swiglu,
+     * --squared-relu and --quick-geglu (x*sigmoid(1.702x) gated, not GeGLU). */
+    if (to == AP_LAUNCHER_MEGATRON && !s->swiglu && (s->relu || s->gated))
+        return refuse(p, err, "%s's MLP activations are gelu, --swiglu, --squared-relu "
+                      "and --quick-geglu; the model's MLP is %s, which no Megatron-LM "
+                      "flag states", ap_launcher_name(to),
+                      s->gated ? "gated by another activation than silu" : "a plain ReLU");
     return AP_OK;
 }
 

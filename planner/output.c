@@ -176,8 +176,10 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddNumberToObject(o, "experts", (double)s.experts);
     cJSON_AddNumberToObject(o, "top_k", s.top_k);
     cJSON_AddStringToObject(o, "dtype", ap_dtype_name(s.dtype));
-    cJSON_AddStringToObject(o, "norm", s.rmsnorm ? "rmsnorm" : "layernorm");
-    cJSON_AddStringToObject(o, "mlp", s.swiglu ? "swiglu" : "plain");
+    cJSON_AddStringToObject(o, "norm", s.rmsnorm ? "rmsnorm"
+                            : s.layernorm_1p ? "layernorm1p" : "layernorm");
+    cJSON_AddStringToObject(o, "mlp", s.swiglu ? "swiglu" : s.gated ? "gated"
+                            : s.squared_relu ? "relu2" : s.relu ? "relu" : "plain");
     cJSON_AddStringToObject(o, "positions", s.learned_positions ? "learned"
                             : s.rotary_percent > 0 ? "rotary" : "none");
     if (!s.learned_positions && s.rotary_percent > 0)

@@ -527,6 +527,9 @@ typedef struct {
     int rmsnorm;           /* else LayerNorm */
     int swiglu;            /* gated SiLU MLP; else the model's activation */
     int squared_relu;      /* relu(x)^2 in the layers' MLP (Nemotron) */
+    int relu;              /* plain ReLU in the layers' MLP (OPT) */
+    int gated;             /* gated MLP: an activation times a projection;
+                              with silu, swiglu; with gelu, GeGLU */
     int layernorm_1p;      /* LayerNorm with a zero-centred gamma (Nemotron) */
     int learned_positions; /* a position table before the layers */
     double rotary_percent; /* of each head's width that rotary ops on q and k

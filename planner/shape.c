@@ -113,6 +113,8 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             s->squared_relu = 1;
         if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_SILU && op->layer >= 0)
             silu = 1;
+        if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_RELU && op->layer >= 0)
+            s->relu = 1;
         if (op->kind == AP_OP_BINARY && op->sub == AP_BINARY_MUL && op->layer >= 0)
             mul = 1;
         if (op->kind == AP_OP_MATMUL && op->ninputs == 3)
@@ -122,6 +124,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
         if (op->kind == AP_OP_ROUTER && !s->top_k)
             s->top_k = op->top_k;
     }
+    s->gated = mul;
     s->swiglu = silu && mul;
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);

@@ -191,6 +191,63 @@ static void parallel_residual_is_refused_by_megatron_only(void)
     ap_graph_free(g);
 }
 
+/* gpt-tiny with its MLP's gelu replaced by another unary activation. */
+static ap_graph *tiny_with_activation(const char *kind)
+{
+    char path[512], err[AP_ERR_LEN];
+    snprintf(path, sizeof path, "%s/examples/gpt-tiny.json", ap_test_src());
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    static char buf[1 << 16], out[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *from = "\"kind\": \"gelu\"", *p = buf;
+    size_t o = 0;
+    for (const char *q; (q = strstr(p, from)); p = q + strlen(from))
+        o += (size_t)snprintf(out + o, sizeof out - o, "%.*s\"kind\": \"%s\"",
+                              (int)(q - p), p, kind);
+    snprintf(out + o, sizeof out - o, "%s", p);
+    ap_graph *g = NULL;
+    if (ap_graph_parse_json(out, strlen(out), "relu.json", &g, err) != AP_OK)
+        fprintf(stderr, "%s\n", err);
+    return g;
+}
+
+/* Megatron-LM's MLP is gelu unless a flag says --swiglu, --squared-relu or
+ * --quick-geglu: a plain ReLU MLP (OPT's) would be exported as gelu, another
+ * model. torchtitan runs the user's own model code, so it is written; the
+ * plan names the activation. */
+static void relu_mlp_is_refused_by_megatron_only(void)
+{
+    ap_graph *g = tiny_with_activation("relu");
+    REQUIRE_OK(g ? 0 : 1, "the relu model did not load");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK(text == NULL);
+    CHECK_STR_HAS(err, "Megatron-LM's MLP activations are gelu, --swiglu, --squared-relu "
+                       "and --quick-geglu; the model's MLP is a plain ReLU");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    free(text);
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    CHECK(s.relu && !s.gated && !s.swiglu && !s.squared_relu);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+
+    g = tiny_with_activation("relu2");
+    REQUIRE_OK(g ? 0 : 1, "the relu2 model did not load");
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--squared-relu\n");
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
 /* A model with neither a position table nor rotary ops (gpt-tiny without
  * its position add) is stated as Megatron-LM's "none", not as RoPE. */
 static void model_without_positions_is_stated_as_none(void)
@@ -406,6 +463,7 @@ int main(void)
     RUN(partial_rotary_is_stated_as_rotary_percent);
     RUN(whole_head_rotary_needs_no_rotary_percent);
     RUN(parallel_residual_is_refused_by_megatron_only);
+    RUN(relu_mlp_is_refused_by_megatron_only);
     RUN(model_without_positions_is_stated_as_none);
     return DONE();
 }
