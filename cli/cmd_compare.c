@@ -136,6 +136,7 @@ static void print_table(const ap_graph *g, const column *cols, int n,
     if (sw)
         fprintf(f, "  the sweep priced %ld valid Megatron configurations (%ld fit) in %.2f s\n",
                 sw->valid, sw->fit, sw->seconds);
+    ap_plan_print_basis(p, f);
 }
 
 static cJSON *column_json(const column *col, const ap_plan *yours)

@@ -314,7 +314,7 @@ void ap_plan_format_micro_batches(const ap_graph *g, const ap_plan *p,
  * published training step where it has one (docs/cluster-format.md), and
  * otherwise runs fast against measured steps (docs/validation.md); either
  * way it was not measured on the reader's GPUs. */
-static void print_basis(const ap_plan *p, FILE *f)
+void ap_plan_print_basis(const ap_plan *p, FILE *f)
 {
     if (!strcmp(p->cluster_basis, "preset") && p->rate_scale > 0)
         fprintf(f, "  prices: the %s preset (datasheet peaks at published kernel "
@@ -399,5 +399,5 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
             p->t_p2p, p->t_grad_sync_total, p->t_grad_sync,
             p->serial_grad_sync ? ", after the backward" : "");
     fprintf(f, "  solver: %s (gap %.2g)\n", status_name(p->ilp_status), p->ilp_gap);
-    print_basis(p, f);
+    ap_plan_print_basis(p, f);
 }

@@ -502,6 +502,9 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p);
 /* The prediction object of plan.json alone (what `estimate --json` prints). */
 char *ap_plan_prediction_to_json(const ap_plan *p);
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f);
+/* The report's "prices:" line: where the cluster's rates came from (a
+ * preset, scaled to a published step or not, a profile, a calibration). */
+void ap_plan_print_basis(const ap_plan *p, FILE *f);
 /* The data-parallel replicas (Megatron's dp) the micro-batch is split over:
  * a stage's mesh replicas times each mesh axis that splits the batch label
  * in every op of its layers that has one. 0 when the stages differ. */

@@ -12,7 +12,8 @@ model=$src/examples/gpt-tiny.json
 for want in "megatron (yours)" "autopar" "megatron (sweep)" "step time" "tokens/s" \
     "MFU" "TFLOP/s per GPU" "memory per GPU" "pipeline bubble" "tensor-parallel" \
     "resharding" "pipeline send/recv" "gradient sync, exposed" "speedup over yours" \
-    "tp=2,pp=2,dp=1,cp=1,ep=1,vpp=1,mbs=1,gbs=16,sp=1" "valid Megatron configurations"; do
+    "tp=2,pp=2,dp=1,cp=1,ep=1,vpp=1,mbs=1,gbs=16,sp=1" "valid Megatron configurations" \
+    "prices: the h100-sxm preset"; do
     grep -qF "$want" "$tmp/out" && ok || bad "the table shows '$want'"
 done
 
