@@ -155,7 +155,8 @@ static int check_stages(const ap_graph *g, const ap_plan_desc *p,
     for (int i = 1; i < p->nstages; i++) {
         const ap_plan_desc_stage *st = &p->stages[i];
         if (st->mesh[0] != s0->mesh[0] || st->mesh[1] != s0->mesh[1] ||
-            st->replicas != s0->replicas) {
+            st->replicas != s0->replicas || st->expert_mesh[0] != s0->expert_mesh[0] ||
+            st->expert_mesh[1] != s0->expert_mesh[1]) {
             char a[48], b[48];
             mesh_text(st, a, sizeof a);
             mesh_text(s0, b, sizeof b);
@@ -218,6 +219,11 @@ static void infer_degrees(const ap_graph *g, const ap_plan_desc *p, const frame 
     d->dp = outer / d->cp * (p->stages[0].replicas > 1 ? p->stages[0].replicas : 1);
     d->ep = on_experts ? d->dp : 1;
     d->etp = experts ? d->tp : 1;
+    /* MoE parallel folding: the experts' own mesh states ep and etp. */
+    if (experts && p->stages[0].expert_mesh[0]) {
+        d->ep = p->stages[0].expert_mesh[0];
+        d->etp = p->stages[0].expert_mesh[1];
+    }
 }
 
 static void to_megatron(const ap_degrees *d, ap_megatron *m)
@@ -241,6 +247,7 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->account_embedding = d->account_embedding;
     m->account_loss = d->account_loss;
     m->tp_overlap = d->tp_overlap;
+    m->etp = d->etp;
 }
 
 /* Every op's sharding must be the one Megatron's pattern gives it. */
@@ -258,6 +265,10 @@ static int check_ops(const ap_graph *g, const ap_plan_desc *p, const frame *f,
             ap_strategy have = in_frame(f, p->stages[st].ops[i].s);
             if (d->tp == 1)
                 have = collapse(f, have);
+            /* Under folding an expert op's sharding is on the expert mesh,
+             * as ap_megatron_layout gives it. */
+            if (p->stages[st].expert_mesh[0] && ap_expert_op(g, k))
+                have = p->stages[st].ops[i].s;
             ap_strategy want = ap_megatron_layout(g, &m, k);
             if (same_strategy(&have, &want))
                 continue;
@@ -402,6 +413,11 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
         return AP_OK;
     }
     if (to == AP_LAUNCHER_TORCHTITAN) {
+        if (p->stages[0].expert_mesh[0])
+            return refuse(p, err, "%s's export states expert parallelism over the "
+                          "data-parallel ranks only; the plan uses %s: export it to "
+                          "Megatron-LM", who, "MoE parallel folding (an expert mesh of "
+                          "its own)");
         if (d->tp > 1 && !d->sp)
             return refuse(p, err, "%s's tensor parallelism always shards norms on the "
                           "sequence (sequence parallelism); the plan uses %s",

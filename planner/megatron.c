@@ -57,13 +57,13 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
               : !strcmp(k, "ep") ? &m->ep : !strcmp(k, "vpp") ? &m->vpp
               : !strcmp(k, "mbs") ? &m->mbs : !strcmp(k, "sp") ? &m->sp
               : !strcmp(k, "first") ? &m->first : !strcmp(k, "last") ? &m->last
-              : NULL;
+              : !strcmp(k, "etp") ? &m->etp : NULL;
     int *flag = flag_slot(m, k);
     if (!slot && !flag && strcmp(k, "gbs") && strcmp(k, "zero")) {
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
                  "first, last, fp8, account_embedding, account_loss, "
-                 "tp_overlap)", k);
+                 "tp_overlap, etp)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -128,6 +128,7 @@ static const struct {
     {"--pipeline-model-parallel-size", "pp"},
     {"--context-parallel-size", "cp"},
     {"--expert-model-parallel-size", "ep"},
+    {"--expert-tensor-parallel-size", "etp"},
     {"--micro-batch-size", "mbs"},
     {"--global-batch-size", "gbs"},
     {"--recompute-granularity", "recompute"},
@@ -409,6 +410,52 @@ static int stage_layers(const ap_megatron *m, int L, int s)
     return m->first || m->last ? middle_layers(m, L) : L / m->pp;
 }
 
+/* Whether the experts need a mesh of their own (MoE parallel folding):
+ * the stage's mesh holds them when they split over its data-parallel axis
+ * alone (ep = dp, cp = 1) and their tensor parallelism is the layers'. */
+static int etp_of(const ap_megatron *m)
+{
+    return m->etp ? m->etp : m->tp;
+}
+
+static int folded(const ap_graph *g, const ap_megatron *m)
+{
+    return ap_graph_label_of(g, AP_DIM_EXPERTS) &&
+           (etp_of(m) != m->tp || (m->ep > 1 && (m->cp > 1 || m->ep != m->dp)));
+}
+
+/* Megatron-Core's rules for the expert groups (parallel_state.py
+ * initialize_model_parallel, TransformerConfig): ep divides the experts;
+ * the expert groups fold into the ranks of a pipeline stage, so the world
+ * size divides by etp*ep*pp, that is ep*etp divides tp*cp*dp; MoE beside
+ * tensor parallelism needs sequence parallelism. */
+static int check_experts(const ap_graph *g, ap_megatron *m, char *err)
+{
+    char e = ap_graph_label_of(g, AP_DIM_EXPERTS);
+    long long experts = e ? (long long)ap_graph_dim(g, e)->size : 0;
+    if (!m->etp)
+        m->etp = m->tp;
+    if (m->ep > 1 && (!e || experts % m->ep)) {
+        snprintf(err, AP_ERR_LEN, "ep=%d must divide the experts (%lld)", m->ep, experts);
+        return AP_EINPUT;
+    }
+    long ranks = (long)m->tp * m->cp * m->dp, group = (long)m->ep * m->etp;
+    if (ranks % group) {
+        snprintf(err, AP_ERR_LEN, "ep*etp = %d*%d = %ld must divide tp*cp*dp = "
+                 "%d*%d*%d = %ld: Megatron-Core folds the expert-parallel and "
+                 "expert-tensor-parallel groups into the ranks of a pipeline stage",
+                 m->ep, m->etp, group, m->tp, m->cp, m->dp, ranks);
+        return AP_EINPUT;
+    }
+    if (folded(g, m) && m->tp > 1 && !m->sp) {
+        snprintf(err, AP_ERR_LEN, "sp: MoE with tp=%d > 1 needs sequence parallelism "
+                 "(sp=1, --sequence-parallel), as Megatron-Core asserts; each rank "
+                 "dispatches its own sequence shard", m->tp);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
 static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  char *err)
 {
@@ -462,20 +509,8 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  m->gbs, micro);
         return AP_EINPUT;
     }
-    char e = ap_graph_label_of(g, AP_DIM_EXPERTS);
-    if (m->ep > 1 && (!e || ap_graph_dim(g, e)->size % m->ep || m->dp % m->ep)) {
-        snprintf(err, AP_ERR_LEN, "ep=%d must divide the experts (%lld) and dp=%d",
-                 m->ep, e ? (long long)ap_graph_dim(g, e)->size : 0LL, m->dp);
-        return AP_EINPUT;
-    }
-    if (m->ep > 1 && m->cp > 1) {
-        /* The replicas of a (cp, tp) mesh split the batch only; experts
-         * split over them are not modelled. */
-        snprintf(err, AP_ERR_LEN, "ep=%d with cp=%d is not priced: expert parallelism "
-                 "over context-parallel ranks is not modelled; use ep=1 or cp=1",
-                 m->ep, m->cp);
-        return AP_EINPUT;
-    }
+    if ((rc = check_experts(g, m, err)))
+        return rc;
     if (m->vpp > 1 && fmod(m->gbs / micro, m->pp)) {
         snprintf(err, AP_ERR_LEN, "interleaving needs the micro-batch count "
                  "gbs/(mbs*dp) to be a multiple of pp=%d", m->pp);
@@ -507,13 +542,32 @@ static char first_of(const ap_graph *g, const char *labels, int (*want)(int))
 static int is_batch(int k) { return k == AP_DIM_BATCH; }
 static int is_experts(int k) { return k == AP_DIM_EXPERTS; }
 
+/* Axis 1's tensor-parallel split of op (tp > 1): column- or row-parallel
+ * matmuls, head-parallel attention, vocabulary-parallel embedding and loss,
+ * the sequence under sequence parallelism. */
+static ap_strategy tensor_parallel(const ap_graph *g, const ap_megatron *m, int opi,
+                                   ap_strategy s);
+
+/* An expert op under MoE parallel folding, on the expert mesh: axis 0 the
+ * ep ranks split the experts, axis 1 the etp ranks split each expert's FFN
+ * as tensor parallelism splits a dense MLP's. */
+static ap_strategy expert_layout(const ap_graph *g, const ap_megatron *m, int opi)
+{
+    ap_strategy s = {{0, 0}, {0, 0}};
+    if (m->ep > 1)
+        s.axis[0] = ap_graph_label_of(g, AP_DIM_EXPERTS);
+    return etp_of(m) > 1 ? tensor_parallel(g, m, opi, s) : s;
+}
+
 static ap_strategy layout_of(const ap_graph *g, const ap_megatron *m, int opi)
 {
     const ap_op *op = &g->ops[opi];
-    const char *out = op->noutputs ? g->tensors[op->outputs[0]].shape : "";
     char seq = ap_graph_label_of(g, AP_DIM_SEQ);
     ap_strategy s = {{0, 0}, {0, 0}};
-    int expert_op = m->ep > 1 && first_of(g, op->iter, is_experts);
+    int fold = folded(g, m);
+    if (fold && ap_expert_op(g, opi))
+        return expert_layout(g, m, opi);
+    int expert_op = !fold && m->ep > 1 && first_of(g, op->iter, is_experts);
     if (m->dp > 1)
         s.axis[0] = expert_op ? first_of(g, op->iter, is_experts)
                               : first_of(g, op->iter, is_batch);
@@ -521,6 +575,15 @@ static ap_strategy layout_of(const ap_graph *g, const ap_megatron *m, int opi)
         s.axis[0] = strchr(op->iter, seq) ? seq : 0;
     if (m->tp == 1)
         return s;
+    return tensor_parallel(g, m, opi, s);
+}
+
+static ap_strategy tensor_parallel(const ap_graph *g, const ap_megatron *m, int opi,
+                                   ap_strategy s)
+{
+    const ap_op *op = &g->ops[opi];
+    const char *out = op->noutputs ? g->tensors[op->outputs[0]].shape : "";
+    char seq = ap_graph_label_of(g, AP_DIM_SEQ);
     char col = first_of(g, out, model_parallel);
     char row = first_of(g, op->contracted, model_parallel);
     switch (op->kind) {
@@ -631,6 +694,10 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
                                     c->gpus_per_node);
         else
             ap_mesh_init(&st->mesh, m.dp * m.cp, m.tp, st->first_rank, c->gpus_per_node);
+        /* Megatron-Core's expert ranks within a stage: etp consecutive,
+         * then ep of those groups, then the edp copies. */
+        if (folded(g, &m))
+            ap_mesh_fold(&st->mesh, m.ep, m.etp, per / (m.ep * m.etp));
         st->blocks = calloc((size_t)pt.nblocks, sizeof *st->blocks);
         st->point = calloc((size_t)pt.nblocks, sizeof *st->point);
         if (!st->blocks || !st->point)

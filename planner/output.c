@@ -69,6 +69,13 @@ static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st
     cJSON_AddItemToArray(mesh, cJSON_CreateNumber(st->mesh.d[1]));
     if (st->mesh.replicas > 1)
         cJSON_AddNumberToObject(o, "replicas", st->mesh.replicas);
+    if (st->mesh.experts[0]) {
+        cJSON *em = cJSON_AddArrayToObject(o, "expert_mesh");
+        cJSON_AddItemToArray(em, cJSON_CreateNumber(st->mesh.experts[0]));
+        cJSON_AddItemToArray(em, cJSON_CreateNumber(st->mesh.experts[1]));
+        if (st->mesh.experts[2] > 1)
+            cJSON_AddNumberToObject(o, "expert_replicas", st->mesh.experts[2]);
+    }
     cJSON_AddStringToObject(o, "recompute", recompute_name(st->recompute));
     cJSON_AddNumberToObject(o, "forward_s", st->fwd);
     cJSON_AddNumberToObject(o, "backward_s", st->bwd);
@@ -352,9 +359,17 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
         fprintf(f, "  precision: %s\n", ap_dtype_name(g->dtype));
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
-        char copies[32] = "";
+        char copies[96] = "";
+        int n = 0;
         if (st->mesh.replicas > 1)
-            snprintf(copies, sizeof copies, " x%d replicas", st->mesh.replicas);
+            n = snprintf(copies, sizeof copies, " x%d replicas", st->mesh.replicas);
+        if (st->mesh.experts[0] && n >= 0)
+            snprintf(copies + n, sizeof copies - (size_t)n, ", experts %dx%d (ep x etp)%s",
+                     st->mesh.experts[0], st->mesh.experts[1],
+                     st->mesh.experts[2] > 1 ? " x" : "");
+        if (st->mesh.experts[2] > 1)
+            snprintf(copies + strlen(copies), sizeof copies - strlen(copies), "%d replicas",
+                     st->mesh.experts[2]);
         fprintf(f, "  stage %d: layers %d-%d%s%s  GPUs %d-%d  mesh %dx%d%s  "
                    "recompute %s  memory %.1f GiB\n",
                 i, st->first_layer, st->first_layer + st->nlayers - 1,
@@ -363,7 +378,9 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                 st->mesh.d[1], copies, recompute_name(st->recompute), gib(st->mem_bytes));
         if (i > 0 && p->stages[i].mesh.d[0] == p->stages[0].mesh.d[0] &&
             p->stages[i].mesh.d[1] == p->stages[0].mesh.d[1] &&
-            p->stages[i].mesh.replicas == p->stages[0].mesh.replicas)
+            p->stages[i].mesh.replicas == p->stages[0].mesh.replicas &&
+            p->stages[i].mesh.experts[0] == p->stages[0].mesh.experts[0] &&
+            p->stages[i].mesh.experts[1] == p->stages[0].mesh.experts[1])
             continue; /* the same strategies as stage 0 */
         for (int b = 0; b < 2 + p->nclasses; b++) {
             const ap_block *blk = &st->blocks[b];

@@ -262,6 +262,33 @@ static int parse_ops(const reader *r, const cJSON *blocks, const char *path,
     return AP_OK;
 }
 
+/* "expert_mesh": [ep, etp] and "expert_replicas" (edp, absent reads as 1)
+ * under MoE parallel folding; together they hold the stage's ranks. */
+static int parse_expert_mesh(const reader *r, const cJSON *o, const char *path,
+                             ap_plan_desc_stage *st)
+{
+    long long em[2], ranks[2];
+    int edp = 1;
+    int rc = get_pair(r, o, "expert_mesh", path, "[ep, etp]", 1, 1 << 20, em);
+    if (!rc && field(o, "expert_replicas"))
+        rc = get_small(r, o, "expert_replicas", path, 1, 1 << 20, &edp);
+    if (!rc)
+        rc = get_pair(r, o, "ranks", path, "[first, last]", 0, 1 << 20, ranks);
+    if (rc)
+        return rc;
+    if (em[0] * em[1] * edp != ranks[1] - ranks[0] + 1) {
+        char at[96];
+        snprintf(at, sizeof at, "%s.expert_mesh", path);
+        return fail(r, at, "%d replicas of [%lld, %lld] do not hold the %lld ranks "
+                    "%lld-%lld", edp, em[0], em[1], ranks[1] - ranks[0] + 1, ranks[0],
+                    ranks[1]);
+    }
+    st->expert_mesh[0] = (int)em[0];
+    st->expert_mesh[1] = (int)em[1];
+    st->expert_replicas = edp;
+    return AP_OK;
+}
+
 static int parse_stage(const reader *r, const cJSON *o, int i, ap_plan_desc *p)
 {
     char path[64];
@@ -289,6 +316,8 @@ static int parse_stage(const reader *r, const cJSON *o, int i, ap_plan_desc *p)
     st->replicas = 1;
     if (!rc && field(o, "replicas"))
         rc = get_small(r, o, "replicas", path, 1, 1 << 20, &st->replicas);
+    if (!rc && field(o, "expert_mesh"))
+        rc = parse_expert_mesh(r, o, path, st);
     if (rc)
         return rc;
     char at[96];

@@ -39,9 +39,25 @@ typedef struct {
      * same shard in every replica, along the axes in mask (index 0 to 3:
      * none, axis 0, axis 1, both); the most over all such groups. */
     int sync_nodes[4];
+    /* MoE parallel folding (Megatron-Core's expert process groups): the
+     * ops of the experts (ap_expert_op) run on a mesh of their own over the
+     * same ranks, axis 0 the expert-parallel group (ep), axis 1 the
+     * expert-tensor-parallel one (etp), and experts[2] replicas of it (the
+     * expert-data-parallel copies, edp), each with its share of the
+     * micro-batch: experts = {ep, etp, edp}. All 0 (ap_mesh_init): the
+     * expert ops lie on this mesh like every other op. */
+    int experts[3];
 } ap_mesh;
 
 int ap_mesh_init(ap_mesh *m, int d0, int d1, int first, int gpus_per_node);
+/* Gives mesh m an expert mesh (ep, etp) with edp replicas from m->first,
+ * etp consecutive ranks, then ep of those groups, then the edp copies:
+ * Megatron-Core's expert rank order. AP_EINPUT unless ep*etp*edp is the
+ * mesh's GPUs (replicas included). */
+int ap_mesh_fold(ap_mesh *m, int ep, int etp, int edp);
+/* The expert mesh of m as a mesh of its own (ap_mesh_init_replicated);
+ * m itself when m has none. */
+void ap_mesh_expert_mesh(const ap_mesh *m, int gpus_per_node, ap_mesh *out);
 /* The same for `replicas` copies of the d0 x d1 mesh, r*d0*d1 ranks from
  * `first`; replicas = 1 is ap_mesh_init. */
 int ap_mesh_init_replicated(ap_mesh *m, int replicas, int d0, int d1, int first,
@@ -69,6 +85,14 @@ typedef struct {
     int tp_overlap;   /* 1: sequence-parallel collectives of linear layers
                          overlap their GEMMs (ap_tp_overlap_exposed) */
 } ap_price_ctx;
+
+/* Whether op `op` belongs to the experts of a MoE layer, the ops an
+ * expert mesh runs: an op over the experts label other than the router
+ * (whose weight is a dense parameter of every rank). Under folding, an
+ * expert op is priced on the expert mesh; an edge between an expert op and
+ * another op costs nothing, as the dispatcher reads each rank's own tokens
+ * where attention left them and its all-to-all is the dispatch's own. */
+int ap_expert_op(const ap_graph *g, int op);
 
 /* FP8 training as Transformer Engine runs it under Megatron-LM's
  * --fp8-format (docs/cost-model.md, "FP8"): whether op `op` is a linear
@@ -399,13 +423,14 @@ typedef struct {
     int fp8;          /* --fp8-format hybrid or e4m3: linear layers in FP8 */
     int account_embedding, account_loss;
     int tp_overlap;   /* --tp-comm-overlap: needs sp when tp > 1 */
+    int etp;          /* --expert-tensor-parallel-size; 0 reads as tp */
 } ap_megatron;
 
 /* The spec's defaults: tp, pp, cp, ep, vpp, mbs 1, gbs 512, ZeRO-1 (the
  * distributed optimizer), gradient reduction overlapped, even stages. */
 void ap_megatron_default(ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
- * zero=1,overlap_grad=1,first=7,last=7,fp8=1,tp_overlap=1" */
+ * zero=1,overlap_grad=1,first=7,last=7,fp8=1,tp_overlap=1,etp=1" */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
 /* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ...".
  * What a flag's absence means is Megatron-LM's default: no distributed
@@ -413,9 +438,12 @@ int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err);
 /* Checks the configuration against the model and cluster (tp*pp*dp*cp =
  * GPUs, heads and KV heads divisible by tp, layers by pp*vpp, gbs by
- * mbs*dp, experts by ep) and builds and prices its plan: Megatron's
- * column- then row-parallel layers, sequence parallelism, even layer split
- * and schedule. */
+ * mbs*dp, experts by ep, ep*etp dividing tp*cp*dp) and builds and prices
+ * its plan: Megatron's column- then row-parallel layers, sequence
+ * parallelism, even layer split and schedule. Expert parallelism other
+ * than ep = dp with etp = tp and cp = 1 is MoE parallel folding: the
+ * stages carry an expert mesh (ep, etp) with tp*cp*dp/(ep*etp) replicas,
+ * ranks in Megatron-Core's expert order (etp, then ep, then edp). */
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
                      const ap_megatron *m, ap_plan *out, char *err);
 
@@ -450,7 +478,7 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
 
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
  * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
- * first, last, fp8=1 and tp_overlap=1 only where they differ from the
+ * first, last, fp8=1, tp_overlap=1 and etp only where they differ from the
  * spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
@@ -566,6 +594,10 @@ typedef struct {
     int nops;
     ap_plan_desc_op *ops;
     int replicas; /* data-parallel copies of the mesh; absent reads as 1 */
+    /* "expert_mesh": [ep, etp] and "expert_replicas" under MoE parallel
+     * folding (the experts' shardings are on it); 0 when absent. */
+    int expert_mesh[2];
+    int expert_replicas;
 } ap_plan_desc_stage;
 
 typedef struct {

@@ -33,6 +33,7 @@ int ap_mesh_init(ap_mesh *m, int d0, int d1, int first, int gpus_per_node)
     m->nodes[0] = span;
     m->nodes[2] = (first + d0 * d1 - 1) / gpus_per_node - node_first + 1;
     m->replicas = 1;
+    m->experts[0] = m->experts[1] = m->experts[2] = 0;
     m->sync_nodes[0] = 1;
     for (int k = 0; k < 3; k++)
         m->sync_nodes[k + 1] = m->nodes[k];
@@ -85,6 +86,24 @@ int ap_mesh_init_replicated(ap_mesh *m, int replicas, int d0, int d1, int first,
             }
     }
     return AP_OK;
+}
+
+int ap_mesh_fold(ap_mesh *m, int ep, int etp, int edp)
+{
+    long ranks = (long)m->d[0] * m->d[1] * (m->replicas > 1 ? m->replicas : 1);
+    if (ep < 1 || etp < 1 || edp < 1 || (long)ep * etp * edp != ranks)
+        return AP_EINPUT;
+    m->experts[0] = ep;
+    m->experts[1] = etp;
+    m->experts[2] = edp;
+    return AP_OK;
+}
+
+void ap_mesh_expert_mesh(const ap_mesh *m, int gpus_per_node, ap_mesh *out)
+{
+    if (!m->experts[0] || ap_mesh_init_replicated(out, m->experts[2], m->experts[0],
+                                                  m->experts[1], m->first, gpus_per_node))
+        *out = *m;
 }
 
 double ap_label_size(const ap_price_ctx *x, char label)
@@ -913,9 +932,44 @@ static void price_saved(const ap_price_ctx *x, const ap_op *op,
     c->act_bytes = bytes;
 }
 
+int ap_expert_op(const ap_graph *g, int opi)
+{
+    const ap_op *op = &g->ops[opi];
+    return op->kind != AP_OP_ROUTER &&
+           has_label(op->iter, ap_graph_label_of(g, AP_DIM_EXPERTS));
+}
+
+/* The context an op is priced in: under MoE parallel folding an expert op
+ * runs on the expert mesh, whose replicas (the expert-data-parallel
+ * copies) share the stage's micro-batch as the dense mesh's share it. */
+typedef struct {
+    ap_price_ctx x;
+    ap_mesh mesh;
+} expert_ctx;
+
+static const ap_price_ctx *expert_view(const ap_price_ctx *x, int op, expert_ctx *buf)
+{
+    if (!x->mesh->experts[0] || !ap_expert_op(x->g, op))
+        return x;
+    ap_mesh_expert_mesh(x->mesh, x->c->gpus_per_node, &buf->mesh);
+    buf->x = *x;
+    buf->x.mesh = &buf->mesh;
+    buf->x.batch = x->batch * replicas_of(x) / replicas_of(&buf->x);
+    return &buf->x;
+}
+
+/* An edge from a dense op to an expert op or back under folding: the
+ * tokens stay where they are (the dispatch and combine move them). */
+static int folding_boundary(const ap_price_ctx *x, int prod, int cons)
+{
+    return x->mesh->experts[0] && ap_expert_op(x->g, prod) != ap_expert_op(x->g, cons);
+}
+
 void ap_price_op(const ap_price_ctx *x, int opi, const ap_strategy *s,
                  ap_op_cost *c)
 {
+    expert_ctx view;
+    x = expert_view(x, opi, &view);
     const ap_op *op = &x->g->ops[opi];
     memset(c, 0, sizeof *c);
     price_compute(x, op, s, c);
@@ -1050,6 +1104,13 @@ double ap_price_edge_saved(const ap_price_ctx *x, int t, int prod,
                            const ap_strategy *ps, int cons,
                            const ap_strategy *cs, double *regather)
 {
+    expert_ctx view;
+    if (folding_boundary(x, prod, cons)) {
+        if (regather)
+            *regather = 0;
+        return 0;
+    }
+    x = expert_view(x, cons, &view);
     if (regather)
         *regather = regather_time(x, t, prod, ps, cons, cs);
     int mask = regather_axes(x, t, prod, ps, cons, cs);
@@ -1070,6 +1131,13 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
                      const ap_strategy *ps, int cons, const ap_strategy *cs,
                      double *bwd)
 {
+    expert_ctx view;
+    if (folding_boundary(x, prod, cons)) {
+        if (bwd)
+            *bwd = 0;
+        return 0;
+    }
+    x = expert_view(x, cons, &view);
     const char *T = shape_of(x, t);
     double full = tensor_bytes(x, t);
     double cost = 0, back = 0;

@@ -47,7 +47,9 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && m->account_loss)
         n += snprintf(buf + n, len - (size_t)n, ",account_loss=1");
     if (n >= 0 && (size_t)n < len && m->tp_overlap)
-        snprintf(buf + n, len - (size_t)n, ",tp_overlap=1");
+        n += snprintf(buf + n, len - (size_t)n, ",tp_overlap=1");
+    if (n >= 0 && (size_t)n < len && m->etp && m->etp != m->tp)
+        snprintf(buf + n, len - (size_t)n, ",etp=%d", m->etp);
 }
 
 /* A growing list of candidate configurations. */
@@ -121,6 +123,10 @@ static void add_variants(const space *s, ap_megatron m, list *out)
     }
     if (m.dp * m.cp == 1)
         nzero = 1;
+    /* Megatron-Core asserts sequence parallelism for MoE beside tensor
+     * parallelism: each rank dispatches its own sequence shard. */
+    if (m.ep > 1 && m.tp > 1)
+        sp_lo = sp_hi;
     for (int sp = sp_lo; sp <= sp_hi; sp++)
         for (int rc = AP_RECOMPUTE_NONE; rc <= AP_RECOMPUTE_FULL; rc += rc_step)
             for (int z = 0; z < nzero; z++) {
