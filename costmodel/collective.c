@@ -54,9 +54,28 @@ static double latency(const ap_cluster *c, ap_coll op, int ranks, int nodes)
     return (steps - inter) * c->intra_lat + inter * c->inter_lat;
 }
 
+/* An all-to-all is no ring: each rank sends its own share to every other
+ * rank directly. What leaves the node, (ranks - g)/ranks of a rank's
+ * buffer with g of the group's ranks on each node, goes out through that
+ * rank's own rail (NCCL's PXN moves it over NVLink to the GPU on the
+ * destination's rail first, which keeps each NIC's load the same); the
+ * share for its own node's ranks crosses NVLink meanwhile. Spreading it
+ * over the node's rails, as a ring's bandwidth is, would price it g times
+ * too fast. */
+static double alltoall_across_nodes(const ap_cluster *c, int ranks, int nodes,
+                                    double bytes)
+{
+    double n = ranks, g = (double)ranks / nodes;
+    double off = (n - g) / n * bytes / c->inter_bw;
+    double on = (g - 1) / n * bytes / c->intra_bw;
+    return fmax(off, on);
+}
+
 static double analytic(const ap_cluster *c, ap_coll op, int ranks, int nodes,
                        double bytes)
 {
+    if (op == AP_COLL_ALLTOALL && nodes > 1)
+        return latency(c, op, ranks, nodes) + alltoall_across_nodes(c, ranks, nodes, bytes);
     return latency(c, op, ranks, nodes) +
            ap_coll_bus_factor(op, ranks) * bytes / bus_bandwidth(c, ranks, nodes);
 }

@@ -50,6 +50,24 @@ static void inter_node_groups_use_one_rail_per_gpu(void)
     CHECK_NEAR(ap_cost_sendrecv(&c, 2, GIB), GIB / 45e9 + c.inter_lat, 1e-12);
 }
 
+/* An all-to-all is no ring: what a rank sends to other nodes, (n - g)/n of
+ * its buffer with g of the n ranks per node, leaves through its own 45 GB/s
+ * rail, while the share for its node's other ranks crosses NVLink. */
+static void alltoall_across_nodes_leaves_through_each_ranks_own_rail(void)
+{
+    ap_cluster c = ap_test_h100(64);
+    /* 32 ranks over 4 nodes: 24/32 of the buffer crosses, at one rail. */
+    double alpha = (31 - 3) * c.intra_lat + 3 * c.inter_lat;
+    CHECK_NEAR(ap_cost_alltoall(&c, 32, 4, GIB), 24.0 / 32 * GIB / 45e9 + alpha, 1e-12);
+    /* 8 ranks, 2 per node over 4 nodes (ep 8 strided by tp 4): 6/8 crosses. */
+    alpha = (7 - 3) * c.intra_lat + 3 * c.inter_lat;
+    CHECK_NEAR(ap_cost_alltoall(&c, 8, 4, GIB), 6.0 / 8 * GIB / 45e9 + alpha, 1e-12);
+    /* One rank per node: all of it but its own share crosses, as a ring's
+     * bandwidth would give too. */
+    CHECK_NEAR(ap_cost_alltoall(&c, 8, 8, GIB),
+               7.0 / 8 * GIB / 45e9 + 7 * c.inter_lat, 1e-12);
+}
+
 /* Seed 000: DP all-reduces the gradients, 2(d-1)/d x 2P bytes in bf16. */
 static void dp_gradient_allreduce_of_a_7b_model(void)
 {
@@ -127,6 +145,7 @@ int main(void)
     RUN(inter_node_groups_use_one_rail_per_gpu);
     RUN(dp_gradient_allreduce_of_a_7b_model);
     RUN(ep_alltoall_volume_is_2bshk_over_d);
+    RUN(alltoall_across_nodes_leaves_through_each_ranks_own_rail);
     RUN(pp_sendrecv_of_an_activation);
     RUN(measured_table_returns_samples_and_interpolates);
     RUN(bus_factors_and_names);
