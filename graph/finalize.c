@@ -775,14 +775,8 @@ static double save(const ap_graph *g, derive_state *st, int t)
  * other factor only. torch.compile's partitioner recomputes it the same way. */
 static int is_fused_glu_factor(const ap_graph *g, const ap_op *op, int i)
 {
-    if (op->kind != AP_OP_BINARY || op->sub != AP_BINARY_MUL)
-        return 0;
-    int p = g->tensors[op->inputs[i]].producer;
-    if (p < 0)
-        return 0;
-    const ap_op *act = &g->ops[p];
-    return act->kind == AP_OP_UNARY &&
-           (act->sub == AP_UNARY_SILU || act->sub == AP_UNARY_GELU);
+    int a = ap_glu_activation(g, op, i);
+    return a == AP_UNARY_SILU || a == AP_UNARY_GELU;
 }
 
 static void derive_op(ap_graph *g, derive_state *st, ap_op *op)

@@ -261,6 +261,18 @@ int ap_graph_find_op(const ap_graph *g, const char *name)
     return table_find(g, &g->index->ops, op_name, name);
 }
 
+int ap_glu_activation(const ap_graph *g, const ap_op *op, int i)
+{
+    if (op->kind != AP_OP_BINARY || op->sub != AP_BINARY_MUL || i < 0 || i >= op->ninputs)
+        return -1;
+    int p = g->tensors[op->inputs[i]].producer;
+    if (p < 0 || g->ops[p].kind != AP_OP_UNARY)
+        return -1;
+    int a = g->ops[p].sub;
+    return a == AP_UNARY_GELU || a == AP_UNARY_SILU || a == AP_UNARY_RELU ||
+           a == AP_UNARY_RELU2 ? a : -1;
+}
+
 char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind)
 {
     for (int i = 0; i < g->ndims; i++)

@@ -231,6 +231,10 @@ int ap_graph_dim_index(const ap_graph *g, char label);
 const ap_dim *ap_graph_dim(const ap_graph *g, char label);
 int ap_graph_find_tensor(const ap_graph *g, const char *name);
 int ap_graph_find_op(const ap_graph *g, const char *name);
+/* A gated unit's activation: the ap_unary of the op producing input i of a
+ * product (AP_BINARY_MUL) when that op is an activation (gelu, silu, relu,
+ * relu2), else -1. */
+int ap_glu_activation(const ap_graph *g, const ap_op *op, int i);
 /* The label of the first dimension of a kind, or 0 if the model has none. */
 char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind);
 

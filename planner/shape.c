@@ -102,7 +102,6 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     s->seq = size_of(g, AP_DIM_SEQ);
     s->experts = size_of(g, AP_DIM_EXPERTS);
     s->dtype = g->dtype;
-    int silu = 0, mul = 0;
     for (int i = 0; i < g->nops; i++) {
         const ap_op *op = &g->ops[i];
         if (op->kind == AP_OP_NORM && op->sub == AP_NORM_RMS)
@@ -111,12 +110,13 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             s->layernorm_1p = 1;
         if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_RELU2 && op->layer >= 0)
             s->squared_relu = 1;
-        if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_SILU && op->layer >= 0)
-            silu = 1;
         if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_RELU && op->layer >= 0)
             s->relu = 1;
-        if (op->kind == AP_OP_BINARY && op->sub == AP_BINARY_MUL && op->layer >= 0)
-            mul = 1;
+        for (int k = 0; op->layer >= 0 && k < op->ninputs; k++) {
+            int a = ap_glu_activation(g, op, k);
+            s->gated |= a >= 0;
+            s->swiglu |= a == AP_UNARY_SILU;
+        }
         if (op->kind == AP_OP_MATMUL && op->ninputs == 3)
             s->linear_bias = 1;
         if (op->kind == AP_OP_ATTENTION && op->flash)
@@ -124,8 +124,6 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
         if (op->kind == AP_OP_ROUTER && !s->top_k)
             s->top_k = op->top_k;
     }
-    s->gated = mul;
-    s->swiglu = silu && mul;
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);
     s->parallel_residual = has_parallel_residual(g);

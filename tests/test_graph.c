@@ -321,6 +321,8 @@ static void a_gated_unit_keeps_the_gate_not_its_activation(void)
          * activation Megatron fuses, so its output stays. */
         CHECK_NEAR(mul->saved_bytes, k < 2 ? t : 2 * t, 1e-15);
         CHECK(mul->saves_in == (k < 2 ? 0x2u : 0x3u));
+        CHECK(ap_glu_activation(g, mul, 0) == subs[k]);
+        CHECK(ap_glu_activation(g, mul, 1) == -1 && ap_glu_activation(g, act, 0) == -1);
         ap_graph_free(g);
     }
 }
