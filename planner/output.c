@@ -344,6 +344,23 @@ void ap_plan_print_basis(const ap_plan *p, FILE *f)
                 p->cluster, p->rate_scale, p->rate_from);
 }
 
+/* What follows a stage's "mesh d0xd1": its data-parallel replicas, and
+ * under MoE parallel folding the experts' own mesh and its copies. */
+static void mesh_copies(const ap_mesh *m, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    if (m->replicas > 1)
+        snprintf(buf, len, " x%d replicas", m->replicas);
+    n = strlen(buf);
+    if (m->experts[0])
+        snprintf(buf + n, len - n, ", experts %dx%d (ep x etp)", m->experts[0],
+                 m->experts[1]);
+    n = strlen(buf);
+    if (m->experts[2] > 1)
+        snprintf(buf + n, len - n, " x%d replicas", m->experts[2]);
+}
+
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
 {
     char micro[160];
@@ -359,17 +376,8 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
         fprintf(f, "  precision: %s\n", ap_dtype_name(g->dtype));
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
-        char copies[96] = "";
-        int n = 0;
-        if (st->mesh.replicas > 1)
-            n = snprintf(copies, sizeof copies, " x%d replicas", st->mesh.replicas);
-        if (st->mesh.experts[0] && n >= 0)
-            snprintf(copies + n, sizeof copies - (size_t)n, ", experts %dx%d (ep x etp)%s",
-                     st->mesh.experts[0], st->mesh.experts[1],
-                     st->mesh.experts[2] > 1 ? " x" : "");
-        if (st->mesh.experts[2] > 1)
-            snprintf(copies + strlen(copies), sizeof copies - strlen(copies), "%d replicas",
-                     st->mesh.experts[2]);
+        char copies[96];
+        mesh_copies(&st->mesh, copies, sizeof copies);
         fprintf(f, "  stage %d: layers %d-%d%s%s  GPUs %d-%d  mesh %dx%d%s  "
                    "recompute %s  memory %.1f GiB\n",
                 i, st->first_layer, st->first_layer + st->nlayers - 1,
