@@ -113,6 +113,21 @@ static inline const ap_block_point *ap_test_layer(const ap_plan *p)
     return &st->blocks[2].points[st->point[2]];
 }
 
+/* The op of that layer class named `name` (its index in the graph) and, in
+ * *s, the strategy the plan gives it; -1 when the layer has none. */
+static inline int ap_test_layer_op(const ap_graph *g, const ap_plan *p, const char *name,
+                                   ap_strategy *s)
+{
+    const ap_block *b = &p->stages[0].blocks[2];
+    const ap_block_point *pt = ap_test_layer(p);
+    for (int i = 0; i < b->nops; i++)
+        if (!strcmp(g->ops[b->ops[i]].name, name)) {
+            *s = pt->strat[i];
+            return b->ops[i];
+        }
+    return -1;
+}
+
 /* Prices spec on `gpus` H100s (ap_test_megatron_plan) and reads its
  * plan.json back into *d, which the caller frees (ap_plan_desc_free); the
  * step time into *step when step is not NULL. Prints the error and returns

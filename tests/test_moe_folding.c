@@ -10,21 +10,6 @@
 #include "model.h"
 #include "test.h"
 
-/* The op of layer 0 named `name` and the strategy the plan gives it; -1
- * when absent. */
-static int layer_op(const ap_graph *g, const ap_plan *p, const char *name,
-                    ap_strategy *s)
-{
-    const ap_block *b = &p->stages[0].blocks[2];
-    const ap_block_point *pt = ap_test_layer(p);
-    for (int i = 0; i < b->nops; i++)
-        if (!strcmp(g->ops[b->ops[i]].name, name)) {
-            *s = pt->strat[i];
-            return b->ops[i];
-        }
-    return -1;
-}
-
 static ap_op_cost price(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                         const char *name)
 {
@@ -32,7 +17,7 @@ static ap_op_cost price(const ap_graph *g, const ap_cluster *c, const ap_plan *p
     ap_strategy s;
     ap_op_cost oc;
     memset(&oc, 0, sizeof oc);
-    int op = layer_op(g, p, name, &s);
+    int op = ap_test_layer_op(g, p, name, &s);
     CHECK(op >= 0);
     if (op >= 0)
         ap_price_op(&x, op, &s, &oc);
@@ -45,7 +30,7 @@ static double edge(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
 {
     ap_price_ctx x = ap_test_stage_ctx(g, c, p, 0);
     ap_strategy ps, cs;
-    int u = layer_op(g, p, from, &ps), v = layer_op(g, p, to, &cs);
+    int u = ap_test_layer_op(g, p, from, &ps), v = ap_test_layer_op(g, p, to, &cs);
     CHECK(u >= 0 && v >= 0);
     if (u < 0 || v < 0)
         return -1;

@@ -56,22 +56,6 @@ static void tiny_experts_pay_the_floor_once_per_round(void)
     ap_cluster_free(&c);
 }
 
-/* The op of layer 0 named `name` in the plan's first layer class, and the
- * strategy the plan gives it; -1 when absent. */
-static int layer_op(const ap_graph *g, const ap_plan *p, const char *name,
-                    ap_strategy *s)
-{
-    const ap_stage *st = &p->stages[0];
-    const ap_block *b = &st->blocks[2];
-    const ap_block_point *pt = ap_test_layer(p);
-    for (int i = 0; i < b->nops; i++)
-        if (!strcmp(g->ops[b->ops[i]].name, name)) {
-            *s = pt->strat[i];
-            return b->ops[i];
-        }
-    return -1;
-}
-
 /* Qwen3-30B-A3B (hidden 2048, 128 experts, top 8) on 8 GPUs of one node,
  * ep = 8, one sequence of 1024 tokens per GPU: each rank sends its tokens'
  * 8 copies, 1024 * 8 * 2048 bf16 = 32 MiB, in one all-to-all each way of
@@ -91,7 +75,7 @@ static void qwen3_dispatch_sends_every_tokens_eight_copies(void)
     const char *names[] = {"l0.dispatch", "l0.combine"};
     for (int i = 0; i < 2; i++) {
         ap_strategy s;
-        int op = layer_op(g, &p, names[i], &s);
+        int op = ap_test_layer_op(g, &p, names[i], &s);
         REQUIRE_OK(op < 0, names[i]);
         ap_op_cost oc;
         ap_price_op(&x, op, &s, &oc);
@@ -118,7 +102,7 @@ static void sixteen_local_experts_sort_what_arrives(void)
                err);
     ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
     ap_strategy s;
-    int op = layer_op(g, &p, "l0.dispatch", &s);
+    int op = ap_test_layer_op(g, &p, "l0.dispatch", &s);
     REQUIRE_OK(op < 0, "l0.dispatch");
     ap_op_cost oc;
     ap_price_op(&x, op, &s, &oc);
@@ -148,7 +132,7 @@ static void one_local_expert_has_no_second_permutation(void)
                err);
     ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
     ap_strategy s;
-    int op = layer_op(g, &p, "l0.dispatch", &s);
+    int op = ap_test_layer_op(g, &p, "l0.dispatch", &s);
     REQUIRE_OK(op < 0, "l0.dispatch");
     ap_op_cost oc;
     ap_price_op(&x, op, &s, &oc);
@@ -175,7 +159,7 @@ static void replicated_experts_exchange_no_tokens(void)
     const char *names[] = {"l0.dispatch", "l0.combine"};
     for (int i = 0; i < 2; i++) {
         ap_strategy s;
-        int op = layer_op(g, &p, names[i], &s);
+        int op = ap_test_layer_op(g, &p, names[i], &s);
         REQUIRE_OK(op < 0, names[i]);
         ap_op_cost oc;
         ap_price_op(&x, op, &s, &oc);
