@@ -32,7 +32,8 @@ static int bench_mesh(const ap_graph *g, const ap_cluster *c, const ap_parts *m,
 {
     ap_mesh mesh;
     ap_mesh_init(&mesh, d0, d1, 0, c->gpus_per_node);
-    ap_price_ctx x = {g, c, &mesh, batch, 8, AP_ZERO_1, 0, 0};
+    ap_price_ctx x = {.g = g, .c = c, .mesh = &mesh, .batch = batch, .nmicro = 8,
+                      .zero = AP_ZERO_1};
     const int *ops = m->ops[2];
     int nops = m->nops[2];
     double sweep[64];

@@ -126,6 +126,16 @@ double ap_cost_collective(const ap_cluster *c, ap_coll op, int ranks, int nodes,
     return t >= 0 ? t : analytic(c, op, ranks, nodes, bytes);
 }
 
+double ap_cost_collective_bucketed(const ap_cluster *c, ap_coll op, int ranks, int nodes,
+                                   double bytes, double bucket)
+{
+    if (!(bucket > 0))
+        return ap_cost_collective(c, op, ranks, nodes, bytes);
+    if (!(bytes > 0))
+        return 0;
+    return ap_cost_collective(c, op, ranks, nodes, bucket) * (bytes / bucket);
+}
+
 double ap_cost_allreduce(const ap_cluster *c, int ranks, int nodes, double bytes)
 {
     return ap_cost_collective(c, AP_COLL_ALLREDUCE, ranks, nodes, bytes);

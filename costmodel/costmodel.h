@@ -294,6 +294,14 @@ double ap_cost_attention_unfused(const ap_cluster *c, ap_dtype dt, double bn,
  * the same op, ranks and nodes is interpolated instead. n == 1 costs 0. */
 double ap_cost_collective(const ap_cluster *c, ap_coll op, int ranks, int nodes,
                           double bytes);
+/* `bytes` moved by collective `op` in buckets of `bucket` bytes, as a
+ * framework moves gradients it has gathered into buckets: each byte pays its
+ * share of one bucket's collective, latency included, so the many small
+ * tensors of one bucket pay its latency once between them. A tensor larger
+ * than a bucket spans several. bucket <= 0 prices `bytes` as one collective
+ * of its own (ap_cost_collective). */
+double ap_cost_collective_bucketed(const ap_cluster *c, ap_coll op, int ranks, int nodes,
+                                   double bytes, double bucket);
 double ap_cost_allreduce(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_allgather(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_reducescatter(const ap_cluster *c, int ranks, int nodes, double bytes);

@@ -101,7 +101,7 @@ static const training_rate hopper_rate = {
     "benchmarking recipe): 12.91 s per step",
 };
 static const training_rate ampere_rate = {
-    0.7596, 3.528,
+    0.7271, 3.528,
     "Megatron-LM GPT 1.7B on 32 A100 80GB, tp 1, full recomputation "
     "(Narayanan et al. 2021, Table 1): 137 TFLOP/s per GPU, 3.528 s per step",
 };

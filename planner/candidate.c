@@ -99,8 +99,9 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1, cf->fp8,
-                      cf->tp_overlap};
+    ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
+                      .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
+                      .tp_overlap = cf->tp_overlap};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
             continue;
@@ -192,8 +193,9 @@ static void block_floor(const config *cf, const ap_price_ctx *x, int b,
  * can cost; recomputation only adds. */
 static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved)
 {
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, AP_ZERO_1, cf->fp8,
-                      cf->tp_overlap};
+    ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
+                      .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
+                      .tp_overlap = cf->tp_overlap};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -409,8 +411,9 @@ static double cuts(config *cf, double limit, int *first)
  * strategies stay. */
 static void reprice(config *cf, ap_zero zero)
 {
-    ap_price_ctx x = {cf->g, cf->c, &cf->mesh, cf->batch, cf->nmicro, zero, cf->fp8,
-                      cf->tp_overlap};
+    ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
+                      .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
+                      .tp_overlap = cf->tp_overlap};
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {
         ap_block *blk = &cf->blocks[b];

@@ -84,6 +84,8 @@ typedef struct {
     int fp8;          /* 1: linear layers run their GEMMs in FP8 (ap_fp8_linear) */
     int tp_overlap;   /* 1: sequence-parallel collectives of linear layers
                          overlap their GEMMs (ap_tp_overlap_exposed) */
+    int serial_grad;  /* 1: the gradient reduction waits for the backward
+                         (no --overlap-grad-reduce), in one bucket */
 } ap_price_ctx;
 
 /* Whether op `op` belongs to the experts of a MoE layer, the ops an

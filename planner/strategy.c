@@ -402,6 +402,39 @@ static double sync_coll(const ap_price_ctx *x, ap_coll op, int mask, double byte
     return ap_cost_collective(x->c, op, ranks, x->mesh->sync_nodes[mask], bytes);
 }
 
+/* Megatron-Core's DDP reduces gradients, and its distributed optimizer
+ * gathers parameters, in buckets of max(40M, 1M x dp) parameters when the
+ * reduction overlaps the backward (DistributedDataParallelConfig's
+ * bucket_size; larger DP groups get larger buckets so that the collectives
+ * stay bandwidth-bound). Without overlap it sets no bucket size, and each
+ * gradient buffer is reduced as one: priced as a bucket of the whole model,
+ * so the stage pays at most that one collective's latency. */
+#define GRAD_BUCKET_MIN 40e6
+#define GRAD_BUCKET_PER_RANK 1e6
+
+static double grad_bucket(const ap_price_ctx *x, int ranks)
+{
+    if (x->serial_grad)
+        return fmax(x->g->total_params, GRAD_BUCKET_MIN);
+    return fmax(GRAD_BUCKET_MIN, GRAD_BUCKET_PER_RANK * ranks);
+}
+
+/* The once-per-step reduction (or gather) of `elems` elements of
+ * `elem_bytes` each over the data-parallel group, in the group's buckets:
+ * a tensor pays its share of a bucket's latency, not a collective of its
+ * own. */
+static double step_sync(const ap_price_ctx *x, ap_coll op, int mask, double elems,
+                        double elem_bytes)
+{
+    int r = replicas_of(x);
+    int ranks = r * (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+    if (ranks <= 1 || !(elems > 0))
+        return 0;
+    int nodes = r == 1 ? x->mesh->nodes[mask - 1] : x->mesh->sync_nodes[mask];
+    return ap_cost_collective_bucketed(x->c, op, ranks, nodes, elems * elem_bytes,
+                                       grad_bucket(x, ranks) * elem_bytes);
+}
+
 /* The axes (mask) that split label l under s. */
 static int axes_of(const ap_strategy *s, char l)
 {
@@ -878,12 +911,12 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
             continue;
         double gbytes = elems * 2; /* bf16 gradients */
         if (x->zero == AP_ZERO_NONE) {
-            c->grad_sync += sync_coll(x, AP_COLL_ALLREDUCE, mask, gbytes);
+            c->grad_sync += step_sync(x, AP_COLL_ALLREDUCE, mask, elems, 2);
         } else if (x->zero == AP_ZERO_1) {
             /* Reduce-scatter the accumulated gradients once per step, then
              * all-gather the updated parameters. */
-            c->grad_sync += sync_coll(x, AP_COLL_REDUCESCATTER, mask, gbytes) +
-                            sync_coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+            c->grad_sync += step_sync(x, AP_COLL_REDUCESCATTER, mask, elems, 2) +
+                            step_sync(x, AP_COLL_ALLGATHER, mask, elems, 2);
         } else {
             /* ZeRO-2/3 keep only their shard of the gradients, so every
              * micro-batch's are reduce-scattered in its backward (DeepSpeed
@@ -891,7 +924,7 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
              * parameters, ZeRO-3 gathers them at each use instead. */
             c->bwd_comm += sync_coll(x, AP_COLL_REDUCESCATTER, mask, gbytes);
             if (x->zero == AP_ZERO_2)
-                c->grad_sync += sync_coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+                c->grad_sync += step_sync(x, AP_COLL_ALLGATHER, mask, elems, 2);
         }
         if (x->zero == AP_ZERO_3) {
             /* Parameters are gathered before forward and again before

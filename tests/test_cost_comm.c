@@ -78,6 +78,25 @@ static void dp_gradient_allreduce_of_a_7b_model(void)
     CHECK_NEAR(t, 0.0680555 + 14 * 3.4e-6, 1e-4);
 }
 
+/* Gradients reduced in buckets: a 4 MiB bias gradient in a 64 MiB bucket
+ * pays a sixteenth of the bucket's all-reduce, latency included; alone it
+ * would pay the whole 14-hop latency for itself. Over 16 MiB of tensors the
+ * bucket's latency is paid once between them. */
+static void a_bucket_shares_its_latency_among_its_tensors(void)
+{
+    ap_cluster c = ap_test_h100(8);
+    double mib = 1024.0 * 1024, alpha = 14 * c.intra_lat;
+    double bucket = 64 * mib, beta = 2 * 7.0 / 8 / 360e9;
+    CHECK_NEAR(ap_cost_collective_bucketed(&c, AP_COLL_ALLREDUCE, 8, 1, 4 * mib, bucket),
+               (alpha + beta * bucket) / 16, 1e-15);
+    double four = 4 * ap_cost_collective_bucketed(&c, AP_COLL_ALLREDUCE, 8, 1, 4 * mib, bucket);
+    CHECK_NEAR(4 * ap_cost_allreduce(&c, 8, 1, 4 * mib) - four, 4 * alpha - alpha / 4, 1e-15);
+    /* No bucket: the tensor's own collective. */
+    CHECK_NEAR(ap_cost_collective_bucketed(&c, AP_COLL_ALLREDUCE, 8, 1, 4 * mib, 0),
+               ap_cost_allreduce(&c, 8, 1, 4 * mib), 1e-15);
+    CHECK(ap_cost_collective_bucketed(&c, AP_COLL_ALLREDUCE, 8, 1, 0, bucket) == 0);
+}
+
 /* Seed 000: EP dispatch moves bshk/d tokens' worth to each of the other
  * ranks; per all-to-all the buffer is b*s*h*k*2 bytes, of which (d-1)/d
  * leaves the GPU, and dispatch + combine give 2bshk(d-1)/d elements. */
@@ -144,6 +163,7 @@ int main(void)
     RUN(a_single_rank_costs_nothing);
     RUN(inter_node_groups_use_one_rail_per_gpu);
     RUN(dp_gradient_allreduce_of_a_7b_model);
+    RUN(a_bucket_shares_its_latency_among_its_tensors);
     RUN(ep_alltoall_volume_is_2bshk_over_d);
     RUN(alltoall_across_nodes_leaves_through_each_ranks_own_rail);
     RUN(pp_sendrecv_of_an_activation);

@@ -34,7 +34,8 @@ static int one_gpu_init(one_gpu *u, const ap_graph *g, int fp8)
         return -1;
     }
     ap_mesh_init(&u->mesh, 1, 1, 0, u->c.gpus_per_node);
-    u->x = (ap_price_ctx){g, &u->c, &u->mesh, 1, 8, AP_ZERO_1, fp8, 0};
+    u->x = (ap_price_ctx){.g = g, .c = &u->c, .mesh = &u->mesh, .batch = 1, .nmicro = 8,
+                          .zero = AP_ZERO_1, .fp8 = fp8};
     return 0;
 }
 
@@ -223,7 +224,8 @@ static int estimate(const ap_graph *g, const ap_cluster *c, int fp8, ap_plan *p)
 static double linear_time(const ap_graph *g, const ap_cluster *c, const ap_plan *p)
 {
     const ap_stage *st = &p->stages[0];
-    ap_price_ctx x = {g, c, &st->mesh, p->micro_batch, p->nmicro, p->zero, 0, 0};
+    ap_price_ctx x = {.g = g, .c = c, .mesh = &st->mesh, .batch = p->micro_batch,
+                      .nmicro = p->nmicro, .zero = p->zero};
     const ap_block *blk = &st->blocks[2];
     const ap_block_point *bp = &blk->points[st->point[2]];
     double t = 0;

@@ -28,10 +28,14 @@ static int model_parallel_label(const ap_graph *g, char l)
 /* Megatron's gradient all-reduce without the distributed optimizer: every
  * weight's bf16 gradient, split tp ways when the weight has a head, FFN or
  * vocabulary dimension (norm weights are whole on every rank), all-reduced
- * over `ranks` GPUs on `nodes` nodes once per step, once per op using it. */
+ * over `ranks` GPUs on `nodes` nodes once per step, once per op using it,
+ * in Megatron-Core's buckets of 40M parameters (1M per rank when that is
+ * more): each byte pays its share of one bucket's all-reduce. */
 static double grad_allreduce(const ap_graph *g, const ap_cluster *c, int tp,
                              int ranks, int nodes)
 {
+    double bucket = 2.0 * (ranks > 40 ? 1e6 * ranks : 40e6);
+    double per_byte = ap_cost_allreduce(c, ranks, nodes, bucket) / bucket;
     double t_sum = 0;
     for (int t = 0; t < g->ntensors; t++) {
         const ap_tensor *tt = &g->tensors[t];
@@ -41,8 +45,7 @@ static double grad_allreduce(const ap_graph *g, const ap_cluster *c, int tp,
         for (int i = 0; i < tt->rank; i++)
             if (model_parallel_label(g, tt->shape[i]))
                 split = tp;
-        t_sum += tt->consumers *
-                 ap_cost_allreduce(c, ranks, nodes, 2.0 * (double)tt->elems / split);
+        t_sum += tt->consumers * per_byte * 2.0 * (double)tt->elems / split;
     }
     return t_sum;
 }

@@ -158,7 +158,8 @@ static void expert_gemm_is_local_experts_by_arriving_tokens(void)
  * a projection's 32 * 2048 * 768 weights keep their states sharded over
  * the 4 EDP ranks and their bf16 gradients reduce-scattered and the
  * weights all-gathered over them once per step, not over the 8 dense DP
- * ranks; attention's weights still sync over the 8. */
+ * ranks; attention's weights still sync over the 8. Both in Megatron's
+ * buckets of 40M parameters, each byte paying its share of one. */
 static void expert_gradients_reduce_over_edp(void)
 {
     ap_graph *g = ap_test_model("examples/hf/qwen3-30b-a3b.json", 1024);
@@ -172,17 +173,17 @@ static void expert_gradients_reduce_over_edp(void)
     ap_mesh em;
     ap_mesh_expert_mesh(m, c.gpus_per_node, &em);
     CHECK(em.nodes[0] == 1 && em.sync_nodes[0] == 2);
-    double elems = 32.0 * 2048 * 768, grad = 2 * elems;
+    double elems = 32.0 * 2048 * 768, grad = 2 * elems, bucket = 2 * 40e6;
     ap_op_cost oc = price(g, &c, &p, "l0.experts.gate");
-    CHECK_NEAR(oc.grad_sync, ap_cost_reducescatter(&c, 4, 2, grad) +
-                             ap_cost_allgather(&c, 4, 2, grad), 1e-12);
+    CHECK_NEAR(oc.grad_sync, (ap_cost_reducescatter(&c, 4, 2, bucket) +
+                              ap_cost_allgather(&c, 4, 2, bucket)) * grad / bucket, 1e-12);
     CHECK_NEAR(oc.param_bytes, ap_mem_model_states(elems, 4, AP_ZERO_1).total, 1e-3);
     /* The query projection (2048 x 32 heads x 128, split over tp=2) syncs
      * over the 8 data-parallel ranks. */
     double q = 2048.0 * 32 * 128 / 2 * 2;
     ap_op_cost qc = price(g, &c, &p, "l0.q");
-    CHECK_NEAR(qc.grad_sync, ap_cost_reducescatter(&c, 8, 2, q) +
-                             ap_cost_allgather(&c, 8, 2, q), 1e-12);
+    CHECK_NEAR(qc.grad_sync, (ap_cost_reducescatter(&c, 8, 2, bucket) +
+                              ap_cost_allgather(&c, 8, 2, bucket)) * q / bucket, 1e-12);
     ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);

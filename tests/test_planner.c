@@ -103,7 +103,7 @@ static void tensor_only_mesh_gives_megatron_layout(void)
     REQUIRE_OK(ap_cluster_preset("h100-sxm", 8, 8, &c, err), err);
     ap_mesh m;
     ap_mesh_init(&m, 1, 8, 0, 8);
-    ap_price_ctx x = {g, &c, &m, 1, 8, AP_ZERO_1, 0, 0};
+    ap_price_ctx x = {.g = g, .c = &c, .mesh = &m, .batch = 1, .nmicro = 8, .zero = AP_ZERO_1};
     int ops[256], n = layer_ops(g, 0, ops);
     ap_block b;
     REQUIRE_OK(ap_block_solve(&x, ops, n, 1, 10, 1e-6, &b, err), err);
@@ -143,7 +143,7 @@ static void tight_memory_chooses_sequence_parallelism(void)
     ap_cluster_preset("h100-sxm", 8, 8, &c, err);
     ap_mesh m;
     ap_mesh_init(&m, 1, 8, 0, 8);
-    ap_price_ctx x = {g, &c, &m, 1, 8, AP_ZERO_1, 0, 0};
+    ap_price_ctx x = {.g = g, .c = &c, .mesh = &m, .batch = 1, .nmicro = 8, .zero = AP_ZERO_1};
     int ops[256], n = layer_ops(g, 0, ops);
     ap_block b;
     REQUIRE_OK(ap_block_solve(&x, ops, n, 8, 10, 1e-6, &b, err), err);
@@ -187,7 +187,7 @@ static void shared_layer_strategy_equals_unshared_ilp(void)
     for (int k = 0; k < 3; k++) {
         ap_mesh m;
         ap_mesh_init(&m, meshes[k][0], meshes[k][1], 0, 8);
-        ap_price_ctx x = {g, &c, &m, 8, 4, AP_ZERO_1, 0, 0};
+        ap_price_ctx x = {.g = g, .c = &c, .mesh = &m, .batch = 8, .nmicro = 4, .zero = AP_ZERO_1};
         int all[512], n = 0;
         for (int l = 0; l < 4; l++)
             n += layer_ops(g, l, all + n);
@@ -238,7 +238,7 @@ static void attention_is_priced_unfused_unless_flash(void)
     REQUIRE_OK(ap_cluster_preset("h100-sxm", 8, 8, &c, err), err);
     ap_mesh m;
     ap_mesh_init(&m, 1, 8, 0, 8);
-    ap_price_ctx x = {g, &c, &m, 2, 8, AP_ZERO_1, 0, 0};
+    ap_price_ctx x = {.g = g, .c = &c, .mesh = &m, .batch = 2, .nmicro = 8, .zero = AP_ZERO_1};
     ap_strategy heads = {{0, kind_label(g, AP_DIM_HEADS)}, {0, 0}};
     ap_op *op = &g->ops[i];
     ap_op_cost oc;
@@ -281,7 +281,7 @@ static int llama_layer_on_2x4(double time_limit, int max_points, ap_block *b,
     ap_cluster_preset("h100-sxm", 8, 8, &c, err);
     ap_mesh m;
     ap_mesh_init(&m, 2, 4, 0, 8);
-    ap_price_ctx x = {g, &c, &m, 64, 8, AP_ZERO_1, 0, 0};
+    ap_price_ctx x = {.g = g, .c = &c, .mesh = &m, .batch = 64, .nmicro = 8, .zero = AP_ZERO_1};
     int ops[256], n = layer_ops(g, 0, ops);
     *batch = kind_label(g, AP_DIM_BATCH);
     int rc = ap_block_solve_points(&x, ops, n, 1, time_limit, 1e-6, max_points,

@@ -13,7 +13,7 @@
 #include "profiler/profiler.h"
 
 #define HOPPER 0.8829
-#define AMPERE 0.7596
+#define AMPERE 0.7271
 
 static ap_cluster preset(const char *name, int gpus)
 {
