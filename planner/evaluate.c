@@ -75,7 +75,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     double replicas = st->mesh.replicas > 1 ? st->mesh.replicas : 1;
     ap_price_ctx x = {.g = g, .c = c, .mesh = &st->mesh, .batch = p->micro_batch / replicas,
                       .nmicro = p->nmicro, .zero = p->zero, .fp8 = p->fp8,
-                      .tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync};
+                      .tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync,
+                      .fp8_param_gather = p->fp8_param_gather};
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = 0;
     st->param_bytes = st->act_bytes = st->flops = st->fp8_weight_bytes = 0;
     memset(&st->kinds, 0, sizeof st->kinds);

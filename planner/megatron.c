@@ -31,7 +31,8 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "fp8") ? &m->fp8
          : !strcmp(k, "account_embedding") ? &m->account_embedding
          : !strcmp(k, "account_loss") ? &m->account_loss
-         : !strcmp(k, "tp_overlap") ? &m->tp_overlap : NULL;
+         : !strcmp(k, "tp_overlap") ? &m->tp_overlap
+         : !strcmp(k, "fp8_param_gather") ? &m->fp8_param_gather : NULL;
 }
 
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
@@ -63,7 +64,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
                  "first, last, fp8, account_embedding, account_loss, "
-                 "tp_overlap, etp)", k);
+                 "tp_overlap, etp, fp8_param_gather)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -244,6 +245,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             m->sp = 1;
         } else if (!strcmp(tok, "--use-distributed-optimizer")) {
             m->zero = AP_ZERO_1;
+        } else if (!strcmp(tok, "--fp8-param-gather")) {
+            m->fp8_param_gather = 1;
         } else if (!strcmp(tok, "--overlap-grad-reduce")) {
             m->overlap_grad = 1;
         } else if (!strcmp(tok, "--account-for-embedding-in-pipeline-split")) {
@@ -456,6 +459,30 @@ static int check_experts(const ap_graph *g, ap_megatron *m, char *err)
     return AP_OK;
 }
 
+/* FP8 primary weights need FP8 linear layers to hold, and an optimizer
+ * that keeps fp32 main weights to update them from: Megatron-LM asserts
+ * "--fp8-param-gather only supported with distributed optimizer, torch
+ * fsdp2, megatron fsdp, or inference mode" (megatron/training/arguments.py). */
+static int check_fp8_params(const ap_megatron *m, char *err)
+{
+    if (!m->fp8_param_gather)
+        return AP_OK;
+    if (!m->fp8) {
+        snprintf(err, AP_ERR_LEN, "fp8_param_gather: --fp8-param-gather keeps the "
+                 "linear layers' weights in FP8, which needs FP8 training (fp8=1, "
+                 "--fp8-format hybrid)");
+        return AP_EINPUT;
+    }
+    if (m->zero == AP_ZERO_NONE) {
+        snprintf(err, AP_ERR_LEN, "fp8_param_gather: --fp8-param-gather is only "
+                 "supported with the distributed optimizer (zero=1, "
+                 "--use-distributed-optimizer) or FSDP, as Megatron-LM asserts; "
+                 "the configuration has zero=0");
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
 static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  char *err)
 {
@@ -500,8 +527,8 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  "parallelism (sp=1, --sequence-parallel) when tp=%d > 1", m->tp);
         return AP_EINPUT;
     }
-    int rc = check_split(m, L, err);
-    if (rc)
+    int rc = check_fp8_params(m, err);
+    if (rc || (rc = check_split(m, L, err)))
         return rc;
     double micro = (double)m->mbs * m->dp;
     if (fmod(m->gbs, micro)) {
@@ -664,6 +691,7 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->zero = m.zero;
     p->serial_grad_sync = !m.overlap_grad;
     p->fp8 = m.fp8;
+    p->fp8_param_gather = m.fp8_param_gather;
     /* With tp = 1 there is nothing to overlap: the setting is dropped, and
      * the plan and its exports run without it (Megatron-LM turns sequence
      * parallelism off at tp = 1 and would then refuse the flag). */

@@ -86,6 +86,9 @@ typedef struct {
                          overlap their GEMMs (ap_tp_overlap_exposed) */
     int serial_grad;  /* 1: the gradient reduction waits for the backward
                          (no --overlap-grad-reduce), in one bucket */
+    int fp8_param_gather; /* 1 (with fp8): an FP8 linear layer's weight is
+                         Transformer Engine's FP8 tensor with no bf16 copy,
+                         and ZeRO gathers it in FP8 (--fp8-param-gather) */
 } ap_price_ctx;
 
 /* Whether op `op` belongs to the experts of a MoE layer, the ops an
@@ -144,8 +147,11 @@ typedef struct {
     double param_bytes;    /* model states per GPU (params+grads+optimizer) */
     double act_bytes;      /* saved for backward, per GPU, per micro-batch */
     double flops;          /* forward FLOPs per GPU (for reports) */
-    double fp8_weight_bytes; /* of param_bytes: FP8 weight copies, which the
-                                optimizer does not update */
+    double fp8_weight_bytes; /* of param_bytes: FP8 weights and their
+                                transposes, which the optimizer does not
+                                update (under fp8_param_gather the weight
+                                itself: it is rewritten from the fp32 main
+                                weights, not updated in place) */
 } ap_op_cost;
 
 void ap_price_op(const ap_price_ctx *x, int op, const ap_strategy *s,
@@ -344,6 +350,8 @@ typedef struct {
     int serial_grad_sync;
     int fp8;               /* linear layers in FP8 (ap_price_ctx.fp8) */
     int tp_overlap;        /* TP communication overlap (ap_price_ctx.tp_overlap) */
+    int fp8_param_gather;  /* FP8 primary weights (ap_price_ctx.fp8_param_gather);
+                              only with fp8 and ZeRO >= 1 */
     int nstages;
     ap_stage *stages;
     int nclasses;
@@ -426,13 +434,15 @@ typedef struct {
     int account_embedding, account_loss;
     int tp_overlap;   /* --tp-comm-overlap: needs sp when tp > 1 */
     int etp;          /* --expert-tensor-parallel-size; 0 reads as tp */
+    int fp8_param_gather; /* --fp8-param-gather: needs fp8 and zero >= 1 */
 } ap_megatron;
 
 /* The spec's defaults: tp, pp, cp, ep, vpp, mbs 1, gbs 512, ZeRO-1 (the
  * distributed optimizer), gradient reduction overlapped, even stages. */
 void ap_megatron_default(ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
- * zero=1,overlap_grad=1,first=7,last=7,fp8=1,tp_overlap=1,etp=1" */
+ * zero=1,overlap_grad=1,first=7,last=7,fp8=1,tp_overlap=1,etp=1,
+ * fp8_param_gather=1" */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
 /* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ...".
  * What a flag's absence means is Megatron-LM's default: no distributed
@@ -440,7 +450,8 @@ int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err);
 /* Checks the configuration against the model and cluster (tp*pp*dp*cp =
  * GPUs, heads and KV heads divisible by tp, layers by pp*vpp, gbs by
- * mbs*dp, experts by ep, ep*etp dividing tp*cp*dp) and builds and prices
+ * mbs*dp, experts by ep, ep*etp dividing tp*cp*dp, fp8_param_gather only
+ * with fp8 and the distributed optimizer) and builds and prices
  * its plan: Megatron's column- then row-parallel layers, sequence
  * parallelism, even layer split and schedule. Expert parallelism other
  * than ep = dp with etp = tp and cp = 1 is MoE parallel folding: the
@@ -480,8 +491,8 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
 
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
  * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
- * first, last, fp8=1, tp_overlap=1 and etp only where they differ from the
- * spec's defaults. */
+ * first, last, fp8=1, tp_overlap=1, etp and fp8_param_gather=1 only where
+ * they differ from the spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -617,6 +628,7 @@ typedef struct {
                              overlapped (plans written before the field) */
     int fp8;              /* "fp8": true; absent reads as off */
     int tp_overlap;       /* "tp_comm_overlap": true; absent reads as off */
+    int fp8_param_gather; /* "fp8_param_gather": true; absent reads as off */
     int has_shape;
     ap_model_shape shape;
     int nstages;
@@ -659,6 +671,7 @@ typedef struct {
                          embedding and the loss as layers gives them
                          (used where first and last cannot state it) */
     int tp_overlap;   /* TP communication overlapped with GEMMs */
+    int fp8_param_gather; /* FP8 primary weights, gathered in FP8 */
 } ap_degrees;
 
 /* Derives the degrees from the stages' meshes and every op's sharding, and

@@ -610,8 +610,19 @@ static double saved_input_scale(const ap_price_ctx *x, const ap_op *op, int i)
     return 1.0 / (double)ap_dtype_size(x->g->tensors[op->inputs[0]].dtype);
 }
 
-/* TE keeps the FP8 weight and its transpose beside the bf16 parameter
- * between micro-batches: 2 bytes per element of the GPU's shard. */
+/* Whether input i of op is a weight held in FP8 as the parameter itself
+ * (--fp8-param-gather): TE's Float8Tensor replaces the bf16 parameter of
+ * the FP8 linear layers only; biases, norms, the embedding, the LM head
+ * and the router stay bf16. */
+static int fp8_primary(const ap_price_ctx *x, const ap_op *op, int i)
+{
+    return x->fp8_param_gather && i == 1 && runs_fp8(x, op);
+}
+
+/* TE keeps the FP8 weight and its transpose between micro-batches, 1 + 1
+ * bytes per element of the GPU's shard: beside the bf16 parameter, or
+ * under fp8_param_gather as the parameter itself (Float8Tensor's data and
+ * the transpose Hopper's FP8 GEMMs need for the data gradient). */
 static void price_fp8_weights(const ap_price_ctx *x, const ap_op *op,
                               const ap_strategy *s, ap_op_cost *c)
 {
@@ -905,18 +916,23 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
                        replicas_of(x);
         if (first_user) {
             ap_model_states ms = ap_mem_model_states(elems, replicas, x->zero);
-            c->param_bytes += ms.total;
+            /* An FP8 primary weight has no bf16 copy; price_fp8_weights
+             * adds its FP8 bytes. */
+            c->param_bytes += fp8_primary(x, op, i) ? ms.total - ms.params : ms.total;
         }
         if (replicas == 1)
             continue;
         double gbytes = elems * 2; /* bf16 gradients */
+        /* Parameters are gathered in their own dtype: bf16, or one byte
+         * for an FP8 primary weight (Megatron's uint8 parameter buffer). */
+        double pwidth = fp8_primary(x, op, i) ? 1 : 2, pbytes = elems * pwidth;
         if (x->zero == AP_ZERO_NONE) {
             c->grad_sync += step_sync(x, AP_COLL_ALLREDUCE, mask, elems, 2);
         } else if (x->zero == AP_ZERO_1) {
             /* Reduce-scatter the accumulated gradients once per step, then
              * all-gather the updated parameters. */
             c->grad_sync += step_sync(x, AP_COLL_REDUCESCATTER, mask, elems, 2) +
-                            step_sync(x, AP_COLL_ALLGATHER, mask, elems, 2);
+                            step_sync(x, AP_COLL_ALLGATHER, mask, elems, pwidth);
         } else {
             /* ZeRO-2/3 keep only their shard of the gradients, so every
              * micro-batch's are reduce-scattered in its backward (DeepSpeed
@@ -924,13 +940,13 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
              * parameters, ZeRO-3 gathers them at each use instead. */
             c->bwd_comm += sync_coll(x, AP_COLL_REDUCESCATTER, mask, gbytes);
             if (x->zero == AP_ZERO_2)
-                c->grad_sync += step_sync(x, AP_COLL_ALLGATHER, mask, elems, 2);
+                c->grad_sync += step_sync(x, AP_COLL_ALLGATHER, mask, elems, pwidth);
         }
         if (x->zero == AP_ZERO_3) {
             /* Parameters are gathered before forward and again before
              * backward, for every micro-batch. */
-            c->fwd_comm += sync_coll(x, AP_COLL_ALLGATHER, mask, gbytes);
-            c->bwd_comm += sync_coll(x, AP_COLL_ALLGATHER, mask, gbytes);
+            c->fwd_comm += sync_coll(x, AP_COLL_ALLGATHER, mask, pbytes);
+            c->bwd_comm += sync_coll(x, AP_COLL_ALLGATHER, mask, pbytes);
         }
     }
 }

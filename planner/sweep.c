@@ -49,7 +49,9 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && m->tp_overlap)
         n += snprintf(buf + n, len - (size_t)n, ",tp_overlap=1");
     if (n >= 0 && (size_t)n < len && m->etp && m->etp != m->tp)
-        snprintf(buf + n, len - (size_t)n, ",etp=%d", m->etp);
+        n += snprintf(buf + n, len - (size_t)n, ",etp=%d", m->etp);
+    if (n >= 0 && (size_t)n < len && m->fp8_param_gather)
+        snprintf(buf + n, len - (size_t)n, ",fp8_param_gather=1");
 }
 
 /* A growing list of candidate configurations. */
