@@ -130,6 +130,8 @@ static cJSON *prediction_json(const ap_plan *p)
     add_rate(pr, p);
     cJSON_AddBoolToObject(pr, "fp8", p->fp8);
     cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->tp_overlap);
+    if (p->fp8_param_gather)
+        cJSON_AddBoolToObject(pr, "fp8_param_gather", 1);
     cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
     cJSON_AddNumberToObject(pr, "model_tflops_per_gpu", p->model_tflops_per_gpu);
     cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
@@ -222,6 +224,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddBoolToObject(o, "fp8", 1);
     if (p->tp_overlap)
         cJSON_AddBoolToObject(o, "tp_comm_overlap", 1);
+    if (p->fp8_param_gather)
+        cJSON_AddBoolToObject(o, "fp8_param_gather", 1);
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
     cJSON_AddNumberToObject(solver, "gap", p->ilp_gap);
@@ -371,7 +375,9 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
             p->global_batch, p->seq, micro, schedule_name(p->schedule), (int)p->zero);
     if (p->fp8)
         fprintf(f, "  precision: linear layers' GEMMs in FP8 (Transformer Engine), "
-                   "the rest in %s\n", ap_dtype_name(g->dtype));
+                   "the rest in %s%s\n", ap_dtype_name(g->dtype),
+                p->fp8_param_gather ? "; their weights held and gathered in FP8, "
+                                      "no bf16 copy (--fp8-param-gather)" : "");
     else
         fprintf(f, "  precision: %s\n", ap_dtype_name(g->dtype));
     for (int i = 0; i < p->nstages; i++) {

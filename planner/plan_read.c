@@ -460,6 +460,25 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
     return parse_rotary(r, o, !strcmp(pos, "rotary"), s);
 }
 
+/* "fp8_param_gather": true holds FP8 weights that only FP8 linear layers
+ * have, and updates them from the distributed optimizer's fp32 main
+ * weights, as Megatron-LM requires. Read after "fp8" and "zero". */
+static int parse_fp8_params(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    if (!field(root, "fp8_param_gather"))
+        return AP_OK;
+    int rc = get_bool(r, root, "fp8_param_gather", "", &p->fp8_param_gather);
+    if (rc || !p->fp8_param_gather)
+        return rc;
+    if (!p->fp8)
+        return fail(r, "fp8_param_gather", "FP8 weights need \"fp8\": true");
+    if (p->zero == AP_ZERO_NONE)
+        return fail(r, "fp8_param_gather", "needs \"zero\" 1 or more: Megatron-LM "
+                    "supports --fp8-param-gather only with the distributed optimizer "
+                    "or FSDP");
+    return AP_OK;
+}
+
 static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     char format[32];
@@ -493,6 +512,8 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         return rc;
     if (field(root, "tp_comm_overlap") &&
         (rc = get_bool(r, root, "tp_comm_overlap", "", &p->tp_overlap)))
+        return rc;
+    if ((rc = parse_fp8_params(r, root, p)))
         return rc;
     const cJSON *shape = field(root, "model_shape");
     if (shape) {
