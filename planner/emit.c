@@ -84,6 +84,9 @@ static void header(sbuf *b, const char *who, const ap_plan_desc *p, const ap_deg
     if (d->fp8)
         put(b, "# The transformer layers' linear layers run in FP8; embedding, LM head "
                "and attention stay %s.\n", "bf16");
+    if (d->fp8_param_gather)
+        put(b, "# Their weights are held in FP8 with no bf16 copy and gathered in FP8 "
+               "(%s).\n", "FP8 primary weights");
     if (d->tp_overlap)
         put(b, "# Sequence-parallel all-gathers and reduce-scatters overlap the linear "
                "layers' GEMMs (%s).\n", "Transformer Engine userbuffers");
@@ -155,6 +158,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --overlap-grad-reduce\n");
     if (d->fp8)
         put(b, "  --fp8-format hybrid\n");
+    if (d->fp8_param_gather)
+        put(b, "  --fp8-param-gather\n");
     if (d->tp_overlap)
         put(b, "  --tp-comm-overlap\n");
 }
@@ -228,6 +233,13 @@ static void titan_data(sbuf *b, const ap_degrees *d)
         put(b, "  --parallelism.fsdp_reshard_after_forward never\n");
 }
 
+/* torchao's FP8 all-gather is FSDP's: it needs the data-parallel ranks
+ * to shard the weights, which titan_data gives ZeRO-1 and above. */
+static int titan_fp8_gather(const ap_degrees *d)
+{
+    return d->fp8_param_gather && d->zero != AP_ZERO_NONE && d->dp > 1;
+}
+
 static void titan_pipeline(sbuf *b, const ap_plan_desc *p, const ap_degrees *d,
                            const ap_model_shape *s)
 {
@@ -268,6 +280,12 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
         put(&b, "# FP8 was priced as Transformer Engine runs it, weights cast once per "
                 "step; torchao's Float8Linear casts them every micro-batch, and needs "
                 "--training.compile to fuse its casts.\n");
+    if (d->fp8_param_gather)
+        put(&b, "# FP8 weights were priced as Megatron-LM's --fp8-param-gather holds "
+                "them, with no bf16 copy; torchao keeps the high-precision weights and "
+                "%s, so expect more memory than predicted.\n", titan_fp8_gather(d)
+                ? "casts them to FP8 before FSDP's all-gather (priced the same)"
+                : "has no FP8 gather without FSDP sharding");
     put(&b, "TORCHTITAN_ARGS=\"\n");
     titan_data(&b, d);
     put(&b, "  --parallelism.tensor_parallel_degree %d\n", d->tp);
@@ -286,6 +304,9 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
         put(&b, "  --activation_checkpoint.selective_ac_option op\n");
     if (d->fp8) /* the LM head ("output") stays in bf16, as under Megatron */
         put(&b, "  --model.converters float8\n  --float8.filter_fqns output\n");
+    if (titan_fp8_gather(d))
+        put(&b, "  --float8.enable_fsdp_float8_all_gather\n"
+                "  --float8.precompute_float8_dynamic_scale_for_fsdp\n");
     /* Async tensor parallelism, torchtitan's overlap of the sequence-parallel
      * collectives with their matmuls, is a compiler pass. */
     if (d->tp_overlap)

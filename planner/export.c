@@ -248,6 +248,7 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->account_loss = d->account_loss;
     m->tp_overlap = d->tp_overlap;
     m->etp = d->etp;
+    m->fp8_param_gather = d->fp8_param_gather;
 }
 
 /* Every op's sharding must be the one Megatron's pattern gives it. */
@@ -370,6 +371,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->schedule = p->schedule;
     d->overlap_grad = !p->serial_grad_sync;
     d->fp8 = p->fp8;
+    d->fp8_param_gather = p->fp8_param_gather;
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
