@@ -389,17 +389,24 @@ static int replicas_of(const ap_price_ctx *x)
     return x->mesh->replicas > 1 ? x->mesh->replicas : 1;
 }
 
-/* Collective over a data-parallel group: the mesh axes in `mask` (0 for
- * none) times the mesh's replicas, on the nodes such a group spans. */
-static double sync_coll(const ap_price_ctx *x, ap_coll op, int mask, double bytes)
+/* A data-parallel group: the mesh axes in `mask` (0 for none) times the
+ * mesh's replicas. Returns its ranks and puts in *nodes the nodes such a
+ * group spans. */
+static int sync_group(const ap_price_ctx *x, int mask, int *nodes)
 {
     int r = replicas_of(x);
     if (r == 1)
-        return mask ? coll(x, op, mask, bytes) : 0;
-    int ranks = r * (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
-    if (bytes <= 0)
-        return 0;
-    return ap_cost_collective(x->c, op, ranks, x->mesh->sync_nodes[mask], bytes);
+        *nodes = mask ? x->mesh->nodes[mask - 1] : 1;
+    else
+        *nodes = x->mesh->sync_nodes[mask];
+    return r * (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+}
+
+/* Collective over a data-parallel group (sync_group). */
+static double sync_coll(const ap_price_ctx *x, ap_coll op, int mask, double bytes)
+{
+    int nodes, ranks = sync_group(x, mask, &nodes);
+    return ap_cost_collective(x->c, op, ranks, nodes, bytes);
 }
 
 /* Megatron-Core's DDP reduces gradients, and its distributed optimizer
@@ -426,11 +433,7 @@ static double grad_bucket(const ap_price_ctx *x, int ranks)
 static double step_sync(const ap_price_ctx *x, ap_coll op, int mask, double elems,
                         double elem_bytes)
 {
-    int r = replicas_of(x);
-    int ranks = r * (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
-    if (ranks <= 1 || !(elems > 0))
-        return 0;
-    int nodes = r == 1 ? x->mesh->nodes[mask - 1] : x->mesh->sync_nodes[mask];
+    int nodes, ranks = sync_group(x, mask, &nodes);
     return ap_cost_collective_bucketed(x->c, op, ranks, nodes, elems * elem_bytes,
                                        grad_bucket(x, ranks) * elem_bytes);
 }
@@ -905,6 +908,7 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         const ap_tensor *tt = &x->g->tensors[t];
         /* A parameter shared by two ops (tied embeddings) is stored once. */
         int first_user = tt->first_consumer == op - x->g->ops;
+        int primary = fp8_primary(x, op, i);
         double elems = (double)tt->elems / tensor_split(x, s, tt->shape);
         int mask = 0;
         for (int a = 0; a < 2; a++)
@@ -918,14 +922,14 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
             ap_model_states ms = ap_mem_model_states(elems, replicas, x->zero);
             /* An FP8 primary weight has no bf16 copy; price_fp8_weights
              * adds its FP8 bytes. */
-            c->param_bytes += fp8_primary(x, op, i) ? ms.total - ms.params : ms.total;
+            c->param_bytes += primary ? ms.total - ms.params : ms.total;
         }
         if (replicas == 1)
             continue;
         double gbytes = elems * 2; /* bf16 gradients */
         /* Parameters are gathered in their own dtype: bf16, or one byte
          * for an FP8 primary weight (Megatron's uint8 parameter buffer). */
-        double pwidth = fp8_primary(x, op, i) ? 1 : 2, pbytes = elems * pwidth;
+        double pwidth = primary ? 1 : 2, pbytes = elems * pwidth;
         if (x->zero == AP_ZERO_NONE) {
             c->grad_sync += step_sync(x, AP_COLL_ALLREDUCE, mask, elems, 2);
         } else if (x->zero == AP_ZERO_1) {
