@@ -47,6 +47,9 @@ int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
  * code negated after printing the parser's error. */
 int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
                         ap_megatron *m);
+/* Builds the model at --megatron-args' --seq-length when one was given:
+ * returns 0, or 2 after printing why (it contradicts --seq). */
+int ap_cli_megatron_seq(ap_cli_common *cm, const ap_megatron *m, const char *cmd);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,

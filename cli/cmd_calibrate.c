@@ -126,6 +126,8 @@ int ap_cmd_calibrate(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
+    if ((rc = ap_cli_megatron_seq(&a.cm, &a.m, "calibrate")))
+        return rc;
     ap_graph *g;
     ap_cluster c;
     if ((rc = ap_cli_setup(&a.cm, "calibrate", &g, &c)))

@@ -328,7 +328,7 @@ int ap_cmd_compare(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if ((rc = settle_batch(&o)))
+    if ((rc = settle_batch(&o)) || (rc = ap_cli_megatron_seq(&o.cm, &o.m, "compare")))
         return rc;
     ap_graph *g;
     ap_cluster c;

@@ -56,7 +56,14 @@ static const char usage_text[] =
     "                         gradient reduction after the backward, bf16, no TP\n"
     "                         overlap, bf16 weights); --tp-comm-overlap's\n"
     "                         tuning flags (--tp-comm-overlap-cfg and the like)\n"
-    "                         are read past: TE's default configuration is priced\n"
+    "                         are read past: TE's default configuration is priced;\n"
+    "                         --recompute-activations is selective recomputation;\n"
+    "                         the model's flags (--num-layers, --hidden-size,\n"
+    "                         --num-attention-heads, --num-query-groups with\n"
+    "                         --group-query-attention, --ffn-hidden-size,\n"
+    "                         --num-experts) must match MODEL, and --seq-length\n"
+    "                         builds it at that length; other flags (optimizer,\n"
+    "                         data, logging) are read past\n"
     "  --json                 print the prediction as JSON (\"fp8\" says the\n"
     "                         linear layers' precision, \"tp_comm_overlap\"\n"
     "                         whether TP communication overlaps GEMMs,\n"
@@ -104,6 +111,8 @@ int ap_cmd_estimate(int argc, char **argv)
         fputs(usage_text, stderr);
         return 2;
     }
+    if (ap_cli_megatron_seq(&cm, &m, "estimate"))
+        return 2;
     ap_graph *g;
     ap_cluster c;
     int rc = ap_cli_setup(&cm, "estimate", &g, &c);

@@ -115,6 +115,25 @@ int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
     return 2;
 }
 
+int ap_cli_megatron_seq(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
+{
+    int seq = m->shape.seq;
+    if (!seq)
+        return 0;
+    if (cm->build.seq > 0 && cm->build.seq != seq) {
+        fprintf(stderr, "autopar %s: --seq %lld and --megatron-args --seq-length %d "
+                "disagree\n", cmd, (long long)cm->build.seq, seq);
+        return 2;
+    }
+    if (seq > AP_MAX_SEQ) {
+        fprintf(stderr, "autopar %s: --megatron-args --seq-length %d: more than %d "
+                "tokens\n", cmd, seq, AP_MAX_SEQ);
+        return 2;
+    }
+    cm->build.seq = seq;
+    return 0;
+}
+
 static int plannable(const ap_graph *g, const char *cmd)
 {
     int classes = 0;

@@ -207,6 +207,68 @@ static int tp_overlap_flag(const char *tok, char **save, ap_megatron *m, char *e
     return 0;
 }
 
+/* Flags that describe the model, not its layout: kept in m->shape and
+ * checked against the model (check_shape). --num-query-groups counts only
+ * under --group-query-attention, as in Megatron-LM; its value goes to
+ * *groups until the end of the flags says. */
+static int *shape_slot(ap_megatron *m, const char *flag, int *groups)
+{
+    return !strcmp(flag, "--num-layers") ? &m->shape.layers
+         : !strcmp(flag, "--hidden-size") ? &m->shape.hidden
+         : !strcmp(flag, "--num-attention-heads") ? &m->shape.heads
+         : !strcmp(flag, "--num-query-groups") ? groups
+         : !strcmp(flag, "--ffn-hidden-size") ? &m->shape.ffn
+         : !strcmp(flag, "--seq-length") ? &m->shape.seq
+         : !strcmp(flag, "--num-experts") ? &m->shape.experts : NULL;
+}
+
+/* A positive integer flag value into *out; -1 with err set when it is
+ * missing or bad. */
+static int count_value(const char *flag, char **save, int *out, char *err)
+{
+    char *v = flag_value(flag, save, err), *end;
+    if (!v)
+        return -1;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 1 || n > (1L << 30)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" "
+                 "(an integer from 1 to 2^30)", flag, v);
+        return -1;
+    }
+    *out = (int)n;
+    return 1;
+}
+
+/* --recompute-activations, --recompute-method and --recompute-num-layers;
+ * 1 when `tok` was one, 0 when not, -1 with err set for a bad or missing
+ * value. Megatron-LM reads --recompute-activations as selective
+ * recomputation. Under full recomputation, uniform checkpoints the layers
+ * in groups of --recompute-num-layers (default 1) and recomputes a whole
+ * group at once; block recomputes only the first --recompute-num-layers
+ * layers of each stage. */
+static int recompute_flag(const char *tok, char **save, ap_megatron *m,
+                          int *block, int *per_group, char *err)
+{
+    if (!strcmp(tok, "--recompute-activations")) {
+        m->recompute = AP_RECOMPUTE_SELECTIVE;
+        return 1;
+    }
+    if (!strcmp(tok, "--recompute-num-layers"))
+        return count_value(tok, save, per_group, err);
+    if (strcmp(tok, "--recompute-method"))
+        return 0;
+    char *v = flag_value(tok, save, err);
+    if (!v)
+        return -1;
+    if (strcmp(v, "uniform") && strcmp(v, "block")) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --recompute-method: bad value "
+                 "\"%.64s\" (uniform or block)", v);
+        return -1;
+    }
+    *block = !strcmp(v, "block");
+    return 1;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[4096], who[80];
@@ -219,6 +281,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     m->zero = AP_ZERO_NONE;
     m->overlap_grad = 0;
     long layers_per_chunk = 0;
+    int groups = 0, gqa = 0, block = 0, per_group = 1, *shape;
     char *save = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
          tok = strtok_r(NULL, " \t\n", &save)) {
@@ -239,6 +302,11 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             return AP_EINPUT;
         if (!known && (known = tp_overlap_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
+        if (!known && (known = recompute_flag(tok, &save, m, &block, &per_group, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (shape = shape_slot(m, tok, &groups)) &&
+            (known = count_value(tok, &save, shape, err)) < 0)
+            return AP_EINPUT;
         if (known)
             continue;
         if (!strcmp(tok, "--sequence-parallel")) {
@@ -249,6 +317,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             m->fp8_param_gather = 1;
         } else if (!strcmp(tok, "--overlap-grad-reduce")) {
             m->overlap_grad = 1;
+        } else if (!strcmp(tok, "--group-query-attention")) {
+            gqa = 1;
         } else if (!strcmp(tok, "--account-for-embedding-in-pipeline-split")) {
             m->account_embedding = 1;
         } else if (!strcmp(tok, "--account-for-loss-in-pipeline-split")) {
@@ -264,8 +334,21 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
                 return AP_EINPUT;
             }
         }
-        /* Other flags (model shape, optimizer, logging) do not change the
-         * parallel layout and are ignored. */
+        /* Other flags (optimizer, data, logging, the model's structure:
+         * --swiglu, --normalization) change neither the layout nor the
+         * shapes checked, and are read past. */
+    }
+    m->shape.groups = gqa ? groups : 0;
+    /* autopar prices full recomputation layer by layer: every layer
+     * recomputed, one layer's activations live at a time. */
+    if (m->recompute == AP_RECOMPUTE_FULL && (block || per_group > 1)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --recompute-method %s "
+                 "--recompute-num-layers %d %s; autopar prices full recomputation "
+                 "one layer at a time (uniform, --recompute-num-layers 1)",
+                 block ? "block" : "uniform", per_group,
+                 block ? "recomputes only that many layers of each stage"
+                       : "recomputes that many layers at once");
+        return AP_EINPUT;
     }
     if (layers_per_chunk && (m->first || m->last || m->account_embedding ||
                              m->account_loss)) {
@@ -483,10 +566,58 @@ static int check_fp8_params(const ap_megatron *m, char *err)
     return AP_OK;
 }
 
+/* The size of the model's dimension of `kind`, or 0 when it has none. */
+static long long dim_size(const ap_graph *g, ap_dim_kind kind)
+{
+    char l = ap_graph_label_of(g, kind);
+    return l ? (long long)ap_graph_dim(g, l)->size : 0;
+}
+
+/* The model flags of --megatron-args against the model: a flag given and a
+ * dimension the model has must agree. The FFN is compared only for dense
+ * models, whose one FFN dimension is Megatron's --ffn-hidden-size. */
+static int check_shape(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    int moe = ap_graph_label_of(g, AP_DIM_EXPERTS) != 0;
+    const struct {
+        const char *flag, *what, *hint;
+        int given;
+        long long model;
+    } f[] = {
+        {"--num-layers", "layers", "", m->shape.layers, g->nlayers},
+        {"--hidden-size", "hidden size", "", m->shape.hidden, dim_size(g, AP_DIM_HIDDEN)},
+        {"--num-attention-heads", "attention heads", "", m->shape.heads,
+         dim_size(g, AP_DIM_HEADS)},
+        {"--num-query-groups", "KV heads", "", m->shape.groups,
+         dim_size(g, AP_DIM_KV_HEADS)},
+        {"--ffn-hidden-size", "FFN size", "", moe ? 0 : m->shape.ffn,
+         dim_size(g, AP_DIM_FFN)},
+        {"--seq-length", "tokens per sequence",
+         " (a graph is built at one length: --seq, or `autopar graph --seq`)",
+         m->shape.seq, dim_size(g, AP_DIM_SEQ)},
+        {"--num-experts", "experts", "", m->shape.experts, dim_size(g, AP_DIM_EXPERTS)},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (!f[i].given || f[i].given == f[i].model)
+            continue;
+        if (f[i].model)
+            snprintf(err, AP_ERR_LEN, "--megatron-args: %s %d, but %s has %lld %s%s",
+                     f[i].flag, f[i].given, g->source, f[i].model, f[i].what, f[i].hint);
+        else
+            snprintf(err, AP_ERR_LEN, "--megatron-args: %s %d, but %s has no %s",
+                     f[i].flag, f[i].given, g->source, f[i].what);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
 static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  char *err)
 {
     int gpus = ap_cluster_gpus(c), L = g->nlayers;
+    int rc = check_shape(g, m, err);
+    if (rc)
+        return rc;
     if (!fits_gpus(m, gpus, m->dp > 0)) {
         double p = (double)m->tp * m->pp * m->cp;
         if (m->dp > 0)
@@ -527,7 +658,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  "parallelism (sp=1, --sequence-parallel) when tp=%d > 1", m->tp);
         return AP_EINPUT;
     }
-    int rc = check_fp8_params(m, err);
+    rc = check_fp8_params(m, err);
     if (rc || (rc = check_split(m, L, err)))
         return rc;
     double micro = (double)m->mbs * m->dp;

@@ -435,6 +435,15 @@ typedef struct {
     int tp_overlap;   /* --tp-comm-overlap: needs sp when tp > 1 */
     int etp;          /* --expert-tensor-parallel-size; 0 reads as tp */
     int fp8_param_gather; /* --fp8-param-gather: needs fp8 and zero >= 1 */
+    /* The model as --megatron-args describes it (--num-layers,
+     * --hidden-size, --num-attention-heads, --num-query-groups under
+     * --group-query-attention, --ffn-hidden-size, --seq-length,
+     * --num-experts); 0 where not given. ap_megatron_plan refuses a model
+     * they contradict, so that a command line is never priced for another
+     * model than the one it trains. */
+    struct {
+        int layers, hidden, heads, groups, ffn, seq, experts;
+    } shape;
 } ap_megatron;
 
 /* The spec's defaults: tp, pp, cp, ep, vpp, mbs 1, gbs 512, ZeRO-1 (the

@@ -1,0 +1,94 @@
+#!/bin/sh
+# autopar estimate --megatron-args: a whole Megatron-LM command line is
+# read as Megatron-LM reads it. The flags that describe the model must
+# describe the model given (a command line is never priced for another
+# model), --seq-length builds it at that length, --recompute-activations is
+# selective recomputation, and the recomputation autopar cannot price is
+# refused with the reason.
+set -u
+. "$(dirname "$0")/lib.sh"
+model=$src/examples/hf/llama-3-8b.json
+layout="--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 64"
+shape="--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336"
+
+estimate() { "$bin" estimate "$model" --gpus 16 --json "$@" 2>&1; }
+
+# The model's own shape, with the flags a real script carries beside it
+# (optimizer, data, model structure), prices as the layout alone does.
+a=$(estimate --megatron-args "$layout")
+b=$(estimate --megatron-args "$layout $shape --swiglu --normalization RMSNorm --lr 3e-4 --bf16 --use-mcore-models --untie-embeddings-and-output-weights")
+echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok ||
+    bad "the model's own shape flags change nothing: $a vs $b"
+
+# --seq-length builds the model at that length: the same as --seq.
+a=$(estimate --seq 8192 --megatron-args "$layout")
+b=$(estimate --megatron-args "$layout --seq-length 8192")
+c=$(estimate --seq 8192 --megatron-args "$layout --seq-length 8192")
+echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok ||
+    bad "--seq-length 8192 prices as --seq 8192: $a vs $b vs $c"
+# 64 sequences of 8192 tokens a step: tokens/s times the step is 524,288.
+field() { echo "$1" | sed -n "s/.*\"$2\":[[:space:]]*\([0-9.e+-]*\).*/\1/p"; }
+echo "$(field "$b" tokens_per_s) $(field "$b" step_time_s)" |
+    awk '{ d = $1 * $2 - 524288; exit !(d < 1 && d > -1) }' && ok ||
+    bad "a step of --seq-length 8192 carries 64 x 8192 tokens: $b"
+
+# --recompute-activations is Megatron-LM's selective recomputation.
+a=$(estimate --megatron "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=selective")
+b=$(estimate --megatron-args "$layout --recompute-activations")
+echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok ||
+    bad "--recompute-activations is recompute=selective: $a vs $b"
+# Full recomputation one layer at a time, as uniform with groups of one.
+a=$(estimate --megatron "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=full")
+b=$(estimate --megatron-args "$layout --recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok ||
+    bad "uniform recomputation of one layer per group is recompute=full: $a vs $b"
+
+expect() {
+    want=$1
+    shift
+    out=$("$bin" estimate "$model" --gpus 16 "$@" 2>&1 >/dev/null)
+    rc=$?
+    [ $rc -eq 2 ] && echo "$out" | grep -qF -- "$want" && ok ||
+        bad "$* -> rc $rc, '$out' lacks '$want'"
+}
+expect "--megatron-args: --num-layers 40, but $model has 32 layers" \
+    --megatron-args "$layout --num-layers 40"
+expect "--megatron-args: --hidden-size 5120, but $model has 4096 hidden size" \
+    --megatron-args "$layout --hidden-size 5120"
+expect "--megatron-args: --num-attention-heads 40, but $model has 32 attention heads" \
+    --megatron-args "$layout --num-attention-heads 40"
+expect "--megatron-args: --num-query-groups 4, but $model has 8 KV heads" \
+    --megatron-args "$layout --group-query-attention --num-query-groups 4"
+expect "--megatron-args: --ffn-hidden-size 11008, but $model has 14336 FFN size" \
+    --megatron-args "$layout --ffn-hidden-size 11008"
+expect "--megatron-args: --num-experts 8, but $model has no experts" \
+    --megatron-args "$layout --num-experts 8"
+expect "--seq 4096 and --megatron-args --seq-length 8192 disagree" \
+    --seq 4096 --megatron-args "$layout --seq-length 8192"
+expect "--megatron-args: --seq-length: bad value \"0\" (an integer from 1 to 2^30)" \
+    --megatron-args "$layout --seq-length 0"
+expect "--megatron-args: --num-layers needs a value" --megatron-args "--num-layers"
+expect "--megatron-args: --recompute-method: bad value \"lazy\" (uniform or block)" \
+    --megatron-args "$layout --recompute-method lazy"
+expect "--recompute-method block --recompute-num-layers 4 recomputes only that many layers of each stage" \
+    --megatron-args "$layout --recompute-granularity full --recompute-method block --recompute-num-layers 4"
+expect "--recompute-method uniform --recompute-num-layers 2 recomputes that many layers at once" \
+    --megatron-args "$layout --recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+
+# Without --group-query-attention Megatron-LM ignores --num-query-groups.
+a=$(estimate --megatron-args "$layout --num-query-groups 4")
+b=$(estimate --megatron-args "$layout")
+[ "$a" = "$b" ] && ok || bad "--num-query-groups without --group-query-attention is read past"
+
+# A MoE model: --num-experts is checked, --ffn-hidden-size (the dense FFN
+# Megatron keeps beside --moe-ffn-hidden-size) is not.
+moe=$src/examples/hf/mixtral-8x7b.json
+out=$("$bin" estimate "$moe" --gpus 16 --json --megatron-args \
+    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --global-batch-size 64 --num-experts 8 --ffn-hidden-size 1" 2>&1)
+echo "$out" | grep -q '"step_time_s"' && ok || bad "Mixtral with its 8 experts is priced: $out"
+out=$("$bin" estimate "$moe" --gpus 16 --megatron-args \
+    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --num-experts 16" 2>&1 >/dev/null)
+echo "$out" | grep -qF -- "--num-experts 16, but $moe has 8 experts" && ok ||
+    bad "Mixtral refuses 16 experts: $out"
+
+finish
