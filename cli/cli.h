@@ -30,6 +30,7 @@ typedef struct {
     int gpus, gpus_per_node;
     double global_batch;
     ap_build_opts build;
+    int dropout_given; /* --dropout on|off was on the command line */
 } ap_cli_common;
 
 void ap_cli_common_default(ap_cli_common *c);
@@ -47,9 +48,10 @@ int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
  * code negated after printing the parser's error. */
 int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
                         ap_megatron *m);
-/* Builds the model at --megatron-args' --seq-length when one was given:
- * returns 0, or 2 after printing why (it contradicts --seq). */
-int ap_cli_megatron_seq(ap_cli_common *cm, const ap_megatron *m, const char *cmd);
+/* Builds the model as --megatron-args describes it: at its --seq-length,
+ * with dropout when its --hidden-dropout or --attention-dropout say so.
+ * Returns 0, or 2 after printing why (it contradicts --seq or --dropout). */
+int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,

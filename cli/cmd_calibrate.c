@@ -11,6 +11,7 @@ static const char usage_text[] =
     "usage: autopar calibrate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "                         --measured-step SECONDS -o cluster.json\n"
     "                         [--gpus-per-node G] [--cluster NAME|FILE] [--seq N]\n"
+    "                         [--flash-attention on|off] [--dropout on|off]\n"
     "\n"
     "Derives your cluster's sustained tensor-core rate from one training run you\n"
     "measured: the GEMM and attention efficiencies of the cluster (a preset or a\n"
@@ -126,7 +127,7 @@ int ap_cmd_calibrate(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
-    if ((rc = ap_cli_megatron_seq(&a.cm, &a.m, "calibrate")))
+    if ((rc = ap_cli_megatron_build(&a.cm, &a.m, "calibrate")))
         return rc;
     ap_graph *g;
     ap_cluster c;

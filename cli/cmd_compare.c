@@ -14,6 +14,7 @@ static const char usage_text[] =
     "usage: autopar compare MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "                       [--sweep] [--json] [--gpus-per-node G] [--cluster NAME|FILE]\n"
     "                       [--global-batch B] [--seq N] [--flash-attention on|off] [--quiet]\n"
+    "                       [--dropout on|off]\n"
     "\n"
     "Puts your Megatron-LM configuration and autopar's plan side by side under\n"
     "the same cost model: step time, tokens/s, MFU, TFLOP/s and memory per GPU,\n"
@@ -328,7 +329,7 @@ int ap_cmd_compare(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if ((rc = settle_batch(&o)) || (rc = ap_cli_megatron_seq(&o.cm, &o.m, "compare")))
+    if ((rc = settle_batch(&o)) || (rc = ap_cli_megatron_build(&o.cm, &o.m, "compare")))
         return rc;
     ap_graph *g;
     ap_cluster c;

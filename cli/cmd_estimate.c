@@ -10,6 +10,7 @@
 static const char usage_text[] =
     "usage: autopar estimate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "                        [--gpus-per-node G] [--cluster NAME|FILE] [--seq N] [--json]\n"
+    "                        [--flash-attention on|off] [--dropout on|off]\n"
     "                        [--emit FORMAT] [-o plan.json]\n"
     "                        [--trace timeline.json]\n"
     "\n"
@@ -61,9 +62,17 @@ static const char usage_text[] =
     "                         the model's flags (--num-layers, --hidden-size,\n"
     "                         --num-attention-heads, --num-query-groups with\n"
     "                         --group-query-attention, --ffn-hidden-size,\n"
-    "                         --num-experts) must match MODEL, and --seq-length\n"
-    "                         builds it at that length; other flags (optimizer,\n"
-    "                         data, logging) are read past\n"
+    "                         --num-experts) must match MODEL, --seq-length\n"
+    "                         builds it at that length, --hidden-dropout and\n"
+    "                         --attention-dropout above 0 (0.1 where one is\n"
+    "                         left out, Megatron-LM's default) build it with\n"
+    "                         dropout; other flags (optimizer, data, logging)\n"
+    "                         are read past\n"
+    "  --seq N, --flash-attention on|off, --dropout on|off\n"
+    "                         how a Hugging Face config is built: tokens per\n"
+    "                         sequence (default the config's context length,\n"
+    "                         at most 4096), a fused attention kernel (default\n"
+    "                         on), dropout after attention and MLP (default off)\n"
     "  --json                 print the prediction as JSON (\"fp8\" says the\n"
     "                         linear layers' precision, \"tp_comm_overlap\"\n"
     "                         whether TP communication overlaps GEMMs,\n"
@@ -111,7 +120,7 @@ int ap_cmd_estimate(int argc, char **argv)
         fputs(usage_text, stderr);
         return 2;
     }
-    if (ap_cli_megatron_seq(&cm, &m, "estimate"))
+    if (ap_cli_megatron_build(&cm, &m, "estimate"))
         return 2;
     ap_graph *g;
     ap_cluster c;

@@ -11,6 +11,7 @@
 static const char usage_text[] =
     "usage: autopar plan MODEL --gpus N [--gpus-per-node G] [--cluster NAME|FILE]\n"
     "                    [--global-batch B] [--seq N] [--flash-attention on|off]\n"
+    "                    [--dropout on|off]\n"
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
     "                    [--fp8] [--tp-comm-overlap]\n"
@@ -26,6 +27,10 @@ static const char usage_text[] =
     "                       cluster file from `autopar profile` (default h100-sxm)\n"
     "  --global-batch B     sequences per step (default 512)\n"
     "  --seq N              sequence length (Hugging Face configs)\n"
+    "  --flash-attention on|off, --dropout on|off\n"
+    "                       a fused attention kernel (default on), dropout\n"
+    "                       after attention and MLP (default off); Hugging\n"
+    "                       Face configs\n"
     "  --no-pipeline        one stage on all GPUs: intra-op sharding only\n"
     "  --max-stages P       at most P pipeline stages\n"
     "  --ilp-time-limit S   seconds per ILP solve (default 10); a configuration\n"

@@ -52,7 +52,8 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
     int n;
     if (!strcmp(a, "--gpus") || !strcmp(a, "--gpus-per-node") ||
         !strcmp(a, "--cluster") || !strcmp(a, "--global-batch") ||
-        !strcmp(a, "--seq") || !strcmp(a, "--flash-attention")) {
+        !strcmp(a, "--seq") || !strcmp(a, "--flash-attention") ||
+        !strcmp(a, "--dropout")) {
         if (!v) {
             fprintf(stderr, "autopar %s: %s needs a value\n", cmd, a);
             return -1;
@@ -76,6 +77,15 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
     }
     if (!strcmp(a, "--cluster")) {
         c->cluster = v;
+        return 2;
+    }
+    if (!strcmp(a, "--dropout")) {
+        if (strcmp(v, "on") && strcmp(v, "off")) {
+            fprintf(stderr, "autopar %s: --dropout takes on or off\n", cmd);
+            return -1;
+        }
+        c->build.dropout = !strcmp(v, "on");
+        c->dropout_given = 1;
         return 2;
     }
     if (!strcmp(a, "--flash-attention")) {
@@ -115,9 +125,27 @@ int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
     return 2;
 }
 
-int ap_cli_megatron_seq(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
+static int megatron_dropout(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
+{
+    int on = m->shape.dropout > 0;
+    if (!m->shape.dropout)
+        return 0;
+    if (cm->dropout_given && cm->build.dropout != on) {
+        fprintf(stderr, "autopar %s: --dropout %s and --megatron-args disagree: its "
+                "--hidden-dropout and --attention-dropout (0.1 where left out, as in "
+                "Megatron-LM) say %s\n", cmd, cm->build.dropout ? "on" : "off",
+                on ? "on" : "off");
+        return 2;
+    }
+    cm->build.dropout = on;
+    return 0;
+}
+
+int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
 {
     int seq = m->shape.seq;
+    if (megatron_dropout(cm, m, cmd))
+        return 2;
     if (!seq)
         return 0;
     if (cm->build.seq > 0 && cm->build.seq != seq) {

@@ -239,6 +239,27 @@ static int count_value(const char *flag, char **save, int *out, char *err)
     return 1;
 }
 
+/* --hidden-dropout and --attention-dropout: 1 when `tok` was one (its
+ * probability in p[0] or p[1]), 0 when not, -1 with err set for a bad or
+ * missing value. */
+static int dropout_flag(const char *tok, char **save, double p[2], char *err)
+{
+    int i = !strcmp(tok, "--hidden-dropout") ? 0 : !strcmp(tok, "--attention-dropout") ? 1 : -1;
+    if (i < 0)
+        return 0;
+    char *v = flag_value(tok, save, err), *end;
+    if (!v)
+        return -1;
+    double x = strtod(v, &end);
+    if (!*v || *end || !(x >= 0 && x < 1)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" "
+                 "(a probability from 0 to below 1)", tok, v);
+        return -1;
+    }
+    p[i] = x;
+    return 1;
+}
+
 /* --recompute-activations, --recompute-method and --recompute-num-layers;
  * 1 when `tok` was one, 0 when not, -1 with err set for a bad or missing
  * value. Megatron-LM reads --recompute-activations as selective
@@ -282,6 +303,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     m->overlap_grad = 0;
     long layers_per_chunk = 0;
     int groups = 0, gqa = 0, block = 0, per_group = 1, *shape;
+    double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     char *save = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
          tok = strtok_r(NULL, " \t\n", &save)) {
@@ -303,6 +325,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = tp_overlap_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = recompute_flag(tok, &save, m, &block, &per_group, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = dropout_flag(tok, &save, drop, err)) < 0)
             return AP_EINPUT;
         if (!known && (shape = shape_slot(m, tok, &groups)) &&
             (known = count_value(tok, &save, shape, err)) < 0)
@@ -339,6 +363,11 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
          * shapes checked, and are read past. */
     }
     m->shape.groups = gqa ? groups : 0;
+    /* A dropout flag given says the command line is Megatron-LM's whole
+     * one, so the other is Megatron-LM's default, 0.1. */
+    if (drop[0] >= 0 || drop[1] >= 0)
+        m->shape.dropout = (drop[0] < 0 ? 0.1 : drop[0]) > 0 ||
+                           (drop[1] < 0 ? 0.1 : drop[1]) > 0 ? 1 : -1;
     /* autopar prices full recomputation layer by layer: every layer
      * recomputed, one layer's activations live at a time. */
     if (m->recompute == AP_RECOMPUTE_FULL && (block || per_group > 1)) {

@@ -443,6 +443,9 @@ typedef struct {
      * model than the one it trains. */
     struct {
         int layers, hidden, heads, groups, ffn, seq, experts;
+        int dropout; /* 1: --hidden-dropout or --attention-dropout (0.1
+                        where left out, Megatron-LM's default) is above
+                        0; -1: both are 0; 0: neither given */
     } shape;
 } ap_megatron;
 

@@ -3,7 +3,8 @@
 # read as Megatron-LM reads it. The flags that describe the model must
 # describe the model given (a command line is never priced for another
 # model), --seq-length builds it at that length, --recompute-activations is
-# selective recomputation, and the recomputation autopar cannot price is
+# selective recomputation, the dropout flags build it with or without
+# dropout, and the recomputation autopar cannot price is
 # refused with the reason.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -79,6 +80,24 @@ expect "--recompute-method uniform --recompute-num-layers 2 recomputes that many
 a=$(estimate --megatron-args "$layout --num-query-groups 4")
 b=$(estimate --megatron-args "$layout")
 [ "$a" = "$b" ] && ok || bad "--num-query-groups without --group-query-attention is read past"
+
+# Dropout: --hidden-dropout and --attention-dropout build the model with
+# dropout when either is above 0, the one left out being Megatron-LM's
+# default 0.1; as --dropout on does. Both 0 is --dropout off.
+a=$(estimate --dropout on --megatron-args "$layout")
+b=$(estimate --megatron-args "$layout --hidden-dropout 0.1 --attention-dropout 0.1")
+c=$(estimate --megatron-args "$layout --hidden-dropout 0.0")
+d=$(estimate --megatron-args "$layout")
+e=$(estimate --megatron-args "$layout --hidden-dropout 0 --attention-dropout 0.0")
+echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok ||
+    bad "dropout flags build the model with dropout: $a vs $b vs $c"
+[ "$a" != "$d" ] && [ "$d" = "$e" ] && ok ||
+    bad "dropout changes the price, and both 0 is none: $a vs $d vs $e"
+expect "--dropout off and --megatron-args disagree" \
+    --dropout off --megatron-args "$layout --attention-dropout 0.1"
+expect "--megatron-args: --hidden-dropout: bad value \"1\" (a probability from 0 to below 1)" \
+    --megatron-args "$layout --hidden-dropout 1"
+expect "--dropout takes on or off" --dropout maybe --megatron-args "$layout"
 
 # A MoE model: --num-experts is checked, --ffn-hidden-size (the dense FFN
 # Megatron keeps beside --moe-ffn-hidden-size) is not.
