@@ -92,8 +92,10 @@ static int load_model(const ap_plan_desc *p, const char *model, ap_graph **g)
     ap_build_opts o;
     ap_build_opts_default(&o);
     o.seq = p->seq;
-    if (p->has_shape)
+    if (p->has_shape) {
         o.flash = p->shape.flash;
+        o.dropout = p->shape.hidden_dropout > 0 || p->shape.attention_dropout > 0;
+    }
     int rc = ap_graph_load(model ? model : p->model_path, &o, g, err);
     if (rc)
         fprintf(stderr, "autopar export: %s%s\n", err,

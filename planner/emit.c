@@ -193,6 +193,11 @@ static void megatron_model(sbuf *b, const ap_model_shape *s)
         put(b, "  --untie-embeddings-and-output-weights\n");
     if (!s->linear_bias)
         put(b, "  --disable-bias-linear\n");
+    /* Megatron-LM's default is 0.1 for both: say what the plan priced. */
+    if (s->hidden_dropout >= 0)
+        put(b, "  --hidden-dropout %g\n", s->hidden_dropout);
+    if (s->attention_dropout >= 0)
+        put(b, "  --attention-dropout %g\n", s->attention_dropout);
     if (s->dtype == AP_BF16)
         put(b, "  --bf16\n");
     else if (s->dtype == AP_FP16)
@@ -280,6 +285,9 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
         put(&b, "# FP8 was priced as Transformer Engine runs it, weights cast once per "
                 "step; torchao's Float8Linear casts them every micro-batch, and needs "
                 "--training.compile to fuse its casts.\n");
+    if (s->hidden_dropout > 0 || s->attention_dropout > 0)
+        put(&b, "# The plan was priced with dropout; torchtitan's models have none, so "
+                "expect a slightly faster step.\n");
     if (d->fp8_param_gather)
         put(&b, "# FP8 weights were priced as Megatron-LM's --fp8-param-gather holds "
                 "them, with no bf16 copy; torchao keeps the high-precision weights and "

@@ -197,6 +197,8 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddBoolToObject(o, "tied_embeddings", s.tied_embeddings);
     cJSON_AddBoolToObject(o, "linear_bias", s.linear_bias);
     cJSON_AddBoolToObject(o, "flash_attention", s.flash);
+    cJSON_AddNumberToObject(o, "hidden_dropout", s.hidden_dropout);
+    cJSON_AddNumberToObject(o, "attention_dropout", s.attention_dropout);
     return o;
 }
 

@@ -395,6 +395,21 @@ static int parse_rotary(const reader *r, const cJSON *o, int rotary, ap_model_sh
     return rc;
 }
 
+/* The dropout probabilities came later still: a plan without them reads as
+ * -1, and its exports say nothing about dropout, as they did. */
+static int parse_dropout(const reader *r, const cJSON *o, ap_model_shape *s)
+{
+    const char *names[] = {"hidden_dropout", "attention_dropout"};
+    double *p[] = {&s->hidden_dropout, &s->attention_dropout};
+    int rc = AP_OK;
+    for (int i = 0; i < 2 && !rc; i++) {
+        *p[i] = -1;
+        if (field(o, names[i]))
+            rc = get_number(r, o, names[i], "model_shape", 0, 0.999999, p[i]);
+    }
+    return rc;
+}
+
 static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
 {
     const char *at = "model_shape";
@@ -457,7 +472,8 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
     s->squared_relu = !strcmp(act, "relu2");
     s->relu = !strcmp(act, "relu");
     s->learned_positions = !strcmp(pos, "learned");
-    return parse_rotary(r, o, !strcmp(pos, "rotary"), s);
+    rc = parse_rotary(r, o, !strcmp(pos, "rotary"), s);
+    return rc ? rc : parse_dropout(r, o, s);
 }
 
 /* "fp8_param_gather": true holds FP8 weights that only FP8 linear layers

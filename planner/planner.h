@@ -597,6 +597,9 @@ typedef struct {
     int tied_embeddings;   /* the LM head reads the embedding table */
     int linear_bias;       /* matmuls carry biases */
     int flash;             /* fused attention */
+    double hidden_dropout;    /* dropout after attention and MLP, and */
+    double attention_dropout; /* inside attention: probabilities, -1 in a
+                                 plan read back that does not say */
 } ap_model_shape;
 
 void ap_model_shape_of(const ap_graph *g, ap_model_shape *out);

@@ -1,5 +1,6 @@
 /* shape.c -- the model's shape as launchers' flags state it, read off the
  * graph: sizes from the dimension kinds, architecture from the op kinds. */
+#include <math.h>
 #include <string.h>
 
 #include "planner/planner.h"
@@ -123,6 +124,10 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             s->flash = 1;
         if (op->kind == AP_OP_ROUTER && !s->top_k)
             s->top_k = op->top_k;
+        if (op->kind == AP_OP_DROPOUT && op->layer >= 0)
+            s->hidden_dropout = fmax(s->hidden_dropout, op->dropout_p);
+        if (op->kind == AP_OP_ATTENTION)
+            s->attention_dropout = fmax(s->attention_dropout, op->dropout_p);
     }
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);

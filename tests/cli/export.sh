@@ -99,4 +99,21 @@ sed '0,/"sharding":\t"n@1"/s//"sharding":\t"d@1"/' "$tmp/tiny.json" >"$tmp/odd.j
 [ $? -eq 2 ] && grep -q "megatron, torchtitan or deepspeed" "$tmp/err" && ok ||
     bad "an unknown launcher is refused"
 
+# A plan says which dropout it was priced with, and the Megatron-LM export
+# says it too (Megatron's default is 0.1); a plan.json from before the
+# field is read, and exports the dropout of the model it reloads.
+"$bin" plan "$src/examples/hf/llama-3-8b.json" --gpus 8 --target megatron --dropout on \
+    -o "$tmp/drop.json" --quiet >/dev/null 2>&1
+"$bin" export "$tmp/drop.json" --to megatron | grep -q -- "--hidden-dropout 0.1" && ok ||
+    bad "a plan priced with dropout exports --hidden-dropout 0.1"
+"$bin" plan "$src/examples/hf/llama-3-8b.json" --gpus 8 --target megatron \
+    -o "$tmp/none.json" --quiet >/dev/null 2>&1
+"$bin" export "$tmp/none.json" --to megatron | grep -q -- "--hidden-dropout 0$" && ok ||
+    bad "a plan priced without dropout exports --hidden-dropout 0"
+sed -e '/"hidden_dropout"/d' -e '/"attention_dropout"/d' \
+    -e 's/\("flash_attention":.*\),$/\1/' "$tmp/none.json" >"$tmp/old.json"
+out=$("$bin" export "$tmp/old.json" --to megatron 2>&1)
+echo "$out" | grep -q -- "--hidden-dropout 0$" && ok ||
+    bad "a plan without the dropout fields exports the model's: $out"
+
 finish
