@@ -121,6 +121,7 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         out->comm_fwd += c.fwd_comm;
         out->comm_bwd += c.bwd_comm;
         out->grad_sync += c.grad_sync;
+        out->tied_sync += c.tied_sync;
         out->param_bytes += c.param_bytes;
         out->fp8_weight_bytes += c.fp8_weight_bytes;
         out->act_bytes += c.act_bytes;

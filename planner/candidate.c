@@ -35,6 +35,15 @@ typedef struct {
     ap_recompute rc;
 } choice;
 
+/* Nodes the embedding group spans when the stages are cut: stage s starts
+ * at rank s * GPUs / p (make_plan), so the first and last stage's first
+ * ranks are 0 and (p - 1) * GPUs / p. */
+static int embed_group_nodes(const config *cf)
+{
+    int per = cf->mesh.d[0] * cf->mesh.d[1];
+    return (cf->p - 1) * per / cf->c->gpus_per_node > 0 ? 2 : 1;
+}
+
 static const ap_block_point *point_of(const ap_block *b, int k)
 {
     if (!b->npoints)
@@ -101,7 +110,8 @@ static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
 {
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
-                      .tp_overlap = cf->tp_overlap};
+                      .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
+                      .embed_group_nodes = embed_group_nodes(cf)};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
             continue;
@@ -195,7 +205,8 @@ static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved
 {
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
-                      .tp_overlap = cf->tp_overlap};
+                      .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
+                      .embed_group_nodes = embed_group_nodes(cf)};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -413,7 +424,8 @@ static void reprice(config *cf, ap_zero zero)
 {
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
-                      .tp_overlap = cf->tp_overlap};
+                      .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
+                      .embed_group_nodes = embed_group_nodes(cf)};
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {
         ap_block *blk = &cf->blocks[b];

@@ -41,6 +41,7 @@ static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
     add_kinds(&st->kinds, &bp->kfwd, times);
     add_kinds(&st->kinds, &bp->kbwd, times);
     st->grad_sync += bp->grad_sync * times;
+    st->tied_sync += bp->tied_sync * times;
     st->param_bytes += bp->param_bytes * times;
     st->fp8_weight_bytes += bp->fp8_weight_bytes * times;
     st->flops += bp->flops * times;
@@ -67,6 +68,29 @@ static int class_index(const ap_plan *p, int layer_class)
     return -1;
 }
 
+/* The stage holding the pieces before the layers (pre) or after them
+ * (post): the first and the last under every schedule, interleaved ones
+ * too (the first chunk's embedding, the last chunk's head); -1 if none. */
+static int stage_with(const ap_plan *p, int post)
+{
+    for (int i = 0; i < p->nstages; i++)
+        if (post ? p->stages[i].has_post : p->stages[i].has_pre)
+            return i;
+    return -1;
+}
+
+int ap_plan_head_apart(const ap_plan *p, const ap_cluster *c, int *embed_group_nodes)
+{
+    int pre = stage_with(p, 0), post = stage_with(p, 1);
+    int G = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
+    *embed_group_nodes = 1;
+    if (pre < 0 || post < 0 || pre == post)
+        return 0;
+    if (p->stages[pre].first_rank / G != p->stages[post].first_rank / G)
+        *embed_group_nodes = 2;
+    return 1;
+}
+
 static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                        ap_stage *st, char *err)
 {
@@ -77,7 +101,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                       .nmicro = p->nmicro, .zero = p->zero, .fp8 = p->fp8,
                       .tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync,
                       .fp8_param_gather = p->fp8_param_gather};
-    st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = 0;
+    x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
+    st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = st->tied_sync = 0;
     st->param_bytes = st->act_bytes = st->flops = st->fp8_weight_bytes = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
     double largest_layer_act = 0;
@@ -177,15 +202,20 @@ static double optimizer_time(const ap_cluster *c, const ap_stage *st)
 static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                     const ap_pipe_result *r)
 {
-    double sync = 0, opt = 0, mem = 0, p2p = 0, sync_total = 0;
+    double sync = 0, opt = 0, mem = 0, p2p = 0, sync_total = 0, tied = 0;
     int slow = 0;
     for (int i = 0; i < p->nstages; i++) {
         ap_stage *st = &p->stages[i];
         /* Gradient reduction overlaps the last micro-batch's backward, or
-         * waits for it to end (Megatron-LM without --overlap-grad-reduce). */
-        st->grad_sync_exposed = p->serial_grad_sync ? st->grad_sync
-                                                    : fmax(0, st->grad_sync - st->bwd);
+         * waits for it to end (Megatron-LM without --overlap-grad-reduce).
+         * The embedding group's all-reduce of tied weights follows it
+         * (finalize_model_grads), hidden behind nothing. */
+        double dp = st->grad_sync - st->tied_sync;
+        st->grad_sync_exposed = st->tied_sync + (p->serial_grad_sync ? dp
+                                                 : fmax(0, dp - st->bwd));
         st->optimizer = optimizer_time(c, st);
+        if (st->grad_sync_exposed > sync)
+            tied = st->tied_sync;
         sync = fmax(sync, st->grad_sync_exposed);
         sync_total = fmax(sync_total, st->grad_sync);
         opt = fmax(opt, st->optimizer);
@@ -202,6 +232,7 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     p->t_bubble = fmax(0, r->step - p->nmicro * (b->fwd + b->bwd));
     p->t_grad_sync = sync;
     p->t_grad_sync_total = sync_total;
+    p->t_tied_sync = tied;
     p->t_p2p = p2p;
     memset(&p->t_kinds, 0, sizeof p->t_kinds);
     add_kinds(&p->t_kinds, &b->kinds, p->nmicro);

@@ -81,6 +81,8 @@ static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st
     cJSON_AddNumberToObject(o, "backward_s", st->bwd);
     cJSON_AddNumberToObject(o, "send_s", st->p2p);
     cJSON_AddNumberToObject(o, "grad_sync_s", st->grad_sync);
+    if (st->tied_sync > 0)
+        cJSON_AddNumberToObject(o, "embedding_grad_allreduce_s", st->tied_sync);
     cJSON_AddNumberToObject(o, "memory_bytes", st->mem_bytes);
     cJSON_AddNumberToObject(o, "model_state_bytes", st->param_bytes);
     cJSON_AddNumberToObject(o, "activation_bytes_per_micro_batch", st->act_bytes);
@@ -428,9 +430,13 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
         fprintf(f, ", ZeRO-3 gathers %.3f s", p->t_kinds.param_gather);
     if (p->t_kinds.grad_reduce > 0)
         fprintf(f, ", ZeRO-2/3 gradient reduce-scatters %.3f s", p->t_kinds.grad_reduce);
-    fprintf(f, "; pipeline send/recv %.3f s; gradient sync %.3f s (%.3f s exposed%s)\n",
+    fprintf(f, "; pipeline send/recv %.3f s; gradient sync %.3f s (%.3f s exposed%s",
             p->t_p2p, p->t_grad_sync_total, p->t_grad_sync,
             p->serial_grad_sync ? ", after the backward" : "");
+    if (p->t_tied_sync > 0)
+        fprintf(f, ", of which the tied embeddings' all-reduce between the first "
+                   "and last stage %.3f s", p->t_tied_sync);
+    fprintf(f, ")\n");
     fprintf(f, "  solver: %s (gap %.2g)\n", status_name(p->ilp_status), p->ilp_gap);
     ap_plan_print_basis(p, f);
 }

@@ -89,6 +89,18 @@ typedef struct {
     int fp8_param_gather; /* 1 (with fp8): an FP8 linear layer's weight is
                          Transformer Engine's FP8 tensor with no bf16 copy,
                          and ZeRO gathers it in FP8 (--fp8-param-gather) */
+    /* 1: the ops after the layers run on another stage than those before
+     * them (pp > 1), so a parameter both read (tied word embeddings) is
+     * two copies, as Megatron-LM keeps them: the last stage holds its own
+     * (model states and data-parallel reduction), and the two stages
+     * all-reduce its gradient once per step (tied_sync). 0: one copy,
+     * stored and reduced once, at its first consumer. */
+    int head_apart;
+    /* Under head_apart, the nodes the embedding group (a rank of the
+     * stage with the ops before the layers and its counterpart on the stage
+     * with those after) spans: 2 when the two stages' first ranks are on
+     * different nodes, else 1 (0 reads as 1). */
+    int embed_group_nodes;
 } ap_price_ctx;
 
 /* Whether op `op` belongs to the experts of a MoE layer, the ops an
@@ -144,6 +156,11 @@ typedef struct {
     double fwd, bwd;       /* compute seconds */
     double fwd_comm, bwd_comm; /* the op's own collectives (partial sums) */
     double grad_sync;      /* per step: gradient reduction over replicas */
+    double tied_sync;      /* of grad_sync: the all-reduce of a tied
+                              parameter's gradient between the first and
+                              last stage (head_apart), which waits for the
+                              data-parallel reduction and is never hidden
+                              behind the backward */
     double param_bytes;    /* model states per GPU (params+grads+optimizer) */
     double act_bytes;      /* saved for backward, per GPU, per micro-batch */
     double flops;          /* forward FLOPs per GPU (for reports) */
@@ -265,6 +282,8 @@ typedef struct {
     double attn_fwd;      /* forward time of attention cores (selective
                              recomputation redoes it) */
     double grad_sync;     /* per step */
+    double tied_sync;     /* of grad_sync: tied parameters' all-reduce
+                             between the first and last stage */
     double param_bytes;   /* model states */
     double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double act_bytes;     /* saved per micro-batch */
@@ -319,6 +338,8 @@ typedef struct {
     double fwd, bwd, comm_fwd, comm_bwd;
     double p2p;        /* sending the stage's output to the next stage */
     double grad_sync;  /* per step */
+    double tied_sync;  /* of grad_sync: the embedding group's all-reduce
+                          (ap_op_cost.tied_sync), exposed in full */
     double param_bytes, act_bytes, inflight, mem_bytes;
     double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double flops;      /* forward FLOPs per GPU per micro-batch */
@@ -372,6 +393,10 @@ typedef struct {
      * before overlap with backward (t_grad_sync is the exposed part). */
     ap_comm_kinds t_kinds;
     double t_p2p, t_grad_sync_total;
+    /* Of t_grad_sync (and t_grad_sync_total): the embedding group's
+     * all-reduce of tied weights (ap_stage.tied_sync) of the stage
+     * t_grad_sync is taken from; 0 without one. */
+    double t_tied_sync;
 } ap_plan;
 
 typedef struct {
@@ -404,6 +429,11 @@ double ap_stage_dp(int nlayers, int nstages, int nmicro, ap_stage_cost_fn cost,
  * cannot fit, err says the smallest shortfall and what would help. */
 int ap_plan_search(const ap_graph *g, const ap_cluster *c,
                    const ap_plan_opts *o, ap_plan *out, char *err);
+/* Whether the plan's pieces after the layers run on another stage than
+ * those before them (ap_price_ctx.head_apart), and in *embed_group_nodes
+ * the nodes the embedding group spans on cluster c: 2 when the two
+ * stages' first ranks are on different nodes, else 1. */
+int ap_plan_head_apart(const ap_plan *p, const ap_cluster *c, int *embed_group_nodes);
 /* Prices a plan whose stages, meshes and block strategies are set: fills
  * every price and the prediction. */
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,

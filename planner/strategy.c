@@ -885,8 +885,6 @@ static int is_param(const ap_price_ctx *x, int t)
     return x->g->tensors[t].role == AP_TENSOR_PARAM;
 }
 
-/* Parameters: their shard's model states, and their gradient reduction over
- * the axes that split a label the parameter lacks (data parallel). */
 /* A matmul's bias is added after the partial sums are all-reduced, so on
  * an axis that splits a contracted label without reduce-scattering, every
  * rank sees the whole output gradient and computes the whole bias gradient:
@@ -898,6 +896,65 @@ static int whole_after_reduce(const ap_op *op, const ap_strategy *s,
            has_label(op->contracted, s->axis[a]);
 }
 
+/* Whether op i runs after the layers (the head and the loss): outside
+ * them, with a layer's op before it. */
+static int after_layers(const ap_graph *g, int i)
+{
+    if (g->ops[i].layer >= 0)
+        return 0;
+    for (int k = 0; k < i; k++)
+        if (g->ops[k].layer >= 0)
+            return 1;
+    return 0;
+}
+
+/* Whether parameter t is read after the layers by another op than its
+ * first consumer: a tied word embedding, which the LM head reads. */
+static int read_after_layers(const ap_graph *g, int t)
+{
+    for (int i = g->tensors[t].first_consumer + 1; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        for (int k = 0; k < op->ninputs; k++)
+            if (op->inputs[k] == t && after_layers(g, i))
+                return 1;
+    }
+    return 0;
+}
+
+/* How an op holds a parameter another op reads too (tied embeddings). With
+ * the head on the embedding's stage (pp = 1) it is one Megatron Parameter:
+ * both uses accumulate into one gradient, stored and reduced once, at the
+ * first consumer (OWN), the other reader (SHARED) adds nothing. With the
+ * head apart (pp > 1) Megatron-LM gives the last stage a copy of its own
+ * (language_module.py, setup_embeddings_and_output_layer): the head's read
+ * is a parameter of that stage (COPY), and both copies' gradients are
+ * all-reduced over the embedding group once per step (TIED). */
+typedef enum { PARAM_OWN, PARAM_SHARED, PARAM_COPY, PARAM_TIED } param_use;
+
+static param_use param_use_of(const ap_price_ctx *x, const ap_op *op, int t)
+{
+    const ap_tensor *tt = &x->g->tensors[t];
+    int i = (int)(op - x->g->ops);
+    if (tt->first_consumer != i)
+        return x->head_apart && !after_layers(x->g, tt->first_consumer) &&
+                       after_layers(x->g, i) ? PARAM_COPY : PARAM_SHARED;
+    if (x->head_apart && tt->consumers > 1 && op->layer < 0 &&
+        !after_layers(x->g, i) && read_after_layers(x->g, t))
+        return PARAM_TIED;
+    return PARAM_OWN;
+}
+
+/* Megatron-LM's _allreduce_word_embedding_grads (finalize_model_grads.py):
+ * the gradient of each rank's shard, bf16, all-reduced with its
+ * counterpart on the other stage, after the data-parallel reduction. */
+static double tied_allreduce(const ap_price_ctx *x, double elems)
+{
+    int nodes = x->embed_group_nodes > 1 ? 2 : 1;
+    return ap_cost_collective(x->c, AP_COLL_ALLREDUCE, 2, nodes, elems * 2);
+}
+
+/* Parameters: their shard's model states, and their gradient reduction over
+ * the axes that split a label the parameter lacks (data parallel). */
 static void price_params(const ap_price_ctx *x, const ap_op *op,
                          const ap_strategy *s, ap_op_cost *c)
 {
@@ -905,9 +962,10 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         int t = op->inputs[i];
         if (!is_param(x, t))
             continue;
+        param_use use = param_use_of(x, op, t);
+        if (use == PARAM_SHARED)
+            continue;
         const ap_tensor *tt = &x->g->tensors[t];
-        /* A parameter shared by two ops (tied embeddings) is stored once. */
-        int first_user = tt->first_consumer == op - x->g->ops;
         int primary = fp8_primary(x, op, i);
         double elems = (double)tt->elems / tensor_split(x, s, tt->shape);
         int mask = 0;
@@ -918,11 +976,14 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         /* The mesh's replicas each hold the whole shard too. */
         int replicas = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1) *
                        replicas_of(x);
-        if (first_user) {
-            ap_model_states ms = ap_mem_model_states(elems, replicas, x->zero);
-            /* An FP8 primary weight has no bf16 copy; price_fp8_weights
-             * adds its FP8 bytes. */
-            c->param_bytes += primary ? ms.total - ms.params : ms.total;
+        ap_model_states ms = ap_mem_model_states(elems, replicas, x->zero);
+        /* An FP8 primary weight has no bf16 copy; price_fp8_weights adds
+         * its FP8 bytes. */
+        c->param_bytes += primary ? ms.total - ms.params : ms.total;
+        if (use == PARAM_COPY || use == PARAM_TIED) {
+            double tied = tied_allreduce(x, elems);
+            c->tied_sync += tied;
+            c->grad_sync += tied;
         }
         if (replicas == 1)
             continue;

@@ -135,11 +135,16 @@ static void step_end(const ap_plan *p, cJSON *events, int i, double last,
                      double opt_start)
 {
     const ap_stage *st = &p->stages[i];
-    if (st->grad_sync > 0) {
-        double hidden = st->grad_sync - st->grad_sync_exposed;
+    /* The data-parallel reduction, then the embedding group's all-reduce
+     * of tied weights, which waits for it. */
+    double hidden = st->grad_sync - st->grad_sync_exposed;
+    double dp_end = last - hidden + st->grad_sync - st->tied_sync;
+    if (st->grad_sync > st->tied_sync)
         add_event(events, "gradient sync", "grad_sync", i, TID_GRAD, last - hidden,
-                  last - hidden + st->grad_sync, NULL);
-    }
+                  dp_end, NULL);
+    if (st->tied_sync > 0)
+        add_event(events, "embedding gradient all-reduce", "grad_sync", i, TID_GRAD,
+                  dp_end, dp_end + st->tied_sync, NULL);
     add_event(events, "optimizer step", "optimizer", i, TID_COMPUTE, opt_start,
               opt_start + st->optimizer, NULL);
 }

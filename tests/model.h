@@ -94,18 +94,21 @@ static inline int ap_test_megatron_plan(const ap_graph *g, int gpus, const char 
 
 /* The context stage s of plan p was priced in (ap_plan_evaluate): each mesh
  * replica's share of the micro-batch, and the plan's ZeRO stage, precision,
- * TP overlap, gradient-sync mode and FP8 weights, as price_stage sets them.
- * Designated fields, so that a field added later stays 0. */
+ * TP overlap, gradient-sync mode, FP8 weights and whether the head runs
+ * apart from the embedding, as price_stage sets them. Designated fields,
+ * so that a field added later stays 0. */
 static inline ap_price_ctx ap_test_stage_ctx(const ap_graph *g, const ap_cluster *c,
                                              const ap_plan *p, int s)
 {
     const ap_mesh *mesh = &p->stages[s].mesh;
     double replicas = mesh->replicas > 1 ? mesh->replicas : 1;
-    return (ap_price_ctx){.g = g, .c = c, .mesh = mesh,
-                          .batch = p->micro_batch / replicas, .nmicro = p->nmicro,
-                          .zero = p->zero, .fp8 = p->fp8, .tp_overlap = p->tp_overlap,
-                          .serial_grad = p->serial_grad_sync,
-                          .fp8_param_gather = p->fp8_param_gather};
+    ap_price_ctx x = {.g = g, .c = c, .mesh = mesh,
+                      .batch = p->micro_batch / replicas, .nmicro = p->nmicro,
+                      .zero = p->zero, .fp8 = p->fp8, .tp_overlap = p->tp_overlap,
+                      .serial_grad = p->serial_grad_sync,
+                      .fp8_param_gather = p->fp8_param_gather};
+    x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
+    return x;
 }
 
 /* The point in use of the first stage's first transformer layer class: its

@@ -103,11 +103,18 @@ static void one_f_one_b_trace_spans_the_predicted_step(void)
     CHECK(count_named(t, "F mb31", 2) == 1 && count_named(t, "B mb0", 1) == 1);
     CHECK(count_named(t, "optimizer step", 3) == 1);
     CHECK(count_named(t, "gradient sync", 0) == 1);
+    /* The model ties its embeddings (the head reads wte): the first and
+     * last stage then all-reduce the copies' gradients, the middle ones
+     * have nothing to do with it. */
+    CHECK(count_named(t, "embedding gradient all-reduce", 0) == 1 &&
+          count_named(t, "embedding gradient all-reduce", 3) == 1);
+    CHECK(count_named(t, "embedding gradient all-reduce", 1) == 0 &&
+          count_named(t, "embedding gradient all-reduce", 2) == 0);
     /* Stage 0 sends activations forward 32 times; the last stage sends
      * gradients back 32 times and nothing forward. */
     CHECK(count_named(t, "send F", 0) == 32 && count_named(t, "send B", 0) == 0);
     CHECK(count_named(t, "send B", 3) == 32 && count_named(t, "send F", 3) == 0);
-    CHECK(n == 4 * 64 + 4 + 4 + 3 * 64);
+    CHECK(n == 4 * 64 + 4 + 4 + 2 + 3 * 64);
     cJSON_Delete(t);
     ap_plan_free(&p);
     ap_graph_free(g);
