@@ -3,6 +3,7 @@
  * fused (flash) or unfused. docs/cost-model.md derives each formula. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "costmodel/costmodel.h"
 
@@ -195,20 +196,96 @@ double ap_cost_memop(const ap_cluster *c, double flops, double bytes)
  * gradient back to the logits' dtype. Gathering the target logits and the
  * per-token statistics touch one number per token, which is nothing beside
  * the vocabulary. Logits already in fp32 skip both casts. */
-#define CE_FP32_PASSES_FWD 32.0
-#define CE_FP32_PASSES_BWD 8.0
-#define CE_FLOPS_FWD 5.0
-#define CE_FLOPS_BWD 1.0
+static double unfused_bytes(ap_dtype dt, int backward)
+{
+    double cast = dt == AP_FP32 ? 0 : dtype_bytes(dt) + 4;
+    return (backward ? 8 : 32) + cast;
+}
+
+/* Megatron-Core's fused_cross_entropy.py as 0.8 and 0.9 shipped it compiles
+ * each step with torch.compile. Forward: calculate_logits_max writes the
+ * fp32 copy and takes its max in one kernel (read the logits, write 4; fp32
+ * logits are only read); calculate_predicted_logits subtracts, exponentiates
+ * and sums in place, and because the graph both mutates its input and
+ * reduces over it Inductor computes into a fresh buffer and copies it back
+ * (4 + 4, then 4 + 4); calculate_cross_entropy_loss divides in place (8).
+ * Backward, calculate_gradients scatters into the saved softmax, so it too
+ * gets a fresh copy (8), then multiplies by the loss gradient, writing the
+ * fp32 result back into the softmax (4 + 4) and the gradient in bf16, a
+ * cast the code hard-codes (2); autograd casts that to other logits'
+ * dtypes. */
+static double native_bytes(ap_dtype dt, int backward)
+{
+    if (backward)
+        return 8 + 8 + 2 + (dt == AP_BF16 ? 0 : 2 + dtype_bytes(dt));
+    double max = dt == AP_FP32 ? 4 : dtype_bytes(dt) + 4;
+    return max + 16 + 8;
+}
+
+/* Transformer Engine's parallel_cross_entropy (transformer_engine/pytorch/
+ * triton/cross_entropy.py) works in the logits' own dtype, upcasting in
+ * registers: online_softmax_kernel reads each row once for its max and sum,
+ * cross_entropy_kernel reads it again and writes the gradient over it, so
+ * forward is three passes of the logits' bytes. Backward, element_mul_kernel
+ * scales that gradient in place by the loss gradient: two passes. */
+static double te_bytes(ap_dtype dt, int backward)
+{
+    return (backward ? 2 : 3) * dtype_bytes(dt);
+}
+
+double ap_cost_cross_entropy_bytes(ap_ce_impl impl, ap_dtype dt, int backward)
+{
+    return impl == AP_CE_TE ? te_bytes(dt, backward)
+         : impl == AP_CE_NATIVE ? native_bytes(dt, backward)
+                                : unfused_bytes(dt, backward);
+}
+
+/* The fp32 softmax backward starts from, or under TE the gradient already
+ * written into the logits buffer. */
+double ap_cost_cross_entropy_saved(ap_ce_impl impl, ap_dtype dt)
+{
+    return impl == AP_CE_TE ? dtype_bytes(dt) : 4;
+}
+
+/* FLOPs per logit: max, subtract, exp, sum and divide forward, one multiply
+ * backward; TE's two forward passes each exponentiate. */
+static double ce_flops(ap_ce_impl impl, int backward)
+{
+    if (backward)
+        return 1;
+    return impl == AP_CE_TE ? 7 : 5;
+}
+
+double ap_cost_cross_entropy_impl(const ap_cluster *c, ap_ce_impl impl, ap_dtype dt,
+                                  double logits, int backward)
+{
+    if (!(logits > 0))
+        return 0;
+    return ap_cost_memop(c, ce_flops(impl, backward) * logits,
+                         ap_cost_cross_entropy_bytes(impl, dt, backward) * logits);
+}
 
 double ap_cost_cross_entropy(const ap_cluster *c, ap_dtype dt, double logits,
                              int backward)
 {
-    if (!(logits > 0))
-        return 0;
-    double cast = dt == AP_FP32 ? 0 : dtype_bytes(dt) + 4;
-    double bytes = (backward ? CE_FP32_PASSES_BWD : CE_FP32_PASSES_FWD) + cast;
-    double flops = backward ? CE_FLOPS_BWD : CE_FLOPS_FWD;
-    return ap_cost_memop(c, flops * logits, bytes * logits);
+    return ap_cost_cross_entropy_impl(c, AP_CE_UNFUSED, dt, logits, backward);
+}
+
+static const char *const ce_names[] = {"unfused", "native", "te"};
+
+const char *ap_ce_impl_name(ap_ce_impl impl)
+{
+    return (unsigned)impl < 3 ? ce_names[impl] : "unfused";
+}
+
+int ap_ce_impl_parse(const char *name, ap_ce_impl *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, ce_names[i])) {
+            *out = (ap_ce_impl)i;
+            return 0;
+        }
+    return -1;
 }
 
 /* Flash attention never writes the s x t scores to HBM: it reads q, k, v

@@ -189,6 +189,30 @@ double ap_cost_memop(const ap_cluster *c, double flops, double bytes);
  * one multiply and the cast back. */
 double ap_cost_cross_entropy(const ap_cluster *c, ap_dtype dt, double logits,
                              int backward);
+/* Which cross entropy runs the loss (docs/cost-model.md, "The loss"). The
+ * zero value is Megatron-LM's default, so a context or plan that does not
+ * say prices as before. */
+typedef enum {
+    AP_CE_UNFUSED, /* vocab_parallel_cross_entropy: one fp32 kernel a step */
+    AP_CE_NATIVE,  /* --cross-entropy-loss-fusion: Megatron-Core's
+                      torch.compile'd steps (fused_cross_entropy.py) */
+    AP_CE_TE       /* --cross-entropy-fusion-impl te: Transformer Engine's
+                      Triton kernels, the gradient written into the logits */
+} ap_ce_impl;
+/* "unfused", "native" or "te"; a static string. */
+const char *ap_ce_impl_name(ap_ce_impl impl);
+/* The name's value into *out: 0, or -1 (*out untouched) for another name. */
+int ap_ce_impl_parse(const char *name, ap_ce_impl *out);
+/* HBM bytes one logit of dtype dt costs the loss under impl, forward or
+ * backward (unfused bf16: 38 and 14). */
+double ap_cost_cross_entropy_bytes(ap_ce_impl impl, ap_dtype dt, int backward);
+/* Bytes per logit the loss keeps for backward: the fp32 softmax (4), or
+ * under te the gradient in the logits' own dtype. */
+double ap_cost_cross_entropy_saved(ap_ce_impl impl, ap_dtype dt);
+/* The loss over `logits` elements under impl: ap_cost_memop of its bytes;
+ * AP_CE_UNFUSED is ap_cost_cross_entropy. */
+double ap_cost_cross_entropy_impl(const ap_cluster *c, ap_ce_impl impl, ap_dtype dt,
+                                  double logits, int backward);
 /* The curves of a cluster's attention rate by kernel length
  * (gpu.attention_by_length in docs/cluster-format.md). */
 typedef enum {

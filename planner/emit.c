@@ -93,6 +93,10 @@ static void header(sbuf *b, const char *who, const ap_plan_desc *p, const ap_deg
     else if (p->tp_overlap && d->tp > 1)
         put(b, "# TP communication overlap left out: it needs sequence parallelism, "
                "which this plan %s; it was priced without it.\n", "does not use");
+    if (d->cross_entropy != AP_CE_UNFUSED)
+        put(b, "# The loss is priced as %s.\n", d->cross_entropy == AP_CE_TE
+            ? "Transformer Engine's cross entropy (--cross-entropy-fusion-impl te)"
+            : "Megatron-Core's fused cross entropy (--cross-entropy-loss-fusion)");
 }
 
 static void torchrun(sbuf *b, const ap_plan_desc *p, const char *entry, const char *var)
@@ -162,6 +166,12 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --fp8-param-gather\n");
     if (d->tp_overlap)
         put(b, "  --tp-comm-overlap\n");
+    /* native is the implementation's default, and Megatron-Core before 0.13
+     * has no --cross-entropy-fusion-impl to name it with. */
+    if (d->cross_entropy != AP_CE_UNFUSED)
+        put(b, "  --cross-entropy-loss-fusion\n");
+    if (d->cross_entropy == AP_CE_TE)
+        put(b, "  --cross-entropy-fusion-impl te\n");
 }
 
 static void megatron_model(sbuf *b, const ap_model_shape *s)

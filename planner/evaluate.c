@@ -100,7 +100,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     ap_price_ctx x = {.g = g, .c = c, .mesh = &st->mesh, .batch = p->micro_batch / replicas,
                       .nmicro = p->nmicro, .zero = p->zero, .fp8 = p->fp8,
                       .tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync,
-                      .fp8_param_gather = p->fp8_param_gather};
+                      .fp8_param_gather = p->fp8_param_gather,
+                      .cross_entropy = p->cross_entropy};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = st->tied_sync = 0;
     st->param_bytes = st->act_bytes = st->flops = st->fp8_weight_bytes = 0;

@@ -249,6 +249,7 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->tp_overlap = d->tp_overlap;
     m->etp = d->etp;
     m->fp8_param_gather = d->fp8_param_gather;
+    m->cross_entropy = d->cross_entropy;
 }
 
 /* Every op's sharding must be the one Megatron's pattern gives it. */
@@ -372,6 +373,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->overlap_grad = !p->serial_grad_sync;
     d->fp8 = p->fp8;
     d->fp8_param_gather = p->fp8_param_gather;
+    d->cross_entropy = p->cross_entropy;
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
@@ -404,6 +406,16 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                           char *err)
 {
     const char *who = ap_launcher_name(to);
+    /* torchtitan and DeepSpeed run the user's own loss, not Megatron-Core's
+     * kernels, so a plan priced with them would promise what the launcher
+     * does not run. */
+    if (to != AP_LAUNCHER_MEGATRON && d->cross_entropy != AP_CE_UNFUSED)
+        return refuse(p, err, "%s computes the loss with the training script's own "
+                      "cross entropy, not %s the plan was priced with: export it to "
+                      "Megatron-LM, or estimate with cross_entropy=unfused", who,
+                      d->cross_entropy == AP_CE_TE
+                          ? "Transformer Engine's (--cross-entropy-fusion-impl te)"
+                          : "Megatron-Core's fused one (--cross-entropy-loss-fusion)");
     if (to == AP_LAUNCHER_MEGATRON) {
         if (d->schedule == AP_SCHED_GPIPE)
             return refuse(p, err, "%s runs 1F1B or interleaved 1F1B, not the plan's %s schedule",

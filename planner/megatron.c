@@ -42,6 +42,11 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                    const char *who, char *err)
 {
     char *end;
+    if (!strcmp(k, "cross_entropy")) {
+        if (ap_ce_impl_parse(v, &m->cross_entropy))
+            goto bad;
+        return AP_OK;
+    }
     if (!strcmp(k, "recompute")) {
         if (!strcmp(v, "none"))
             m->recompute = AP_RECOMPUTE_NONE;
@@ -64,7 +69,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
                  "first, last, fp8, account_embedding, account_loss, "
-                 "tp_overlap, etp, fp8_param_gather)", k);
+                 "tp_overlap, etp, fp8_param_gather, cross_entropy)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -91,6 +96,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
 bad:
     snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\"%s", who, v,
              !strcmp(k, "recompute") ? " (none, selective or full)"
+             : !strcmp(k, "cross_entropy") ? " (unfused, native or te)"
              : !strcmp(k, "zero") ? " (0 to 3)"
              : flag_slot(m, k) ? " (0 or 1)"
              : !strcmp(k, "sp") || !strcmp(k, "dp") ? " (an integer from 0 to 2^30)"
@@ -290,6 +296,35 @@ static int recompute_flag(const char *tok, char **save, ap_megatron *m,
     return 1;
 }
 
+/* Megatron-LM reads --cross-entropy-fusion-impl (native by default) only
+ * under --cross-entropy-loss-fusion; without it the loss is unfused
+ * whatever the implementation says. */
+typedef struct {
+    int fusion;
+    ap_ce_impl impl;
+} ce_flags;
+
+/* The two cross-entropy flags; 1 when `tok` was one, 0 when not, -1 with
+ * err set for a bad or missing value. */
+static int cross_entropy_flag(const char *tok, char **save, ce_flags *ce, char *err)
+{
+    if (!strcmp(tok, "--cross-entropy-loss-fusion")) {
+        ce->fusion = 1;
+        return 1;
+    }
+    if (strcmp(tok, "--cross-entropy-fusion-impl"))
+        return 0;
+    char *v = flag_value(tok, save, err);
+    if (!v)
+        return -1;
+    if (ap_ce_impl_parse(v, &ce->impl) || ce->impl == AP_CE_UNFUSED) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --cross-entropy-fusion-impl: bad "
+                 "value \"%.64s\" (native or te)", v);
+        return -1;
+    }
+    return 1;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[4096], who[80];
@@ -304,6 +339,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     long layers_per_chunk = 0;
     int groups = 0, gqa = 0, block = 0, per_group = 1, *shape;
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
+    ce_flags ce = {0, AP_CE_NATIVE};
     char *save = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
          tok = strtok_r(NULL, " \t\n", &save)) {
@@ -327,6 +363,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = recompute_flag(tok, &save, m, &block, &per_group, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = dropout_flag(tok, &save, drop, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = cross_entropy_flag(tok, &save, &ce, err)) < 0)
             return AP_EINPUT;
         if (!known && (shape = shape_slot(m, tok, &groups)) &&
             (known = count_value(tok, &save, shape, err)) < 0)
@@ -387,6 +425,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
                                      : "--account-for-embedding/loss-in-pipeline-split");
         return AP_EINPUT;
     }
+    if (ce.fusion)
+        m->cross_entropy = ce.impl;
     if (layers_per_chunk) /* resolved against the layer count later */
         m->vpp = (int)-layers_per_chunk;
     return AP_OK;
@@ -852,6 +892,7 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->serial_grad_sync = !m.overlap_grad;
     p->fp8 = m.fp8;
     p->fp8_param_gather = m.fp8_param_gather;
+    p->cross_entropy = m.cross_entropy;
     /* With tp = 1 there is nothing to overlap: the setting is dropped, and
      * the plan and its exports run without it (Megatron-LM turns sequence
      * parallelism off at tp = 1 and would then refuse the flag). */

@@ -134,6 +134,8 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->tp_overlap);
     if (p->fp8_param_gather)
         cJSON_AddBoolToObject(pr, "fp8_param_gather", 1);
+    if (p->cross_entropy != AP_CE_UNFUSED)
+        cJSON_AddStringToObject(pr, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
     cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
     cJSON_AddNumberToObject(pr, "model_tflops_per_gpu", p->model_tflops_per_gpu);
     cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
@@ -230,6 +232,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddBoolToObject(o, "tp_comm_overlap", 1);
     if (p->fp8_param_gather)
         cJSON_AddBoolToObject(o, "fp8_param_gather", 1);
+    if (p->cross_entropy != AP_CE_UNFUSED)
+        cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
     cJSON_AddNumberToObject(solver, "gap", p->ilp_gap);
@@ -384,6 +388,12 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                                       "no bf16 copy (--fp8-param-gather)" : "");
     else
         fprintf(f, "  precision: %s\n", ap_dtype_name(g->dtype));
+    if (p->cross_entropy == AP_CE_NATIVE)
+        fprintf(f, "  loss: Megatron-Core's fused cross entropy, torch.compile'd "
+                   "(--cross-entropy-loss-fusion)\n");
+    else if (p->cross_entropy == AP_CE_TE)
+        fprintf(f, "  loss: Transformer Engine's cross entropy, the gradient written "
+                   "into the logits (--cross-entropy-fusion-impl te)\n");
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
         char copies[96];

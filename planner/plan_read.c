@@ -495,6 +495,21 @@ static int parse_fp8_params(const reader *r, const cJSON *root, ap_plan_desc *p)
     return AP_OK;
 }
 
+/* "cross_entropy": the loss's kernels; absent is Megatron-LM's unfused
+ * default, which plans written before the field ran. */
+static int parse_cross_entropy(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    char s[32];
+    if (!field(root, "cross_entropy"))
+        return AP_OK;
+    int rc = get_string(r, root, "cross_entropy", "", s, sizeof s, 1);
+    if (rc)
+        return rc;
+    if (ap_ce_impl_parse(s, &p->cross_entropy))
+        return fail(r, "cross_entropy", "\"%s\" is not unfused, native or te", s);
+    return AP_OK;
+}
+
 static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     char format[32];
@@ -529,7 +544,7 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
     if (field(root, "tp_comm_overlap") &&
         (rc = get_bool(r, root, "tp_comm_overlap", "", &p->tp_overlap)))
         return rc;
-    if ((rc = parse_fp8_params(r, root, p)))
+    if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)))
         return rc;
     const cJSON *shape = field(root, "model_shape");
     if (shape) {

@@ -101,6 +101,8 @@ typedef struct {
      * with those after) spans: 2 when the two stages' first ranks are on
      * different nodes, else 1 (0 reads as 1). */
     int embed_group_nodes;
+    ap_ce_impl cross_entropy; /* the loss's kernels; 0 is Megatron's unfused
+                         default (ap_cost_cross_entropy_impl) */
 } ap_price_ctx;
 
 /* Whether op `op` belongs to the experts of a MoE layer, the ops an
@@ -373,6 +375,7 @@ typedef struct {
     int tp_overlap;        /* TP communication overlap (ap_price_ctx.tp_overlap) */
     int fp8_param_gather;  /* FP8 primary weights (ap_price_ctx.fp8_param_gather);
                               only with fp8 and ZeRO >= 1 */
+    ap_ce_impl cross_entropy; /* the loss's kernels (ap_price_ctx.cross_entropy) */
     int nstages;
     ap_stage *stages;
     int nclasses;
@@ -465,6 +468,8 @@ typedef struct {
     int tp_overlap;   /* --tp-comm-overlap: needs sp when tp > 1 */
     int etp;          /* --expert-tensor-parallel-size; 0 reads as tp */
     int fp8_param_gather; /* --fp8-param-gather: needs fp8 and zero >= 1 */
+    ap_ce_impl cross_entropy; /* --cross-entropy-loss-fusion with
+                         --cross-entropy-fusion-impl native (its default) or te */
     /* The model as --megatron-args describes it (--num-layers,
      * --hidden-size, --num-attention-heads, --num-query-groups under
      * --group-query-attention, --ffn-hidden-size, --seq-length,
@@ -484,7 +489,8 @@ typedef struct {
 void ap_megatron_default(ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
  * zero=1,overlap_grad=1,first=7,last=7,fp8=1,tp_overlap=1,etp=1,
- * fp8_param_gather=1" */
+ * fp8_param_gather=1,cross_entropy=te" (cross_entropy: unfused, native or
+ * te) */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
 /* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ...".
  * What a flag's absence means is Megatron-LM's default: no distributed
@@ -533,8 +539,8 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
 
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
  * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
- * first, last, fp8=1, tp_overlap=1, etp and fp8_param_gather=1 only where
- * they differ from the spec's defaults. */
+ * first, last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1 and
+ * cross_entropy only where they differ from the spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -674,6 +680,7 @@ typedef struct {
     int fp8;              /* "fp8": true; absent reads as off */
     int tp_overlap;       /* "tp_comm_overlap": true; absent reads as off */
     int fp8_param_gather; /* "fp8_param_gather": true; absent reads as off */
+    ap_ce_impl cross_entropy; /* "cross_entropy"; absent reads as unfused */
     int has_shape;
     ap_model_shape shape;
     int nstages;
@@ -717,6 +724,7 @@ typedef struct {
                          (used where first and last cannot state it) */
     int tp_overlap;   /* TP communication overlapped with GEMMs */
     int fp8_param_gather; /* FP8 primary weights, gathered in FP8 */
+    ap_ce_impl cross_entropy; /* the loss's kernels */
 } ap_degrees;
 
 /* Derives the degrees from the stages' meshes and every op's sharding, and

@@ -729,8 +729,8 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
     } else if (op->kind == AP_OP_LOSS) {
         const ap_tensor *lg = &x->g->tensors[op->inputs[0]];
         double logits = (double)lg->elems * scale / shard;
-        c->fwd = ap_cost_cross_entropy(x->c, lg->dtype, logits, 0);
-        c->bwd = ap_cost_cross_entropy(x->c, lg->dtype, logits, 1);
+        c->fwd = ap_cost_cross_entropy_impl(x->c, x->cross_entropy, lg->dtype, logits, 0);
+        c->bwd = ap_cost_cross_entropy_impl(x->c, x->cross_entropy, lg->dtype, logits, 1);
     } else if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_ROTARY) {
         /* The backward rotates the gradient back: the same traffic. */
         c->fwd = ap_cost_memop(x->c, c->flops, rotary_bytes(x, op, s));
@@ -1016,6 +1016,17 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
     }
 }
 
+/* The graph counts the fp32 softmax the loss keeps; Transformer Engine's
+ * loss keeps the gradient in the logits' dtype instead. */
+static double loss_saved_scale(const ap_price_ctx *x, const ap_op *op)
+{
+    if (op->kind != AP_OP_LOSS)
+        return 1;
+    ap_dtype dt = x->g->tensors[op->inputs[0]].dtype;
+    return ap_cost_cross_entropy_saved(x->cross_entropy, dt) /
+           ap_cost_cross_entropy_saved(AP_CE_UNFUSED, dt);
+}
+
 /* Saved activations: each saved tensor at its own shard size; op-owned
  * extras (masks, statistics) at the size of the op's output shard, or of
  * the op's own shard where they have its inputs' shape (attention's
@@ -1041,7 +1052,7 @@ static void price_saved(const ap_price_ctx *x, const ap_op *op,
         double k = op->kind == AP_OP_ATTENTION || op->kind == AP_OP_LOSS
                        ? shard_factor(x, s)
                  : op->noutputs ? tensor_split(x, s, shape_of(x, op->outputs[0])) : 1;
-        bytes += op->saved_extra * batch_scale(x) / k;
+        bytes += op->saved_extra * loss_saved_scale(x, op) * batch_scale(x) / k;
     }
     c->act_bytes = bytes;
 }

@@ -51,7 +51,10 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && m->etp && m->etp != m->tp)
         n += snprintf(buf + n, len - (size_t)n, ",etp=%d", m->etp);
     if (n >= 0 && (size_t)n < len && m->fp8_param_gather)
-        snprintf(buf + n, len - (size_t)n, ",fp8_param_gather=1");
+        n += snprintf(buf + n, len - (size_t)n, ",fp8_param_gather=1");
+    if (n >= 0 && (size_t)n < len && m->cross_entropy != AP_CE_UNFUSED)
+        snprintf(buf + n, len - (size_t)n, ",cross_entropy=%s",
+                 ap_ce_impl_name(m->cross_entropy));
 }
 
 /* A growing list of candidate configurations. */

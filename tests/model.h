@@ -94,9 +94,9 @@ static inline int ap_test_megatron_plan(const ap_graph *g, int gpus, const char 
 
 /* The context stage s of plan p was priced in (ap_plan_evaluate): each mesh
  * replica's share of the micro-batch, and the plan's ZeRO stage, precision,
- * TP overlap, gradient-sync mode, FP8 weights and whether the head runs
- * apart from the embedding, as price_stage sets them. Designated fields,
- * so that a field added later stays 0. */
+ * TP overlap, gradient-sync mode, FP8 weights, loss kernels and whether
+ * the head runs apart from the embedding, as price_stage sets them.
+ * Designated fields, so that a field added later stays 0. */
 static inline ap_price_ctx ap_test_stage_ctx(const ap_graph *g, const ap_cluster *c,
                                              const ap_plan *p, int s)
 {
@@ -106,7 +106,8 @@ static inline ap_price_ctx ap_test_stage_ctx(const ap_graph *g, const ap_cluster
                       .batch = p->micro_batch / replicas, .nmicro = p->nmicro,
                       .zero = p->zero, .fp8 = p->fp8, .tp_overlap = p->tp_overlap,
                       .serial_grad = p->serial_grad_sync,
-                      .fp8_param_gather = p->fp8_param_gather};
+                      .fp8_param_gather = p->fp8_param_gather,
+                      .cross_entropy = p->cross_entropy};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     return x;
 }
