@@ -96,12 +96,12 @@ static const attn_rates fa3_cudnn_h100 = {
  * H200 and H800, which have the H100's GH100 compute die, clocks and 700 W
  * limit; nothing carries it to the B200. */
 static const training_rate hopper_rate = {
-    0.8829, 12.91,
+    0.8812, 12.91,
     "NeMo 24.09 Llama 3.1 8B on 8 H100 SXM, BF16, tp 1 cp 2 (DGX Cloud "
     "benchmarking recipe): 12.91 s per step",
 };
 static const training_rate ampere_rate = {
-    0.7271, 3.528,
+    0.7263, 3.528,
     "Megatron-LM GPT 1.7B on 32 A100 80GB, tp 1, full recomputation "
     "(Narayanan et al. 2021, Table 1): 137 TFLOP/s per GPU, 3.528 s per step",
 };

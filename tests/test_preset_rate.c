@@ -12,8 +12,8 @@
 #include "model.h"
 #include "profiler/profiler.h"
 
-#define HOPPER 0.8829
-#define AMPERE 0.7271
+#define HOPPER 0.8812
+#define AMPERE 0.7263
 
 static ap_cluster preset(const char *name, int gpus)
 {
