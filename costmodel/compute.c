@@ -272,15 +272,16 @@ double ap_cost_cross_entropy(const ap_cluster *c, ap_dtype dt, double logits,
 }
 
 static const char *const ce_names[] = {"unfused", "native", "te"};
+#define CE_IMPLS ((int)(sizeof ce_names / sizeof ce_names[0]))
 
 const char *ap_ce_impl_name(ap_ce_impl impl)
 {
-    return (unsigned)impl < 3 ? ce_names[impl] : "unfused";
+    return (int)impl >= 0 && (int)impl < CE_IMPLS ? ce_names[impl] : "unfused";
 }
 
 int ap_ce_impl_parse(const char *name, ap_ce_impl *out)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < CE_IMPLS; i++)
         if (!strcmp(name, ce_names[i])) {
             *out = (ap_ce_impl)i;
             return 0;

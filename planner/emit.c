@@ -204,10 +204,8 @@ static void megatron_model(sbuf *b, const ap_model_shape *s)
     if (!s->linear_bias)
         put(b, "  --disable-bias-linear\n");
     /* Megatron-LM's default is 0.1 for both: say what the plan priced. */
-    if (s->hidden_dropout >= 0)
-        put(b, "  --hidden-dropout %g\n", s->hidden_dropout);
-    if (s->attention_dropout >= 0)
-        put(b, "  --attention-dropout %g\n", s->attention_dropout);
+    put(b, "  --hidden-dropout %g\n  --attention-dropout %g\n", s->hidden_dropout,
+        s->attention_dropout);
     if (s->dtype == AP_BF16)
         put(b, "  --bf16\n");
     else if (s->dtype == AP_FP16)

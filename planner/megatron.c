@@ -635,36 +635,28 @@ static int check_fp8_params(const ap_megatron *m, char *err)
     return AP_OK;
 }
 
-/* The size of the model's dimension of `kind`, or 0 when it has none. */
-static long long dim_size(const ap_graph *g, ap_dim_kind kind)
-{
-    char l = ap_graph_label_of(g, kind);
-    return l ? (long long)ap_graph_dim(g, l)->size : 0;
-}
-
-/* The model flags of --megatron-args against the model: a flag given and a
- * dimension the model has must agree. The FFN is compared only for dense
- * models, whose one FFN dimension is Megatron's --ffn-hidden-size. */
+/* The model flags of --megatron-args against the model's shape as the
+ * exports state it (ap_model_shape_of): a flag given must agree. The FFN is
+ * compared only for dense models, whose one FFN dimension is Megatron's
+ * --ffn-hidden-size. */
 static int check_shape(const ap_graph *g, const ap_megatron *m, char *err)
 {
-    int moe = ap_graph_label_of(g, AP_DIM_EXPERTS) != 0;
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
     const struct {
         const char *flag, *what, *hint;
         int given;
         long long model;
     } f[] = {
-        {"--num-layers", "layers", "", m->shape.layers, g->nlayers},
-        {"--hidden-size", "hidden size", "", m->shape.hidden, dim_size(g, AP_DIM_HIDDEN)},
-        {"--num-attention-heads", "attention heads", "", m->shape.heads,
-         dim_size(g, AP_DIM_HEADS)},
-        {"--num-query-groups", "KV heads", "", m->shape.groups,
-         dim_size(g, AP_DIM_KV_HEADS)},
-        {"--ffn-hidden-size", "FFN size", "", moe ? 0 : m->shape.ffn,
-         dim_size(g, AP_DIM_FFN)},
+        {"--num-layers", "layers", "", m->shape.layers, s.layers},
+        {"--hidden-size", "hidden size", "", m->shape.hidden, s.hidden},
+        {"--num-attention-heads", "attention heads", "", m->shape.heads, s.heads},
+        {"--num-query-groups", "KV heads", "", m->shape.groups, s.kv_heads},
+        {"--ffn-hidden-size", "FFN size", "", s.experts ? 0 : m->shape.ffn, s.ffn},
         {"--seq-length", "tokens per sequence",
          " (a graph is built at one length: --seq, or `autopar graph --seq`)",
-         m->shape.seq, dim_size(g, AP_DIM_SEQ)},
-        {"--num-experts", "experts", "", m->shape.experts, dim_size(g, AP_DIM_EXPERTS)},
+         m->shape.seq, s.seq},
+        {"--num-experts", "experts", "", m->shape.experts, s.experts},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (!f[i].given || f[i].given == f[i].model)

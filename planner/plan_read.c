@@ -396,7 +396,7 @@ static int parse_rotary(const reader *r, const cJSON *o, int rotary, ap_model_sh
 }
 
 /* The dropout probabilities came later still: a plan without them reads as
- * -1, and its exports say nothing about dropout, as they did. */
+ * -1 (unknown). Exports state the dropout of the model they reload. */
 static int parse_dropout(const reader *r, const cJSON *o, ap_model_shape *s)
 {
     const char *names[] = {"hidden_dropout", "attention_dropout"};
