@@ -26,11 +26,11 @@ static const char usage_text[] =
     "                         account_embedding=0|1,account_loss=0|1,\n"
     "                         tp_overlap=0|1,fp8_param_gather=0|1,\n"
     "                         cross_entropy=unfused|native|te (see `autopar\n"
-    "                         estimate --help`); fp8_param_gather=1 and a fused\n"
-    "                         cross_entropy price your configuration alone;\n"
-    "                         with fp8=1 autopar's plan and the sweep are priced\n"
-    "                         in FP8 too, with tp_overlap=1 with TP communication\n"
-    "                         overlapped with GEMMs (where sp is on)\n"
+    "                         estimate --help`); fp8_param_gather=1 prices your\n"
+    "                         configuration alone; with fp8=1 autopar's plan and\n"
+    "                         the sweep are priced in FP8 too, with tp_overlap=1\n"
+    "                         with TP communication overlapped with GEMMs (where\n"
+    "                         sp is on), and with your cross_entropy's loss\n"
     "  --megatron-args FLAGS  the real flags (see `autopar estimate --help`)\n"
     "  --sweep                also price every valid Megatron configuration and\n"
     "                         show the fastest that fits\n"
@@ -273,6 +273,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.progress = progress;
     po.fp8 = o->m.fp8; /* all sides in the configuration's precision */
     po.tp_overlap = o->m.tp_overlap;
+    po.cross_entropy = o->m.cross_entropy;
     rc = ap_plan_search(g, c, &po, &ours, err);
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
@@ -291,6 +292,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         so.progress = progress;
         so.fp8 = o->m.fp8;
         so.tp_overlap = o->m.tp_overlap;
+        so.cross_entropy = o->m.cross_entropy;
         rc = ap_sweep(g, c, &so, &sw, err);
         if (rc)
             fprintf(stderr, "autopar compare: sweep: %s\n", err);

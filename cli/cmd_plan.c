@@ -14,7 +14,7 @@ static const char usage_text[] =
     "                    [--dropout on|off]\n"
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
-    "                    [--fp8] [--tp-comm-overlap]\n"
+    "                    [--fp8] [--tp-comm-overlap] [--cross-entropy IMPL]\n"
     "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
     "\n"
     "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
@@ -57,6 +57,11 @@ static const char usage_text[] =
     "                       Megatron-LM's --tp-comm-overlap runs them (Transformer\n"
     "                       Engine userbuffers); all-reduces stay exposed;\n"
     "                       plan.json records it\n"
+    "  --cross-entropy IMPL the loss's kernels: unfused (Megatron-LM's default),\n"
+    "                       native (--cross-entropy-loss-fusion) or te (with\n"
+    "                       --cross-entropy-fusion-impl te); a fused loss is\n"
+    "                       Megatron-LM's own, so it does not combine with\n"
+    "                       --target torchtitan or deepspeed; plan.json records it\n"
     "  --quiet              no progress on stderr\n";
 
 /* --target: the fastest configuration of the launcher that fits, from the
@@ -72,6 +77,7 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
     so.progress = o->progress;
     so.fp8 = o->fp8;
     so.tp_overlap = o->tp_overlap;
+    so.cross_entropy = o->cross_entropy;
     ap_sweep_result r;
     char err[AP_ERR_LEN];
     int rc = ap_sweep(g, c, &so, &r, err);
@@ -131,6 +137,13 @@ int ap_cmd_plan(int argc, char **argv)
             o.fp8 = 1;
         } else if (!strcmp(a, "--tp-comm-overlap")) {
             o.tp_overlap = 1;
+        } else if (!strcmp(a, "--cross-entropy") && v) {
+            if (ap_ce_impl_parse(v, &o.cross_entropy)) {
+                fprintf(stderr, "autopar plan: --cross-entropy: bad value \"%.64s\" "
+                        "(unfused, native or te)\n", v);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--target") && v) {
             char err[AP_ERR_LEN];
             if (ap_launcher_from_name(v, &target, err)) {

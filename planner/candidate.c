@@ -27,6 +27,7 @@ typedef struct {
     ap_zero zero;     /* the optimizer-state sharding the points are priced at */
     int fp8;          /* linear layers in FP8 */
     int tp_overlap;   /* TP collectives overlapped with GEMMs */
+    ap_ce_impl cross_entropy; /* the loss's kernels */
 } config;
 
 typedef struct {
@@ -111,6 +112,7 @@ static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
+                      .cross_entropy = cf->cross_entropy,
                       .embed_group_nodes = embed_group_nodes(cf)};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -206,6 +208,7 @@ static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
+                      .cross_entropy = cf->cross_entropy,
                       .embed_group_nodes = embed_group_nodes(cf)};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
@@ -278,6 +281,7 @@ static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
     p->zero = cf->zero;
     p->fp8 = cf->fp8;
     p->tp_overlap = cf->tp_overlap;
+    p->cross_entropy = cf->cross_entropy;
     p->nstages = cf->p;
     p->nclasses = cf->m->nclasses;
     p->stages = calloc((size_t)cf->p, sizeof *p->stages);
@@ -355,6 +359,7 @@ static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *
     cf->limit = s->limit;
     cf->fp8 = s->o->fp8;
     cf->tp_overlap = s->o->tp_overlap;
+    cf->cross_entropy = s->o->cross_entropy;
     cf->cnt = s->cnt;
     cf->zero = AP_ZERO_1;
     ap_mesh_init(&cf->mesh, k->d0, k->d1, 0, s->c->gpus_per_node);
@@ -425,6 +430,7 @@ static void reprice(config *cf, ap_zero zero)
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
+                      .cross_entropy = cf->cross_entropy,
                       .embed_group_nodes = embed_group_nodes(cf)};
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {

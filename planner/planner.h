@@ -413,6 +413,8 @@ typedef struct {
     int progress;         /* print progress to stderr when slow */
     int fp8;              /* price linear layers in FP8 (--fp8) */
     int tp_overlap;       /* price --tp-comm-overlap (--tp-comm-overlap) */
+    ap_ce_impl cross_entropy; /* the loss's kernels (--cross-entropy); 0:
+                             Megatron's unfused default */
 } ap_plan_opts;
 
 void ap_plan_opts_default(ap_plan_opts *o);
@@ -559,6 +561,8 @@ typedef struct {
     int fp8;             /* every configuration with linear layers in FP8 */
     int tp_overlap;      /* every configuration with TP communication overlap
                             (configurations with tp > 1 and no sp are left out) */
+    ap_ce_impl cross_entropy; /* every configuration's loss kernels; a fused
+                            loss only for Megatron-LM */
 } ap_sweep_opts;
 
 void ap_sweep_opts_default(ap_sweep_opts *o);

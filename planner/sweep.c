@@ -350,10 +350,17 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     }
     if (o->fp8 && ap_fp8_check(c, err))
         return AP_EINPUT;
+    if (o->cross_entropy != AP_CE_UNFUSED && o->launcher != AP_LAUNCHER_MEGATRON) {
+        snprintf(err, AP_ERR_LEN, "sweep: cross_entropy=%s: %s computes the loss with "
+                 "the training script's own cross entropy, not Megatron-Core's fused "
+                 "kernels", ap_ce_impl_name(o->cross_entropy), ap_launcher_name(o->launcher));
+        return AP_EINPUT;
+    }
     list l = {0};
     int n = 0, rc = enumerate(&s, &l);
     for (long i = 0; i < l.n; i++) {
         l.v[i].fp8 = o->fp8;
+        l.v[i].cross_entropy = o->cross_entropy;
         /* Megatron-LM refuses the overlap without sequence parallelism, so
          * such configurations run without it. */
         l.v[i].tp_overlap = o->tp_overlap && l.v[i].tp > 1 && l.v[i].sp;

@@ -50,6 +50,27 @@ out=$("$bin" export "$tmp/plan.json" --to torchtitan 2>&1)
 [ $? -eq 2 ] && case "$out" in *"own cross entropy"*) true ;; *) false ;; esac && ok ||
     bad "torchtitan export of a fused loss: $out"
 
+# The planner's own plans and compare's autopar column: the same setting.
+pl() { "$bin" plan "$model" --gpus 8 --global-batch 64 --quiet --json "$@"; }
+pl >"$tmp/pu" 2>&1 || bad "plan: $(cat "$tmp/pu")"
+pl --cross-entropy te >"$tmp/pt" 2>&1 || bad "plan --cross-entropy te: $(cat "$tmp/pt")"
+grep -q '"cross_entropy":.*"te"' "$tmp/pt" && ! grep -q cross_entropy "$tmp/pu" && ok ||
+    bad "plan --cross-entropy te records it in plan.json"
+awk -v u="$(st "$tmp/pu")" -v t="$(st "$tmp/pt")" 'BEGIN { exit !(t < u) }' && ok ||
+    bad "plan --cross-entropy te plans a faster step"
+out=$(pl --cross-entropy te --target torchtitan 2>&1)
+[ $? -eq 2 ] && case "$out" in *"own cross entropy"*) true ;; *) false ;; esac && ok ||
+    bad "plan --target torchtitan with a fused loss: $out"
+out=$(pl --cross-entropy fast 2>&1)
+[ $? -eq 2 ] && case "$out" in *'--cross-entropy: bad value "fast"'*) true ;; *) false ;; esac &&
+    ok || bad "plan --cross-entropy fast: $out"
+"$bin" compare "$model" --gpus 8 --quiet --json --megatron "$spec,cross_entropy=te" \
+    >"$tmp/cmp" 2>&1 || bad "compare: $(cat "$tmp/cmp")"
+# The second prediction is the autopar column's ("yours" comes first).
+ours=$(grep -o '"step_time_s":[^,]*' "$tmp/cmp" | sed -n '2s/[^0-9]*\([0-9.e+-]*\).*/\1/p')
+awk -v c="$ours" -v t="$(st "$tmp/pt")" 'BEGIN { exit !(c != "" && c == t) }' && ok ||
+    bad "compare's autopar column is planned with the configuration's loss ($ours vs $(st "$tmp/pt"))"
+
 # Refusals: exit code 2 and the key or flag named.
 refused() { # what expected-text estimate-arguments...
     what=$1 want=$2
