@@ -5,11 +5,15 @@
 #   sh bench/validate.sh build/autopar [runs.json]
 #
 # Every run is priced with the preset of its GPU and the Megatron-LM
-# configuration it used; nothing is fitted to the table. Each preset's
-# tensor-core rate comes from one published step (costmodel/preset.c): that
-# run is marked "anchor" and left out of the statistics, and --calibrated
-# derives the rate again from the run a fixed rule picks (anchors_of), to
-# show whether the preset's factor is still the one its run gives. A run
+# configuration it used. Each preset's tensor-core rate is the median of the
+# rates the GPU's published BF16 runs imply (costmodel/preset.c): every BF16
+# run is calibrated on its published step (`autopar calibrate`), and the
+# lower median of those factors is the preset's. So that no run is priced
+# with a rate it helped make, each BF16 run is priced at the median of the
+# OTHER BF16 runs of its GPU (leave one out); FP8 runs and GPUs without BF16
+# runs are priced at the preset. --calibrated prices the FP8 runs at the
+# median derived here instead of the preset's, to show what a stale preset
+# changes. A run
 # measured in FP8 carries
 # fp8=1 in its configuration (linear layers in FP8 as Transformer Engine runs
 # them). A run that autopar refuses is printed with its error and left out of
@@ -170,20 +174,38 @@ def calibrate(run, pub_t, out):
     return None
 
 
-def anchors_of(runs, priced):
-    """Per GPU, the run its rate is calibrated on: chosen before
-    looking at any published figure, as the BF16 run whose predicted step
-    at the preset is most compute (ties: the first listed), so that the
-    factor scales as much of the step as it can."""
-    best = {}
+def rate_runs(runs, priced):
+    """Per GPU, the indices of the BF16 runs whose published steps its
+    tensor-core rate is derived from: every priced run measured and priced
+    in BF16."""
+    out = {}
     for i, run in enumerate(runs):
-        r = priced[i]
-        if r is None or is_fp8(run) or run.get("precision", "bf16") != "bf16":
+        if priced[i] is None or is_fp8(run) or run.get("precision", "bf16") != "bf16":
             continue
-        share = r[0]["breakdown"]["compute_s"] / r[0]["step_time_s"]
-        if run["gpu"] not in best or share > best[run["gpu"]][1]:
-            best[run["gpu"]] = (i, share)
-    return {gpu: i for gpu, (i, _) in best.items()}
+        out.setdefault(run["gpu"], []).append(i)
+    return out
+
+
+def median_low(xs):
+    """The lower median, so that the rate is one run's own."""
+    xs = sorted(xs)
+    return xs[(len(xs) - 1) // 2]
+
+
+def cluster_at(template, factor, out):
+    """The calibrated cluster file `template` with its tensor-core rate set
+    to `factor` times the kernel figures instead of its own."""
+    with open(template) as f:
+        d = json.load(f)
+    own = d["calibration"]["scale"]
+    for k in ("gemm_efficiency", "gemm_efficiency_fp8", "attention_efficiency",
+              "attention_backward_efficiency"):
+        if k in d["gpu"]:
+            d["gpu"][k] = d["gpu"][k] / own * factor
+    d["calibration"]["scale"] = factor
+    with open(out, "w") as f:
+        json.dump(d, f)
+    return out
 
 
 with open(runs_path) as f:
@@ -197,32 +219,46 @@ for run in runs:
 
 # The runs the presets' tensor-core rates were derived from
 # (costmodel/preset.c): priced like the others, left out of the statistics.
-sources = {run["gpu"]: i for i, run in enumerate(runs) if run.get("preset_rate_source")}
-anchors, calibrated = dict(sources), {}
+# Each BF16 run calibrated on its own published step: the factor it implies.
+groups = rate_runs(runs, priced)
 caldir = tempfile.mkdtemp(prefix="autopar-validate-")
-if mode == "calibrated":
-    anchors = anchors_of(runs, priced)
-    for gpu, i in sorted(anchors.items()):
-        if sources.get(gpu) != i:
-            print(f"{gpu}: the rule picks {runs[i]['name']}, but the preset's rate "
-                  f"comes from another run: mark the rule's run preset_rate_source "
-                  f"and derive the rate on it", file=sys.stderr)
-    for gpu, i in sorted(anchors.items()):
-        out = os.path.join(caldir, gpu + ".json")
+factor, calfile = {}, {}
+for gpu, idx in sorted(groups.items()):
+    for i in idx:
+        out = os.path.join(caldir, f"run{i}.json")
         err = calibrate(runs[i], priced[i][1], out)
         if err:
             print(f"calibrate on {runs[i]['name']}: {err}", file=sys.stderr)
             shutil.rmtree(caldir)
             sys.exit(1)
-        calibrated[gpu] = out
         with open(out) as f:
-            scale = json.load(f)["calibration"]["scale"]
-        print(f"{gpu}: calibrated on {runs[i]['name']} (its published step), "
-              f"tensor-core rate x{scale:.4f} of the kernel figures")
-    print()
-    for i, run in enumerate(runs):
-        if run["gpu"] in calibrated and anchors[run["gpu"]] != i:
-            priced[i], errors[i] = price(run, calibrated[run["gpu"]])
+            factor[i] = json.load(f)["calibration"]["scale"]
+        calfile[i] = out
+held_out = {}
+for gpu, idx in sorted(groups.items()):
+    rate = median_low([factor[i] for i in idx])
+    mid = min(idx, key=lambda i: (abs(factor[i] - rate), i))
+    preset = priced[idx[0]][0].get("cluster_rate_scale", 0)
+    print(f"{gpu}: {len(idx)} BF16 runs imply x{min(factor[i] for i in idx):.4f} to "
+          f"x{max(factor[i] for i in idx):.4f} of the kernel figures; median "
+          f"x{rate:.4f} ({runs[mid]['name']}); the preset has x{preset:.4f}")
+    if abs(rate - preset) > 5e-5 or not runs[mid].get("preset_rate_source"):
+        print(f"{gpu}: the preset is stale: set its rate to x{rate:.4f} from "
+              f"{runs[mid]['name']} (costmodel/preset.c) and mark that run "
+              f"preset_rate_source", file=sys.stderr)
+    # Each BF16 run at the median of the others'; FP8 runs at the preset,
+    # or with --calibrated at the median derived here.
+    for i in idx:
+        f = median_low([factor[j] for j in idx if j != i]) if len(idx) > 1 else factor[i]
+        held_out[i] = f
+        priced[i], errors[i] = price(runs[i], cluster_at(calfile[i], f,
+                                                        os.path.join(caldir, f"held{i}.json")))
+    if mode == "calibrated":
+        at = cluster_at(calfile[mid], rate, os.path.join(caldir, gpu + ".json"))
+        for i, run in enumerate(runs):
+            if run["gpu"] == gpu and i not in held_out:
+                priced[i], errors[i] = price(run, at)
+print()
 shutil.rmtree(caldir)
 
 rows, stats = [], {}
@@ -238,12 +274,11 @@ for i, run in enumerate(runs):
     b = pred["breakdown"]
     fp8 = is_fp8(run)
     counted = run.get("precision", "bf16") == ("fp8" if fp8 else "bf16")
-    anchor = anchors.get(run["gpu"]) == i
-    if counted and not anchor:
+    if counted:
         stats.setdefault(run["gpu"], []).append((e, run["name"]))
     rows.append([run["name"], run["gpu"], f"{fmt(pub_x)} {unit}", f"{fmt(pred_x)}",
                  f"{pub_t:.3f}", f"{t:.3f}",
-                 (f"anchor {e:+.1f}%" if anchor else f"{e:+.1f}%") +
+                 f"{e:+.1f}%" + (" h" if i in held_out else "") +
                  ("" if counted else " *") +
                  (" fp8" if fp8 else ""),
                  f"{100 * b['compute_s'] / t:.0f}/{100 * b['communication_s'] / t:.0f}"
@@ -261,11 +296,9 @@ for r in rows:
 print()
 print("error = (predicted step - published step) / published step; negative: autopar is optimistic")
 print("fp8: measured in FP8 and priced with fp8=1 (docs/cost-model.md, FP8)")
-if anchors and mode == "calibrated":
-    print("anchor: the run each GPU's rate was calibrated on; left out of the statistics")
-elif anchors:
-    print("anchor: the run each preset's tensor-core rate was derived from "
-          "(costmodel/preset.c); left out of the statistics")
+print("h: a BF16 run, priced at the median rate of its GPU's other BF16 runs (held out);")
+print("   the others at the preset's rate (the median of all of them)"
+      + (", or with --calibrated at the median derived above" if mode == "calibrated" else ""))
 if any(r[6].endswith("*") or " * " in r[6] for r in rows if len(r) > 4):
     print("* measured in another precision than priced: shown, not in the statistics")
 allrows = []

@@ -329,16 +329,16 @@ void ap_plan_format_micro_batches(const ap_graph *g, const ap_plan *p,
 }
 
 /* How far the absolute numbers can be trusted depends on where the
- * cluster's rates came from: a preset's tensor-core rate is scaled to one
- * published training step where it has one (docs/cluster-format.md), and
+ * cluster's rates came from: a preset's tensor-core rate is scaled to the
+ * median of published training steps where it has them (docs/cluster-format.md), and
  * otherwise runs fast against measured steps (docs/validation.md); either
  * way it was not measured on the reader's GPUs. */
 void ap_plan_print_basis(const ap_plan *p, FILE *f)
 {
     if (!strcmp(p->cluster_basis, "preset") && p->rate_scale > 0)
         fprintf(f, "  prices: the %s preset (datasheet peaks at published kernel "
-                   "efficiencies, the tensor-core rate x%.3f as measured in a published "
-                   "training step: %s); not measured on your GPUs: `autopar profile` or "
+                   "efficiencies, the tensor-core rate x%.3f that published training "
+                   "steps imply, %s); not measured on your GPUs: `autopar profile` or "
                    "`autopar calibrate` for yours\n",
                 p->cluster, p->rate_scale, p->rate_from);
     else if (!strcmp(p->cluster_basis, "preset"))
