@@ -122,6 +122,8 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         out->comm_bwd += c.bwd_comm;
         out->grad_sync += c.grad_sync;
         out->tied_sync += c.tied_sync;
+        out->param_sync += c.param_sync;
+        out->param_buckets += c.param_buckets;
         out->param_bytes += c.param_bytes;
         out->fp8_weight_bytes += c.fp8_weight_bytes;
         out->act_bytes += c.act_bytes;

@@ -160,6 +160,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --use-distributed-optimizer\n");
     if (d->overlap_grad)
         put(b, "  --overlap-grad-reduce\n");
+    if (d->overlap_param)
+        put(b, "  --overlap-param-gather\n");
     if (d->fp8)
         put(b, "  --fp8-format hybrid\n");
     if (d->fp8_param_gather)

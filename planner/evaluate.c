@@ -42,6 +42,8 @@ static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
     add_kinds(&st->kinds, &bp->kbwd, times);
     st->grad_sync += bp->grad_sync * times;
     st->tied_sync += bp->tied_sync * times;
+    st->param_sync += bp->param_sync * times;
+    st->param_buckets += bp->param_buckets * times;
     st->param_bytes += bp->param_bytes * times;
     st->fp8_weight_bytes += bp->fp8_weight_bytes * times;
     st->flops += bp->flops * times;
@@ -104,6 +106,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                       .cross_entropy = p->cross_entropy};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = st->tied_sync = 0;
+    st->param_sync = st->param_buckets = 0;
     st->param_bytes = st->act_bytes = st->flops = st->fp8_weight_bytes = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
     double largest_layer_act = 0;
@@ -200,23 +203,50 @@ static double optimizer_time(const ap_cluster *c, const ap_stage *st)
     return ap_cost_memop(c, states, 2 * states);
 }
 
+/* The exposed part of the stage's parameter all-gather. Without
+ * --overlap-param-gather Megatron-LM's distributed optimizer gathers every
+ * bucket right after the step, synchronously: all of it. With it, the next
+ * iteration's forward pre-hooks do it: the first module to run finds its
+ * bucket not dispatched, dispatches it and waits (exposed), and each wait
+ * dispatches the next bucket, whose gather then runs beside the forward of
+ * the layers in the bucket before it (param_and_grad_buffer.py,
+ * finish_param_sync). With A the gather, n its buckets and F the stage's
+ * forward of the first micro-batch, spread evenly over the buckets, each of
+ * the n - 1 later buckets waits max(0, A/n - F/n):
+ *   exposed = A/n + max(0, (n - 1)/n * (A - F)).
+ * Later micro-batches find their parameters gathered. */
+static double param_gather_exposed(const ap_plan *p, const ap_stage *st)
+{
+    double a = st->param_sync;
+    if (a <= 0 || p->serial_param_gather || p->zero != AP_ZERO_1)
+        return a;
+    double n = fmax(1, ceil(st->param_buckets - 1e-9));
+    return a / n + fmax(0, (n - 1) / n * (a - st->fwd));
+}
+
 static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                     const ap_pipe_result *r)
 {
     double sync = 0, opt = 0, mem = 0, p2p = 0, sync_total = 0, tied = 0;
+    double gather = 0, gather_total = 0;
     int slow = 0;
     for (int i = 0; i < p->nstages; i++) {
         ap_stage *st = &p->stages[i];
         /* Gradient reduction overlaps the last micro-batch's backward, or
          * waits for it to end (Megatron-LM without --overlap-grad-reduce).
          * The embedding group's all-reduce of tied weights follows it
-         * (finalize_model_grads), hidden behind nothing. */
-        double dp = st->grad_sync - st->tied_sync;
-        st->grad_sync_exposed = st->tied_sync + (p->serial_grad_sync ? dp
-                                                 : fmax(0, dp - st->bwd));
+         * (finalize_model_grads), hidden behind nothing. The parameter
+         * all-gather comes after the step (param_gather_exposed). */
+        double dp = fmax(0, st->grad_sync - st->tied_sync - st->param_sync);
+        st->param_sync_exposed = param_gather_exposed(p, st);
+        st->grad_sync_exposed = st->tied_sync + st->param_sync_exposed +
+                                (p->serial_grad_sync ? dp : fmax(0, dp - st->bwd));
         st->optimizer = optimizer_time(c, st);
-        if (st->grad_sync_exposed > sync)
+        if (st->grad_sync_exposed > sync) {
             tied = st->tied_sync;
+            gather = st->param_sync_exposed;
+            gather_total = st->param_sync;
+        }
         sync = fmax(sync, st->grad_sync_exposed);
         sync_total = fmax(sync_total, st->grad_sync);
         opt = fmax(opt, st->optimizer);
@@ -234,6 +264,8 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     p->t_grad_sync = sync;
     p->t_grad_sync_total = sync_total;
     p->t_tied_sync = tied;
+    p->t_param_sync = gather;
+    p->t_param_sync_total = gather_total;
     p->t_p2p = p2p;
     memset(&p->t_kinds, 0, sizeof p->t_kinds);
     add_kinds(&p->t_kinds, &b->kinds, p->nmicro);

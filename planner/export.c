@@ -241,6 +241,7 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->recompute = d->recompute;
     m->zero = d->zero;
     m->overlap_grad = d->overlap_grad;
+    m->overlap_param = d->overlap_param;
     m->first = d->first;
     m->last = d->last;
     m->fp8 = d->fp8;
@@ -371,6 +372,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->vpp = p->vchunks;
     d->schedule = p->schedule;
     d->overlap_grad = !p->serial_grad_sync;
+    d->overlap_param = !p->serial_param_gather && p->zero == AP_ZERO_1 && d->overlap_grad;
     d->fp8 = p->fp8;
     d->fp8_param_gather = p->fp8_param_gather;
     d->cross_entropy = p->cross_entropy;

@@ -22,12 +22,21 @@ void ap_megatron_default(ap_megatron *m)
     m->gbs = 512;
     m->zero = AP_ZERO_1;
     m->overlap_grad = 1;
+    m->overlap_param = -1;
+}
+
+int ap_megatron_overlap_param(const ap_megatron *m)
+{
+    if (m->overlap_param >= 0)
+        return m->overlap_param;
+    return m->overlap_grad && m->zero == AP_ZERO_1;
 }
 
 /* The 0-or-1 settings of the spec. */
 static int *flag_slot(ap_megatron *m, const char *k)
 {
     return !strcmp(k, "overlap_grad") ? &m->overlap_grad
+         : !strcmp(k, "overlap_param") ? &m->overlap_param
          : !strcmp(k, "fp8") ? &m->fp8
          : !strcmp(k, "account_embedding") ? &m->account_embedding
          : !strcmp(k, "account_loss") ? &m->account_loss
@@ -68,7 +77,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     if (!slot && !flag && strcmp(k, "gbs") && strcmp(k, "zero")) {
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
-                 "first, last, fp8, account_embedding, account_loss, "
+                 "overlap_param, first, last, fp8, account_embedding, account_loss, "
                  "tp_overlap, etp, fp8_param_gather, cross_entropy)", k);
         return AP_EINPUT;
     }
@@ -304,6 +313,18 @@ typedef struct {
     ap_ce_impl impl;
 } ce_flags;
 
+/* --overlap-param-gather; 1 when `tok` was it, 0 when not. Megatron-LM's
+ * --overlap-param-gather-with-optimizer-step is read past: it only hides
+ * the first bucket's gather behind the step for the interleaved schedule,
+ * which this model does not price apart. */
+static int param_gather_flag(const char *tok, ap_megatron *m)
+{
+    if (strcmp(tok, "--overlap-param-gather"))
+        return 0;
+    m->overlap_param = 1;
+    return 1;
+}
+
 /* The two cross-entropy flags; 1 when `tok` was one, 0 when not, -1 with
  * err set for a bad or missing value. */
 static int cross_entropy_flag(const char *tok, char **save, ce_flags *ce, char *err)
@@ -336,6 +357,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     /* Megatron's defaults without the flags */
     m->zero = AP_ZERO_NONE;
     m->overlap_grad = 0;
+    m->overlap_param = 0;
     long layers_per_chunk = 0;
     int groups = 0, gqa = 0, block = 0, per_group = 1, *shape;
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
@@ -358,6 +380,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         }
         if (!known && (known = fp8_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
+        if (!known)
+            known = param_gather_flag(tok, m);
         if (!known && (known = tp_overlap_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = recompute_flag(tok, &save, m, &block, &per_group, err)) < 0)
@@ -635,6 +659,28 @@ static int check_fp8_params(const ap_megatron *m, char *err)
     return AP_OK;
 }
 
+/* Megatron-LM's assertions on --overlap-param-gather (arguments.py): the
+ * pre-hooks gather the distributed optimizer's buckets, and they are
+ * dispatched only once the gradient reduction has been overlapped. */
+static int check_param_gather(const ap_megatron *m, char *err)
+{
+    if (!ap_megatron_overlap_param(m))
+        return AP_OK;
+    if (m->zero != AP_ZERO_1) {
+        snprintf(err, AP_ERR_LEN, "overlap_param: --overlap-param-gather is only "
+                 "supported with the distributed optimizer (zero=1, "
+                 "--use-distributed-optimizer), as Megatron-LM asserts; the "
+                 "configuration has zero=%d", (int)m->zero);
+        return AP_EINPUT;
+    }
+    if (!m->overlap_grad) {
+        snprintf(err, AP_ERR_LEN, "overlap_param: --overlap-param-gather needs "
+                 "--overlap-grad-reduce (overlap_grad=1), as Megatron-LM asserts");
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
 /* The model flags of --megatron-args against the model's shape as the
  * exports state it (ap_model_shape_of): a flag given must agree. The FFN is
  * compared only for dense models, whose one FFN dimension is Megatron's
@@ -720,7 +766,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
         return AP_EINPUT;
     }
     rc = check_fp8_params(m, err);
-    if (rc || (rc = check_split(m, L, err)))
+    if (rc || (rc = check_param_gather(m, err)) || (rc = check_split(m, L, err)))
         return rc;
     double micro = (double)m->mbs * m->dp;
     if (fmod(m->gbs, micro)) {
@@ -882,6 +928,7 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->vchunks = m.vpp;
     p->zero = m.zero;
     p->serial_grad_sync = !m.overlap_grad;
+    p->serial_param_gather = !ap_megatron_overlap_param(&m);
     p->fp8 = m.fp8;
     p->fp8_param_gather = m.fp8_param_gather;
     p->cross_entropy = m.cross_entropy;

@@ -160,6 +160,8 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddNumberToObject(k, "pipeline_send_recv_s", p->t_p2p);
     cJSON_AddNumberToObject(k, "grad_sync_total_s", p->t_grad_sync_total);
     cJSON_AddNumberToObject(k, "grad_sync_exposed_s", p->t_grad_sync);
+    cJSON_AddNumberToObject(k, "param_gather_total_s", p->t_param_sync_total);
+    cJSON_AddNumberToObject(k, "param_gather_exposed_s", p->t_param_sync);
     return pr;
 }
 
@@ -226,6 +228,9 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON_AddNumberToObject(o, "virtual_stages", p->vchunks);
     cJSON_AddNumberToObject(o, "zero", p->zero);
     cJSON_AddBoolToObject(o, "overlap_grad_reduce", !p->serial_grad_sync);
+    /* What was priced: only ZeRO-1's gather overlaps the forward. */
+    cJSON_AddBoolToObject(o, "overlap_param_gather",
+                          !p->serial_param_gather && p->zero == AP_ZERO_1);
     if (p->fp8)
         cJSON_AddBoolToObject(o, "fp8", 1);
     if (p->tp_overlap)
@@ -446,6 +451,12 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     if (p->t_tied_sync > 0)
         fprintf(f, ", of which the tied embeddings' all-reduce between the first "
                    "and last stage %.3f s", p->t_tied_sync);
+    if (p->t_param_sync_total > 0)
+        fprintf(f, "; of it the parameter all-gather %.3f s, %.3f s exposed, %s",
+                p->t_param_sync_total, p->t_param_sync,
+                p->serial_param_gather || p->zero != AP_ZERO_1
+                    ? "after the optimizer step"
+                    : "its first bucket, the rest behind the first micro-batch's forward");
     fprintf(f, ")\n");
     fprintf(f, "  solver: %s (gap %.2g)\n", status_name(p->ilp_status), p->ilp_gap);
     ap_plan_print_basis(p, f);

@@ -495,6 +495,32 @@ static int parse_fp8_params(const reader *r, const cJSON *root, ap_plan_desc *p)
     return AP_OK;
 }
 
+/* "overlap_param_gather": the distributed optimizer's parameter all-gather
+ * in the next forward's pre-hooks. Absent reads as "overlap_grad_reduce",
+ * which priced both overlaps together before the field existed. true
+ * needs what Megatron-LM asserts for --overlap-param-gather: the
+ * distributed optimizer and the gradient reduction overlapped. Read after
+ * "zero" and "overlap_grad_reduce". */
+static int parse_param_gather(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    p->serial_param_gather = p->serial_grad_sync;
+    if (!field(root, "overlap_param_gather"))
+        return AP_OK;
+    int overlap, rc = get_bool(r, root, "overlap_param_gather", "", &overlap);
+    if (rc)
+        return rc;
+    p->serial_param_gather = !overlap;
+    if (!overlap)
+        return AP_OK;
+    if (p->zero != AP_ZERO_1)
+        return fail(r, "overlap_param_gather", "needs \"zero\": 1: Megatron-LM "
+                    "supports --overlap-param-gather only with the distributed optimizer");
+    if (p->serial_grad_sync)
+        return fail(r, "overlap_param_gather", "needs \"overlap_grad_reduce\": true, "
+                    "as Megatron-LM asserts for --overlap-param-gather");
+    return AP_OK;
+}
+
 /* "cross_entropy": the loss's kernels; absent is Megatron-LM's unfused
  * default, which plans written before the field ran. */
 static int parse_cross_entropy(const reader *r, const cJSON *root, ap_plan_desc *p)
@@ -544,7 +570,8 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
     if (field(root, "tp_comm_overlap") &&
         (rc = get_bool(r, root, "tp_comm_overlap", "", &p->tp_overlap)))
         return rc;
-    if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)))
+    if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)) ||
+        (rc = parse_param_gather(r, root, p)))
         return rc;
     const cJSON *shape = field(root, "model_shape");
     if (shape) {

@@ -163,6 +163,12 @@ typedef struct {
                               last stage (head_apart), which waits for the
                               data-parallel reduction and is never hidden
                               behind the backward */
+    double param_sync;     /* of grad_sync: the all-gather of the updated
+                              parameters after ZeRO-1/2's optimizer step,
+                              which no backward hides (ap_plan's
+                              serial_param_gather says what does) */
+    double param_buckets;  /* the buckets param_sync's elements fill: the
+                              tensor's share of the group's bucket size */
     double param_bytes;    /* model states per GPU (params+grads+optimizer) */
     double act_bytes;      /* saved for backward, per GPU, per micro-batch */
     double flops;          /* forward FLOPs per GPU (for reports) */
@@ -286,6 +292,8 @@ typedef struct {
     double grad_sync;     /* per step */
     double tied_sync;     /* of grad_sync: tied parameters' all-reduce
                              between the first and last stage */
+    double param_sync;    /* of grad_sync: the parameter all-gather */
+    double param_buckets; /* the buckets it fills */
     double param_bytes;   /* model states */
     double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double act_bytes;     /* saved per micro-batch */
@@ -342,12 +350,20 @@ typedef struct {
     double grad_sync;  /* per step */
     double tied_sync;  /* of grad_sync: the embedding group's all-reduce
                           (ap_op_cost.tied_sync), exposed in full */
+    double param_sync; /* of grad_sync: the distributed optimizer's
+                          all-gather of updated parameters (ap_op_cost) */
+    double param_buckets; /* the buckets param_sync gathers, fractional */
     double param_bytes, act_bytes, inflight, mem_bytes;
     double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double flops;      /* forward FLOPs per GPU per micro-batch */
     ap_comm_kinds kinds;  /* comm_fwd + comm_bwd by kind, and under full
                              recomputation the forward's again */
     double grad_sync_exposed; /* per step: what backward does not hide */
+    double param_sync_exposed; /* of grad_sync_exposed: the parameter
+                                  all-gather's exposed part (in full, or
+                                  under serial_param_gather = 0 what the
+                                  first micro-batch's forward does not hide;
+                                  docs/cost-model.md) */
     double optimizer;  /* per step */
 } ap_stage;
 
@@ -371,6 +387,14 @@ typedef struct {
      * overlaps the last micro-batch's backward. Zero, the default of a
      * zeroed plan, is what searched plans use. */
     int serial_grad_sync;
+    /* 1: ZeRO-1's all-gather of the updated parameters follows the
+     * optimizer step, all of it exposed (Megatron-LM without
+     * --overlap-param-gather); 0: each bucket's all-gather is dispatched
+     * in the next forward's pre-hooks, the first exposed and the rest
+     * behind the first micro-batch's forward. Zero, the default of a
+     * zeroed plan, is what searched plans use. ZeRO-2's all-gather
+     * (DeepSpeed's, after its step) is exposed in full either way. */
+    int serial_param_gather;
     int fp8;               /* linear layers in FP8 (ap_price_ctx.fp8) */
     int tp_overlap;        /* TP communication overlap (ap_price_ctx.tp_overlap) */
     int fp8_param_gather;  /* FP8 primary weights (ap_price_ctx.fp8_param_gather);
@@ -400,6 +424,10 @@ typedef struct {
      * all-reduce of tied weights (ap_stage.tied_sync) of the stage
      * t_grad_sync is taken from; 0 without one. */
     double t_tied_sync;
+    /* Of t_grad_sync: the parameter all-gather's exposed part
+     * (ap_stage.param_sync_exposed) of the stage t_grad_sync is taken
+     * from, and of t_grad_sync_total: that stage's whole all-gather. */
+    double t_param_sync, t_param_sync_total;
 } ap_plan;
 
 typedef struct {
@@ -453,7 +481,10 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err);
  * when not 0, are the layers of the first and last pipeline stage
  * (--decoder-first/last-pipeline-num-layers); the other stages split the
  * rest evenly. overlap_grad: the data-parallel gradient reduction overlaps
- * the backward (--overlap-grad-reduce). account_embedding and account_loss
+ * the backward (--overlap-grad-reduce). overlap_param: ZeRO-1's parameter
+ * all-gather overlaps the next forward (--overlap-param-gather); -1 (the
+ * spec's default) follows overlap_grad under zero=1 and is 0 otherwise
+ * (ap_megatron_overlap_param). account_embedding and account_loss
  * count the input embedding and the loss as one layer each when the layers
  * are split over the pp*vpp chunks (--account-for-embedding-in-pipeline-split,
  * --account-for-loss-in-pipeline-split), so the first and last stage hold a
@@ -464,6 +495,7 @@ typedef struct {
     ap_recompute recompute;
     ap_zero zero;
     int overlap_grad;
+    int overlap_param; /* --overlap-param-gather; -1: follows overlap_grad */
     int first, last;
     int fp8;          /* --fp8-format hybrid or e4m3: linear layers in FP8 */
     int account_embedding, account_loss;
@@ -487,12 +519,18 @@ typedef struct {
 } ap_megatron;
 
 /* The spec's defaults: tp, pp, cp, ep, vpp, mbs 1, gbs 512, ZeRO-1 (the
- * distributed optimizer), gradient reduction overlapped, even stages. */
+ * distributed optimizer), gradient reduction overlapped, the parameter
+ * all-gather overlapped where the gradient reduction is, even stages. */
 void ap_megatron_default(ap_megatron *m);
+/* Whether m overlaps the parameter all-gather with the forward: its
+ * overlap_param, or where that is -1 (not given in a spec) overlap_grad
+ * under the distributed optimizer (zero=1), so that a spec that says
+ * nothing keeps the meaning it had before the key existed. */
+int ap_megatron_overlap_param(const ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
- * zero=1,overlap_grad=1,first=7,last=7,fp8=1,tp_overlap=1,etp=1,
- * fp8_param_gather=1,cross_entropy=te" (cross_entropy: unfused, native or
- * te) */
+ * zero=1,overlap_grad=1,overlap_param=1,first=7,last=7,fp8=1,tp_overlap=1,
+ * etp=1,fp8_param_gather=1,cross_entropy=te" (cross_entropy: unfused,
+ * native or te) */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
 /* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ...".
  * What a flag's absence means is Megatron-LM's default: no distributed
@@ -541,7 +579,7 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
 
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
  * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
- * first, last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1 and
+ * overlap_param (where it differs from what overlap_grad gives it), first, last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1 and
  * cross_entropy only where they differ from the spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
@@ -681,6 +719,8 @@ typedef struct {
     ap_zero zero;
     int serial_grad_sync; /* "overlap_grad_reduce": false; absent reads as
                              overlapped (plans written before the field) */
+    int serial_param_gather; /* "overlap_param_gather": false; absent reads
+                             as the plan's overlap_grad_reduce */
     int fp8;              /* "fp8": true; absent reads as off */
     int tp_overlap;       /* "tp_comm_overlap": true; absent reads as off */
     int fp8_param_gather; /* "fp8_param_gather": true; absent reads as off */
@@ -719,6 +759,8 @@ typedef struct {
     ap_schedule schedule;
     int even; /* every stage holds the same number of layers */
     int overlap_grad; /* gradient reduction overlapped with backward */
+    int overlap_param; /* ZeRO-1's parameter all-gather overlapped with the
+                          next forward (--overlap-param-gather) */
     int first, last;  /* when not even and only the first and last stage
                          differ from the others: their layers (else 0) */
     int fp8;          /* linear layers in FP8 */

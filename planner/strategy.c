@@ -438,6 +438,21 @@ static double step_sync(const ap_price_ctx *x, ap_coll op, int mask, double elem
                                        grad_bucket(x, ranks) * elem_bytes);
 }
 
+/* The all-gather of the updated parameters after the optimizer step
+ * (ZeRO-1 and 2), part of grad_sync, kept apart in param_sync because the
+ * backward cannot hide it: it runs after the step or in the next forward.
+ * param_buckets counts the buckets it fills, for the forward pre-hooks'
+ * overlap (evaluate.c). */
+static void param_gather(const ap_price_ctx *x, int mask, double elems,
+                         double pwidth, ap_op_cost *c)
+{
+    int nodes, ranks = sync_group(x, mask, &nodes);
+    double t = step_sync(x, AP_COLL_ALLGATHER, mask, elems, pwidth);
+    c->grad_sync += t;
+    c->param_sync += t;
+    c->param_buckets += elems / grad_bucket(x, ranks);
+}
+
 /* The axes (mask) that split label l under s. */
 static int axes_of(const ap_strategy *s, char l)
 {
@@ -996,8 +1011,8 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         } else if (x->zero == AP_ZERO_1) {
             /* Reduce-scatter the accumulated gradients once per step, then
              * all-gather the updated parameters. */
-            c->grad_sync += step_sync(x, AP_COLL_REDUCESCATTER, mask, elems, 2) +
-                            step_sync(x, AP_COLL_ALLGATHER, mask, elems, pwidth);
+            c->grad_sync += step_sync(x, AP_COLL_REDUCESCATTER, mask, elems, 2);
+            param_gather(x, mask, elems, pwidth, c);
         } else {
             /* ZeRO-2/3 keep only their shard of the gradients, so every
              * micro-batch's are reduce-scattered in its backward (DeepSpeed
@@ -1005,7 +1020,7 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
              * parameters, ZeRO-3 gathers them at each use instead. */
             c->bwd_comm += sync_coll(x, AP_COLL_REDUCESCATTER, mask, gbytes);
             if (x->zero == AP_ZERO_2)
-                c->grad_sync += step_sync(x, AP_COLL_ALLGATHER, mask, elems, pwidth);
+                param_gather(x, mask, elems, pwidth, c);
         }
         if (x->zero == AP_ZERO_3) {
             /* Parameters are gathered before forward and again before

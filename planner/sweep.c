@@ -36,6 +36,12 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
                      (int)m->zero);
     if (n >= 0 && (size_t)n < len && !m->overlap_grad)
         n += snprintf(buf + n, len - (size_t)n, ",overlap_grad=0");
+    /* overlap_param only where it is not what overlap_grad gives it. */
+    ap_megatron dflt = *m;
+    dflt.overlap_param = -1;
+    int op = ap_megatron_overlap_param(m);
+    if (n >= 0 && (size_t)n < len && op != ap_megatron_overlap_param(&dflt))
+        n += snprintf(buf + n, len - (size_t)n, ",overlap_param=%d", op);
     if (n >= 0 && (size_t)n < len && m->first)
         n += snprintf(buf + n, len - (size_t)n, ",first=%d", m->first);
     if (n >= 0 && (size_t)n < len && m->last)

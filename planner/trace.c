@@ -137,14 +137,22 @@ static void step_end(const ap_plan *p, cJSON *events, int i, double last,
     const ap_stage *st = &p->stages[i];
     /* The data-parallel reduction, then the embedding group's all-reduce
      * of tied weights, which waits for it. */
-    double hidden = st->grad_sync - st->grad_sync_exposed;
-    double dp_end = last - hidden + st->grad_sync - st->tied_sync;
-    if (st->grad_sync > st->tied_sync)
+    double reduce = st->grad_sync - st->tied_sync - st->param_sync;
+    double hidden = reduce + st->tied_sync + st->param_sync_exposed -
+                    st->grad_sync_exposed;
+    double dp_end = last - hidden + reduce, tied_end = dp_end + st->tied_sync;
+    if (reduce > 0)
         add_event(events, "gradient sync", "grad_sync", i, TID_GRAD, last - hidden,
                   dp_end, NULL);
     if (st->tied_sync > 0)
         add_event(events, "embedding gradient all-reduce", "grad_sync", i, TID_GRAD,
-                  dp_end, dp_end + st->tied_sync, NULL);
+                  dp_end, tied_end, NULL);
+    /* The parameter all-gather's exposed part, drawn before the step that
+     * the prediction adds it to (it runs after the step, or in the next
+     * forward). */
+    if (st->param_sync_exposed > 0)
+        add_event(events, "parameter all-gather (exposed)", "grad_sync", i, TID_GRAD,
+                  tied_end, tied_end + st->param_sync_exposed, NULL);
     add_event(events, "optimizer step", "optimizer", i, TID_COMPUTE, opt_start,
               opt_start + st->optimizer, NULL);
 }

@@ -114,7 +114,9 @@ static void one_f_one_b_trace_spans_the_predicted_step(void)
      * gradients back 32 times and nothing forward. */
     CHECK(count_named(t, "send F", 0) == 32 && count_named(t, "send B", 0) == 0);
     CHECK(count_named(t, "send B", 3) == 32 && count_named(t, "send F", 3) == 0);
-    CHECK(n == 4 * 64 + 4 + 4 + 2 + 3 * 64);
+    /* ZeRO-1's parameter all-gather: its exposed first bucket on each. */
+    CHECK(count_named(t, "parameter all-gather", 2) == 1);
+    CHECK(n == 4 * 64 + 4 + 4 + 2 + 4 + 3 * 64);
     cJSON_Delete(t);
     ap_plan_free(&p);
     ap_graph_free(g);

@@ -11,7 +11,7 @@ field() { sed -n "s/.*\"$1\":[^0-9]*\([0-9.e+-]*\).*/\1/p" "$2"; }
 
 spec="tp=2,pp=1,mbs=1,gbs=64,sp=1,zero=1"
 flags="--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 64
- --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce"
+ --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
 est() { "$bin" estimate "$model" --gpus 8 --json "$@"; }
 est --megatron "$spec" >"$tmp/unfused" 2>&1 || bad "unfused: $(cat "$tmp/unfused")"
 est --megatron "$spec,cross_entropy=native" >"$tmp/native" 2>&1 || bad "native: $(cat "$tmp/native")"

@@ -10,7 +10,7 @@ a=$("$bin" estimate "$model" --gpus 16 --json \
 [ $? -eq 0 ] && ok || bad "a valid configuration is priced: $a"
 echo "$a" | grep -q '"step_time_s"' && ok || bad "JSON has step_time_s"
 b=$("$bin" estimate "$model" --gpus 16 --json --megatron-args \
-    "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --num-layers 32" 2>&1)
+    "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --num-layers 32" 2>&1)
 [ "$a" = "$b" ] && ok || bad "spec and flags agree: $a vs $b"
 # Without --overlap-grad-reduce Megatron-LM reduces after the backward, as
 # overlap_grad=0 says in the spec.
@@ -24,7 +24,7 @@ b=$("$bin" estimate "$model" --gpus 16 --json --megatron-args \
 a=$("$bin" estimate "$model" --gpus 16 --json \
     --megatron "tp=2,pp=1,cp=2,dp=4,mbs=1,gbs=256,zero=1" 2>&1)
 b=$("$bin" estimate "$model" --gpus 16 --json --megatron-args \
-    "--tensor-model-parallel-size 2 --context-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --use-distributed-optimizer --overlap-grad-reduce" 2>&1)
+    "--tensor-model-parallel-size 2 --context-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" 2>&1)
 echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok || bad "cp=2 with dp=4 is priced: $a vs $b"
 "$bin" estimate "$model" --gpus 16 --megatron "tp=2,cp=2,dp=4,gbs=256" 2>&1 |
     grep -q "mesh 2x2 x4 replicas" && ok || bad "the plan shows 4 replicas of a 2x2 mesh"

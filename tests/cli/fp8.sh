@@ -9,7 +9,7 @@ step() { sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p' "$1"; }
 
 spec="tp=2,pp=2,mbs=1,gbs=128,sp=1,zero=1"
 flags="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1
- --global-batch-size 128 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce"
+ --global-batch-size 128 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
 "$bin" estimate "$model" --gpus 16 --json --megatron "$spec" >"$tmp/bf16" 2>&1 || bad "bf16 estimate"
 "$bin" estimate "$model" --gpus 16 --json --megatron "$spec,fp8=1" >"$tmp/fp8" 2>&1 || bad "fp8 estimate"
 "$bin" estimate "$model" --gpus 16 --json --megatron-args "$flags --fp8-format hybrid

@@ -11,7 +11,7 @@ field() { sed -n "s/.*\"$1\":[^0-9]*\([0-9.e+-]*\).*/\1/p" "$2"; }
 
 spec="tp=2,pp=2,mbs=1,gbs=128,sp=1,zero=1,fp8=1"
 flags="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1
- --global-batch-size 128 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce
+ --global-batch-size 128 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
  --fp8-format hybrid"
 "$bin" estimate "$model" --gpus 16 --json --megatron "$spec" >"$tmp/fp8" 2>&1 ||
     bad "fp8 estimate: $(cat "$tmp/fp8")"

@@ -10,7 +10,7 @@ model=$src/examples/hf/qwen3-30b-a3b.json
 spec="tp=2,ep=16,etp=1,sp=1,mbs=1,gbs=64,zero=1"
 flags="--tensor-model-parallel-size 2 --expert-model-parallel-size 16
  --expert-tensor-parallel-size 1 --sequence-parallel --micro-batch-size 1
- --global-batch-size 64 --use-distributed-optimizer --overlap-grad-reduce"
+ --global-batch-size 64 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
 "$bin" estimate "$model" --gpus 16 --seq 1024 --json --megatron "$spec" >"$tmp/spec" 2>&1 ||
     bad "estimate etp=1"
 "$bin" estimate "$model" --gpus 16 --seq 1024 --json --megatron-args "$flags" \

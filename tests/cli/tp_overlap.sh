@@ -12,7 +12,7 @@ step() { sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p' "$1"; }
 
 spec="tp=4,pp=2,mbs=1,gbs=128,sp=1,zero=1"
 flags="--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --micro-batch-size 1
- --global-batch-size 128 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce"
+ --global-batch-size 128 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
 "$bin" estimate "$model" --gpus 16 --json --megatron "$spec" >"$tmp/off" 2>&1 || bad "estimate"
 "$bin" estimate "$model" --gpus 16 --json --megatron "$spec,tp_overlap=1" >"$tmp/on" 2>&1 ||
     bad "tp_overlap=1 estimate: $(cat "$tmp/on")"
