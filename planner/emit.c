@@ -62,6 +62,13 @@ const char *ap_emit_schedule_name(ap_schedule s)
     return s == AP_SCHED_GPIPE ? "gpipe" : s == AP_SCHED_INTERLEAVED ? "interleaved-1f1b" : "1f1b";
 }
 
+/* N of the plan's recompute method; under uniform a 0 reads as 1. */
+static int recompute_layers(const ap_degrees *d)
+{
+    return d->recompute_method == AP_RECOMPUTE_UNIFORM && d->recompute_layers < 1
+               ? 1 : d->recompute_layers;
+}
+
 static int nodes_of(const ap_plan_desc *p)
 {
     return p->gpus > p->gpus_per_node ? p->gpus / p->gpus_per_node : 1;
@@ -81,6 +88,11 @@ static void header(sbuf *b, const char *who, const ap_plan_desc *p, const ap_deg
         d->tp, d->pp, d->dp, d->cp, d->ep, d->sp, d->vpp, d->nmicro,
         d->nmicro == 1 ? "" : "es", d->mbs, d->gbs,
         ap_emit_recompute_name(d->recompute), (int)d->zero);
+    if (d->recompute == AP_RECOMPUTE_FULL &&
+        (d->recompute_method != AP_RECOMPUTE_UNIFORM || recompute_layers(d) != 1))
+        put(b, "# Full recomputation: %s, %d layer%s (--recompute-method, "
+               "--recompute-num-layers).\n", ap_recompute_method_name(d->recompute_method),
+            recompute_layers(d), recompute_layers(d) == 1 ? "" : "s");
     if (d->fp8)
         put(b, "# The transformer layers' linear layers run in FP8; embedding, LM head "
                "and attention stay %s.\n", "bf16");
@@ -154,8 +166,9 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
     if (d->recompute == AP_RECOMPUTE_SELECTIVE)
         put(b, "  --recompute-granularity selective\n");
     if (d->recompute == AP_RECOMPUTE_FULL)
-        put(b, "  --recompute-granularity full\n  --recompute-method uniform\n"
-               "  --recompute-num-layers 1\n");
+        put(b, "  --recompute-granularity full\n  --recompute-method %s\n"
+               "  --recompute-num-layers %d\n", ap_recompute_method_name(d->recompute_method),
+            recompute_layers(d));
     if (d->zero == AP_ZERO_1)
         put(b, "  --use-distributed-optimizer\n");
     if (d->overlap_grad)
@@ -356,8 +369,12 @@ char *ap_emit_deepspeed(const ap_plan_desc *p, const ap_degrees *d, const ap_mod
     cJSON *pipe = cJSON_AddObjectToObject(o, "pipeline");
     cJSON_AddNumberToObject(pipe, "stages", d->pp);
     cJSON_AddStringToObject(pipe, "partition", "uniform");
+    /* Groups of this many layers each keep their input (uniform N);
+     * classify refuses block unless it recomputes every layer alone. */
     cJSON_AddNumberToObject(pipe, "activation_checkpoint_interval",
-                            d->recompute == AP_RECOMPUTE_FULL);
+                            d->recompute != AP_RECOMPUTE_FULL ? 0
+                            : d->recompute_method == AP_RECOMPUTE_UNIFORM
+                                ? recompute_layers(d) : 1);
     (void)p;
     char *text = cJSON_Print(o);
     cJSON_Delete(o);

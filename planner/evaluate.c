@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "planner/planner.h"
+#include "planner/recompute.h"
 
 static double seq_len(const ap_graph *g)
 {
@@ -31,8 +32,15 @@ static void add_kinds(ap_comm_kinds *to, const ap_comm_kinds *k, double times)
     to->grad_reduce += k->grad_reduce * times;
 }
 
+/* Of a block's `times` layers in a stage under full recomputation: those
+ * whose forward is redone, and those whose input is kept in place of their
+ * activations (ap_recompute_layer). */
+typedef struct {
+    double recomputed, kept;
+} rc_count;
+
 static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
-                       ap_recompute rc)
+                       ap_recompute rc, const rc_count *n)
 {
     st->fwd += bp->fwd * times;
     st->bwd += bp->bwd * times;
@@ -48,12 +56,17 @@ static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
     st->fp8_weight_bytes += bp->fp8_weight_bytes * times;
     st->flops += bp->flops * times;
     if (rc == AP_RECOMPUTE_FULL) {
-        /* Backward first redoes the forward, collectives included; only
-         * the input is kept. */
-        st->bwd += bp->fwd * times;
-        st->comm_bwd += bp->comm_fwd * times;
-        add_kinds(&st->kinds, &bp->kfwd, times);
-        st->act_bytes += bp->input_bytes * times;
+        /* Backward first redoes the forward of a recomputed layer,
+         * collectives included; a group keeps only its first layer's
+         * input. A layer left out of recomputation keeps everything. */
+        st->bwd += bp->fwd * n->recomputed;
+        st->comm_bwd += bp->comm_fwd * n->recomputed;
+        add_kinds(&st->kinds, &bp->kfwd, n->recomputed);
+        st->act_bytes += bp->input_bytes * n->kept;
+        if (times > n->recomputed)
+            st->act_bytes += bp->act_bytes * (times - n->recomputed);
+        st->recompute_flops += bp->flops * n->recomputed;
+        st->recomputed_layers += (int)n->recomputed;
     } else if (rc == AP_RECOMPUTE_SELECTIVE) {
         st->bwd += bp->attn_fwd * times;
         st->act_bytes += bp->act_bytes * times;
@@ -93,6 +106,49 @@ int ap_plan_head_apart(const ap_plan *p, const ap_cluster *c, int *embed_group_n
     return 1;
 }
 
+/* Layers of layer class k in stage st, and under full recomputation how
+ * many of them are recomputed and keep their input. */
+static double class_layers(const ap_graph *g, const ap_plan *p, const ap_stage *st,
+                           int k, rc_count *n)
+{
+    double times = 0;
+    n->recomputed = n->kept = 0;
+    for (int i = 0; i < st->nlayers; i++) {
+        if (class_index(p, g->layer_class[st->first_layer + i]) != k)
+            continue;
+        times++;
+        if (st->recompute != AP_RECOMPUTE_FULL)
+            continue;
+        ap_rc_layer l;
+        ap_recompute_layer(p, st, i, &l);
+        n->recomputed += l.recomputed;
+        n->kept += l.keeps_input;
+    }
+    return times;
+}
+
+/* The activations a recomputation brings back at once: the most any group
+ * of layers recomputed together saves, live while its backward runs. */
+static double recompute_working_set(const ap_graph *g, const ap_plan *p,
+                                    const ap_stage *st)
+{
+    double most = 0, sum = 0;
+    int group = -1;
+    for (int i = 0; i < st->nlayers; i++) {
+        ap_rc_layer l;
+        ap_recompute_layer(p, st, i, &l);
+        if (!l.recomputed)
+            continue;
+        int b = 2 + class_index(p, g->layer_class[st->first_layer + i]);
+        const ap_block *blk = &st->blocks[b];
+        double act = blk->nops && blk->npoints ? blk->points[st->point[b]].act_bytes : 0;
+        sum = l.group == group ? sum + act : act;
+        group = l.group;
+        most = fmax(most, sum);
+    }
+    return most;
+}
+
 static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                        ap_stage *st, char *err)
 {
@@ -108,32 +164,29 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = st->tied_sync = 0;
     st->param_sync = st->param_buckets = 0;
     st->param_bytes = st->act_bytes = st->flops = st->fp8_weight_bytes = 0;
+    st->recompute_flops = 0;
+    st->recomputed_layers = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
-    double largest_layer_act = 0;
     for (int b = 0; b < 2 + p->nclasses; b++) {
         ap_block *blk = &st->blocks[b];
         if (!blk->nops || !blk->npoints)
             continue;
-        double times = 0;
-        if (b == 0)
-            times = st->has_pre;
-        else if (b == 1)
-            times = st->has_post;
-        else
-            for (int l = st->first_layer; l < st->first_layer + st->nlayers; l++)
-                times += class_index(p, g->layer_class[l]) == b - 2;
+        rc_count n = {0, 0};
+        double times = b == 0 ? st->has_pre : b == 1 ? st->has_post
+                                                     : class_layers(g, p, st, b - 2, &n);
         if (times == 0)
             continue;
         ap_block_point *bp = &blk->points[st->point[b]];
         ap_strategy *strat = bp->strat;
         ap_block_price(&x, blk->ops, blk->nops, strat, bp);
         bp->strat = strat;
-        accumulate(st, bp, times, b >= 2 ? st->recompute : AP_RECOMPUTE_NONE);
-        if (b >= 2 && bp->act_bytes > largest_layer_act)
-            largest_layer_act = bp->act_bytes;
+        accumulate(st, bp, times, b >= 2 ? st->recompute : AP_RECOMPUTE_NONE, &n);
     }
+    /* One group's activations are live while it is recomputed; the memory
+     * of a stage counts act_bytes per micro-batch in flight, so the working
+     * set, held once, is spread over them. */
     if (st->recompute == AP_RECOMPUTE_FULL)
-        st->act_bytes += largest_layer_act / fmax(st->inflight, 1);
+        st->act_bytes += recompute_working_set(g, p, st) / fmax(st->inflight, 1);
     (void)err;
     return AP_OK;
 }
@@ -276,10 +329,10 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     p->tokens_per_s = p->global_batch * seq / p->step_time;
     double model_flops = 3 * g->total_flops * p->global_batch / graph_batch(g);
     double hw = model_flops;
+    /* Full recomputation redoes the forward of the layers it recomputes,
+     * not that of the embedding or the head. */
     for (int i = 0; i < p->nstages; i++)
-        if (p->stages[i].recompute != AP_RECOMPUTE_NONE)
-            hw += p->stages[i].flops * p->stages[i].ngpus * p->nmicro *
-                  (p->stages[i].recompute == AP_RECOMPUTE_FULL ? 1 : 0);
+        hw += p->stages[i].recompute_flops * p->stages[i].ngpus * p->nmicro;
     p->model_tflops_per_gpu = model_flops / p->step_time / p->gpus / 1e12;
     p->hw_tflops_per_gpu = hw / p->step_time / p->gpus / 1e12;
     p->mfu = p->model_tflops_per_gpu * 1e12 / c->peak_flops[g->dtype];

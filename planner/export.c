@@ -251,6 +251,8 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->etp = d->etp;
     m->fp8_param_gather = d->fp8_param_gather;
     m->cross_entropy = d->cross_entropy;
+    m->recompute_method = d->recompute_method;
+    m->recompute_layers = d->recompute_layers;
 }
 
 /* Every op's sharding must be the one Megatron's pattern gives it. */
@@ -499,6 +501,56 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
     return AP_OK;
 }
 
+/* Whether full recomputation under the plan's method redoes every layer
+ * one at a time, as uniform 1 does: so does block N when no chunk has more
+ * than N layers. */
+static int recomputes_each_layer(const ap_plan_desc *p, const ap_degrees *d)
+{
+    if (d->recompute_method == AP_RECOMPUTE_UNIFORM)
+        return d->recompute_layers <= 1;
+    int v = d->vpp > 1 ? d->vpp : 1;
+    for (int i = 0; i < p->nstages; i++)
+        if ((p->stages[i].nlayers + v - 1) / v > d->recompute_layers)
+            return 0;
+    return 1;
+}
+
+/* The recompute method each launcher runs. Megatron-LM runs both, but its
+ * uniform groups must divide each model chunk's layers (the last would run
+ * past them); DeepSpeed's pipeline checkpoints groups of
+ * activation_checkpoint_interval layers, uniform N, and has no block;
+ * torchtitan's full mode checkpoints each layer on its own, and its
+ * selective_ac_option N every N-th layer, neither of which is uniform N > 1
+ * or block. */
+static int check_recompute_method(const ap_plan_desc *p, const ap_degrees *d,
+                                  ap_launcher to, char *err)
+{
+    const char *who = ap_launcher_name(to);
+    if (d->recompute != AP_RECOMPUTE_FULL || recomputes_each_layer(p, d))
+        return AP_OK;
+    char what[96];
+    snprintf(what, sizeof what, "recompute_method \"%s\" with recompute_num_layers %d",
+             ap_recompute_method_name(d->recompute_method), d->recompute_layers);
+    if (to == AP_LAUNCHER_TORCHTITAN)
+        return refuse(p, err, "%s's full activation checkpointing recomputes every layer "
+                      "on its own, and selective_ac_option N every N-th layer; the plan "
+                      "uses %s (export it to Megatron-LM)", who, what);
+    if (to == AP_LAUNCHER_DEEPSPEED && d->recompute_method == AP_RECOMPUTE_BLOCK)
+        return refuse(p, err, "%s's pipeline checkpoints groups of "
+                      "activation_checkpoint_interval layers (uniform) and has no block "
+                      "method; the plan uses %s (export it to Megatron-LM)", who, what);
+    if (to != AP_LAUNCHER_MEGATRON || d->recompute_method != AP_RECOMPUTE_UNIFORM)
+        return AP_OK;
+    int v = d->vpp > 1 ? d->vpp : 1;
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i].nlayers % v || p->stages[i].nlayers / v % d->recompute_layers)
+            return errf(err, "%s: stage %d's model chunks hold %d layers, which %s's "
+                        "uniform groups of %d do not divide (its last group would run "
+                        "past them)", p->source, i, p->stages[i].nlayers / v, who,
+                        d->recompute_layers);
+    return AP_OK;
+}
+
 int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
                      ap_degrees *d, char *err)
 {
@@ -524,10 +576,13 @@ int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
      * dropped rather than handed to a launcher that refuses it. */
     d->tp_overlap = p->tp_overlap && d->tp > 1 && d->sp;
     d->recompute = s0->recompute;
+    d->recompute_method = p->recompute_method;
+    d->recompute_layers = p->recompute_layers;
     d->zero = p->zero;
-    if ((rc = batch_degrees(p, d, err)) || (rc = check_ops(g, p, &f, d, to, err)))
+    if ((rc = batch_degrees(p, d, err)) || (rc = check_ops(g, p, &f, d, to, err)) ||
+        (rc = check_launcher(p, d, to, err)))
         return rc;
-    return check_launcher(p, d, to, err);
+    return check_recompute_method(p, d, to, err);
 }
 
 int ap_export(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,

@@ -23,6 +23,7 @@ void ap_megatron_default(ap_megatron *m)
     m->zero = AP_ZERO_1;
     m->overlap_grad = 1;
     m->overlap_param = -1;
+    m->recompute_layers = 1;
 }
 
 int ap_megatron_overlap_param(const ap_megatron *m)
@@ -44,6 +45,32 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "fp8_param_gather") ? &m->fp8_param_gather : NULL;
 }
 
+/* The spec's recompute_method and recompute_layers: 1 when k was one, 0
+ * when not, -1 with err set for a bad value. N = 0 is Megatron-LM's block
+ * recomputing nothing; under uniform Megatron-LM would never leave its
+ * first group, so check_recompute refuses it there. */
+static int recompute_key(ap_megatron *m, const char *k, const char *v,
+                         const char *who, char *err)
+{
+    if (!strcmp(k, "recompute_method")) {
+        if (!ap_recompute_method_parse(v, &m->recompute_method))
+            return 1;
+        snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (uniform or block)", who, v);
+        return -1;
+    }
+    if (strcmp(k, "recompute_layers"))
+        return 0;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 0 || n > (1L << 30)) {
+        snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (an integer from 0 to 2^30)",
+                 who, v);
+        return -1;
+    }
+    m->recompute_layers = (int)n;
+    return 1;
+}
+
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
  * for the spec, "--megatron-args: --tensor-model-parallel-size" for flags.
  * Sizes stop at 2^30 so that the products of check() fit a long. */
@@ -51,6 +78,9 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                    const char *who, char *err)
 {
     char *end;
+    int known = recompute_key(m, k, v, who, err);
+    if (known)
+        return known < 0 ? AP_EINPUT : AP_OK;
     if (!strcmp(k, "cross_entropy")) {
         if (ap_ce_impl_parse(v, &m->cross_entropy))
             goto bad;
@@ -78,7 +108,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
                  "overlap_param, first, last, fp8, account_embedding, account_loss, "
-                 "tp_overlap, etp, fp8_param_gather, cross_entropy)", k);
+                 "tp_overlap, etp, fp8_param_gather, cross_entropy, "
+                 "recompute_method, recompute_layers)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -275,34 +306,59 @@ static int dropout_flag(const char *tok, char **save, double p[2], char *err)
     return 1;
 }
 
+/* What the recomputation flags of a command line said, for
+ * recompute_rules once all are read. */
+typedef struct {
+    int method, layers; /* given */
+    int layers_at;      /* --recompute-num-layers' value, -1 when bad */
+} rc_flags;
+
 /* --recompute-activations, --recompute-method and --recompute-num-layers;
  * 1 when `tok` was one, 0 when not, -1 with err set for a bad or missing
  * value. Megatron-LM reads --recompute-activations as selective
- * recomputation. Under full recomputation, uniform checkpoints the layers
- * in groups of --recompute-num-layers (default 1) and recomputes a whole
- * group at once; block recomputes only the first --recompute-num-layers
- * layers of each stage. */
+ * recomputation; the method and its layers go to m (ap_recompute_method). */
 static int recompute_flag(const char *tok, char **save, ap_megatron *m,
-                          int *block, int *per_group, char *err)
+                          rc_flags *f, char *err)
 {
     if (!strcmp(tok, "--recompute-activations")) {
         m->recompute = AP_RECOMPUTE_SELECTIVE;
         return 1;
     }
-    if (!strcmp(tok, "--recompute-num-layers"))
-        return count_value(tok, save, per_group, err);
-    if (strcmp(tok, "--recompute-method"))
+    int method = !strcmp(tok, "--recompute-method");
+    if (!method && strcmp(tok, "--recompute-num-layers"))
         return 0;
-    char *v = flag_value(tok, save, err);
+    char *v = flag_value(tok, save, err), who[80];
     if (!v)
         return -1;
-    if (strcmp(v, "uniform") && strcmp(v, "block")) {
-        snprintf(err, AP_ERR_LEN, "--megatron-args: --recompute-method: bad value "
-                 "\"%.64s\" (uniform or block)", v);
+    snprintf(who, sizeof who, "--megatron-args: %s", tok);
+    if (recompute_key(m, method ? "recompute_method" : "recompute_layers", v, who, err) < 0)
         return -1;
-    }
-    *block = !strcmp(v, "block");
+    f->method |= method;
+    f->layers |= !method;
     return 1;
+}
+
+/* Megatron-LM's rules for the recomputation flags (arguments.py and
+ * Megatron-Core's TransformerConfig): full recomputation names its method
+ * (none is the default, and the config refuses it), selective takes
+ * neither a method nor a layer count. Without --recompute-granularity
+ * both are read past, as Megatron-LM does. */
+static int recompute_rules(const ap_megatron *m, const rc_flags *f, char *err)
+{
+    if (m->recompute == AP_RECOMPUTE_FULL && !f->method) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --recompute-granularity full needs "
+                 "--recompute-method uniform or block (Megatron-LM refuses full "
+                 "recomputation without one)");
+        return AP_EINPUT;
+    }
+    if (m->recompute == AP_RECOMPUTE_SELECTIVE && (f->method || f->layers)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s applies to "
+                 "--recompute-granularity full only; Megatron-LM refuses it with "
+                 "selective recomputation", f->method ? "--recompute-method"
+                                                      : "--recompute-num-layers");
+        return AP_EINPUT;
+    }
+    return AP_OK;
 }
 
 /* Megatron-LM reads --cross-entropy-fusion-impl (native by default) only
@@ -359,7 +415,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     m->overlap_grad = 0;
     m->overlap_param = 0;
     long layers_per_chunk = 0;
-    int groups = 0, gqa = 0, block = 0, per_group = 1, *shape;
+    int groups = 0, gqa = 0, *shape;
+    rc_flags rcf = {0, 0, 0};
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
     char *save = NULL;
@@ -384,7 +441,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             known = param_gather_flag(tok, m);
         if (!known && (known = tp_overlap_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
-        if (!known && (known = recompute_flag(tok, &save, m, &block, &per_group, err)) < 0)
+        if (!known && (known = recompute_flag(tok, &save, m, &rcf, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = dropout_flag(tok, &save, drop, err)) < 0)
             return AP_EINPUT;
@@ -430,17 +487,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     if (drop[0] >= 0 || drop[1] >= 0)
         m->shape.dropout = (drop[0] < 0 ? 0.1 : drop[0]) > 0 ||
                            (drop[1] < 0 ? 0.1 : drop[1]) > 0 ? 1 : -1;
-    /* autopar prices full recomputation layer by layer: every layer
-     * recomputed, one layer's activations live at a time. */
-    if (m->recompute == AP_RECOMPUTE_FULL && (block || per_group > 1)) {
-        snprintf(err, AP_ERR_LEN, "--megatron-args: --recompute-method %s "
-                 "--recompute-num-layers %d %s; autopar prices full recomputation "
-                 "one layer at a time (uniform, --recompute-num-layers 1)",
-                 block ? "block" : "uniform", per_group,
-                 block ? "recomputes only that many layers of each stage"
-                       : "recomputes that many layers at once");
+    if (recompute_rules(m, &rcf, err))
         return AP_EINPUT;
-    }
     if (layers_per_chunk && (m->first || m->last || m->account_embedding ||
                              m->account_loss)) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --num-layers-per-virtual-pipeline-stage "
@@ -718,6 +766,42 @@ static int check_shape(const ap_graph *g, const ap_megatron *m, char *err)
     return AP_OK;
 }
 
+/* The method and its layers under a checked split. Megatron-LM's uniform
+ * groups run past a chunk's last layer when N does not divide the chunk's
+ * layers (an IndexError), and N = 0 never leaves the first group. The spec
+ * states them with recompute=full only, as Megatron-LM reads them. */
+static int check_recompute(const ap_megatron *m, int L, char *err)
+{
+    if (m->recompute != AP_RECOMPUTE_FULL) {
+        if (m->recompute_method == AP_RECOMPUTE_UNIFORM && m->recompute_layers == 1)
+            return AP_OK;
+        snprintf(err, AP_ERR_LEN, "recompute_method=%s,recompute_layers=%d "
+                 "(--recompute-method, --recompute-num-layers) apply to recompute=full "
+                 "only", ap_recompute_method_name(m->recompute_method),
+                 m->recompute_layers);
+        return AP_EINPUT;
+    }
+    if (m->recompute_method != AP_RECOMPUTE_UNIFORM)
+        return AP_OK;
+    int n = m->recompute_layers;
+    for (int s = 0; s < m->pp; s++) {
+        int chunk = stage_layers(m, L, s) / m->vpp;
+        if (n >= 1 && chunk % n == 0)
+            continue;
+        if (n < 1)
+            snprintf(err, AP_ERR_LEN, "recompute_layers=0 (--recompute-num-layers) with "
+                     "recompute_method=uniform: Megatron-LM's groups of no layers never "
+                     "end; give 1 or more, or recompute_method=block");
+        else
+            snprintf(err, AP_ERR_LEN, "recompute_layers=%d (--recompute-num-layers) with "
+                     "recompute_method=uniform must divide the %d layers of stage %d's "
+                     "%s: Megatron-LM's last group would run past them", n, chunk, s,
+                     m->vpp > 1 ? "virtual stages" : "model chunk");
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
 static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  char *err)
 {
@@ -767,6 +851,8 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     }
     rc = check_fp8_params(m, err);
     if (rc || (rc = check_param_gather(m, err)) || (rc = check_split(m, L, err)))
+        return rc;
+    if ((rc = check_recompute(m, L, err)))
         return rc;
     double micro = (double)m->mbs * m->dp;
     if (fmod(m->gbs, micro)) {
@@ -932,6 +1018,8 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->fp8 = m.fp8;
     p->fp8_param_gather = m.fp8_param_gather;
     p->cross_entropy = m.cross_entropy;
+    p->recompute_method = m.recompute_method;
+    p->recompute_layers = m.recompute_layers;
     /* With tp = 1 there is nothing to overlap: the setting is dropped, and
      * the plan and its exports run without it (Megatron-LM turns sequence
      * parallelism off at tp = 1 and would then refuse the flag). */

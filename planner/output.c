@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "planner/planner.h"
+#include "planner/recompute.h"
 
 static const char *schedule_name(ap_schedule s)
 {
@@ -113,6 +114,32 @@ static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st
     return o;
 }
 
+/* How full recomputation checkpoints the layers, where a stage runs it:
+ * plan.json and the prediction both say. */
+static void add_recompute_method(cJSON *o, const ap_plan *p)
+{
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i].recompute == AP_RECOMPUTE_FULL) {
+            cJSON_AddStringToObject(o, "recompute_method",
+                                    ap_recompute_method_name(p->recompute_method));
+            cJSON_AddNumberToObject(o, "recompute_num_layers", ap_recompute_group(p));
+            return;
+        }
+}
+
+/* The report's recomputation of a stage: under full, the method, its N
+ * and the layers it recomputes. */
+static void format_recompute(const ap_plan *p, const ap_stage *st, char *buf, size_t len)
+{
+    if (st->recompute != AP_RECOMPUTE_FULL)
+        snprintf(buf, len, "%s", recompute_name(st->recompute));
+    else if (p->recompute_method == AP_RECOMPUTE_BLOCK)
+        snprintf(buf, len, "full (block %d: %d of %d layers)", ap_recompute_group(p),
+                 st->recomputed_layers, st->nlayers);
+    else
+        snprintf(buf, len, "full (uniform %d)", ap_recompute_group(p));
+}
+
 /* The factor on the kernel figures' tensor-core rate and the step it came
  * from, where there is one. */
 static void add_rate(cJSON *o, const ap_plan *p)
@@ -136,6 +163,7 @@ static cJSON *prediction_json(const ap_plan *p)
         cJSON_AddBoolToObject(pr, "fp8_param_gather", 1);
     if (p->cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(pr, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
+    add_recompute_method(pr, p);
     cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
     cJSON_AddNumberToObject(pr, "model_tflops_per_gpu", p->model_tflops_per_gpu);
     cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
@@ -239,6 +267,7 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddBoolToObject(o, "fp8_param_gather", 1);
     if (p->cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
+    add_recompute_method(o, p);
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
     cJSON_AddNumberToObject(solver, "gap", p->ilp_gap);
@@ -401,14 +430,15 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                    "into the logits (--cross-entropy-fusion-impl te)\n");
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
-        char copies[96];
+        char copies[96], rc[64];
         mesh_copies(&st->mesh, copies, sizeof copies);
+        format_recompute(p, st, rc, sizeof rc);
         fprintf(f, "  stage %d: layers %d-%d%s%s  GPUs %d-%d  mesh %dx%d%s  "
                    "recompute %s  memory %.1f GiB\n",
                 i, st->first_layer, st->first_layer + st->nlayers - 1,
                 st->has_pre ? " +embedding" : "", st->has_post ? " +head" : "",
                 st->first_rank, st->first_rank + st->ngpus - 1, st->mesh.d[0],
-                st->mesh.d[1], copies, recompute_name(st->recompute), gib(st->mem_bytes));
+                st->mesh.d[1], copies, rc, gib(st->mem_bytes));
         if (i > 0 && p->stages[i].mesh.d[0] == p->stages[0].mesh.d[0] &&
             p->stages[i].mesh.d[1] == p->stages[0].mesh.d[1] &&
             p->stages[i].mesh.replicas == p->stages[0].mesh.replicas &&

@@ -536,6 +536,29 @@ static int parse_cross_entropy(const reader *r, const cJSON *root, ap_plan_desc 
     return AP_OK;
 }
 
+/* "recompute_method" and "recompute_num_layers" (ap_recompute_method);
+ * absent is uniform 1, which plans written before the fields ran. */
+static int parse_recompute_method(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    char s[32];
+    int rc;
+    p->recompute_method = AP_RECOMPUTE_UNIFORM;
+    p->recompute_layers = 1;
+    if (field(root, "recompute_method")) {
+        if ((rc = get_string(r, root, "recompute_method", "", s, sizeof s, 1)))
+            return rc;
+        if (ap_recompute_method_parse(s, &p->recompute_method))
+            return fail(r, "recompute_method", "\"%s\" is not uniform or block", s);
+    }
+    if (field(root, "recompute_num_layers") &&
+        (rc = get_small(r, root, "recompute_num_layers", "", 0, 1 << 30, &p->recompute_layers)))
+        return rc;
+    if (p->recompute_method == AP_RECOMPUTE_UNIFORM && p->recompute_layers < 1)
+        return fail(r, "recompute_num_layers", "0 under \"uniform\": a group holds 1 "
+                    "layer or more");
+    return AP_OK;
+}
+
 static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     char format[32];
@@ -571,7 +594,8 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         (rc = get_bool(r, root, "tp_comm_overlap", "", &p->tp_overlap)))
         return rc;
     if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)) ||
-        (rc = parse_param_gather(r, root, p)))
+        (rc = parse_param_gather(r, root, p)) ||
+        (rc = parse_recompute_method(r, root, p)))
         return rc;
     const cJSON *shape = field(root, "model_shape");
     if (shape) {

@@ -330,6 +330,22 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
                     const ap_strategy *strat, ap_block_point *out);
 void ap_block_free(ap_block *b);
 
+/* How full recomputation checkpoints the layers of each model chunk (a
+ * stage, or each of its virtual stages under interleaving), as Megatron-LM's
+ * --recompute-method and --recompute-num-layers say (Megatron-Core's
+ * TransformerBlock._checkpointed_forward). Uniform N: the chunk's layers in
+ * consecutive groups of N, each group keeping only its input and
+ * recomputing its whole forward in backward, so N layers' activations are
+ * live at once. Block N: the chunk's first N layers are recomputed one by
+ * one, each keeping its input; the others keep all their activations and
+ * recompute nothing. Uniform 1 is every layer recomputed one at a time. */
+typedef enum { AP_RECOMPUTE_UNIFORM, AP_RECOMPUTE_BLOCK } ap_recompute_method;
+
+/* "uniform" or "block". */
+const char *ap_recompute_method_name(ap_recompute_method m);
+/* AP_EINPUT unless s is one of those names. */
+int ap_recompute_method_parse(const char *s, ap_recompute_method *out);
+
 /* A pipeline stage of a plan. Layers [first_layer, first_layer + nlayers);
  * the pieces before the layers (embedding) ride on the first stage and those
  * after (final norm, head, loss) on the last. */
@@ -356,6 +372,9 @@ typedef struct {
     double param_bytes, act_bytes, inflight, mem_bytes;
     double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double flops;      /* forward FLOPs per GPU per micro-batch */
+    double recompute_flops; /* of flops: the layers' forward FLOPs that full
+                          recomputation redoes (all of them but under block) */
+    int recomputed_layers; /* layers full recomputation recomputes */
     ap_comm_kinds kinds;  /* comm_fwd + comm_bwd by kind, and under full
                              recomputation the forward's again */
     double grad_sync_exposed; /* per step: what backward does not hide */
@@ -400,6 +419,11 @@ typedef struct {
     int fp8_param_gather;  /* FP8 primary weights (ap_price_ctx.fp8_param_gather);
                               only with fp8 and ZeRO >= 1 */
     ap_ce_impl cross_entropy; /* the loss's kernels (ap_price_ctx.cross_entropy) */
+    /* How stages under full recomputation checkpoint their layers, and N
+     * (ap_recompute_method); a zeroed plan is uniform 1, each layer on its
+     * own, as under uniform a count of 0 reads as 1. */
+    ap_recompute_method recompute_method;
+    int recompute_layers;
     int nstages;
     ap_stage *stages;
     int nclasses;
@@ -504,6 +528,11 @@ typedef struct {
     int fp8_param_gather; /* --fp8-param-gather: needs fp8 and zero >= 1 */
     ap_ce_impl cross_entropy; /* --cross-entropy-loss-fusion with
                          --cross-entropy-fusion-impl native (its default) or te */
+    /* Under recompute full: --recompute-method and --recompute-num-layers
+     * (ap_recompute_method); the spec's recompute_method and
+     * recompute_layers, uniform 1 by default. */
+    ap_recompute_method recompute_method;
+    int recompute_layers;
     /* The model as --megatron-args describes it (--num-layers,
      * --hidden-size, --num-attention-heads, --num-query-groups under
      * --group-query-attention, --ffn-hidden-size, --seq-length,
@@ -529,8 +558,10 @@ void ap_megatron_default(ap_megatron *m);
 int ap_megatron_overlap_param(const ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
  * zero=1,overlap_grad=1,overlap_param=1,first=7,last=7,fp8=1,tp_overlap=1,
- * etp=1,fp8_param_gather=1,cross_entropy=te" (cross_entropy: unfused,
- * native or te) */
+ * etp=1,fp8_param_gather=1,cross_entropy=te,recompute_method=block,
+ * recompute_layers=2" (cross_entropy: unfused, native or te;
+ * recompute_method: uniform or block, with recompute_layers N, 0 to 2^30,
+ * at least 1 under uniform) */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
 /* The real flags: "--tensor-model-parallel-size 8 --sequence-parallel ...".
  * What a flag's absence means is Megatron-LM's default: no distributed
@@ -579,8 +610,10 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
 
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
  * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
- * overlap_param (where it differs from what overlap_grad gives it), first, last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1 and
- * cross_entropy only where they differ from the spec's defaults. */
+ * overlap_param (where it differs from what overlap_grad gives it), first,
+ * last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1, cross_entropy,
+ * recompute_method and recompute_layers only where they differ from the
+ * spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -727,6 +760,10 @@ typedef struct {
     ap_ce_impl cross_entropy; /* "cross_entropy"; absent reads as unfused */
     int has_shape;
     ap_model_shape shape;
+    /* "recompute_method" and "recompute_num_layers"; absent reads as
+     * uniform 1 (plans written before the fields) */
+    ap_recompute_method recompute_method;
+    int recompute_layers;
     int nstages;
     ap_plan_desc_stage *stages;
     double step_time;
@@ -771,6 +808,8 @@ typedef struct {
     int tp_overlap;   /* TP communication overlapped with GEMMs */
     int fp8_param_gather; /* FP8 primary weights, gathered in FP8 */
     ap_ce_impl cross_entropy; /* the loss's kernels */
+    ap_recompute_method recompute_method; /* under full recomputation, with */
+    int recompute_layers;                 /* its N (uniform reads 0 as 1) */
 } ap_degrees;
 
 /* Derives the degrees from the stages' meshes and every op's sharding, and

@@ -59,8 +59,13 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && m->fp8_param_gather)
         n += snprintf(buf + n, len - (size_t)n, ",fp8_param_gather=1");
     if (n >= 0 && (size_t)n < len && m->cross_entropy != AP_CE_UNFUSED)
-        snprintf(buf + n, len - (size_t)n, ",cross_entropy=%s",
-                 ap_ce_impl_name(m->cross_entropy));
+        n += snprintf(buf + n, len - (size_t)n, ",cross_entropy=%s",
+                      ap_ce_impl_name(m->cross_entropy));
+    if (n >= 0 && (size_t)n < len && m->recompute_method != AP_RECOMPUTE_UNIFORM)
+        n += snprintf(buf + n, len - (size_t)n, ",recompute_method=%s",
+                      ap_recompute_method_name(m->recompute_method));
+    if (n >= 0 && (size_t)n < len && m->recompute_layers != 1)
+        snprintf(buf + n, len - (size_t)n, ",recompute_layers=%d", m->recompute_layers);
 }
 
 /* A growing list of candidate configurations. */

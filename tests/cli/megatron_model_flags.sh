@@ -4,8 +4,8 @@
 # describe the model given (a command line is never priced for another
 # model), --seq-length builds it at that length, --recompute-activations is
 # selective recomputation, the dropout flags build it with or without
-# dropout, and the recomputation autopar cannot price is
-# refused with the reason.
+# dropout, and recomputation flags Megatron-LM refuses are refused with
+# the reason (tests/cli/recompute_partial.sh has the rest).
 set -u
 . "$(dirname "$0")/lib.sh"
 model=$src/examples/hf/llama-3-8b.json
@@ -71,10 +71,8 @@ expect "--megatron-args: --seq-length: bad value \"0\" (an integer from 1 to 2^3
 expect "--megatron-args: --num-layers needs a value" --megatron-args "--num-layers"
 expect "--megatron-args: --recompute-method: bad value \"lazy\" (uniform or block)" \
     --megatron-args "$layout --recompute-method lazy"
-expect "--recompute-method block --recompute-num-layers 4 recomputes only that many layers of each stage" \
-    --megatron-args "$layout --recompute-granularity full --recompute-method block --recompute-num-layers 4"
-expect "--recompute-method uniform --recompute-num-layers 2 recomputes that many layers at once" \
-    --megatron-args "$layout --recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+expect "--megatron-args: --recompute-granularity full needs --recompute-method uniform or block" \
+    --megatron-args "$layout --recompute-granularity full"
 
 # Without --group-query-attention Megatron-LM ignores --num-query-groups.
 a=$(estimate --megatron-args "$layout --num-query-groups 4")
