@@ -31,6 +31,7 @@ typedef struct {
     double global_batch;
     ap_build_opts build;
     int dropout_given; /* --dropout on|off was on the command line */
+    int flash_given;   /* --flash-attention on|off was on the command line */
 } ap_cli_common;
 
 void ap_cli_common_default(ap_cli_common *c);
@@ -49,8 +50,10 @@ int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
 int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
                         ap_megatron *m);
 /* Builds the model as --megatron-args describes it: at its --seq-length,
- * with dropout when its --hidden-dropout or --attention-dropout say so.
- * Returns 0, or 2 after printing why (it contradicts --seq or --dropout). */
+ * with dropout when its --hidden-dropout or --attention-dropout say so,
+ * without flash attention when its attention flags say unfused. Returns 0,
+ * or 2 after printing why (it contradicts --seq, --dropout or
+ * --flash-attention). */
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);

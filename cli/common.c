@@ -94,6 +94,7 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
             return -1;
         }
         c->build.flash = !strcmp(v, "on");
+        c->flash_given = 1;
         return 2;
     }
     return 0;
@@ -141,10 +142,29 @@ static int megatron_dropout(ap_cli_common *cm, const ap_megatron *m, const char 
     return 0;
 }
 
+/* The attention kernel the flags say (a fused one, or unfused) builds a
+ * Hugging Face config with or without flash attention; a built graph is
+ * checked against it by ap_megatron_plan. */
+static int megatron_flash(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
+{
+    int on = m->shape.flash > 0;
+    if (!m->shape.flash)
+        return 0;
+    if (cm->flash_given && cm->build.flash != on) {
+        fprintf(stderr, "autopar %s: --flash-attention %s and --megatron-args disagree: "
+                "its %s say %s attention\n", cmd, cm->build.flash ? "on" : "off",
+                on ? "--attention-backend or --use-flash-attn" :
+                     "--attention-backend or --transformer-impl", on ? "fused" : "unfused");
+        return 2;
+    }
+    cm->build.flash = on;
+    return 0;
+}
+
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
 {
     int seq = m->shape.seq;
-    if (megatron_dropout(cm, m, cmd))
+    if (megatron_dropout(cm, m, cmd) || megatron_flash(cm, m, cmd))
         return 2;
     if (!seq)
         return 0;

@@ -198,8 +198,11 @@ static void megatron_model(sbuf *b, const ap_model_shape *s)
     if (s->head_dim && s->head_dim * s->heads != s->hidden)
         put(b, "  --kv-channels %lld\n", s->head_dim);
     put(b, "  --ffn-hidden-size %lld\n", s->ffn);
+    /* The experts as priced: the alltoall dispatcher and TE's GroupedLinear,
+     * not Megatron-Core's defaults (allgather, SequentialMLP). */
     if (s->experts)
-        put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n",
+        put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n"
+            "  --moe-token-dispatcher-type alltoall\n  --moe-grouped-gemm\n",
             s->experts, s->top_k, s->ffn);
     put(b, "  --seq-length %lld\n  --max-position-embeddings %lld\n", s->seq, s->seq);
     put(b, "  --position-embedding-type %s\n", s->learned_positions ? "learned_absolute"
@@ -210,6 +213,9 @@ static void megatron_model(sbuf *b, const ap_model_shape *s)
         put(b, "  --normalization RMSNorm\n");
     else if (s->layernorm_1p)
         put(b, "  --normalization LayerNorm\n  --apply-layernorm-1p\n");
+    /* Megatron-LM's default attention (auto) runs a fused kernel. */
+    if (!s->flash)
+        put(b, "  --attention-backend unfused\n");
     if (s->swiglu)
         put(b, "  --swiglu\n");
     else if (s->squared_relu)

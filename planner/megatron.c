@@ -402,6 +402,377 @@ static int cross_entropy_flag(const char *tok, char **save, ce_flags *ce, char *
     return 1;
 }
 
+/* The flags of a Megatron-LM command line that change the step's time or
+ * memory beyond the layout (docs/megatron-flags.md): each is priced by
+ * mapping it onto a setting autopar prices, or refused naming it, its
+ * value and why. audit_flag reads them; settle_audit decides once every
+ * flag is read, since Megatron-LM's meaning of one depends on others (the
+ * dispatcher matters only with experts, --cp-comm-type only with cp > 1,
+ * --recompute-modules only under selective recomputation). Values point
+ * into the parser's copy of the command line. */
+typedef struct {
+    const char *dispatcher;  /* --moe-token-dispatcher-type */
+    int grouped_gemm;        /* --moe-grouped-gemm */
+    const char *backend;     /* --attention-backend */
+    int flash_attn;          /* --use-flash-attn */
+    const char *impl;        /* --transformer-impl */
+    const char *cp_comm;     /* the first --cp-comm-type value not p2p */
+    int torch_fsdp2, megatron_fsdp;
+    const char *fsdp_flag;   /* --use-megatron-fsdp or --use-custom-fsdp */
+    const char *sharding;    /* --data-parallel-sharding-strategy */
+    int modules_given, modules; /* --recompute-modules and its value count */
+    const char *module;      /* the first module other than core_attn */
+    int shared_expert, shared_overlap;
+    int topk;                /* --moe-router-topk; 0 where not given */
+    int moe_ffn;             /* --moe-ffn-hidden-size; 0 where not given */
+} audit;
+
+/* The next token when it is a value, not the next flag: for flags that take
+ * a list (argparse's nargs '+' and '*'). */
+static char *list_value(char **save)
+{
+    char *p = *save;
+    if (!p)
+        return NULL;
+    p += strspn(p, " \t\n");
+    if (!*p || !strncmp(p, "--", 2))
+        return NULL;
+    return strtok_r(NULL, " \t\n", save);
+}
+
+/* Flags refused whatever their value: what they change is not in the
+ * graph or the cost model. A value count of -1 is a list (nargs '+'). */
+static const struct {
+    const char *flag;
+    int values;
+    const char *why;
+} refused[] = {
+    {"--cpu-offloading", 0, "moves activations to host memory over PCIe, "
+     "which is not priced"},
+    {"--optimizer-cpu-offload", 0, "keeps the optimizer states in host memory "
+     "and steps them on the CPU, which is not priced"},
+    {"--use-legacy-models", 0, "runs the legacy GPT model; autopar prices "
+     "Megatron-Core's"},
+    {"--spec", -1, "replaces the layer's modules with a custom spec that "
+     "autopar cannot see"},
+    {"--pipeline-model-parallel-layout", 1, "places the layers by its own "
+     "layout; autopar prices even stages or --decoder-first/last-pipeline-num-layers"},
+    {"--no-gradient-accumulation-fusion", 0, "adds each micro-batch's weight "
+     "gradients into the fp32 main gradients in a separate kernel; autopar "
+     "prices the fused accumulation (Megatron-LM's default)"},
+    {"--no-bias-swiglu-fusion", 0, "runs SwiGLU unfused, which keeps more for "
+     "backward than the fused kernel autopar prices"},
+    {"--distribute-saved-activations", 0, "splits the recomputation checkpoints "
+     "over the tensor-parallel group, which is not priced"},
+    {"--defer-embedding-wgrad-compute", 0, "moves the output layer's weight "
+     "gradients to the pipeline flush, which is not priced"},
+    {"--overlap-moe-expert-parallel-comm", 0, "overlaps the expert all-to-alls "
+     "with another micro-batch's compute; autopar prices them exposed"},
+    {"--delay-wgrad-compute", 0, "reorders the weight-gradient GEMMs for "
+     "batch-level overlap, which is not priced"},
+    {"--moe-layer-recompute", 0, "recomputes the MoE layers; autopar's "
+     "selective recomputation is core attention's alone"},
+    {"--moe-use-legacy-grouped-gemm", 0, "runs the experts as the legacy "
+     "GroupedMLP; autopar prices Transformer Engine's GroupedLinear "
+     "(--moe-grouped-gemm)"},
+    {"--moe-expert-capacity-factor", 1, "drops or pads tokens to the experts' "
+     "capacity; autopar prices dropless routing"},
+    {"--enable-cuda-graph", 0, "captures CUDA graphs, whose launch savings "
+     "and static buffers are not priced"},
+    {"--external-cuda-graph", 0, "captures CUDA graphs, whose launch savings "
+     "and static buffers are not priced"},
+    {"--torch-fsdp2-no-reshard-after-forward", 0, "keeps FSDP2's gathered "
+     "weights from forward to backward, which no ZeRO level prices"},
+};
+
+/* Flags refused unless their value is the one given here (Megatron-LM's
+ * default, or a value that changes nothing priced). */
+static const struct {
+    const char *flag, *ok, *why;
+} refused_unless[] = {
+    {"--optimizer", "adam", "keeps other optimizer states than Adam's, "
+     "which autopar prices (12 bytes per parameter)"},
+    {"--cpu-offloading-num-layers", "0", "moves those layers' activations to "
+     "host memory over PCIe, which is not priced"},
+    {"--num-distributed-optimizer-instances", "1", "keeps that many copies of "
+     "the distributed optimizer's shards; autopar shards them over the whole "
+     "data-parallel group"},
+    {"--cuda-graph-impl", "none", "captures CUDA graphs, whose launch savings "
+     "and static buffers are not priced"},
+    {"--mtp-num-layers", "0", "adds multi-token-prediction layers and losses "
+     "that the model does not have"},
+    {"--fp8-recipe", "delayed", "scales FP8 tensors by another recipe than "
+     "the delayed scaling priced (tensorwise adds an amax pass, mxfp8 and "
+     "blockwise other GEMM kernels)"},
+    {"--main-params-dtype", "fp32", "keeps the main weights in another dtype "
+     "(--use-precision-aware-optimizer); autopar prices fp32"},
+    {"--exp-avg-dtype", "fp32", "keeps Adam's first moment in another dtype "
+     "(--use-precision-aware-optimizer); autopar prices fp32"},
+    {"--exp-avg-sq-dtype", "fp32", "keeps Adam's second moment in another dtype "
+     "(--use-precision-aware-optimizer); autopar prices fp32"},
+};
+
+static int refuse(const char *flag, const char *v, const char *why, char *err)
+{
+    snprintf(err, AP_ERR_LEN, "--megatron-args: %s%s%.64s: %s", flag, v ? " " : "",
+             v ? v : "", why);
+    return -1;
+}
+
+/* The refused flags of the two tables: 1 when `tok` was one that is fine,
+ * 0 when not one, -1 with err set. */
+static int refused_flag(const char *tok, char **save, char *err)
+{
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        if (strcmp(tok, refused[i].flag))
+            continue;
+        char *v = refused[i].values > 0 ? flag_value(tok, save, err)
+                : refused[i].values < 0 ? list_value(save) : NULL;
+        if (refused[i].values > 0 && !v)
+            return -1;
+        return refuse(tok, v, refused[i].why, err);
+    }
+    for (size_t i = 0; i < sizeof refused_unless / sizeof refused_unless[0]; i++) {
+        if (strcmp(tok, refused_unless[i].flag))
+            continue;
+        char *v = flag_value(tok, save, err);
+        if (!v)
+            return -1;
+        return strcmp(v, refused_unless[i].ok) ? refuse(tok, v, refused_unless[i].why, err)
+                                               : 1;
+    }
+    return 0;
+}
+
+/* A flag whose value settle_audit judges: into *slot. */
+static int value_into(const char *tok, char **save, const char **slot, char *err)
+{
+    char *v = flag_value(tok, save, err);
+    if (!v)
+        return -1;
+    *slot = v;
+    return 1;
+}
+
+/* A value of `flag` that must be one of `choices` (space-separated). */
+static int one_of(const char *flag, const char *v, const char *choices, char *err)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; *p; p += strcspn(p, " "), p += *p == ' ')
+        if (strcspn(p, " ") == n && !strncmp(p, v, n))
+            return 0;
+    snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" (%s)", flag, v,
+             choices);
+    return -1;
+}
+
+/* The lists: --cp-comm-type (one type for all layers or one per layer) and
+ * --recompute-modules, --hierarchical-context-parallel-sizes read past. */
+static int list_flag(const char *tok, char **save, audit *a, char *err)
+{
+    char *v;
+    if (!strcmp(tok, "--cp-comm-type")) {
+        int n = 0;
+        while ((v = list_value(save))) {
+            if (one_of(tok, v, "p2p a2a allgather a2a+p2p", err))
+                return -1;
+            if (!a->cp_comm && strcmp(v, "p2p"))
+                a->cp_comm = v;
+            n++;
+        }
+        if (!n)
+            snprintf(err, AP_ERR_LEN, "--megatron-args: %s needs a value", tok);
+        return n ? 1 : -1;
+    }
+    if (!strcmp(tok, "--recompute-modules")) {
+        a->modules_given = 1;
+        a->modules = 0;
+        a->module = NULL;
+        while ((v = list_value(save))) {
+            if (!a->module && strcmp(v, "core_attn"))
+                a->module = v;
+            a->modules++;
+        }
+        return 1;
+    }
+    if (!strcmp(tok, "--hierarchical-context-parallel-sizes")) {
+        while (list_value(save))
+            ;
+        return 1;
+    }
+    return 0;
+}
+
+/* The flags settle_audit judges; 1 when `tok` was one, 0 when not, -1
+ * with err set for a bad or missing value. */
+static int audit_flag(const char *tok, char **save, audit *a, char *err)
+{
+    int rc = refused_flag(tok, save, err);
+    if (rc || (rc = list_flag(tok, save, a, err)))
+        return rc;
+    if (!strcmp(tok, "--moe-token-dispatcher-type")) {
+        if (value_into(tok, save, &a->dispatcher, err) < 0)
+            return -1;
+        return one_of(tok, a->dispatcher, "allgather alltoall flex", err) ? -1 : 1;
+    }
+    if (!strcmp(tok, "--attention-backend")) {
+        if (value_into(tok, save, &a->backend, err) < 0)
+            return -1;
+        return one_of(tok, a->backend, "flash fused unfused local auto", err) ? -1 : 1;
+    }
+    if (!strcmp(tok, "--transformer-impl")) {
+        if (value_into(tok, save, &a->impl, err) < 0)
+            return -1;
+        return one_of(tok, a->impl, "local transformer_engine", err) ? -1 : 1;
+    }
+    if (!strcmp(tok, "--data-parallel-sharding-strategy")) {
+        if (value_into(tok, save, &a->sharding, err) < 0)
+            return -1;
+        return one_of(tok, a->sharding, "no_shard optim optim_grads optim_grads_params",
+                      err) ? -1 : 1;
+    }
+    if (!strcmp(tok, "--moe-router-topk"))
+        return count_value(tok, save, &a->topk, err);
+    if (!strcmp(tok, "--moe-ffn-hidden-size"))
+        return count_value(tok, save, &a->moe_ffn, err);
+    if (!strcmp(tok, "--moe-shared-expert-intermediate-size")) {
+        int n;
+        a->shared_expert = 1;
+        return count_value(tok, save, &n, err);
+    }
+    int *on = !strcmp(tok, "--moe-grouped-gemm") ? &a->grouped_gemm
+            : !strcmp(tok, "--use-flash-attn") ? &a->flash_attn
+            : !strcmp(tok, "--use-torch-fsdp2") ? &a->torch_fsdp2
+            : !strcmp(tok, "--moe-shared-expert-overlap") ? &a->shared_overlap
+            : !strcmp(tok, "--use-megatron-fsdp") || !strcmp(tok, "--use-custom-fsdp")
+                ? &a->megatron_fsdp : NULL;
+    if (!on)
+        return 0;
+    if (on == &a->megatron_fsdp)
+        a->fsdp_flag = tok;
+    *on = 1;
+    return 1;
+}
+
+/* The MoE flags: Megatron-Core's default dispatcher is allgather and its
+ * default experts SequentialMLP (one expert's GEMMs after another); autopar
+ * prices the alltoall dispatcher and TE's GroupedLinear. */
+static int settle_moe(const audit *a, const ap_megatron *m, char *err)
+{
+    if (!m->shape.experts)
+        return 0;
+    if (!a->dispatcher || strcmp(a->dispatcher, "alltoall"))
+        return refuse("--moe-token-dispatcher-type", a->dispatcher ? a->dispatcher
+                      : "allgather", a->dispatcher && !strcmp(a->dispatcher, "flex")
+                      ? "the flex dispatcher (DeepEP) merges the copies of a token bound "
+                        "for one rank, which is not priced; autopar prices "
+                        "--moe-token-dispatcher-type alltoall"
+                      : "the all-gather dispatcher (Megatron-Core's default where the "
+                        "flag is left out) gathers every token over the EP x TP group, "
+                        "which is not priced; autopar prices "
+                        "--moe-token-dispatcher-type alltoall", err);
+    if (!a->grouped_gemm && m->shape.experts > m->ep) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --num-experts %d without "
+                 "--moe-grouped-gemm runs the %d local experts of each rank one after "
+                 "another (SequentialMLP), which is not priced; autopar prices "
+                 "--moe-grouped-gemm (Transformer Engine's GroupedLinear)",
+                 m->shape.experts, m->shape.experts / m->ep);
+        return -1;
+    }
+    if (a->shared_expert && a->shared_overlap)
+        return refuse("--moe-shared-expert-overlap", NULL, "overlaps the shared experts "
+                      "with the dispatcher's all-to-all; autopar prices them one after "
+                      "the other", err);
+    return 0;
+}
+
+/* The attention kernel the flags say, into m->shape.flash: TE picks flash
+ * or cuDNN's fused kernel under flash, fused and auto (the default), both
+ * priced as a fused kernel; unfused, and Megatron's own local attention
+ * (--transformer-impl local), keep the s x s matrix. */
+static int settle_attention(const audit *a, ap_megatron *m, char *err)
+{
+    int local = a->impl && !strcmp(a->impl, "local");
+    int fused = a->backend ? strcmp(a->backend, "unfused") && strcmp(a->backend, "local")
+                           : -1;
+    if (local && (fused == 1 || a->flash_attn)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --transformer-impl local with %s%s: "
+                 "the local layers' attention does not run Transformer Engine's "
+                 "kernels, so which attention runs is not clear; give one",
+                 a->backend ? "--attention-backend " : "--use-flash-attn",
+                 a->backend ? a->backend : "");
+        return -1;
+    }
+    if (a->flash_attn && fused == 0)
+        return refuse("--attention-backend", a->backend, "contradicts --use-flash-attn; "
+                      "give one", err);
+    if (local && (m->fp8 || m->tp_overlap))
+        return refuse("--transformer-impl", "local", m->fp8
+                      ? "has no FP8 layers (Transformer Engine's); drop --fp8-format"
+                      : "has no TP communication overlap (Transformer Engine's "
+                        "userbuffers); drop --tp-comm-overlap", err);
+    m->shape.flash = local || fused == 0 ? -1 : fused == 1 || a->flash_attn ? 1 : 0;
+    if (m->shape.flash < 0 && m->cp > 1) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s %s with --context-parallel-size "
+                 "%d: Transformer Engine's context parallelism runs flash or fused "
+                 "attention only", local ? "--transformer-impl" : "--attention-backend",
+                 local ? "local" : a->backend, m->cp);
+        return -1;
+    }
+    return 0;
+}
+
+/* FSDP onto ZeRO: Megatron FSDP's sharding strategies shard what ZeRO-0
+ * to 3 shard, with the same collectives (docs/megatron-flags.md); torch
+ * FSDP2 runs only without gradient accumulation fusion, which is not
+ * priced. */
+static int settle_fsdp(const audit *a, ap_megatron *m, char *err)
+{
+    static const char *const levels[] = {"no_shard", "optim", "optim_grads",
+                                         "optim_grads_params"};
+    if (a->torch_fsdp2)
+        return refuse("--use-torch-fsdp2", NULL, "Megatron-LM runs torch FSDP2 only "
+                      "with --no-gradient-accumulation-fusion, whose separate gradient "
+                      "accumulation is not priced; --use-megatron-fsdp "
+                      "--data-parallel-sharding-strategy optim_grads_params is priced "
+                      "as zero=3", err);
+    if (!a->megatron_fsdp)
+        return 0;
+    const char *s = a->sharding ? a->sharding : "no_shard";
+    if (m->zero == AP_ZERO_1 && !strcmp(s, "no_shard")) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s with --use-distributed-optimizer "
+                 "and --data-parallel-sharding-strategy no_shard (its default): which "
+                 "of them shards the optimizer is not clear; give the strategy "
+                 "(optim for ZeRO-1)", a->fsdp_flag);
+        return -1;
+    }
+    for (int z = 0; z < 4; z++)
+        if (!strcmp(s, levels[z]))
+            m->zero = (ap_zero)z;
+    return 0;
+}
+
+static int settle_audit(const audit *a, ap_megatron *m, char *err)
+{
+    if (settle_moe(a, m, err) || settle_attention(a, m, err) || settle_fsdp(a, m, err))
+        return -1;
+    if (a->cp_comm && m->cp > 1)
+        return refuse("--cp-comm-type", a->cp_comm, "autopar prices the p2p ring of "
+                      "Transformer Engine's context parallelism (the default)", err);
+    if (a->modules_given && m->recompute == AP_RECOMPUTE_SELECTIVE && !a->module &&
+        !a->modules)
+        return refuse("--recompute-modules", NULL, "names no module; autopar's "
+                      "selective recomputation is core_attn (the default)", err);
+    if (a->module && m->recompute == AP_RECOMPUTE_SELECTIVE)
+        return refuse("--recompute-modules", a->module, "is not priced; autopar's "
+                      "selective recomputation recomputes core_attn (the default) alone",
+                      err);
+    if (m->shape.experts)
+        m->shape.top_k = a->topk ? a->topk : 2;
+    m->shape.moe_ffn = a->moe_ffn;
+    return 0;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[4096], who[80];
@@ -419,6 +790,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     rc_flags rcf = {0, 0, 0};
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
+    audit au = {0};
     char *save = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
          tok = strtok_r(NULL, " \t\n", &save)) {
@@ -446,6 +818,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = dropout_flag(tok, &save, drop, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = cross_entropy_flag(tok, &save, &ce, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = audit_flag(tok, &save, &au, err)) < 0)
             return AP_EINPUT;
         if (!known && (shape = shape_slot(m, tok, &groups)) &&
             (known = count_value(tok, &save, shape, err)) < 0)
@@ -478,8 +852,9 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             }
         }
         /* Other flags (optimizer, data, logging, the model's structure:
-         * --swiglu, --normalization) change neither the layout nor the
-         * shapes checked, and are read past. */
+         * --swiglu, --normalization) change neither the layout, the shapes
+         * checked nor the price (docs/megatron-flags.md), and are read
+         * past. */
     }
     m->shape.groups = gqa ? groups : 0;
     /* A dropout flag given says the command line is Megatron-LM's whole
@@ -501,7 +876,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         m->cross_entropy = ce.impl;
     if (layers_per_chunk) /* resolved against the layer count later */
         m->vpp = (int)-layers_per_chunk;
-    return AP_OK;
+    return settle_audit(&au, m, err) ? AP_EINPUT : AP_OK;
 }
 
 /* tp*pp*cp (and dp) checked against the GPUs one factor at a time, so that
@@ -802,12 +1177,48 @@ static int check_recompute(const ap_megatron *m, int L, char *err)
     return AP_OK;
 }
 
+/* What the audited flags say of the model (settle_audit) against it: the
+ * attention kernel, and the experts' top-k and FFN. */
+static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    int attention = 0;
+    for (int i = 0; i < g->nops; i++)
+        attention |= g->ops[i].kind == AP_OP_ATTENTION;
+    if (attention && m->shape.flash && (m->shape.flash > 0) != s.flash) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: its attention flags say %s, but %s "
+                 "was built with %s (a graph is built with one: --flash-attention, or "
+                 "`autopar graph --flash-attention`)", m->shape.flash > 0
+                 ? "a fused kernel (--attention-backend flash, fused or auto, or "
+                   "--use-flash-attn)"
+                 : "unfused attention (--attention-backend unfused or local, or "
+                   "--transformer-impl local)", g->source,
+                 s.flash ? "a fused kernel (flash)" : "unfused attention");
+        return AP_EINPUT;
+    }
+    if (!s.experts)
+        return AP_OK;
+    if (m->shape.top_k && m->shape.top_k != s.top_k) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-router-topk %d%s, but %s "
+                 "routes each token to %d experts", m->shape.top_k, m->shape.top_k == 2
+                 ? " (Megatron-LM's default where left out)" : "", g->source, s.top_k);
+        return AP_EINPUT;
+    }
+    if (m->shape.moe_ffn && m->shape.moe_ffn != s.ffn) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-ffn-hidden-size %d, but %s "
+                 "has %lld expert FFN size", m->shape.moe_ffn, g->source, s.ffn);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
 static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  char *err)
 {
     int gpus = ap_cluster_gpus(c), L = g->nlayers;
     int rc = check_shape(g, m, err);
-    if (rc)
+    if (rc || (rc = check_audited(g, m, err)))
         return rc;
     if (!fits_gpus(m, gpus, m->dp > 0)) {
         double p = (double)m->tp * m->pp * m->cp;

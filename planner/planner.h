@@ -544,6 +544,14 @@ typedef struct {
         int dropout; /* 1: --hidden-dropout or --attention-dropout (0.1
                         where left out, Megatron-LM's default) is above
                         0; -1: both are 0; 0: neither given */
+        int flash;   /* 1: the attention flags say a fused kernel
+                        (--attention-backend flash, fused or auto,
+                        --use-flash-attn); -1: unfused (--attention-backend
+                        unfused or local, --transformer-impl local); 0:
+                        none given */
+        int top_k;   /* --moe-router-topk under --num-experts (2,
+                        Megatron-LM's default, where left out); else 0 */
+        int moe_ffn; /* --moe-ffn-hidden-size; 0 where not given */
     } shape;
 } ap_megatron;
 

@@ -101,10 +101,10 @@ expect "--dropout takes on or off" --dropout maybe --megatron-args "$layout"
 # Megatron keeps beside --moe-ffn-hidden-size) is not.
 moe=$src/examples/hf/mixtral-8x7b.json
 out=$("$bin" estimate "$moe" --gpus 16 --json --megatron-args \
-    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --global-batch-size 64 --num-experts 8 --ffn-hidden-size 1" 2>&1)
+    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --global-batch-size 64 --num-experts 8 --ffn-hidden-size 1 --moe-token-dispatcher-type alltoall" 2>&1)
 echo "$out" | grep -q '"step_time_s"' && ok || bad "Mixtral with its 8 experts is priced: $out"
 out=$("$bin" estimate "$moe" --gpus 16 --megatron-args \
-    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --num-experts 16" 2>&1 >/dev/null)
+    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --num-experts 16 --moe-token-dispatcher-type alltoall" 2>&1 >/dev/null)
 echo "$out" | grep -qF -- "--num-experts 16, but $moe has 8 experts" && ok ||
     bad "Mixtral refuses 16 experts: $out"
 
