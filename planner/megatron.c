@@ -403,7 +403,7 @@ static int cross_entropy_flag(const char *tok, char **save, ce_flags *ce, char *
 }
 
 /* The flags of a Megatron-LM command line that change the step's time or
- * memory beyond the layout (docs/megatron-flags.md): each is priced by
+ * memory beyond the layout (docs/megatron.md): each is priced by
  * mapping it onto a setting autopar prices, or refused naming it, its
  * value and why. audit_flag reads them; settle_audit decides once every
  * flag is read, since Megatron-LM's meaning of one depends on others (the
@@ -425,6 +425,7 @@ typedef struct {
     int shared_expert, shared_overlap;
     int topk;                /* --moe-router-topk; 0 where not given */
     int moe_ffn;             /* --moe-ffn-hidden-size; 0 where not given */
+    int mb_group;            /* --microbatch-group-size-per-virtual-pipeline-stage */
 } audit;
 
 /* The next token when it is a value, not the next flag: for flags that take
@@ -635,6 +636,8 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
         return count_value(tok, save, &a->topk, err);
     if (!strcmp(tok, "--moe-ffn-hidden-size"))
         return count_value(tok, save, &a->moe_ffn, err);
+    if (!strcmp(tok, "--microbatch-group-size-per-virtual-pipeline-stage"))
+        return count_value(tok, save, &a->mb_group, err);
     if (!strcmp(tok, "--moe-shared-expert-intermediate-size")) {
         int n;
         a->shared_expert = 1;
@@ -723,7 +726,7 @@ static int settle_attention(const audit *a, ap_megatron *m, char *err)
 }
 
 /* FSDP onto ZeRO: Megatron FSDP's sharding strategies shard what ZeRO-0
- * to 3 shard, with the same collectives (docs/megatron-flags.md); torch
+ * to 3 shard, with the same collectives (docs/megatron.md); torch
  * FSDP2 runs only without gradient accumulation fusion, which is not
  * priced. */
 static int settle_fsdp(const audit *a, ap_megatron *m, char *err)
@@ -756,6 +759,15 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
 {
     if (settle_moe(a, m, err) || settle_attention(a, m, err) || settle_fsdp(a, m, err))
         return -1;
+    /* Megatron-LM's interleaved schedule runs pp micro-batches per virtual
+     * stage in a row where the flag is left out, as priced. */
+    if (a->mb_group && a->mb_group != m->pp) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: "
+                 "--microbatch-group-size-per-virtual-pipeline-stage %d: autopar prices "
+                 "the interleaved schedule with groups of pp=%d micro-batches (the "
+                 "default)", a->mb_group, m->pp);
+        return -1;
+    }
     if (a->cp_comm && m->cp > 1)
         return refuse("--cp-comm-type", a->cp_comm, "autopar prices the p2p ring of "
                       "Transformer Engine's context parallelism (the default)", err);
@@ -853,7 +865,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         }
         /* Other flags (optimizer, data, logging, the model's structure:
          * --swiglu, --normalization) change neither the layout, the shapes
-         * checked nor the price (docs/megatron-flags.md), and are read
+         * checked nor the price (docs/megatron.md), and are read
          * past. */
     }
     m->shape.groups = gqa ? groups : 0;

@@ -63,7 +63,7 @@ expect "--megatron-args: --num-query-groups 4, but $model has 8 KV heads" \
 expect "--megatron-args: --ffn-hidden-size 11008, but $model has 14336 FFN size" \
     --megatron-args "$layout --ffn-hidden-size 11008"
 expect "--megatron-args: --num-experts 8, but $model has no experts" \
-    --megatron-args "$layout --num-experts 8"
+    --megatron-args "$layout --num-experts 8 --moe-token-dispatcher-type alltoall --moe-grouped-gemm"
 expect "--seq 4096 and --megatron-args --seq-length 8192 disagree" \
     --seq 4096 --megatron-args "$layout --seq-length 8192"
 expect "--megatron-args: --seq-length: bad value \"0\" (an integer from 1 to 2^30)" \
@@ -104,7 +104,7 @@ out=$("$bin" estimate "$moe" --gpus 16 --json --megatron-args \
     "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --global-batch-size 64 --num-experts 8 --ffn-hidden-size 1 --moe-token-dispatcher-type alltoall" 2>&1)
 echo "$out" | grep -q '"step_time_s"' && ok || bad "Mixtral with its 8 experts is priced: $out"
 out=$("$bin" estimate "$moe" --gpus 16 --megatron-args \
-    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --num-experts 16 --moe-token-dispatcher-type alltoall" 2>&1 >/dev/null)
+    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --num-experts 16 --moe-token-dispatcher-type alltoall --moe-grouped-gemm" 2>&1 >/dev/null)
 echo "$out" | grep -qF -- "--num-experts 16, but $moe has 8 experts" && ok ||
     bad "Mixtral refuses 16 experts: $out"
 

@@ -1,0 +1,173 @@
+#!/bin/sh
+# The Megatron-LM flags that change the step's time or memory beyond the
+# layout (docs/megatron.md): each is priced as the setting it maps to,
+# which is checked here by pricing both, or refused with exit 2 and a
+# message that names the flag.
+set -u
+. "$(dirname "$0")/lib.sh"
+llama=$src/examples/hf/llama-3-8b.json
+layout="--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 64"
+spec="tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0"
+
+est() { # model gpus args...
+    m=$1 n=$2
+    shift 2
+    "$bin" estimate "$m" --gpus "$n" --json "$@" 2>/dev/null
+}
+# same WHAT model gpus "flags" "spec-or-flags" [extra estimate args for the second]
+same() {
+    what=$1 m=$2 n=$3 a=$4 b=$5
+    shift 5
+    x=$(est "$m" "$n" --megatron-args "$a")
+    case $b in
+    --*) y=$(est "$m" "$n" "$@" --megatron-args "$b") ;;
+    *) y=$(est "$m" "$n" "$@" --megatron "$b") ;;
+    esac
+    echo "$x" | grep -q '"step_time_s"' && [ "$x" = "$y" ] && ok ||
+        bad "$what: '$a' prices as '$b' $*: $x vs $y"
+}
+# refused WANT model gpus "flags" [extra estimate args]
+refused() {
+    want=$1 m=$2 n=$3 a=$4
+    shift 4
+    out=$("$bin" estimate "$m" --gpus "$n" "$@" --megatron-args "$a" 2>&1 >/dev/null)
+    rc=$?
+    [ $rc -eq 2 ] && echo "$out" | grep -qF -- "$want" && ok ||
+        bad "'$a' -> rc $rc, '$out' lacks '$want'"
+}
+
+# Attention. Megatron's default (auto), flash, fused and --use-flash-attn
+# run a fused kernel, as autopar's default graph; unfused, local and the
+# local layers keep the s x s matrix: a Hugging Face config is built with
+# --flash-attention off.
+for f in "--attention-backend auto" "--attention-backend flash" \
+    "--attention-backend fused" "--use-flash-attn" "--transformer-impl transformer_engine"; do
+    same "attention $f" "$llama" 16 "$layout $f" "$spec"
+done
+for f in "--attention-backend unfused" "--attention-backend local" "--transformer-impl local"; do
+    same "attention $f" "$llama" 16 "$layout $f" "$spec" --flash-attention off
+done
+a=$(est "$llama" 16 --megatron-args "$layout --attention-backend unfused")
+b=$(est "$llama" 16 --megatron-args "$layout")
+[ "$a" != "$b" ] && ok || bad "unfused attention changes the price: $a"
+refused "--flash-attention on and --megatron-args disagree" "$llama" 16 \
+    "$layout --attention-backend unfused" --flash-attention on
+refused "--flash-attention off and --megatron-args disagree" "$llama" 16 \
+    "$layout --use-flash-attn" --flash-attention off
+refused "--attention-backend unfused: contradicts --use-flash-attn" "$llama" 16 \
+    "$layout --use-flash-attn --attention-backend unfused"
+refused "--transformer-impl local with --attention-backend flash" "$llama" 16 \
+    "$layout --transformer-impl local --attention-backend flash"
+refused "--transformer-impl local: has no FP8 layers" "$llama" 16 \
+    "$layout --transformer-impl local --fp8-format hybrid"
+refused "--attention-backend unfused with --context-parallel-size 2" "$llama" 16 \
+    "$layout --context-parallel-size 2 --attention-backend unfused"
+refused "--attention-backend: bad value \"sdpa\"" "$llama" 16 "$layout --attention-backend sdpa"
+# A built graph keeps its kernel: gpt-tiny.json has unfused attention.
+tiny=$src/examples/gpt-tiny.json
+one="--micro-batch-size 1 --global-batch-size 8"
+same "a graph built unfused" "$tiny" 1 "$one --attention-backend unfused" "$one"
+refused "its attention flags say a fused kernel (--attention-backend flash, fused or auto, or --use-flash-attn), but $tiny was built with unfused attention" \
+    "$tiny" 1 "$one --attention-backend flash"
+
+# Mixture of experts: Megatron-Core's defaults are the allgather dispatcher
+# and SequentialMLP; autopar prices alltoall and TE's grouped GEMM. Mixtral
+# on ep=2 holds 4 experts a rank.
+moe=$src/examples/hf/mixtral-8x7b.json
+mlay="--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2
+ --micro-batch-size 1 --global-batch-size 64 --num-experts 8"
+mspec="tp=2,sp=1,ep=2,mbs=1,gbs=64,zero=0,overlap_grad=0"
+same "alltoall with grouped GEMM" "$moe" 16 \
+    "$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-router-topk 2 --moe-ffn-hidden-size 14336 --moe-permute-fusion" "$mspec"
+refused "--moe-token-dispatcher-type allgather: the all-gather dispatcher (Megatron-Core's default where the flag is left out)" \
+    "$moe" 16 "$mlay --moe-grouped-gemm"
+refused "--moe-token-dispatcher-type allgather" "$moe" 16 \
+    "$mlay --moe-grouped-gemm --moe-token-dispatcher-type allgather"
+refused "--moe-token-dispatcher-type flex" "$moe" 16 \
+    "$mlay --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-enable-deepep"
+refused "--num-experts 8 without --moe-grouped-gemm runs the 4 local experts" "$moe" 16 \
+    "$mlay --moe-token-dispatcher-type alltoall"
+refused "--moe-router-topk 2 (Megatron-LM's default where left out), but" \
+    "$src/examples/hf/qwen3-30b-a3b.json" 16 \
+    "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 16 --num-experts 128 --moe-token-dispatcher-type alltoall --moe-grouped-gemm" --seq 1024
+refused "--moe-router-topk 4, but $moe routes each token to 2 experts" "$moe" 16 \
+    "$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-router-topk 4"
+refused "--moe-ffn-hidden-size 4096, but $moe has 14336 expert FFN size" "$moe" 16 \
+    "$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-ffn-hidden-size 4096"
+refused "--moe-shared-expert-overlap: overlaps the shared experts" "$moe" 16 \
+    "$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-shared-expert-intermediate-size 4096 --moe-shared-expert-overlap"
+# A dense command line: the dispatcher flags change nothing.
+same "a dispatcher without experts" "$llama" 16 "$layout --moe-token-dispatcher-type allgather" "$spec"
+
+# Context parallelism: TE's p2p ring, one type for all layers or per layer.
+same "--cp-comm-type p2p" "$llama" 16 "$layout --context-parallel-size 2 --cp-comm-type p2p p2p" \
+    "tp=2,cp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0"
+refused "--cp-comm-type a2a: autopar prices the p2p ring" "$llama" 16 \
+    "$layout --context-parallel-size 2 --cp-comm-type a2a"
+refused "--cp-comm-type a2a+p2p" "$llama" 16 \
+    "$layout --context-parallel-size 2 --cp-comm-type p2p a2a+p2p --hierarchical-context-parallel-sizes 2 1"
+same "--cp-comm-type at cp=1" "$llama" 16 "$layout --cp-comm-type allgather" "$spec"
+refused "--cp-comm-type: bad value \"ring\"" "$llama" 16 "$layout --cp-comm-type ring"
+
+# FSDP: Megatron FSDP's strategies are ZeRO-0 to 3; torch FSDP2 runs only
+# without gradient accumulation fusion, which is not priced.
+z=0
+for s in no_shard optim optim_grads optim_grads_params; do
+    same "Megatron FSDP $s" "$llama" 16 \
+        "$layout --use-megatron-fsdp --data-parallel-sharding-strategy $s" \
+        "tp=2,mbs=1,gbs=64,sp=0,zero=$z,overlap_grad=0"
+    z=$((z + 1))
+done
+same "--use-custom-fsdp" "$llama" 16 \
+    "$layout --use-custom-fsdp --use-distributed-optimizer --data-parallel-sharding-strategy optim_grads" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=2,overlap_grad=0"
+same "a sharding strategy without FSDP" "$llama" 16 \
+    "$layout --data-parallel-sharding-strategy optim_grads_params" "$spec"
+refused "--use-torch-fsdp2: Megatron-LM runs torch FSDP2 only with --no-gradient-accumulation-fusion" \
+    "$llama" 16 "$layout --use-torch-fsdp2"
+refused "--use-megatron-fsdp with --use-distributed-optimizer and --data-parallel-sharding-strategy no_shard" \
+    "$llama" 16 "$layout --use-megatron-fsdp --use-distributed-optimizer"
+
+# Selective recomputation is core attention's.
+same "--recompute-modules core_attn" "$llama" 16 \
+    "$layout --recompute-activations --recompute-modules core_attn" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=selective"
+refused "--recompute-modules mlp: is not priced" "$llama" 16 \
+    "$layout --recompute-granularity selective --recompute-modules core_attn mlp"
+refused "--recompute-modules: names no module" "$llama" 16 \
+    "$layout --recompute-granularity selective --recompute-modules"
+same "--recompute-modules under full recomputation" "$llama" 16 \
+    "$layout --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --recompute-modules mlp" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=full"
+
+# Flags refused whatever their value.
+for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
+    "--spec local" "--pipeline-model-parallel-layout Et*16|t*16L" \
+    "--no-gradient-accumulation-fusion" "--no-bias-swiglu-fusion" \
+    "--distribute-saved-activations" "--defer-embedding-wgrad-compute" \
+    "--overlap-moe-expert-parallel-comm" "--delay-wgrad-compute" \
+    "--moe-layer-recompute" "--moe-use-legacy-grouped-gemm" \
+    "--moe-expert-capacity-factor 1.0" "--enable-cuda-graph" "--external-cuda-graph" \
+    "--torch-fsdp2-no-reshard-after-forward"; do
+    refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
+done
+# ... and unless they are Megatron-LM's default, which prices as before.
+for f in "--optimizer sgd" "--cpu-offloading-num-layers 2" \
+    "--num-distributed-optimizer-instances 2" "--cuda-graph-impl transformer_engine" \
+    "--mtp-num-layers 1" "--fp8-recipe mxfp8" "--main-params-dtype fp16" \
+    "--exp-avg-dtype bf16" "--exp-avg-sq-dtype fp8"; do
+    refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
+done
+same "the defaults" "$llama" 16 "$layout --optimizer adam --cpu-offloading-num-layers 0 \
+--num-distributed-optimizer-instances 1 --cuda-graph-impl none --mtp-num-layers 0 \
+--fp8-recipe delayed --main-params-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32 \
+--main-grads-dtype bf16 --use-precision-aware-optimizer" "$spec"
+refused "--microbatch-group-size-per-virtual-pipeline-stage 2: autopar prices the interleaved schedule with groups of pp=4" \
+    "$llama" 16 "$layout --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 4 --microbatch-group-size-per-virtual-pipeline-stage 2"
+same "groups of pp micro-batches" "$llama" 16 \
+    "$layout --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 4 --microbatch-group-size-per-virtual-pipeline-stage 4" \
+    "tp=2,pp=4,vpp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0"
+refused "--megatron-args: --pipeline-model-parallel-layout needs a value" "$llama" 16 \
+    "$layout --pipeline-model-parallel-layout"
+
+finish
