@@ -776,9 +776,9 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
         return refuse("--recompute-modules", NULL, "names no module; autopar's "
                       "selective recomputation is core_attn (the default)", err);
     if (a->module && m->recompute == AP_RECOMPUTE_SELECTIVE)
-        return refuse("--recompute-modules", a->module, "is not priced; autopar's "
-                      "selective recomputation recomputes core_attn (the default) alone",
-                      err);
+        return refuse("--recompute-modules", a->module, "autopar's selective "
+                      "recomputation recomputes core_attn (the default) alone; other "
+                      "modules are not priced", err);
     if (m->shape.experts)
         m->shape.top_k = a->topk ? a->topk : 2;
     m->shape.moe_ffn = a->moe_ffn;

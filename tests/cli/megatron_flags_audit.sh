@@ -132,7 +132,7 @@ refused "--use-megatron-fsdp with --use-distributed-optimizer and --data-paralle
 same "--recompute-modules core_attn" "$llama" 16 \
     "$layout --recompute-activations --recompute-modules core_attn" \
     "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=selective"
-refused "--recompute-modules mlp: is not priced" "$llama" 16 \
+refused "--recompute-modules mlp: autopar's selective recomputation recomputes core_attn (the default) alone" "$llama" 16 \
     "$layout --recompute-granularity selective --recompute-modules core_attn mlp"
 refused "--recompute-modules: names no module" "$llama" 16 \
     "$layout --recompute-granularity selective --recompute-modules"
