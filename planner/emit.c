@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "planner/emit.h"
+#include "planner/recompute.h"
 
 typedef struct {
     char *buf;
@@ -62,11 +63,9 @@ const char *ap_emit_schedule_name(ap_schedule s)
     return s == AP_SCHED_GPIPE ? "gpipe" : s == AP_SCHED_INTERLEAVED ? "interleaved-1f1b" : "1f1b";
 }
 
-/* N of the plan's recompute method; under uniform a 0 reads as 1. */
 static int recompute_layers(const ap_degrees *d)
 {
-    return d->recompute_method == AP_RECOMPUTE_UNIFORM && d->recompute_layers < 1
-               ? 1 : d->recompute_layers;
+    return ap_recompute_group(d->recompute_method, d->recompute_layers);
 }
 
 static int nodes_of(const ap_plan_desc *p)

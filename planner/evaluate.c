@@ -268,10 +268,15 @@ static double optimizer_time(const ap_cluster *c, const ap_stage *st)
  * the n - 1 later buckets waits max(0, A/n - F/n):
  *   exposed = A/n + max(0, (n - 1)/n * (A - F)).
  * Later micro-batches find their parameters gathered. */
+int ap_plan_param_gather_overlapped(const ap_plan *p)
+{
+    return !p->serial_param_gather && p->zero == AP_ZERO_1;
+}
+
 static double param_gather_exposed(const ap_plan *p, const ap_stage *st)
 {
     double a = st->param_sync;
-    if (a <= 0 || p->serial_param_gather || p->zero != AP_ZERO_1)
+    if (a <= 0 || !ap_plan_param_gather_overlapped(p))
         return a;
     double n = fmax(1, ceil(st->param_buckets - 1e-9));
     return a / n + fmax(0, (n - 1) / n * (a - st->fwd));

@@ -122,7 +122,7 @@ static void add_recompute_method(cJSON *o, const ap_plan *p)
         if (p->stages[i].recompute == AP_RECOMPUTE_FULL) {
             cJSON_AddStringToObject(o, "recompute_method",
                                     ap_recompute_method_name(p->recompute_method));
-            cJSON_AddNumberToObject(o, "recompute_num_layers", ap_recompute_group(p));
+            cJSON_AddNumberToObject(o, "recompute_num_layers", ap_recompute_group(p->recompute_method, p->recompute_layers));
             return;
         }
 }
@@ -134,10 +134,10 @@ static void format_recompute(const ap_plan *p, const ap_stage *st, char *buf, si
     if (st->recompute != AP_RECOMPUTE_FULL)
         snprintf(buf, len, "%s", recompute_name(st->recompute));
     else if (p->recompute_method == AP_RECOMPUTE_BLOCK)
-        snprintf(buf, len, "full (block %d: %d of %d layers)", ap_recompute_group(p),
+        snprintf(buf, len, "full (block %d: %d of %d layers)", ap_recompute_group(p->recompute_method, p->recompute_layers),
                  st->recomputed_layers, st->nlayers);
     else
-        snprintf(buf, len, "full (uniform %d)", ap_recompute_group(p));
+        snprintf(buf, len, "full (uniform %d)", ap_recompute_group(p->recompute_method, p->recompute_layers));
 }
 
 /* The factor on the kernel figures' tensor-core rate and the step it came
@@ -257,8 +257,7 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON_AddNumberToObject(o, "zero", p->zero);
     cJSON_AddBoolToObject(o, "overlap_grad_reduce", !p->serial_grad_sync);
     /* What was priced: only ZeRO-1's gather overlaps the forward. */
-    cJSON_AddBoolToObject(o, "overlap_param_gather",
-                          !p->serial_param_gather && p->zero == AP_ZERO_1);
+    cJSON_AddBoolToObject(o, "overlap_param_gather", ap_plan_param_gather_overlapped(p));
     if (p->fp8)
         cJSON_AddBoolToObject(o, "fp8", 1);
     if (p->tp_overlap)
@@ -484,9 +483,9 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     if (p->t_param_sync_total > 0)
         fprintf(f, "; of it the parameter all-gather %.3f s, %.3f s exposed, %s",
                 p->t_param_sync_total, p->t_param_sync,
-                p->serial_param_gather || p->zero != AP_ZERO_1
-                    ? "after the optimizer step"
-                    : "its first bucket, the rest behind the first micro-batch's forward");
+                ap_plan_param_gather_overlapped(p)
+                    ? "its first bucket, the rest behind the first micro-batch's forward"
+                    : "after the optimizer step");
     fprintf(f, ")\n");
     fprintf(f, "  solver: %s (gap %.2g)\n", status_name(p->ilp_status), p->ilp_gap);
     ap_plan_print_basis(p, f);

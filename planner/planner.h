@@ -491,6 +491,10 @@ int ap_plan_search(const ap_graph *g, const ap_cluster *c,
  * the nodes the embedding group spans on cluster c: 2 when the two
  * stages' first ranks are on different nodes, else 1. */
 int ap_plan_head_apart(const ap_plan *p, const ap_cluster *c, int *embed_group_nodes);
+/* Whether p's parameter all-gather is priced in the next forward's
+ * pre-hooks (--overlap-param-gather): only ZeRO-1's, and only where the plan
+ * overlaps it; otherwise it follows the optimizer step. */
+int ap_plan_param_gather_overlapped(const ap_plan *p);
 /* Prices a plan whose stages, meshes and block strategies are set: fills
  * every price and the prediction. */
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,

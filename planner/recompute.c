@@ -28,11 +28,11 @@ int ap_recompute_method_parse(const char *s, ap_recompute_method *out)
     return AP_OK;
 }
 
-int ap_recompute_group(const ap_plan *p)
+int ap_recompute_group(ap_recompute_method m, int layers)
 {
-    if (p->recompute_method == AP_RECOMPUTE_BLOCK)
-        return p->recompute_layers > 0 ? p->recompute_layers : 0;
-    return p->recompute_layers > 1 ? p->recompute_layers : 1;
+    if (m == AP_RECOMPUTE_BLOCK)
+        return layers > 0 ? layers : 0;
+    return layers > 1 ? layers : 1;
 }
 
 /* Layers in each of the stage's chunks but perhaps the last. */
@@ -44,7 +44,7 @@ static int chunk_size(const ap_plan *p, const ap_stage *st)
 
 void ap_recompute_layer(const ap_plan *p, const ap_stage *st, int k, ap_rc_layer *out)
 {
-    int cs = chunk_size(p, st), n = ap_recompute_group(p);
+    int cs = chunk_size(p, st), n = ap_recompute_group(p->recompute_method, p->recompute_layers);
     int chunk = k / cs, pos = k % cs;
     if (p->recompute_method == AP_RECOMPUTE_BLOCK) {
         out->recomputed = out->keeps_input = pos < n;

@@ -5,9 +5,9 @@
 
 #include "planner/planner.h"
 
-/* N of the plan's method: under uniform at least 1 (a zeroed plan's 0 is
+/* N of a recompute method: under uniform at least 1 (a zeroed plan's 0 is
  * 1), under block the layers recomputed at the head of each chunk. */
-int ap_recompute_group(const ap_plan *p);
+int ap_recompute_group(ap_recompute_method m, int layers);
 
 /* What full recomputation does with one layer of a stage. */
 typedef struct {
