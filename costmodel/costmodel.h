@@ -347,6 +347,15 @@ typedef struct {
     double params, grads, optimizer, total;
 } ap_model_states;
 ap_model_states ap_mem_model_states(double params, int dp, ap_zero zero);
+/* The same with `grad_bytes` bytes per gradient element: 2 is
+ * ap_mem_model_states; 4 is Megatron-LM's fp32 main-gradient buffer
+ * (--bf16 without --grad-reduce-in-bf16), whose shard the distributed
+ * optimizer steps from directly, so that bf16 parameters with fp32
+ * gradients hold 18 bytes per parameter unsharded and 6 + 12/dp under
+ * ZeRO-1 (Megatron-LM's docs/source/api-guide/dist_optimizer.md), 2 + 16/dp
+ * under ZeRO-2 and 18/dp under ZeRO-3. */
+ap_model_states ap_mem_model_states_grad(double params, int dp, ap_zero zero,
+                                         double grad_bytes);
 /* The same partitioning counted in elements, as in the ZeRO paper's table
  * (parameters P, gradients P, optimizer 2P: DDP 4P ... ZeRO-3 4P/dp). */
 ap_model_states ap_mem_model_state_elems(double params, int dp, ap_zero zero);

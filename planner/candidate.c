@@ -105,14 +105,16 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
 }
 
 /* Solves every block; *timed_out says that one found no solution within
- * the ILP time limit, and then the configuration cannot be priced. */
+ * the ILP time limit, and then the configuration cannot be priced. The
+ * planner's own plans keep bf16 gradients (grad_fp32 0), which their
+ * Megatron-LM exports state with --grad-reduce-in-bf16. */
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy,
+                      .cross_entropy = cf->cross_entropy, .grad_fp32 = 0,
                       .embed_group_nodes = embed_group_nodes(cf)};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -208,7 +210,7 @@ static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy,
+                      .cross_entropy = cf->cross_entropy, .grad_fp32 = 0,
                       .embed_group_nodes = embed_group_nodes(cf)};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
@@ -430,7 +432,7 @@ static void reprice(config *cf, ap_zero zero)
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy,
+                      .cross_entropy = cf->cross_entropy, .grad_fp32 = 0,
                       .embed_group_nodes = embed_group_nodes(cf)};
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {

@@ -188,6 +188,18 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --cross-entropy-fusion-impl te\n");
 }
 
+/* The model's dtype, and the gradients' as priced: under --bf16
+ * Megatron-LM keeps and reduces fp32 main gradients unless told
+ * --grad-reduce-in-bf16, under --fp16 gradients are fp16 unless told
+ * --accumulate-allreduce-grads-in-fp32 (validate_args). */
+static void megatron_precision(sbuf *b, const ap_degrees *d, const ap_model_shape *s)
+{
+    if (s->dtype == AP_BF16)
+        put(b, "  --bf16\n%s", d->grad_fp32 ? "" : "  --grad-reduce-in-bf16\n");
+    else if (s->dtype == AP_FP16)
+        put(b, "  --fp16\n%s", d->grad_fp32 ? "  --accumulate-allreduce-grads-in-fp32\n" : "");
+}
+
 static void megatron_model(sbuf *b, const ap_model_shape *s)
 {
     put(b, "  --num-layers %d\n  --hidden-size %lld\n  --num-attention-heads %lld\n",
@@ -226,10 +238,6 @@ static void megatron_model(sbuf *b, const ap_model_shape *s)
     /* Megatron-LM's default is 0.1 for both: say what the plan priced. */
     put(b, "  --hidden-dropout %g\n  --attention-dropout %g\n", s->hidden_dropout,
         s->attention_dropout);
-    if (s->dtype == AP_BF16)
-        put(b, "  --bf16\n");
-    else if (s->dtype == AP_FP16)
-        put(b, "  --fp16\n");
 }
 
 char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s)
@@ -244,6 +252,7 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
     put(&b, "MEGATRON_ARGS=\"\n");
     megatron_parallel(&b, p, d, s);
     megatron_model(&b, s);
+    megatron_precision(&b, d, s);
     put(&b, "\"\n");
     torchrun(&b, p, "pretrain_gpt.py", "MEGATRON_ARGS");
     return finish(&b);

@@ -54,6 +54,7 @@ static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
     st->param_buckets += bp->param_buckets * times;
     st->param_bytes += bp->param_bytes * times;
     st->fp8_weight_bytes += bp->fp8_weight_bytes * times;
+    st->grad_bytes += bp->grad_bytes * times;
     st->flops += bp->flops * times;
     if (rc == AP_RECOMPUTE_FULL) {
         /* Backward first redoes the forward of a recomputed layer,
@@ -159,11 +160,12 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                       .nmicro = p->nmicro, .zero = p->zero, .fp8 = p->fp8,
                       .tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync,
                       .fp8_param_gather = p->fp8_param_gather,
-                      .cross_entropy = p->cross_entropy};
+                      .cross_entropy = p->cross_entropy, .grad_fp32 = p->grad_fp32};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = st->tied_sync = 0;
     st->param_sync = st->param_buckets = 0;
     st->param_bytes = st->act_bytes = st->flops = st->fp8_weight_bytes = 0;
+    st->grad_bytes = 0;
     st->recompute_flops = 0;
     st->recomputed_layers = 0;
     memset(&st->kinds, 0, sizeof st->kinds);

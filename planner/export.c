@@ -251,6 +251,7 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->etp = d->etp;
     m->fp8_param_gather = d->fp8_param_gather;
     m->cross_entropy = d->cross_entropy;
+    m->grad_fp32 = d->grad_fp32;
     m->recompute_method = d->recompute_method;
     m->recompute_layers = d->recompute_layers;
 }
@@ -378,6 +379,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->fp8 = p->fp8;
     d->fp8_param_gather = p->fp8_param_gather;
     d->cross_entropy = p->cross_entropy;
+    d->grad_fp32 = p->grad_fp32;
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
@@ -420,6 +422,14 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                       d->cross_entropy == AP_CE_TE
                           ? "Transformer Engine's (--cross-entropy-fusion-impl te)"
                           : "Megatron-Core's fused one (--cross-entropy-loss-fusion)");
+    /* Their gradient buffers are their own (torchtitan's FSDP reduces in
+     * its mixed_precision_reduce, DeepSpeed in its own dtypes), not the fp32
+     * main gradients Megatron-LM keeps. */
+    if (to != AP_LAUNCHER_MEGATRON && d->grad_fp32)
+        return refuse(p, err, "%s keeps its own gradient buffers, not %s the plan was "
+                      "priced with: export it to Megatron-LM, or estimate with "
+                      "grad_fp32=0", who, "Megatron-LM's fp32 main gradients "
+                      "(grad_reduce_in_fp32)");
     if (to == AP_LAUNCHER_MEGATRON) {
         if (d->schedule == AP_SCHED_GPIPE)
             return refuse(p, err, "%s runs 1F1B or interleaved 1F1B, not the plan's %s schedule",

@@ -42,7 +42,8 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "account_embedding") ? &m->account_embedding
          : !strcmp(k, "account_loss") ? &m->account_loss
          : !strcmp(k, "tp_overlap") ? &m->tp_overlap
-         : !strcmp(k, "fp8_param_gather") ? &m->fp8_param_gather : NULL;
+         : !strcmp(k, "fp8_param_gather") ? &m->fp8_param_gather
+         : !strcmp(k, "grad_fp32") ? &m->grad_fp32 : NULL;
 }
 
 /* The spec's recompute_method and recompute_layers: 1 when k was one, 0
@@ -109,7 +110,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
                  "overlap_param, first, last, fp8, account_embedding, account_loss, "
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
-                 "recompute_method, recompute_layers)", k);
+                 "recompute_method, recompute_layers, grad_fp32)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -567,6 +568,65 @@ static int one_of(const char *flag, const char *v, const char *choices, char *er
     return -1;
 }
 
+/* The flags that decide the gradients' dtype, which grad_rule combines
+ * once every flag is read. main_grads points into the parser's copy of
+ * the command line; NULL is its default, fp32. */
+typedef struct {
+    int bf16, fp16;
+    int reduce_bf16;     /* --grad-reduce-in-bf16 */
+    int accumulate_fp32; /* --accumulate-allreduce-grads-in-fp32 */
+    const char *main_grads; /* --main-grads-dtype */
+} grad_flags;
+
+/* 1 when `tok` was one of those flags, 0 when not, -1 with err set for a
+ * bad or missing value. */
+static int grad_flag(const char *tok, char **save, grad_flags *gf, char *err)
+{
+    int *on = !strcmp(tok, "--bf16") ? &gf->bf16
+            : !strcmp(tok, "--fp16") ? &gf->fp16
+            : !strcmp(tok, "--grad-reduce-in-bf16") ? &gf->reduce_bf16
+            : !strcmp(tok, "--accumulate-allreduce-grads-in-fp32") ? &gf->accumulate_fp32
+            : NULL;
+    if (on) {
+        *on = 1;
+        return 1;
+    }
+    if (strcmp(tok, "--main-grads-dtype"))
+        return 0;
+    if (value_into(tok, save, &gf->main_grads, err) < 0)
+        return -1;
+    return one_of(tok, gf->main_grads, "fp32 bf16", err) ? -1 : 1;
+}
+
+/* Megatron-LM's validate_args: under --bf16 the gradients are accumulated
+ * and reduced in fp32 (accumulate_allreduce_grads_in_fp32, DDP's
+ * grad_reduce_in_fp32) unless --grad-reduce-in-bf16 says bf16, or
+ * --main-grads-dtype bf16 leaves the flag off; it asserts that
+ * --accumulate-allreduce-grads-in-fp32 comes with fp32 main gradients.
+ * Under --fp16, or neither, gradients are in the parameters' dtype unless
+ * --accumulate-allreduce-grads-in-fp32 asks for fp32. The model's own dtype
+ * stays MODEL's: these flags decide the gradients' alone. */
+static int grad_rule(const grad_flags *gf, ap_megatron *m, char *err)
+{
+    int main_fp32 = !gf->main_grads || !strcmp(gf->main_grads, "fp32");
+    if (gf->bf16 && gf->fp16) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --bf16 with --fp16: Megatron-LM "
+                 "trains in one of them; give one");
+        return -1;
+    }
+    if (gf->bf16 && gf->accumulate_fp32 && !main_fp32) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --accumulate-allreduce-grads-in-fp32 "
+                 "with --main-grads-dtype %.64s: Megatron-LM asserts fp32 main "
+                 "gradients under it", gf->main_grads);
+        return -1;
+    }
+    if (gf->bf16)
+        m->grad_fp32 = !gf->reduce_bf16 && (gf->accumulate_fp32 || main_fp32);
+    else
+        m->grad_fp32 = gf->accumulate_fp32;
+    return 0;
+}
+
 /* The lists: --cp-comm-type (one type for all layers or one per layer) and
  * --recompute-modules, --hierarchical-context-parallel-sizes read past. */
 static int list_flag(const char *tok, char **save, audit *a, char *err)
@@ -802,6 +862,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     rc_flags rcf = {0, 0, 0};
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
+    grad_flags gf = {0, 0, 0, 0, NULL};
     audit au = {0};
     char *save = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
@@ -830,6 +891,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = dropout_flag(tok, &save, drop, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = cross_entropy_flag(tok, &save, &ce, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = grad_flag(tok, &save, &gf, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = audit_flag(tok, &save, &au, err)) < 0)
             return AP_EINPUT;
@@ -886,6 +949,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     }
     if (ce.fusion)
         m->cross_entropy = ce.impl;
+    if (grad_rule(&gf, m, err))
+        return AP_EINPUT;
     if (layers_per_chunk) /* resolved against the layer count later */
         m->vpp = (int)-layers_per_chunk;
     return settle_audit(&au, m, err) ? AP_EINPUT : AP_OK;
@@ -1441,6 +1506,7 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->fp8 = m.fp8;
     p->fp8_param_gather = m.fp8_param_gather;
     p->cross_entropy = m.cross_entropy;
+    p->grad_fp32 = m.grad_fp32;
     p->recompute_method = m.recompute_method;
     p->recompute_layers = m.recompute_layers;
     /* With tp = 1 there is nothing to overlap: the setting is dropped, and

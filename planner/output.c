@@ -86,6 +86,7 @@ static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st
         cJSON_AddNumberToObject(o, "embedding_grad_allreduce_s", st->tied_sync);
     cJSON_AddNumberToObject(o, "memory_bytes", st->mem_bytes);
     cJSON_AddNumberToObject(o, "model_state_bytes", st->param_bytes);
+    cJSON_AddNumberToObject(o, "gradient_bytes", st->grad_bytes);
     cJSON_AddNumberToObject(o, "activation_bytes_per_micro_batch", st->act_bytes);
     cJSON_AddNumberToObject(o, "micro_batches_in_flight", st->inflight);
     cJSON *blocks = cJSON_AddArrayToObject(o, "blocks");
@@ -150,8 +151,19 @@ static void add_rate(cJSON *o, const ap_plan *p)
     }
 }
 
+/* The stage whose memory is the plan's: the first with the most. */
+static const ap_stage *fullest_stage(const ap_plan *p)
+{
+    const ap_stage *most = p->nstages ? &p->stages[0] : NULL;
+    for (int i = 1; i < p->nstages; i++)
+        if (p->stages[i].mem_bytes > most->mem_bytes)
+            most = &p->stages[i];
+    return most;
+}
+
 static cJSON *prediction_json(const ap_plan *p)
 {
+    const ap_stage *full = fullest_stage(p);
     cJSON *pr = cJSON_CreateObject();
     cJSON_AddNumberToObject(pr, "step_time_s", p->step_time);
     cJSON_AddStringToObject(pr, "cluster", p->cluster);
@@ -169,6 +181,8 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
     cJSON_AddNumberToObject(pr, "mfu", p->mfu);
     cJSON_AddNumberToObject(pr, "max_memory_bytes", p->max_mem_bytes);
+    cJSON_AddBoolToObject(pr, "grad_reduce_in_fp32", p->grad_fp32);
+    cJSON_AddNumberToObject(pr, "gradient_bytes", full ? full->grad_bytes : 0);
     cJSON_AddNumberToObject(pr, "memory_limit_bytes", p->hbm_limit);
     cJSON_AddBoolToObject(pr, "fits", p->max_mem_bytes <= p->hbm_limit);
     cJSON_AddNumberToObject(pr, "bubble_fraction", p->bubble);
@@ -266,6 +280,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddBoolToObject(o, "fp8_param_gather", 1);
     if (p->cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
+    if (p->grad_fp32)
+        cJSON_AddBoolToObject(o, "grad_reduce_in_fp32", 1);
     add_recompute_method(o, p);
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
@@ -457,8 +473,11 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                "(hardware %.1f) | MFU %.1f%%\n",
             p->step_time, p->tokens_per_s, p->model_tflops_per_gpu,
             p->hw_tflops_per_gpu, 100 * p->mfu);
-    fprintf(f, "  memory per GPU %.1f GiB of %.1f GiB usable; pipeline bubble %.1f%%\n",
-            gib(p->max_mem_bytes), gib(p->hbm_limit), 100 * p->bubble);
+    const ap_stage *full = fullest_stage(p);
+    fprintf(f, "  memory per GPU %.1f GiB of %.1f GiB usable (gradients %.1f GiB, %s); "
+               "pipeline bubble %.1f%%\n",
+            gib(p->max_mem_bytes), gib(p->hbm_limit), gib(full ? full->grad_bytes : 0),
+            p->grad_fp32 ? "fp32, reduced in fp32" : "2 bytes each", 100 * p->bubble);
     fprintf(f, "  breakdown: compute %.3f s, communication %.3f s, bubble %.3f s, "
                "gradient sync %.3f s, optimizer %.3f s\n",
             p->t_compute, p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);

@@ -536,6 +536,15 @@ static int parse_cross_entropy(const reader *r, const cJSON *root, ap_plan_desc 
     return AP_OK;
 }
 
+/* "grad_reduce_in_fp32": true, fp32 gradients; absent is 2-byte ones,
+ * which plans written before the field priced. */
+static int parse_grad_fp32(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    if (!field(root, "grad_reduce_in_fp32"))
+        return AP_OK;
+    return get_bool(r, root, "grad_reduce_in_fp32", "", &p->grad_fp32);
+}
+
 /* "recompute_method" and "recompute_num_layers" (ap_recompute_method);
  * absent is uniform 1, which plans written before the fields ran. */
 static int parse_recompute_method(const reader *r, const cJSON *root, ap_plan_desc *p)
@@ -594,6 +603,7 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         (rc = get_bool(r, root, "tp_comm_overlap", "", &p->tp_overlap)))
         return rc;
     if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)) ||
+        (rc = parse_grad_fp32(r, root, p)) ||
         (rc = parse_param_gather(r, root, p)) ||
         (rc = parse_recompute_method(r, root, p)))
         return rc;

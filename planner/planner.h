@@ -103,6 +103,11 @@ typedef struct {
     int embed_group_nodes;
     ap_ce_impl cross_entropy; /* the loss's kernels; 0 is Megatron's unfused
                          default (ap_cost_cross_entropy_impl) */
+    /* 1: gradients are held and reduced in fp32, 4 bytes each: Megatron-LM's
+     * main_grad buffer under --bf16 without --grad-reduce-in-bf16
+     * (grad_reduce_in_fp32), reduced over the data-parallel group (and
+     * between tied copies) in fp32. 0: in the model's 2-byte dtype. */
+    int grad_fp32;
 } ap_price_ctx;
 
 /* Whether op `op` belongs to the experts of a MoE layer, the ops an
@@ -170,6 +175,7 @@ typedef struct {
     double param_buckets;  /* the buckets param_sync's elements fill: the
                               tensor's share of the group's bucket size */
     double param_bytes;    /* model states per GPU (params+grads+optimizer) */
+    double grad_bytes;     /* of param_bytes: the gradients */
     double act_bytes;      /* saved for backward, per GPU, per micro-batch */
     double flops;          /* forward FLOPs per GPU (for reports) */
     double fp8_weight_bytes; /* of param_bytes: FP8 weights and their
@@ -295,6 +301,7 @@ typedef struct {
     double param_sync;    /* of grad_sync: the parameter all-gather */
     double param_buckets; /* the buckets it fills */
     double param_bytes;   /* model states */
+    double grad_bytes;    /* of param_bytes: the gradients */
     double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double act_bytes;     /* saved per micro-batch */
     double input_bytes;   /* the block's input activation: what full
@@ -371,6 +378,7 @@ typedef struct {
     double param_buckets; /* the buckets param_sync gathers, fractional */
     double param_bytes, act_bytes, inflight, mem_bytes;
     double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
+    double grad_bytes; /* of param_bytes: the gradients */
     double flops;      /* forward FLOPs per GPU per micro-batch */
     double recompute_flops; /* of flops: the layers' forward FLOPs that full
                           recomputation redoes (all of them but under block) */
@@ -419,6 +427,8 @@ typedef struct {
     int fp8_param_gather;  /* FP8 primary weights (ap_price_ctx.fp8_param_gather);
                               only with fp8 and ZeRO >= 1 */
     ap_ce_impl cross_entropy; /* the loss's kernels (ap_price_ctx.cross_entropy) */
+    int grad_fp32;         /* fp32 gradients (ap_price_ctx.grad_fp32); 0, a
+                              zeroed plan's, is what searched plans use */
     /* How stages under full recomputation checkpoint their layers, and N
      * (ap_recompute_method); a zeroed plan is uniform 1, each layer on its
      * own, as under uniform a count of 0 reads as 1. */
@@ -532,6 +542,10 @@ typedef struct {
     int fp8_param_gather; /* --fp8-param-gather: needs fp8 and zero >= 1 */
     ap_ce_impl cross_entropy; /* --cross-entropy-loss-fusion with
                          --cross-entropy-fusion-impl native (its default) or te */
+    int grad_fp32;    /* fp32 main gradients, reduced in fp32: --bf16 without
+                         --grad-reduce-in-bf16, or
+                         --accumulate-allreduce-grads-in-fp32 (Megatron-LM's
+                         validate_args); the spec's grad_fp32, 0 by default */
     /* Under recompute full: --recompute-method and --recompute-num-layers
      * (ap_recompute_method); the spec's recompute_method and
      * recompute_layers, uniform 1 by default. */
@@ -571,7 +585,7 @@ int ap_megatron_overlap_param(const ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
  * zero=1,overlap_grad=1,overlap_param=1,first=7,last=7,fp8=1,tp_overlap=1,
  * etp=1,fp8_param_gather=1,cross_entropy=te,recompute_method=block,
- * recompute_layers=2" (cross_entropy: unfused, native or te;
+ * recompute_layers=2,grad_fp32=1" (cross_entropy: unfused, native or te;
  * recompute_method: uniform or block, with recompute_layers N, 0 to 2^30,
  * at least 1 under uniform) */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
@@ -624,8 +638,8 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
  * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
  * overlap_param (where it differs from what overlap_grad gives it), first,
  * last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1, cross_entropy,
- * recompute_method and recompute_layers only where they differ from the
- * spec's defaults. */
+ * recompute_method, recompute_layers and grad_fp32=1 only where they differ
+ * from the spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -770,6 +784,8 @@ typedef struct {
     int tp_overlap;       /* "tp_comm_overlap": true; absent reads as off */
     int fp8_param_gather; /* "fp8_param_gather": true; absent reads as off */
     ap_ce_impl cross_entropy; /* "cross_entropy"; absent reads as unfused */
+    int grad_fp32;        /* "grad_reduce_in_fp32": true; absent reads as
+                             off (2-byte gradients) */
     int has_shape;
     ap_model_shape shape;
     /* "recompute_method" and "recompute_num_layers"; absent reads as
@@ -820,6 +836,7 @@ typedef struct {
     int tp_overlap;   /* TP communication overlapped with GEMMs */
     int fp8_param_gather; /* FP8 primary weights, gathered in FP8 */
     ap_ce_impl cross_entropy; /* the loss's kernels */
+    int grad_fp32;    /* gradients held and reduced in fp32 */
     ap_recompute_method recompute_method; /* under full recomputation, with */
     int recompute_layers;                 /* its N (uniform reads 0 as 1) */
 } ap_degrees;

@@ -959,13 +959,22 @@ static param_use param_use_of(const ap_price_ctx *x, const ap_op *op, int t)
     return PARAM_OWN;
 }
 
+/* Bytes of one gradient element: Megatron-LM's main_grad buffer is fp32
+ * under grad_reduce_in_fp32 (DistributedDataParallel's grad_dtype), and
+ * every reduction of it moves fp32; else bf16. */
+static double grad_width(const ap_price_ctx *x)
+{
+    return x->grad_fp32 ? 4 : 2;
+}
+
 /* Megatron-LM's _allreduce_word_embedding_grads (finalize_model_grads.py):
- * the gradient of each rank's shard, bf16, all-reduced with its
- * counterpart on the other stage, after the data-parallel reduction. */
+ * the gradient of each rank's shard (its main_grad, in the gradient
+ * buffer's dtype) all-reduced with its counterpart on the other stage,
+ * after the data-parallel reduction. */
 static double tied_allreduce(const ap_price_ctx *x, double elems)
 {
     int nodes = x->embed_group_nodes > 1 ? 2 : 1;
-    return ap_cost_collective(x->c, AP_COLL_ALLREDUCE, 2, nodes, elems * 2);
+    return ap_cost_collective(x->c, AP_COLL_ALLREDUCE, 2, nodes, elems * grad_width(x));
 }
 
 /* Parameters: their shard's model states, and their gradient reduction over
@@ -991,10 +1000,12 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         /* The mesh's replicas each hold the whole shard too. */
         int replicas = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1) *
                        replicas_of(x);
-        ap_model_states ms = ap_mem_model_states(elems, replicas, x->zero);
+        double gw = grad_width(x);
+        ap_model_states ms = ap_mem_model_states_grad(elems, replicas, x->zero, gw);
         /* An FP8 primary weight has no bf16 copy; price_fp8_weights adds
          * its FP8 bytes. */
         c->param_bytes += primary ? ms.total - ms.params : ms.total;
+        c->grad_bytes += ms.grads;
         if (use == PARAM_COPY || use == PARAM_TIED) {
             double tied = tied_allreduce(x, elems);
             c->tied_sync += tied;
@@ -1002,16 +1013,16 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         }
         if (replicas == 1)
             continue;
-        double gbytes = elems * 2; /* bf16 gradients */
+        double gbytes = elems * gw;
         /* Parameters are gathered in their own dtype: bf16, or one byte
          * for an FP8 primary weight (Megatron's uint8 parameter buffer). */
         double pwidth = primary ? 1 : 2, pbytes = elems * pwidth;
         if (x->zero == AP_ZERO_NONE) {
-            c->grad_sync += step_sync(x, AP_COLL_ALLREDUCE, mask, elems, 2);
+            c->grad_sync += step_sync(x, AP_COLL_ALLREDUCE, mask, elems, gw);
         } else if (x->zero == AP_ZERO_1) {
             /* Reduce-scatter the accumulated gradients once per step, then
              * all-gather the updated parameters. */
-            c->grad_sync += step_sync(x, AP_COLL_REDUCESCATTER, mask, elems, 2);
+            c->grad_sync += step_sync(x, AP_COLL_REDUCESCATTER, mask, elems, gw);
             param_gather(x, mask, elems, pwidth, c);
         } else {
             /* ZeRO-2/3 keep only their shard of the gradients, so every

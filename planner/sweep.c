@@ -65,7 +65,9 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         n += snprintf(buf + n, len - (size_t)n, ",recompute_method=%s",
                       ap_recompute_method_name(m->recompute_method));
     if (n >= 0 && (size_t)n < len && m->recompute_layers != 1)
-        snprintf(buf + n, len - (size_t)n, ",recompute_layers=%d", m->recompute_layers);
+        n += snprintf(buf + n, len - (size_t)n, ",recompute_layers=%d", m->recompute_layers);
+    if (n >= 0 && (size_t)n < len && m->grad_fp32)
+        snprintf(buf + n, len - (size_t)n, ",grad_fp32=1");
 }
 
 /* A growing list of candidate configurations. */

@@ -107,7 +107,8 @@ static inline ap_price_ctx ap_test_stage_ctx(const ap_graph *g, const ap_cluster
                       .zero = p->zero, .fp8 = p->fp8, .tp_overlap = p->tp_overlap,
                       .serial_grad = p->serial_grad_sync,
                       .fp8_param_gather = p->fp8_param_gather,
-                      .cross_entropy = p->cross_entropy};
+                      .cross_entropy = p->cross_entropy,
+                      .grad_fp32 = p->grad_fp32};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     return x;
 }

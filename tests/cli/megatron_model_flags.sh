@@ -17,7 +17,7 @@ estimate() { "$bin" estimate "$model" --gpus 16 --json "$@" 2>&1; }
 # The model's own shape, with the flags a real script carries beside it
 # (optimizer, data, model structure), prices as the layout alone does.
 a=$(estimate --megatron-args "$layout")
-b=$(estimate --megatron-args "$layout $shape --swiglu --normalization RMSNorm --lr 3e-4 --bf16 --use-mcore-models --untie-embeddings-and-output-weights")
+b=$(estimate --megatron-args "$layout $shape --swiglu --normalization RMSNorm --lr 3e-4 --bf16 --grad-reduce-in-bf16 --use-mcore-models --untie-embeddings-and-output-weights")
 echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok ||
     bad "the model's own shape flags change nothing: $a vs $b"
 
