@@ -394,6 +394,14 @@ typedef struct {
                            and back for the gradient; the last entry is the
                            wrap from stage p-1 to stage 0 between chunks
                            (interleaved only); may be NULL for none */
+    /* [p*v] indexed as fwd, or NULL: Megatron-Core's combined 1F1B
+     * (--overlap-moe-expert-parallel-comm). Each stage warms up with one
+     * forward more, and every steady-state forward runs merged with the
+     * backward that follows it in the order, layer by layer, as one pass:
+     * it starts once both inputs are there and takes fwd + bwd - pair_save
+     * (the expert all-to-all the other half's compute hides), and both
+     * outputs leave at its end. Warm-up and cool-down passes run alone. */
+    const double *pair_save;
 } ap_pipe_spec;
 
 typedef struct {
@@ -404,6 +412,9 @@ typedef struct {
                              micro-batch counts 1/v */
     int nevents;
     ap_pipe_event *events; /* ordered by stage, then start time */
+    double *saved;        /* [p] under pair_save, the seconds a stage's
+                             merged passes took less than run alone; else
+                             NULL */
 } ap_pipe_result;
 
 /* Simulates the schedule; the caller frees with ap_pipe_result_free().

@@ -16,14 +16,17 @@
 #define MAX_CHUNKS 1024
 #define MAX_EVENTS (1L << 22)
 
+/* merged: a forward that runs as one pass with the backward after it in
+ * the order (ap_pipe_spec.pair_save). */
 typedef struct {
-    int chunk, micro, backward;
+    int chunk, micro, backward, merged;
 } pass;
 
 typedef struct {
     const ap_pipe_spec *spec;
     int p, m, v;
     double *fwd_end, *bwd_end; /* [v][p][m], -1 until done */
+    double *saved;             /* [p]: ap_pipe_result.saved */
 } sim;
 
 static int bad(char *err, const char *fmt, long v)
@@ -70,6 +73,13 @@ static int check_spec(const ap_pipe_spec *s, int v, char *err)
         return rc;
     if (s->p2p && (rc = check_times(s->p2p, s->nstages, "p2p", err)))
         return rc;
+    if (s->pair_save && (rc = check_times(s->pair_save, n, "pair_save", err)))
+        return rc;
+    if (s->pair_save && s->schedule == AP_SCHED_GPIPE) {
+        snprintf(err, AP_ERR_LEN, "pipeline: GPipe has no steady state whose "
+                                  "forward and backward could merge");
+        return AP_EINPUT;
+    }
     return AP_OK;
 }
 
@@ -77,52 +87,58 @@ static int gpipe_order(int m, pass *out)
 {
     int n = 0;
     for (int j = 0; j < m; j++)
-        out[n++] = (pass){0, j, 0};
+        out[n++] = (pass){0, j, 0, 0};
     for (int j = 0; j < m; j++)
-        out[n++] = (pass){0, j, 1};
+        out[n++] = (pass){0, j, 1, 0};
     return n;
 }
 
-/* Stage i of p runs p-i-1 warm-up forwards, then alternates one forward
- * and one backward, then drains the remaining backwards. */
-static int one_f_one_b_order(int p, int m, int i, pass *out)
+/* Stage i of p runs p-i-1 warm-up forwards (one more when the steady
+ * state merges its pairs: merge = 1), then alternates one forward and one
+ * backward, then drains the remaining backwards. At p = 1 with merging
+ * this is Megatron-Core's combined_1f1b_schedule_for_no_pipelining: the
+ * first forward alone, then micro-batch k's backward with k+1's forward. */
+static int one_f_one_b_order(int p, int m, int i, int merge, pass *out)
 {
-    int warm = p - i - 1 < m ? p - i - 1 : m, n = 0;
+    int warm = p - i - 1 + merge < m ? p - i - 1 + merge : m, n = 0;
     for (int j = 0; j < warm; j++)
-        out[n++] = (pass){0, j, 0};
+        out[n++] = (pass){0, j, 0, 0};
     for (int k = 0; k < m - warm; k++) {
-        out[n++] = (pass){0, warm + k, 0};
-        out[n++] = (pass){0, k, 1};
+        out[n++] = (pass){0, warm + k, 0, merge};
+        out[n++] = (pass){0, k, 1, 0};
     }
     for (int k = m - warm; k < m; k++)
-        out[n++] = (pass){0, k, 1};
+        out[n++] = (pass){0, k, 1, 0};
     return n;
 }
 
 /* Megatron-LM's interleaved order: virtual step k works on chunk
  * (k mod pv) / p (reversed for backward) of micro-batch
  * (k / pv) * p + k mod p; stage i warms up with 2(p-i-1) + (v-1)p
- * forwards, or runs every forward first when m == p. */
+ * forwards, one more when the steady state merges its pairs
+ * (get_pp_rank_microbatches under overlap_moe_expert_parallel_comm), or
+ * runs every forward first when m == p. */
 static pass virtual_pass(int p, int v, long k, int backward)
 {
     long group = k % ((long)p * v);
     int chunk = (int)(group / p);
     pass x = {backward ? v - 1 - chunk : chunk,
-              (int)((k / ((long)p * v)) * p + k % p), backward};
+              (int)((k / ((long)p * v)) * p + k % p), backward, 0};
     return x;
 }
 
-static int interleaved_order(int p, int m, int v, int i, pass *out)
+static int interleaved_order(int p, int m, int v, int i, int merge, pass *out)
 {
     long total = (long)m * v;
-    long warm = m == p ? total : 2L * (p - i - 1) + (long)(v - 1) * p;
+    long warm = m == p ? total : 2L * (p - i - 1) + (long)(v - 1) * p + merge;
     if (warm > total)
         warm = total;
     int n = 0;
     for (long k = 0; k < warm; k++)
         out[n++] = virtual_pass(p, v, k, 0);
     for (long k = 0; k < total - warm; k++) {
-        out[n++] = virtual_pass(p, v, warm + k, 0);
+        out[n] = virtual_pass(p, v, warm + k, 0);
+        out[n++].merged = merge;
         out[n++] = virtual_pass(p, v, k, 1);
     }
     for (long k = total - warm; k < total; k++)
@@ -132,15 +148,16 @@ static int interleaved_order(int p, int m, int v, int i, pass *out)
 
 static int stage_order(const sim *s, int i, pass *out)
 {
+    int merge = s->spec->pair_save != NULL;
     switch (s->spec->schedule) {
     case AP_SCHED_GPIPE:
         return gpipe_order(s->m, out);
     case AP_SCHED_INTERLEAVED:
         if (s->v > 1)
-            return interleaved_order(s->p, s->m, s->v, i, out);
-        return one_f_one_b_order(s->p, s->m, i, out);
+            return interleaved_order(s->p, s->m, s->v, i, merge, out);
+        return one_f_one_b_order(s->p, s->m, i, merge, out);
     default:
-        return one_f_one_b_order(s->p, s->m, i, out);
+        return one_f_one_b_order(s->p, s->m, i, merge, out);
     }
 }
 
@@ -179,6 +196,37 @@ static double duration(const sim *s, int i, pass x)
     return x.backward ? s->spec->bwd[k] : s->spec->fwd[k];
 }
 
+static void place(sim *s, int i, pass x, double start, double end, ap_pipe_event *e)
+{
+    e->stage = i;
+    e->chunk = x.chunk;
+    e->micro = x.micro;
+    e->backward = x.backward;
+    e->start = start;
+    e->end = end;
+    double *done = x.backward ? s->bwd_end : s->fwd_end;
+    done[slot(s, x.chunk, i, x.micro)] = end;
+}
+
+/* Places forward f merged with backward b on stage i, from `start` when
+ * both inputs are in: one pass of both durations less the forward
+ * chunk's pair_save (never below the longer half). The trace shows the
+ * forward's share first; both outputs leave at the end, as the merged
+ * node finishes its last layer of each then. Returns the end. */
+static double place_pair(sim *s, int i, pass f, pass b, double start,
+                         ap_pipe_event *ev)
+{
+    double df = duration(s, i, f), db = duration(s, i, b);
+    double save = s->spec->pair_save[(size_t)f.chunk * s->p + i];
+    double d = fmax(fmax(df, db), df + db - save);
+    double mid = df + db > 0 ? start + d * df / (df + db) : start;
+    place(s, i, f, start, mid, &ev[0]);
+    place(s, i, b, mid, start + d, &ev[1]);
+    s->fwd_end[slot(s, f.chunk, i, f.micro)] = start + d;
+    s->saved[i] += df + db - d;
+    return start + d;
+}
+
 /* Runs every stage as far as its inputs allow, round after round, until
  * all passes are placed. */
 static int run(sim *s, const pass *order, int per_stage, ap_pipe_event *ev,
@@ -198,21 +246,26 @@ static int run(sim *s, const pass *order, int per_stage, ap_pipe_event *ev,
     while (left > 0) {
         long placed = 0;
         for (int i = 0; i < p; i++) {
-            for (; next[i] < per_stage; next[i]++) {
-                pass x = order[(size_t)i * per_stage + next[i]];
+            while (next[i] < per_stage) {
+                size_t k = (size_t)i * per_stage + next[i];
+                pass x = order[k];
                 double r = ready_at(s, i, x);
                 if (r < 0)
                     break;
-                ap_pipe_event *e = &ev[(size_t)i * per_stage + next[i]];
-                e->stage = i;
-                e->chunk = x.chunk;
-                e->micro = x.micro;
-                e->backward = x.backward;
-                e->start = fmax(free_at[i], r);
-                e->end = e->start + duration(s, i, x);
-                free_at[i] = e->end;
-                double *done = x.backward ? s->bwd_end : s->fwd_end;
-                done[slot(s, x.chunk, i, x.micro)] = e->end;
+                if (x.merged) {
+                    double rb = ready_at(s, i, order[k + 1]);
+                    if (rb < 0)
+                        break;
+                    free_at[i] = place_pair(s, i, x, order[k + 1],
+                                            fmax(free_at[i], fmax(r, rb)), &ev[k]);
+                    next[i] += 2;
+                    placed += 2;
+                    continue;
+                }
+                double start = fmax(free_at[i], r);
+                free_at[i] = start + duration(s, i, x);
+                place(s, i, x, start, free_at[i], &ev[k]);
+                next[i]++;
                 placed++;
             }
         }
@@ -261,7 +314,7 @@ int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err)
     int rc = check_spec(spec, v, err);
     if (rc != AP_OK)
         return rc;
-    sim s = {spec, spec->nstages, spec->nmicro, v, NULL, NULL};
+    sim s = {spec, spec->nstages, spec->nmicro, v, NULL, NULL, NULL};
     int per_stage = 2 * s.m * v;
     size_t cells = (size_t)v * s.p * s.m, total = (size_t)per_stage * s.p;
     pass *order = malloc(total * sizeof *order);
@@ -269,7 +322,10 @@ int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err)
     s.bwd_end = malloc(cells * sizeof *s.bwd_end);
     out->events = calloc(total, sizeof *out->events);
     out->inflight = calloc((size_t)s.p, sizeof *out->inflight);
-    if (!order || !s.fwd_end || !s.bwd_end || !out->events || !out->inflight) {
+    if (spec->pair_save)
+        s.saved = out->saved = calloc((size_t)s.p, sizeof *out->saved);
+    if (!order || !s.fwd_end || !s.bwd_end || !out->events || !out->inflight ||
+        (spec->pair_save && !out->saved)) {
         snprintf(err, AP_ERR_LEN, "pipeline: out of memory");
         rc = AP_EINTERNAL;
         goto done;
@@ -296,7 +352,9 @@ void ap_pipe_result_free(ap_pipe_result *r)
         return;
     free(r->inflight);
     free(r->events);
+    free(r->saved);
     r->inflight = NULL;
     r->events = NULL;
+    r->saved = NULL;
     r->nevents = 0;
 }

@@ -150,6 +150,22 @@ static double recompute_working_set(const ap_graph *g, const ap_plan *p,
     return most;
 }
 
+/* What merging the forward of one micro-batch with the backward of
+ * another saves on `times` layers of a block (ap_moe_pair_time): the two
+ * halves alone less the pair. Selective recomputation redoes attention at
+ * the head of the backward's attention node. */
+static double pair_save(const ap_price_ctx *x, const ap_plan *p, const ap_block *blk,
+                        const ap_block_point *bp, ap_recompute rc, double times)
+{
+    ap_moe_phases f, b;
+    ap_moe_block_phases(x, blk->ops, blk->nops, bp->strat, &f, &b);
+    if (rc == AP_RECOMPUTE_SELECTIVE)
+        b.attn += bp->attn_fwd;
+    double alone = f.attn + f.dispatch + f.expert + f.combine + b.attn + b.dispatch +
+                   b.expert + b.combine;
+    return (alone - ap_moe_pair_time(&f, &b, p->delay_wgrad)) * times;
+}
+
 static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                        ap_stage *st, char *err)
 {
@@ -168,6 +184,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     st->grad_bytes = 0;
     st->recompute_flops = 0;
     st->recomputed_layers = 0;
+    st->a2a_save = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
     for (int b = 0; b < 2 + p->nclasses; b++) {
         ap_block *blk = &st->blocks[b];
@@ -183,6 +200,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
         ap_block_price(&x, blk->ops, blk->nops, strat, bp);
         bp->strat = strat;
         accumulate(st, bp, times, b >= 2 ? st->recompute : AP_RECOMPUTE_NONE, &n);
+        if (p->moe_a2a_overlap && b >= 2)
+            st->a2a_save += pair_save(&x, p, blk, bp, st->recompute, times);
     }
     /* One group's activations are live while it is recomputed; the memory
      * of a stage counts act_bytes per micro-batch in flight, so the working
@@ -228,10 +247,12 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
     double *fwd = calloc(n, sizeof *fwd);
     double *bwd = calloc(n, sizeof *bwd);
     double *p2p = calloc(n, sizeof *p2p);
-    if (!fwd || !bwd || !p2p) {
+    double *save = p->moe_a2a_overlap ? calloc(n, sizeof *save) : NULL;
+    if (!fwd || !bwd || !p2p || (p->moe_a2a_overlap && !save)) {
         free(fwd);
         free(bwd);
         free(p2p);
+        free(save);
         snprintf(err, AP_ERR_LEN, "out of memory simulating the pipeline");
         return AP_EINTERNAL;
     }
@@ -240,12 +261,15 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
             fwd[c * p->nstages + i] = p->stages[i].fwd / v;
             bwd[c * p->nstages + i] = p->stages[i].bwd / v;
             p2p[i] = p->stages[i].p2p;
+            if (save)
+                save[c * p->nstages + i] = p->stages[i].a2a_save / v;
         }
-    ap_pipe_spec spec = {p->schedule, p->nstages, p->nmicro, v, fwd, bwd, p2p};
+    ap_pipe_spec spec = {p->schedule, p->nstages, p->nmicro, v, fwd, bwd, p2p, save};
     int rc = ap_pipe_simulate(&spec, r, err);
     free(fwd);
     free(bwd);
     free(p2p);
+    free(save);
     return rc;
 }
 
@@ -320,7 +344,8 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     p->bubble = r->bubble;
     p->t_comm = p->nmicro * (b->comm_fwd + b->comm_bwd);
     p->t_compute = p->nmicro * (b->fwd + b->bwd) - p->t_comm;
-    p->t_bubble = fmax(0, r->step - p->nmicro * (b->fwd + b->bwd));
+    p->t_a2a_hidden = r->saved ? r->saved[slow] : 0;
+    p->t_bubble = fmax(0, r->step - (p->nmicro * (b->fwd + b->bwd) - p->t_a2a_hidden));
     p->t_grad_sync = sync;
     p->t_grad_sync_total = sync_total;
     p->t_tied_sync = tied;

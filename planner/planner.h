@@ -110,6 +110,32 @@ typedef struct {
     int grad_fp32;
 } ap_price_ctx;
 
+/* Megatron-Core's overlap of the MoE all-to-alls across micro-batches
+ * (--overlap-moe-expert-parallel-comm; docs/cost-model.md, "Mixture of
+ * experts"). One layer of one micro-batch, split as the combined 1F1B
+ * splits it into schedule nodes (TransformerLayerSchedulePlan): the
+ * compute before the dispatch (attention, norms, router, permutation),
+ * the dispatch all-to-all, the experts' compute, the combine all-to-all.
+ * Forward in that order; backward the reverse, with wgrad the experts'
+ * weight-gradient GEMMs, part of `expert` (half each expert GEMM's
+ * backward: the wgrad GEMM has the forward's FLOPs). */
+typedef struct {
+    double attn, dispatch, expert, combine, wgrad;
+} ap_moe_phases;
+
+/* Seconds one layer takes in a merged pair: the forward f of one
+ * micro-batch and the backward b of another, each all-to-all on the
+ * communication stream beside the other's compute. With delay_wgrad
+ * (--delay-wgrad-compute) the experts' wgrad runs after the backward
+ * dispatch starts, beside it. Never less than either half's compute,
+ * never more than both run one after the other. */
+double ap_moe_pair_time(const ap_moe_phases *f, const ap_moe_phases *b, int delay_wgrad);
+/* The phases of a block (one layer) under strategies strat, per
+ * micro-batch; edges go with their consumer's side. Dense layers have no
+ * all-to-all, and ap_moe_pair_time gives them the two halves' sum. */
+void ap_moe_block_phases(const ap_price_ctx *x, const int *ops, int nops,
+                         const ap_strategy *strat, ap_moe_phases *f, ap_moe_phases *b);
+
 /* Whether op `op` belongs to the experts of a MoE layer, the ops an
  * expert mesh runs: an op over the experts label other than the router
  * (whose weight is a dense parameter of every rank). Under folding, an
@@ -392,6 +418,11 @@ typedef struct {
                                   first micro-batch's forward does not hide;
                                   docs/cost-model.md) */
     double optimizer;  /* per step */
+    /* Under moe_a2a_overlap: of fwd + bwd, what one merged pair (this
+     * stage's forward of one micro-batch with its backward of another)
+     * saves, the all-to-all hidden layer by layer (ap_moe_pair_time);
+     * else 0. */
+    double a2a_save;
 } ap_stage;
 
 typedef struct {
@@ -429,6 +460,14 @@ typedef struct {
     ap_ce_impl cross_entropy; /* the loss's kernels (ap_price_ctx.cross_entropy) */
     int grad_fp32;         /* fp32 gradients (ap_price_ctx.grad_fp32); 0, a
                               zeroed plan's, is what searched plans use */
+    /* 1: Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm):
+     * one warm-up forward more per stage, and each steady-state forward
+     * merged with a backward so that each one's all-to-alls run beside the
+     * other's compute (ap_stage.a2a_save, ap_pipe_spec.pair_save). Zero,
+     * the default, prices them exposed. delay_wgrad (only with it,
+     * --delay-wgrad-compute): the experts' weight gradients wait for the
+     * backward dispatch to start. */
+    int moe_a2a_overlap, delay_wgrad;
     /* How stages under full recomputation checkpoint their layers, and N
      * (ap_recompute_method); a zeroed plan is uniform 1, each layer on its
      * own, as under uniform a count of 0 reads as 1. */
@@ -462,6 +501,9 @@ typedef struct {
      * (ap_stage.param_sync_exposed) of the stage t_grad_sync is taken
      * from, and of t_grad_sync_total: that stage's whole all-gather. */
     double t_param_sync, t_param_sync_total;
+    /* Under moe_a2a_overlap: the seconds per step the merged passes of the
+     * slowest stage (t_comm's) hid, of t_kinds.expert; else 0. */
+    double t_a2a_hidden;
 } ap_plan;
 
 typedef struct {
@@ -540,6 +582,9 @@ typedef struct {
     int tp_overlap;   /* --tp-comm-overlap: needs sp when tp > 1 */
     int etp;          /* --expert-tensor-parallel-size; 0 reads as tp */
     int fp8_param_gather; /* --fp8-param-gather: needs fp8 and zero >= 1 */
+    /* --overlap-moe-expert-parallel-comm and --delay-wgrad-compute
+     * (ap_plan.moe_a2a_overlap); refused where Megatron-Core asserts */
+    int moe_a2a_overlap, delay_wgrad;
     ap_ce_impl cross_entropy; /* --cross-entropy-loss-fusion with
                          --cross-entropy-fusion-impl native (its default) or te */
     int grad_fp32;    /* fp32 main gradients, reduced in fp32: --bf16 without
@@ -585,7 +630,7 @@ int ap_megatron_overlap_param(const ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
  * zero=1,overlap_grad=1,overlap_param=1,first=7,last=7,fp8=1,tp_overlap=1,
  * etp=1,fp8_param_gather=1,cross_entropy=te,recompute_method=block,
- * recompute_layers=2,grad_fp32=1" (cross_entropy: unfused, native or te;
+ * recompute_layers=2,grad_fp32=1,moe_a2a_overlap=1,delay_wgrad=1" (cross_entropy: unfused, native or te;
  * recompute_method: uniform or block, with recompute_layers N, 0 to 2^30,
  * at least 1 under uniform) */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
@@ -638,8 +683,8 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
  * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
  * overlap_param (where it differs from what overlap_grad gives it), first,
  * last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1, cross_entropy,
- * recompute_method, recompute_layers and grad_fp32=1 only where they differ
- * from the spec's defaults. */
+ * recompute_method, recompute_layers, grad_fp32=1, moe_a2a_overlap=1 and
+ * delay_wgrad=1 only where they differ from the spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -783,6 +828,8 @@ typedef struct {
     int fp8;              /* "fp8": true; absent reads as off */
     int tp_overlap;       /* "tp_comm_overlap": true; absent reads as off */
     int fp8_param_gather; /* "fp8_param_gather": true; absent reads as off */
+    int moe_a2a_overlap;  /* "moe_a2a_overlap": true; absent reads as off */
+    int delay_wgrad;      /* "delay_wgrad_compute": true; absent reads as off */
     ap_ce_impl cross_entropy; /* "cross_entropy"; absent reads as unfused */
     int grad_fp32;        /* "grad_reduce_in_fp32": true; absent reads as
                              off (2-byte gradients) */
@@ -835,6 +882,7 @@ typedef struct {
                          (used where first and last cannot state it) */
     int tp_overlap;   /* TP communication overlapped with GEMMs */
     int fp8_param_gather; /* FP8 primary weights, gathered in FP8 */
+    int moe_a2a_overlap, delay_wgrad; /* ap_plan's */
     ap_ce_impl cross_entropy; /* the loss's kernels */
     int grad_fp32;    /* gradients held and reduced in fp32 */
     ap_recompute_method recompute_method; /* under full recomputation, with */

@@ -17,7 +17,7 @@ static void uniform(setup *s, ap_schedule sched, int p, int m, int v, double f,
         s->fwd[i] = f / v;
         s->bwd[i] = b / v;
     }
-    s->spec = (ap_pipe_spec){sched, p, m, v, s->fwd, s->bwd, NULL};
+    s->spec = (ap_pipe_spec){sched, p, m, v, s->fwd, s->bwd, NULL, NULL};
 }
 
 static ap_pipe_result simulate(const setup *s)
