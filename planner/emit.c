@@ -104,6 +104,10 @@ static void header(sbuf *b, const char *who, const ap_plan_desc *p, const ap_deg
     else if (p->tp_overlap && d->tp > 1)
         put(b, "# TP communication overlap left out: it needs sequence parallelism, "
                "which this plan %s; it was priced without it.\n", "does not use");
+    if (d->moe_a2a_overlap)
+        put(b, "# The expert all-to-alls overlap another micro-batch's compute (%s%s); "
+               "Megatron-Core needs CUDA_DEVICE_MAX_CONNECTIONS above 1 for it.\n",
+            "combined 1F1B", d->delay_wgrad ? ", expert weight gradients delayed" : "");
     if (d->cross_entropy != AP_CE_UNFUSED)
         put(b, "# The loss is priced as %s.\n", d->cross_entropy == AP_CE_TE
             ? "Transformer Engine's cross entropy (--cross-entropy-fusion-impl te)"
@@ -180,6 +184,10 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --fp8-param-gather\n");
     if (d->tp_overlap)
         put(b, "  --tp-comm-overlap\n");
+    if (d->moe_a2a_overlap)
+        put(b, "  --overlap-moe-expert-parallel-comm\n");
+    if (d->delay_wgrad)
+        put(b, "  --delay-wgrad-compute\n");
     /* native is the implementation's default, and Megatron-Core before 0.13
      * has no --cross-entropy-fusion-impl to name it with. */
     if (d->cross_entropy != AP_CE_UNFUSED)

@@ -250,6 +250,8 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->tp_overlap = d->tp_overlap;
     m->etp = d->etp;
     m->fp8_param_gather = d->fp8_param_gather;
+    m->moe_a2a_overlap = d->moe_a2a_overlap;
+    m->delay_wgrad = d->delay_wgrad;
     m->cross_entropy = d->cross_entropy;
     m->grad_fp32 = d->grad_fp32;
     m->recompute_method = d->recompute_method;
@@ -378,6 +380,8 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->overlap_param = !p->serial_param_gather && p->zero == AP_ZERO_1 && d->overlap_grad;
     d->fp8 = p->fp8;
     d->fp8_param_gather = p->fp8_param_gather;
+    d->moe_a2a_overlap = p->moe_a2a_overlap;
+    d->delay_wgrad = p->delay_wgrad;
     d->cross_entropy = p->cross_entropy;
     d->grad_fp32 = p->grad_fp32;
     d->even = g->nlayers % d->pp == 0;
@@ -430,6 +434,11 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                       "priced with: export it to Megatron-LM, or estimate with "
                       "grad_fp32=0", who, "Megatron-LM's fp32 main gradients "
                       "(grad_reduce_in_fp32)");
+    if (to != AP_LAUNCHER_MEGATRON && d->moe_a2a_overlap)
+        return refuse(p, err, "%s has no %s the plan was priced with: export it to "
+                      "Megatron-LM, or estimate with moe_a2a_overlap=0", who,
+                      "overlap of the expert all-to-alls across micro-batches "
+                      "(Megatron-Core's --overlap-moe-expert-parallel-comm)");
     if (to == AP_LAUNCHER_MEGATRON) {
         if (d->schedule == AP_SCHED_GPIPE)
             return refuse(p, err, "%s runs 1F1B or interleaved 1F1B, not the plan's %s schedule",

@@ -43,7 +43,9 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "account_loss") ? &m->account_loss
          : !strcmp(k, "tp_overlap") ? &m->tp_overlap
          : !strcmp(k, "fp8_param_gather") ? &m->fp8_param_gather
-         : !strcmp(k, "grad_fp32") ? &m->grad_fp32 : NULL;
+         : !strcmp(k, "grad_fp32") ? &m->grad_fp32
+         : !strcmp(k, "moe_a2a_overlap") ? &m->moe_a2a_overlap
+         : !strcmp(k, "delay_wgrad") ? &m->delay_wgrad : NULL;
 }
 
 /* The spec's recompute_method and recompute_layers: 1 when k was one, 0
@@ -110,7 +112,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
                  "overlap_param, first, last, fp8, account_embedding, account_loss, "
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
-                 "recompute_method, recompute_layers, grad_fp32)", k);
+                 "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -251,6 +253,18 @@ static int tp_overlap_flag(const char *tok, char **save, ap_megatron *m, char *e
             return -1;
         return 1;
     }
+    return 0;
+}
+
+/* Megatron-Core's all-to-all overlap across micro-batches and its delayed
+ * expert weight gradients (ap_plan.moe_a2a_overlap); 1 when `tok` was one,
+ * 0 when not. check_moe_overlap refuses them where Megatron-Core asserts. */
+static int moe_overlap_flag(const char *tok, ap_megatron *m)
+{
+    if (!strcmp(tok, "--overlap-moe-expert-parallel-comm"))
+        return m->moe_a2a_overlap = 1;
+    if (!strcmp(tok, "--delay-wgrad-compute"))
+        return m->delay_wgrad = 1;
     return 0;
 }
 
@@ -468,10 +482,6 @@ static const struct {
      "over the tensor-parallel group, which is not priced"},
     {"--defer-embedding-wgrad-compute", 0, "moves the output layer's weight "
      "gradients to the pipeline flush, which is not priced"},
-    {"--overlap-moe-expert-parallel-comm", 0, "overlaps the expert all-to-alls "
-     "with another micro-batch's compute; autopar prices them exposed"},
-    {"--delay-wgrad-compute", 0, "reorders the weight-gradient GEMMs for "
-     "batch-level overlap, which is not priced"},
     {"--moe-layer-recompute", 0, "recomputes the MoE layers; autopar's "
      "selective recomputation is core attention's alone"},
     {"--moe-use-legacy-grouped-gemm", 0, "runs the experts as the legacy "
@@ -884,6 +894,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             return AP_EINPUT;
         if (!known)
             known = param_gather_flag(tok, m);
+        if (!known)
+            known = moe_overlap_flag(tok, m);
         if (!known && (known = tp_overlap_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = recompute_flag(tok, &save, m, &rcf, err)) < 0)
@@ -1159,6 +1171,52 @@ static int check_fp8_params(const ap_megatron *m, char *err)
     return AP_OK;
 }
 
+/* Megatron-Core's assertions on overlap_moe_expert_parallel_comm and
+ * delay_wgrad_compute (TransformerConfig.__post_init__): expert
+ * parallelism, a virtual pipeline when pp > 1 (the combined 1F1B exists
+ * for no pipelining and for the interleaved schedule only), no full
+ * recomputation (a checkpointed layer has no schedule nodes to merge), a
+ * bf16 or fp16 model; the delayed weight gradients only with the overlap.
+ * The alltoall dispatcher, TE's grouped GEMM and no shared-expert overlap
+ * are the only MoE layer autopar prices, so those hold. */
+static int check_moe_overlap(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    const char *flag = "moe_a2a_overlap: --overlap-moe-expert-parallel-comm";
+    if (m->delay_wgrad && !m->moe_a2a_overlap) {
+        snprintf(err, AP_ERR_LEN, "delay_wgrad: --delay-wgrad-compute needs "
+                 "--overlap-moe-expert-parallel-comm (moe_a2a_overlap=1), as "
+                 "Megatron-Core asserts");
+        return AP_EINPUT;
+    }
+    if (!m->moe_a2a_overlap)
+        return AP_OK;
+    if (m->ep < 2) {
+        snprintf(err, AP_ERR_LEN, "%s is only supported with expert parallelism "
+                 "(ep > 1), as Megatron-Core asserts; the configuration has ep=%d",
+                 flag, m->ep);
+        return AP_EINPUT;
+    }
+    if (m->pp > 1 && m->vpp < 2) {
+        snprintf(err, AP_ERR_LEN, "%s with pp=%d needs a virtual pipeline (vpp > 1, "
+                 "--num-virtual-stages-per-pipeline-rank), as Megatron-Core asserts: "
+                 "its combined 1F1B runs without pipelining or interleaved", flag, m->pp);
+        return AP_EINPUT;
+    }
+    if (m->recompute == AP_RECOMPUTE_FULL) {
+        snprintf(err, AP_ERR_LEN, "%s excludes full recomputation (recompute=full, "
+                 "--recompute-granularity full), as Megatron-Core asserts: a "
+                 "checkpointed layer has no schedule nodes to merge", flag);
+        return AP_EINPUT;
+    }
+    if (g->dtype != AP_BF16 && g->dtype != AP_FP16) {
+        snprintf(err, AP_ERR_LEN, "%s is only supported with a bf16 or fp16 model, "
+                 "as Megatron-Core asserts; the model is %s", flag,
+                 ap_dtype_name(g->dtype));
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
 /* Megatron-LM's assertions on --overlap-param-gather (arguments.py): the
  * pre-hooks gather the distributed optimizer's buckets, and they are
  * dispatched only once the gradient reduction has been overlapped. */
@@ -1348,7 +1406,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  m->gbs, micro);
         return AP_EINPUT;
     }
-    if ((rc = check_experts(g, m, err)))
+    if ((rc = check_experts(g, m, err)) || (rc = check_moe_overlap(g, m, err)))
         return rc;
     if (m->vpp > 1 && fmod(m->gbs / micro, m->pp)) {
         snprintf(err, AP_ERR_LEN, "interleaving needs the micro-batch count "
@@ -1505,6 +1563,8 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->serial_param_gather = !ap_megatron_overlap_param(&m);
     p->fp8 = m.fp8;
     p->fp8_param_gather = m.fp8_param_gather;
+    p->moe_a2a_overlap = m.moe_a2a_overlap;
+    p->delay_wgrad = m.delay_wgrad;
     p->cross_entropy = m.cross_entropy;
     p->grad_fp32 = m.grad_fp32;
     p->recompute_method = m.recompute_method;

@@ -161,6 +161,16 @@ static const ap_stage *fullest_stage(const ap_plan *p)
     return most;
 }
 
+/* Written only when on, so that every plan without the overlap reads as
+ * before the fields existed. */
+static void add_moe_overlap(cJSON *o, const ap_plan *p)
+{
+    if (p->moe_a2a_overlap)
+        cJSON_AddBoolToObject(o, "moe_a2a_overlap", 1);
+    if (p->delay_wgrad)
+        cJSON_AddBoolToObject(o, "delay_wgrad_compute", 1);
+}
+
 static cJSON *prediction_json(const ap_plan *p)
 {
     const ap_stage *full = fullest_stage(p);
@@ -173,6 +183,7 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->tp_overlap);
     if (p->fp8_param_gather)
         cJSON_AddBoolToObject(pr, "fp8_param_gather", 1);
+    add_moe_overlap(pr, p);
     if (p->cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(pr, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
     add_recompute_method(pr, p);
@@ -196,6 +207,8 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddNumberToObject(k, "tensor_parallel_s", p->t_kinds.tp);
     cJSON_AddNumberToObject(k, "resharding_s", p->t_kinds.reshard);
     cJSON_AddNumberToObject(k, "expert_all_to_all_s", p->t_kinds.expert);
+    if (p->moe_a2a_overlap)
+        cJSON_AddNumberToObject(k, "expert_all_to_all_hidden_s", p->t_a2a_hidden);
     cJSON_AddNumberToObject(k, "context_parallel_s", p->t_kinds.context);
     cJSON_AddNumberToObject(k, "zero3_param_gather_s", p->t_kinds.param_gather);
     cJSON_AddNumberToObject(k, "zero_grad_reduce_s", p->t_kinds.grad_reduce);
@@ -278,6 +291,7 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddBoolToObject(o, "tp_comm_overlap", 1);
     if (p->fp8_param_gather)
         cJSON_AddBoolToObject(o, "fp8_param_gather", 1);
+    add_moe_overlap(o, p);
     if (p->cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
     if (p->grad_fp32)
@@ -487,6 +501,10 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                             "with GEMMs)" : "");
     if (p->t_kinds.expert > 0)
         fprintf(f, ", expert all-to-all %.3f s", p->t_kinds.expert);
+    if (p->moe_a2a_overlap)
+        fprintf(f, " (%.3f s of it hidden behind another micro-batch's compute, "
+                   "--overlap-moe-expert-parallel-comm%s)", p->t_a2a_hidden,
+                p->delay_wgrad ? " with --delay-wgrad-compute" : "");
     if (p->t_kinds.context > 0)
         fprintf(f, ", context-parallel %.3f s", p->t_kinds.context);
     if (p->t_kinds.param_gather > 0)

@@ -495,6 +495,24 @@ static int parse_fp8_params(const reader *r, const cJSON *root, ap_plan_desc *p)
     return AP_OK;
 }
 
+/* "moe_a2a_overlap" and "delay_wgrad_compute": Megatron-Core's combined
+ * 1F1B and its delayed expert weight gradients; the second only with the
+ * first, as Megatron-Core asserts. */
+static int parse_moe_overlap(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    int rc;
+    if (field(root, "moe_a2a_overlap") &&
+        (rc = get_bool(r, root, "moe_a2a_overlap", "", &p->moe_a2a_overlap)))
+        return rc;
+    if (field(root, "delay_wgrad_compute") &&
+        (rc = get_bool(r, root, "delay_wgrad_compute", "", &p->delay_wgrad)))
+        return rc;
+    if (p->delay_wgrad && !p->moe_a2a_overlap)
+        return fail(r, "delay_wgrad_compute", "needs \"moe_a2a_overlap\": true: "
+                    "Megatron-Core delays the weight gradients only for the overlap");
+    return AP_OK;
+}
+
 /* "overlap_param_gather": the distributed optimizer's parameter all-gather
  * in the next forward's pre-hooks. Absent reads as "overlap_grad_reduce",
  * which priced both overlaps together before the field existed. true
@@ -604,6 +622,7 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         return rc;
     if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)) ||
         (rc = parse_grad_fp32(r, root, p)) ||
+        (rc = parse_moe_overlap(r, root, p)) ||
         (rc = parse_param_gather(r, root, p)) ||
         (rc = parse_recompute_method(r, root, p)))
         return rc;

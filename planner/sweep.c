@@ -58,6 +58,10 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         n += snprintf(buf + n, len - (size_t)n, ",etp=%d", m->etp);
     if (n >= 0 && (size_t)n < len && m->fp8_param_gather)
         n += snprintf(buf + n, len - (size_t)n, ",fp8_param_gather=1");
+    if (n >= 0 && (size_t)n < len && m->moe_a2a_overlap)
+        n += snprintf(buf + n, len - (size_t)n, ",moe_a2a_overlap=1");
+    if (n >= 0 && (size_t)n < len && m->delay_wgrad)
+        n += snprintf(buf + n, len - (size_t)n, ",delay_wgrad=1");
     if (n >= 0 && (size_t)n < len && m->cross_entropy != AP_CE_UNFUSED)
         n += snprintf(buf + n, len - (size_t)n, ",cross_entropy=%s",
                       ap_ce_impl_name(m->cross_entropy));
