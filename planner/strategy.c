@@ -801,9 +801,11 @@ static void price_kv_exchange(const ap_price_ctx *x, const ap_op *op,
  * A rank sends and receives its tokens' top_k copies, tokens * top_k *
  * hidden elements (the [experts, capacity, hidden] slots on this rank), not
  * deduplicated per destination rank (over the tensor-parallel ranks when
- * sequence parallelism splits the tokens); the all-to-alls are not overlapped
- * (moe_a2a_overlap is off by default). Backward runs each again on the
- * gradients. */
+ * sequence parallelism splits the tokens). Each is priced whole here;
+ * what moe_a2a_overlap (Megatron-Core's combined 1F1B, off by default)
+ * hides behind another micro-batch's compute is taken off per merged pair
+ * of passes (planner/moe_overlap.c, evaluate.c). Backward runs each again
+ * on the gradients. */
 static void price_token_exchange(const ap_price_ctx *x, const ap_op *op,
                                  const ap_strategy *s, ap_op_cost *c)
 {

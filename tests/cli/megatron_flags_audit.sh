@@ -145,7 +145,6 @@ for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--spec local" "--pipeline-model-parallel-layout Et*16|t*16L" \
     "--no-gradient-accumulation-fusion" "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" "--defer-embedding-wgrad-compute" \
-    "--overlap-moe-expert-parallel-comm" "--delay-wgrad-compute" \
     "--moe-layer-recompute" "--moe-use-legacy-grouped-gemm" \
     "--moe-expert-capacity-factor 1.0" "--enable-cuda-graph" "--external-cuda-graph" \
     "--torch-fsdp2-no-reshard-after-forward"; do
