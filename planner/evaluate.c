@@ -342,9 +342,11 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     const ap_stage *b = &p->stages[slow];
     p->step_time = r->step + sync + opt;
     p->bubble = r->bubble;
-    p->t_comm = p->nmicro * (b->comm_fwd + b->comm_bwd);
-    p->t_compute = p->nmicro * (b->fwd + b->bwd) - p->t_comm;
     p->t_a2a_hidden = r->saved ? r->saved[slow] : 0;
+    p->t_compute = p->nmicro * (b->fwd + b->bwd - b->comm_fwd - b->comm_bwd);
+    /* Exposed: the all-to-all the merged passes hid is off the step, so
+     * that compute, communication, bubble, sync and optimizer add up to it. */
+    p->t_comm = p->nmicro * (b->comm_fwd + b->comm_bwd) - p->t_a2a_hidden;
     p->t_bubble = fmax(0, r->step - (p->nmicro * (b->fwd + b->bwd) - p->t_a2a_hidden));
     p->t_grad_sync = sync;
     p->t_grad_sync_total = sync_total;

@@ -486,8 +486,9 @@ typedef struct {
         mfu, max_mem_bytes, bubble;
     double t_compute, t_comm, t_bubble, t_grad_sync, t_optimizer;
     double hbm_limit;
-    /* Communication per step by kind, of the stage t_comm is taken from
-     * (their sum is t_comm); the pipeline's send/recv on its busiest
+    /* t_comm is the exposed communication. Communication per step by kind,
+     * of the stage t_comm is taken from (their sum less t_a2a_hidden is
+     * t_comm); the pipeline's send/recv on its busiest
      * boundary, activations forward and gradients back (its exposed part
      * is inside the bubble); and the gradient synchronisation in full,
      * before overlap with backward (t_grad_sync is the exposed part). */

@@ -135,6 +135,11 @@ static void qwen3_moe_step_shrinks_by_the_pairs_savings(void)
     CHECK_NEAR(st->a2a_save, st->kinds.expert, 1e-9);
     CHECK_NEAR(b.t_a2a_hidden, (b.nmicro - 1) * st->a2a_save, 1e-9);
     CHECK_NEAR(a.step_time - b.step_time, (b.nmicro - 1) * st->a2a_save, 1e-9);
+    /* The breakdown's communication is what stays exposed, so its parts
+     * still add up to the step. */
+    CHECK_NEAR(a.t_comm - b.t_comm, b.t_a2a_hidden, 1e-9);
+    CHECK_NEAR(b.t_compute + b.t_comm + b.t_bubble + b.t_grad_sync + b.t_optimizer,
+               b.step_time, 1e-9 * b.step_time);
     /* The phases cover the whole layer. */
     ap_price_ctx x = ap_test_stage_ctx(g, &c, &b, 0);
     const ap_block *blk = &st->blocks[2];
