@@ -389,6 +389,31 @@ double ap_cost_attention_backward(const ap_cluster *c, ap_dtype dt, double bn,
                           2 * attention_bytes(dt, bn, s, t, d, e), eff);
 }
 
+/* A kernel whose s queries are the last s of its t >= s keys: a causal
+ * mask aligned to the bottom right (cuDNN's causal_bottom_right, which TE
+ * asks for when the lengths differ) leaves s*t - s*s/2 scores of every
+ * head, which is ap_cost_attention's half at s == t. The causal curve's
+ * rate, at the kernel's own loop length as there. */
+double ap_cost_attention_rect(const ap_cluster *c, ap_dtype dt, double bn, double s,
+                              double t, double d, double e, int causal, int backward)
+{
+    if (!(bn > 0 && s > 0 && t > 0 && d > 0 && e > 0))
+        return 0;
+    if (!causal || t <= s)
+        return backward ? ap_cost_attention_backward(c, dt, bn, s, t, d, e, causal)
+                        : ap_cost_attention(c, dt, bn, s, t, d, e, causal);
+    double flops = 2 * bn * (s * t - s * s / 2) * (d + e);
+    double bytes = attention_bytes(dt, bn, s, t, d, e);
+    if (backward) {
+        double base = c->attn_bwd_eff > 0 ? c->attn_bwd_eff : forward_eff(c);
+        double eff = attention_eff(base, ap_attention_length_factor(c, AP_ATTN_BWD, s));
+        return attention_time(c, dt, 2.5 * flops, 2 * bytes, eff);
+    }
+    double eff = attention_eff(forward_eff(c),
+                               ap_attention_length_factor(c, AP_ATTN_FWD_CAUSAL, t));
+    return attention_time(c, dt, flops, bytes, eff);
+}
+
 /* Context-parallel attention as Transformer Engine's AttnFuncWithCPAndKVP2P
  * runs it (transformer_engine/pytorch/attention/dot_product_attention/
  * context_parallel.py; Megatron-Core's --cp-comm-type p2p), bshd or sbhd,

@@ -285,6 +285,65 @@ double ap_cost_attention_cp_rank(const ap_cluster *c, ap_dtype dt, double bn,
                                  double bkv, double s, double d, double e,
                                  int causal, int cp, int nodes, int rank,
                                  int backward, double *ring);
+/* One flash-attention kernel over s queries that are the last s of its t
+ * keys (t >= s), forward or backward: causal, the mask aligned to the
+ * bottom right, 2*bn*(s*t - s*s/2)*(d + e) FLOPs forward; s == t, or no
+ * mask, is ap_cost_attention(_backward). */
+double ap_cost_attention_rect(const ap_cluster *c, ap_dtype dt, double bn, double s,
+                              double t, double d, double e, int causal, int backward);
+
+/* Context parallelism's communication type: Megatron-LM's --cp-comm-type,
+ * Transformer Engine's cp_comm_type. The zero value is the p2p ring, so a
+ * context or plan that does not say prices as before. */
+typedef enum {
+    AP_CP_P2P,       /* AttnFuncWithCPAndKVP2P: the KV ring (above) */
+    AP_CP_ALLGATHER, /* AttnFuncWithCPAndKVAllGather: K, V all-gathered */
+    AP_CP_A2A        /* AttnFuncWithCPAndQKVOA2A: Ulysses' all-to-alls */
+} ap_cp_comm;
+/* "p2p", "allgather" or "a2a"; a static string. */
+const char *ap_cp_comm_name(ap_cp_comm t);
+/* The name's value into *out: 0, or -1 (*out untouched) for another name. */
+int ap_cp_comm_parse(const char *name, ap_cp_comm *out);
+/* Context-parallel attention under communication type `type`, arguments as
+ * for ap_cost_attention_cp (s the rank's query rows, cp ranks; bshd/sbhd,
+ * not fp8), forward or backward: the slowest rank's kernels and the copies
+ * between them, without the communication. p2p is ap_cost_attention_cp.
+ *   allgather  two kernels, one per local chunk c of s/2 rows (c = r and
+ *              2cp-1-r) against keys [0, (c+1)s/2), causal bottom right
+ *              (all cp*s keys without a mask), on two streams; forward the
+ *              gathered K, V reordered (index_select) and each step's
+ *              output copied into out; backward K, V gathered and reordered
+ *              again, dK, dV zeroed over cp*s rows, each step's dq copied
+ *              and dK, dV added into their rows, the sums reordered.
+ *   a2a        one kernel over all cp*s rows for bn/cp heads (bkv/cp KV
+ *              heads), and each all-to-all's two copies (the layout change
+ *              before it and the chunk reorder after it): q, k, v before
+ *              and out after forward; out, dout before and dq, dk, dv after
+ *              backward.
+ * Transformer Engine runs neither allgather nor a2a with MLA (d != e):
+ * the caller refuses that, as it refuses heads cp does not divide. */
+double ap_cost_attention_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype dt,
+                                 double bn, double bkv, double s, double d, double e,
+                                 int causal, int cp, int backward);
+/* What that attention's communication adds to it on cp ranks spanning
+ * `nodes` nodes (ap_cost_collective's bandwidth). p2p is ap_cost_cp_ring.
+ *   allgather  exposed whole (gather_along_first_dim on the compute
+ *              stream, before the kernels): forward all-gathers of K
+ *              (bkv*cp*s*d elements of dt gathered) and of V (e);
+ *              backward both again, then reduce-scatters of dK and dV of
+ *              the same sizes.
+ *   a2a        all_to_all_single of each tensor (its local elements, the
+ *              nccl-tests size), queued on NCCL's stream while the next
+ *              tensor's layout copy runs and the previous one's reorder
+ *              follows on a side stream; the kernel waits for all. What the
+ *              chain of copies and all-to-alls takes beyond its copies
+ *              alone: forward q, k, v then out (4 per layer), backward
+ *              out, dout then dq, dk, dv.
+ * 0 when cp <= 1. */
+double ap_cost_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype dt, double bn,
+                       double bkv, double s, double d, double e, int causal, int cp,
+                       int nodes, int backward);
+
 /* Unfused attention (Megatron-LM before flash attention), forward or, with
  * `backward`, backward; arguments as for ap_cost_attention, and `dropout` the
  * attention-dropout probability (0: no dropout kernels). One kernel per step,

@@ -115,6 +115,7 @@ static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
                       .cross_entropy = cf->cross_entropy, .grad_fp32 = 0,
+                      .cp_comm = AP_CP_P2P,
                       .embed_group_nodes = embed_group_nodes(cf)};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -211,6 +212,7 @@ static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
                       .cross_entropy = cf->cross_entropy, .grad_fp32 = 0,
+                      .cp_comm = AP_CP_P2P,
                       .embed_group_nodes = embed_group_nodes(cf)};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
@@ -433,6 +435,7 @@ static void reprice(config *cf, ap_zero zero)
                       .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
                       .cross_entropy = cf->cross_entropy, .grad_fp32 = 0,
+                      .cp_comm = AP_CP_P2P,
                       .embed_group_nodes = embed_group_nodes(cf)};
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {

@@ -146,6 +146,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
     if (d->sp)
         put(b, "  --sequence-parallel\n");
     put(b, "  --context-parallel-size %d\n", d->cp);
+    if (d->cp > 1 && d->cp_comm != AP_CP_P2P)
+        put(b, "  --cp-comm-type %s\n", ap_cp_comm_name(d->cp_comm));
     if (s->experts) {
         put(b, "  --expert-model-parallel-size %d\n", d->ep);
         put(b, "  --expert-tensor-parallel-size %d\n", d->etp);

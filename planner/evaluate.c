@@ -176,7 +176,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                       .nmicro = p->nmicro, .zero = p->zero, .fp8 = p->fp8,
                       .tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync,
                       .fp8_param_gather = p->fp8_param_gather,
-                      .cross_entropy = p->cross_entropy, .grad_fp32 = p->grad_fp32};
+                      .cross_entropy = p->cross_entropy, .grad_fp32 = p->grad_fp32,
+                      .cp_comm = p->cp_comm};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = st->tied_sync = 0;
     st->param_sync = st->param_buckets = 0;

@@ -254,6 +254,7 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->delay_wgrad = d->delay_wgrad;
     m->cross_entropy = d->cross_entropy;
     m->grad_fp32 = d->grad_fp32;
+    m->cp_comm = d->cp_comm;
     m->recompute_method = d->recompute_method;
     m->recompute_layers = d->recompute_layers;
 }
@@ -384,6 +385,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->delay_wgrad = p->delay_wgrad;
     d->cross_entropy = p->cross_entropy;
     d->grad_fp32 = p->grad_fp32;
+    d->cp_comm = d->cp > 1 ? p->cp_comm : AP_CP_P2P;
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
@@ -434,6 +436,21 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                       "priced with: export it to Megatron-LM, or estimate with "
                       "grad_fp32=0", who, "Megatron-LM's fp32 main gradients "
                       "(grad_reduce_in_fp32)");
+    /* torchtitan's context_parallel has rotate methods named allgather and
+     * alltoall, but neither runs Transformer Engine's kernels: allgather
+     * gathers K and V once and then runs a kernel and a merge per chunk
+     * as the ring does, alltoall passes K and V round the ring with
+     * all-to-alls (torch.distributed.tensor.experimental's
+     * _AllGatherRotater and _AllToAllRotater), not Ulysses' exchange of
+     * heads. DeepSpeed's exports state no context parallelism. */
+    if (to != AP_LAUNCHER_MEGATRON && d->cp_comm != AP_CP_P2P)
+        return refuse(p, err, "%s does not run %s the plan was priced with: export it "
+                      "to Megatron-LM, or estimate with cp_comm=p2p", who,
+                      d->cp_comm == AP_CP_A2A
+                          ? "Transformer Engine's all-to-all context parallelism "
+                            "(cp_comm_type a2a)"
+                          : "Transformer Engine's all-gather context parallelism "
+                            "(cp_comm_type allgather)");
     if (to != AP_LAUNCHER_MEGATRON && d->moe_a2a_overlap)
         return refuse(p, err, "%s has no %s the plan was priced with: export it to "
                       "Megatron-LM, or estimate with moe_a2a_overlap=0", who,

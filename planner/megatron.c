@@ -89,6 +89,11 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
             goto bad;
         return AP_OK;
     }
+    if (!strcmp(k, "cp_comm")) {
+        if (ap_cp_comm_parse(v, &m->cp_comm))
+            goto bad;
+        return AP_OK;
+    }
     if (!strcmp(k, "recompute")) {
         if (!strcmp(v, "none"))
             m->recompute = AP_RECOMPUTE_NONE;
@@ -112,7 +117,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
                  "overlap_param, first, last, fp8, account_embedding, account_loss, "
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
-                 "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad)", k);
+                 "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
+                 "cp_comm)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -140,6 +146,7 @@ bad:
     snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\"%s", who, v,
              !strcmp(k, "recompute") ? " (none, selective or full)"
              : !strcmp(k, "cross_entropy") ? " (unfused, native or te)"
+             : !strcmp(k, "cp_comm") ? " (p2p, allgather or a2a)"
              : !strcmp(k, "zero") ? " (0 to 3)"
              : flag_slot(m, k) ? " (0 or 1)"
              : !strcmp(k, "sp") || !strcmp(k, "dp") ? " (an integer from 0 to 2^30)"
@@ -431,7 +438,8 @@ typedef struct {
     const char *backend;     /* --attention-backend */
     int flash_attn;          /* --use-flash-attn */
     const char *impl;        /* --transformer-impl */
-    const char *cp_comm;     /* the first --cp-comm-type value not p2p */
+    const char *cp_comm;     /* the first --cp-comm-type value */
+    const char *cp_other;    /* the first value that differs from it */
     int torch_fsdp2, megatron_fsdp;
     const char *fsdp_flag;   /* --use-megatron-fsdp or --use-custom-fsdp */
     const char *sharding;    /* --data-parallel-sharding-strategy */
@@ -647,8 +655,10 @@ static int list_flag(const char *tok, char **save, audit *a, char *err)
         while ((v = list_value(save))) {
             if (one_of(tok, v, "p2p a2a allgather a2a+p2p", err))
                 return -1;
-            if (!a->cp_comm && strcmp(v, "p2p"))
+            if (!a->cp_comm)
                 a->cp_comm = v;
+            else if (!a->cp_other && strcmp(v, a->cp_comm))
+                a->cp_other = v;
             n++;
         }
         if (!n)
@@ -825,6 +835,31 @@ static int settle_fsdp(const audit *a, ap_megatron *m, char *err)
     return 0;
 }
 
+/* --cp-comm-type as the spec's cp_comm: one type for every layer, a list
+ * of one value or of the same value per layer. At cp 1 Megatron-LM builds
+ * no context-parallel group and the flag changes nothing. A list mixing
+ * types would price layers differently, and a2a+p2p (Transformer Engine's
+ * hierarchical path: all-to-all inside each group of
+ * --hierarchical-context-parallel-sizes' first size, the ring across
+ * them) is not priced; both stay refused. */
+static int settle_cp_comm(const audit *a, ap_megatron *m, char *err)
+{
+    if (!a->cp_comm || m->cp <= 1)
+        return 0;
+    if (a->cp_other) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --cp-comm-type %.32s ... %.32s: "
+                 "autopar prices one communication type for every layer; a list "
+                 "mixing types is not priced", a->cp_comm, a->cp_other);
+        return -1;
+    }
+    if (ap_cp_comm_parse(a->cp_comm, &m->cp_comm))
+        return refuse("--cp-comm-type", a->cp_comm, "Transformer Engine's hierarchical "
+                      "context parallelism (all-to-all inside the groups of "
+                      "--hierarchical-context-parallel-sizes, the p2p ring across them) "
+                      "is not priced; p2p, allgather and a2a are", err);
+    return 0;
+}
+
 static int settle_audit(const audit *a, ap_megatron *m, char *err)
 {
     if (settle_moe(a, m, err) || settle_attention(a, m, err) || settle_fsdp(a, m, err))
@@ -838,9 +873,8 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
                  "default)", a->mb_group, m->pp);
         return -1;
     }
-    if (a->cp_comm && m->cp > 1)
-        return refuse("--cp-comm-type", a->cp_comm, "autopar prices the p2p ring of "
-                      "Transformer Engine's context parallelism (the default)", err);
+    if (settle_cp_comm(a, m, err))
+        return -1;
     if (a->modules_given && m->recompute == AP_RECOMPUTE_SELECTIVE && !a->module &&
         !a->modules)
         return refuse("--recompute-modules", NULL, "names no module; autopar's "
@@ -1276,6 +1310,47 @@ static int check_shape(const ap_graph *g, const ap_megatron *m, char *err)
     return AP_OK;
 }
 
+/* Transformer Engine's all-gather and all-to-all attention assert what the
+ * ring does not (AttnFuncWithCPAndQKVOA2A, attn_forward_func_with_cp):
+ * no MLA (a value head dim other than the query's), and under a2a the
+ * heads and KV heads of a tensor-parallel rank divisible by cp, as each cp
+ * rank runs cp-th of them over the whole sequence. */
+static int check_cp_comm(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    if (m->cp <= 1 || m->cp_comm == AP_CP_P2P)
+        return AP_OK;
+    const char *name = ap_cp_comm_name(m->cp_comm);
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind != AP_OP_ATTENTION || op->ninputs < 3)
+            continue;
+        const ap_dim *d = ap_graph_dim(g, g->tensors[op->inputs[0]].shape[3]);
+        const ap_dim *e = ap_graph_dim(g, g->tensors[op->inputs[2]].shape[3]);
+        if (d && e && d->size != e->size) {
+            snprintf(err, AP_ERR_LEN, "cp_comm=%s (--cp-comm-type %s): Transformer Engine "
+                     "runs MLA (head dims %lld and %lld) only with p2p", name, name,
+                     (long long)d->size, (long long)e->size);
+            return AP_EINPUT;
+        }
+    }
+    if (m->cp_comm != AP_CP_A2A)
+        return AP_OK;
+    const char *kinds[] = {"heads", "KV heads"};
+    ap_dim_kind dk[] = {AP_DIM_HEADS, AP_DIM_KV_HEADS};
+    for (int i = 0; i < 2; i++) {
+        char l = ap_graph_label_of(g, dk[i]);
+        long long n = l ? ap_graph_dim(g, l)->size : 0;
+        if (l && (n / m->tp) % m->cp) {
+            snprintf(err, AP_ERR_LEN, "cp_comm=a2a (--cp-comm-type a2a): cp=%d does not "
+                     "divide the %lld/%d = %lld %s of a tensor-parallel rank (Transformer "
+                     "Engine's all-to-all gives each cp rank cp-th of them)", m->cp, n,
+                     m->tp, n / m->tp, kinds[i]);
+            return AP_EINPUT;
+        }
+    }
+    return AP_OK;
+}
+
 /* The method and its layers under a checked split. Megatron-LM's uniform
  * groups run past a chunk's last layer when N does not divide the chunk's
  * layers (an IndexError), and N = 0 never leaves the first group. The spec
@@ -1396,7 +1471,8 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
         return AP_EINPUT;
     }
     rc = check_fp8_params(m, err);
-    if (rc || (rc = check_param_gather(m, err)) || (rc = check_split(m, L, err)))
+    if (rc || (rc = check_cp_comm(g, m, err)) || (rc = check_param_gather(m, err)) ||
+        (rc = check_split(m, L, err)))
         return rc;
     if ((rc = check_recompute(m, L, err)))
         return rc;
@@ -1567,6 +1643,7 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->delay_wgrad = m.delay_wgrad;
     p->cross_entropy = m.cross_entropy;
     p->grad_fp32 = m.grad_fp32;
+    p->cp_comm = m.cp > 1 ? m.cp_comm : AP_CP_P2P;
     p->recompute_method = m.recompute_method;
     p->recompute_layers = m.recompute_layers;
     /* With tp = 1 there is nothing to overlap: the setting is dropped, and

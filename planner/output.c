@@ -296,6 +296,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
     if (p->grad_fp32)
         cJSON_AddBoolToObject(o, "grad_reduce_in_fp32", 1);
+    if (p->cp_comm != AP_CP_P2P)
+        cJSON_AddStringToObject(o, "cp_comm_type", ap_cp_comm_name(p->cp_comm));
     add_recompute_method(o, p);
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
@@ -457,6 +459,12 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     else if (p->cross_entropy == AP_CE_TE)
         fprintf(f, "  loss: Transformer Engine's cross entropy, the gradient written "
                    "into the logits (--cross-entropy-fusion-impl te)\n");
+    if (p->cp_comm == AP_CP_ALLGATHER)
+        fprintf(f, "  context parallelism: K and V all-gathered, dK and dV "
+                   "reduce-scattered, exposed (--cp-comm-type allgather)\n");
+    else if (p->cp_comm == AP_CP_A2A)
+        fprintf(f, "  context parallelism: all-to-alls of q, k, v and out between "
+                   "sequence and heads (--cp-comm-type a2a)\n");
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
         char copies[96], rc[64];

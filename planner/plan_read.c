@@ -554,6 +554,21 @@ static int parse_cross_entropy(const reader *r, const cJSON *root, ap_plan_desc 
     return AP_OK;
 }
 
+/* "cp_comm_type": context parallelism's communication type; absent is the
+ * p2p ring, which plans written before the field priced. */
+static int parse_cp_comm(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    char s[32];
+    if (!field(root, "cp_comm_type"))
+        return AP_OK;
+    int rc = get_string(r, root, "cp_comm_type", "", s, sizeof s, 1);
+    if (rc)
+        return rc;
+    if (ap_cp_comm_parse(s, &p->cp_comm))
+        return fail(r, "cp_comm_type", "\"%s\" is not p2p, allgather or a2a", s);
+    return AP_OK;
+}
+
 /* "grad_reduce_in_fp32": true, fp32 gradients; absent is 2-byte ones,
  * which plans written before the field priced. */
 static int parse_grad_fp32(const reader *r, const cJSON *root, ap_plan_desc *p)
@@ -621,7 +636,7 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         (rc = get_bool(r, root, "tp_comm_overlap", "", &p->tp_overlap)))
         return rc;
     if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)) ||
-        (rc = parse_grad_fp32(r, root, p)) ||
+        (rc = parse_grad_fp32(r, root, p)) || (rc = parse_cp_comm(r, root, p)) ||
         (rc = parse_moe_overlap(r, root, p)) ||
         (rc = parse_param_gather(r, root, p)) ||
         (rc = parse_recompute_method(r, root, p)))

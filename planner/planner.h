@@ -108,6 +108,10 @@ typedef struct {
      * (grad_reduce_in_fp32), reduced over the data-parallel group (and
      * between tied copies) in fp32. 0: in the model's 2-byte dtype. */
     int grad_fp32;
+    /* Context parallelism's communication type for a flash attention whose
+     * sequence is split (--cp-comm-type): 0 is Transformer Engine's p2p
+     * ring (ap_cost_attention_cp_comm, ap_cost_cp_comm). */
+    ap_cp_comm cp_comm;
 } ap_price_ctx;
 
 /* Megatron-Core's overlap of the MoE all-to-alls across micro-batches
@@ -460,6 +464,9 @@ typedef struct {
     ap_ce_impl cross_entropy; /* the loss's kernels (ap_price_ctx.cross_entropy) */
     int grad_fp32;         /* fp32 gradients (ap_price_ctx.grad_fp32); 0, a
                               zeroed plan's, is what searched plans use */
+    ap_cp_comm cp_comm;    /* context parallelism's communication type
+                              (ap_price_ctx.cp_comm); p2p, a zeroed plan's,
+                              is what searched plans use */
     /* 1: Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm):
      * one warm-up forward more per stage, and each steady-state forward
      * merged with a backward so that each one's all-to-alls run beside the
@@ -592,6 +599,8 @@ typedef struct {
                          --grad-reduce-in-bf16, or
                          --accumulate-allreduce-grads-in-fp32 (Megatron-LM's
                          validate_args); the spec's grad_fp32, 0 by default */
+    ap_cp_comm cp_comm; /* --cp-comm-type, one for every layer: the spec's
+                         cp_comm, p2p by default */
     /* Under recompute full: --recompute-method and --recompute-num-layers
      * (ap_recompute_method); the spec's recompute_method and
      * recompute_layers, uniform 1 by default. */
@@ -631,7 +640,8 @@ int ap_megatron_overlap_param(const ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
  * zero=1,overlap_grad=1,overlap_param=1,first=7,last=7,fp8=1,tp_overlap=1,
  * etp=1,fp8_param_gather=1,cross_entropy=te,recompute_method=block,
- * recompute_layers=2,grad_fp32=1,moe_a2a_overlap=1,delay_wgrad=1" (cross_entropy: unfused, native or te;
+ * recompute_layers=2,grad_fp32=1,moe_a2a_overlap=1,delay_wgrad=1,cp_comm=a2a"
+ * (cross_entropy: unfused, native or te; cp_comm: p2p, allgather or a2a;
  * recompute_method: uniform or block, with recompute_layers N, 0 to 2^30,
  * at least 1 under uniform) */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
@@ -684,8 +694,9 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
  * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
  * overlap_param (where it differs from what overlap_grad gives it), first,
  * last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1, cross_entropy,
- * recompute_method, recompute_layers, grad_fp32=1, moe_a2a_overlap=1 and
- * delay_wgrad=1 only where they differ from the spec's defaults. */
+ * recompute_method, recompute_layers, grad_fp32=1, moe_a2a_overlap=1,
+ * delay_wgrad=1 and cp_comm only where they differ from the spec's
+ * defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -834,6 +845,7 @@ typedef struct {
     ap_ce_impl cross_entropy; /* "cross_entropy"; absent reads as unfused */
     int grad_fp32;        /* "grad_reduce_in_fp32": true; absent reads as
                              off (2-byte gradients) */
+    ap_cp_comm cp_comm;   /* "cp_comm_type"; absent reads as p2p */
     int has_shape;
     ap_model_shape shape;
     /* "recompute_method" and "recompute_num_layers"; absent reads as
@@ -886,6 +898,7 @@ typedef struct {
     int moe_a2a_overlap, delay_wgrad; /* ap_plan's */
     ap_ce_impl cross_entropy; /* the loss's kernels */
     int grad_fp32;    /* gradients held and reduced in fp32 */
+    ap_cp_comm cp_comm; /* context parallelism's communication type */
     ap_recompute_method recompute_method; /* under full recomputation, with */
     int recompute_layers;                 /* its N (uniform reads 0 as 1) */
 } ap_degrees;

@@ -726,11 +726,12 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
         attention_shard(x, op, s, &a);
         if (op->flash && a.cp > 1) {
             /* Context parallel: Transformer Engine's ring runs one kernel
-             * per step and corrects the partial results between them. */
-            c->fwd = ap_cost_attention_cp(x->c, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
-                                          op->causal, a.cp, 0);
-            c->bwd = ap_cost_attention_cp(x->c, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
-                                          op->causal, a.cp, 1);
+             * per step and corrects the partial results between them; the
+             * other communication types run their own kernels. */
+            c->fwd = ap_cost_attention_cp_comm(x->c, x->cp_comm, a.dt, a.bn, a.bkv, a.sq,
+                                               a.d, a.e, op->causal, a.cp, 0);
+            c->bwd = ap_cost_attention_cp_comm(x->c, x->cp_comm, a.dt, a.bn, a.bkv, a.sq,
+                                               a.d, a.e, op->causal, a.cp, 1);
         } else if (op->flash) {
             c->fwd = ap_cost_attention(x->c, a.dt, a.bn, a.sq, a.t, a.d, a.e, op->causal);
             c->bwd = ap_cost_attention_backward(x->c, a.dt, a.bn, a.sq, a.t, a.d, a.e,
@@ -760,7 +761,9 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
 
 /* Context parallel: every rank meets every K and V shard. A flash
  * attention runs Transformer Engine's ring, whose send/recv hides behind
- * the step kernels (ap_cost_cp_ring: only what outlasts them is priced).
+ * the step kernels (ap_cost_cp_ring: only what outlasts them is priced),
+ * or under cp_comm its exposed all-gathers or all-to-alls
+ * (ap_cost_cp_comm).
  * Unfused attention has no ring: it is priced as gathering K and V
  * forward, and gathering them and reduce-scattering dK, dV backward, each
  * unhidden. */
@@ -775,10 +778,10 @@ static void price_kv_exchange(const ap_price_ctx *x, const ap_op *op,
     attention_shard(x, op, s, &a);
     if (op->flash) {
         int nodes = x->mesh->nodes[mask - 1];
-        c->fwd_comm += ap_cost_cp_ring(x->c, a.dt, a.bn, a.bkv, a.sq, a.d, a.e, op->causal,
-                                       a.cp, nodes, 0);
-        c->bwd_comm += ap_cost_cp_ring(x->c, a.dt, a.bn, a.bkv, a.sq, a.d, a.e, op->causal,
-                                       a.cp, nodes, 1);
+        c->fwd_comm += ap_cost_cp_comm(x->c, x->cp_comm, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
+                                       op->causal, a.cp, nodes, 0);
+        c->bwd_comm += ap_cost_cp_comm(x->c, x->cp_comm, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
+                                       op->causal, a.cp, nodes, 1);
         return;
     }
     double kv = 0;
@@ -1055,6 +1058,19 @@ static double loss_saved_scale(const ap_price_ctx *x, const ap_op *op)
            ap_cost_cross_entropy_saved(AP_CE_UNFUSED, dt);
 }
 
+/* Transformer Engine's all-gather attention keeps each step's output
+ * (out_per_step) for its backward beside the out it copied them into and
+ * returned, which the graph counts: one more output shard. The ring keeps
+ * out itself, and the all-to-all the out it returns. */
+static double allgather_saved_out(const ap_price_ctx *x, const ap_op *op,
+                                  const ap_strategy *s)
+{
+    if (op->kind != AP_OP_ATTENTION || !op->flash || x->cp_comm != AP_CP_ALLGATHER ||
+        !axes_of(s, shape_of(x, op->inputs[0])[1]))
+        return 0;
+    return tensor_bytes(x, op->outputs[0]) / tensor_split(x, s, shape_of(x, op->outputs[0]));
+}
+
 /* Saved activations: each saved tensor at its own shard size; op-owned
  * extras (masks, statistics) at the size of the op's output shard, or of
  * the op's own shard where they have its inputs' shape (attention's
@@ -1082,6 +1098,7 @@ static void price_saved(const ap_price_ctx *x, const ap_op *op,
                  : op->noutputs ? tensor_split(x, s, shape_of(x, op->outputs[0])) : 1;
         bytes += op->saved_extra * loss_saved_scale(x, op) * batch_scale(x) / k;
     }
+    bytes += allgather_saved_out(x, op, s);
     c->act_bytes = bytes;
 }
 

@@ -71,7 +71,9 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && m->recompute_layers != 1)
         n += snprintf(buf + n, len - (size_t)n, ",recompute_layers=%d", m->recompute_layers);
     if (n >= 0 && (size_t)n < len && m->grad_fp32)
-        snprintf(buf + n, len - (size_t)n, ",grad_fp32=1");
+        n += snprintf(buf + n, len - (size_t)n, ",grad_fp32=1");
+    if (n >= 0 && (size_t)n < len && m->cp_comm != AP_CP_P2P)
+        snprintf(buf + n, len - (size_t)n, ",cp_comm=%s", ap_cp_comm_name(m->cp_comm));
 }
 
 /* A growing list of candidate configurations. */
