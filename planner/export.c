@@ -385,7 +385,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->delay_wgrad = p->delay_wgrad;
     d->cross_entropy = p->cross_entropy;
     d->grad_fp32 = p->grad_fp32;
-    d->cp_comm = d->cp > 1 ? p->cp_comm : AP_CP_P2P;
+    d->cp_comm = p->cp_comm;
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
