@@ -99,12 +99,12 @@ refused "--moe-shared-expert-overlap: overlaps the shared experts" "$moe" 16 \
 # A dense command line: the dispatcher flags change nothing.
 same "a dispatcher without experts" "$llama" 16 "$layout --moe-token-dispatcher-type allgather" "$spec"
 
-# Context parallelism: TE's p2p ring, one type for all layers or per layer.
+# Context parallelism: one type for all layers or per layer (tests/cli/cp_comm.sh).
 same "--cp-comm-type p2p" "$llama" 16 "$layout --context-parallel-size 2 --cp-comm-type p2p p2p" \
     "tp=2,cp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0"
-refused "--cp-comm-type a2a: autopar prices the p2p ring" "$llama" 16 \
-    "$layout --context-parallel-size 2 --cp-comm-type a2a"
-refused "--cp-comm-type a2a+p2p" "$llama" 16 \
+same "--cp-comm-type a2a" "$llama" 16 "$layout --context-parallel-size 2 --cp-comm-type a2a" \
+    "tp=2,cp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,cp_comm=a2a"
+refused "--cp-comm-type p2p ... a2a+p2p" "$llama" 16 \
     "$layout --context-parallel-size 2 --cp-comm-type p2p a2a+p2p --hierarchical-context-parallel-sizes 2 1"
 same "--cp-comm-type at cp=1" "$llama" 16 "$layout --cp-comm-type allgather" "$spec"
 refused "--cp-comm-type: bad value \"ring\"" "$llama" 16 "$layout --cp-comm-type ring"
