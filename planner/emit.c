@@ -346,6 +346,12 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     put(&b, "  --parallelism.tensor_parallel_degree %d\n", d->tp);
     titan_pipeline(&b, p, d, s);
     put(&b, "  --parallelism.context_parallel_degree %d\n", d->cp);
+    /* torchtitan's default, allgather, gathers every K/V shard after the
+     * first chunk; alltoall passes the shards round the ring, one hop
+     * beside each chunk's attention, which is the p2p ring the plan was
+     * priced with. */
+    if (d->cp > 1)
+        put(&b, "  --parallelism.context_parallel_rotate_method alltoall\n");
     put(&b, "  --parallelism.expert_parallel_degree %d\n", d->ep);
     /* With a pipeline a step is one local batch cut into micro-batches;
      * without one, torchtitan accumulates gradients over local batches

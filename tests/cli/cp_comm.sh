@@ -4,7 +4,8 @@
 # does not divide, a list mixing types and a2a+p2p exit 2 naming the flag;
 # plan.json carries cp_comm_type (only where not p2p), reads back, and
 # exports to Megatron-LM as --cp-comm-type, whose flags price the same step
-# again; torchtitan refuses it.
+# again; torchtitan refuses it, and runs a p2p plan with its alltoall
+# rotate method.
 set -u
 . "$(dirname "$0")/lib.sh"
 model=$src/examples/hf/llama-3-8b.json
@@ -59,4 +60,9 @@ for t in allgather a2a; do
 done
 "$bin" export "$tmp/plan0.json" --to megatron | grep -q -- "--cp-comm-type" &&
     bad "p2p export states --cp-comm-type" || ok
+# torchtitan runs the p2p ring as its alltoall rotate method (its default,
+# allgather, gathers every shard at once), so a cp plan asks for it.
+"$bin" export "$tmp/plan0.json" --to torchtitan >"$tmp/titan.sh" 2>&1
+grep -q -- "^  --parallelism.context_parallel_rotate_method alltoall$" "$tmp/titan.sh" && ok ||
+    bad "torchtitan export names the ring's rotate method: $(cat "$tmp/titan.sh")"
 finish
