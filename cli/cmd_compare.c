@@ -29,13 +29,14 @@ static const char usage_text[] =
     "                         cross_entropy=unfused|native|te,\n"
     "                         recompute_method=uniform|block,recompute_layers=N,\n"
     "                         grad_fp32=0|1\n"
-    "                         (see `autopar estimate --help`); fp8_param_gather=1,\n"
-    "                         grad_fp32=1 and the recompute method price your\n"
-    "                         configuration\n"
+    "                         (see `autopar estimate --help`); fp8_param_gather=1\n"
+    "                         and the recompute method price your configuration\n"
     "                         alone; with fp8=1 autopar's plan and\n"
     "                         the sweep are priced in FP8 too, with tp_overlap=1\n"
     "                         with TP communication overlapped with GEMMs (where\n"
-    "                         sp is on), and with your cross_entropy's loss\n"
+    "                         sp is on), and with your cross_entropy's loss and\n"
+    "                         your gradients' dtype (grad_fp32, or --bf16 without\n"
+    "                         --grad-reduce-in-bf16 in --megatron-args)\n"
     "  --megatron-args FLAGS  the real flags (see `autopar estimate --help`; flags\n"
     "                         that change the step in ways autopar does not price\n"
     "                         are refused, docs/megatron.md)\n"
@@ -281,6 +282,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.fp8 = o->m.fp8; /* all sides in the configuration's precision */
     po.tp_overlap = o->m.tp_overlap;
     po.cross_entropy = o->m.cross_entropy;
+    po.grad_fp32 = o->m.grad_fp32;
     rc = ap_plan_search(g, c, &po, &ours, err);
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
@@ -300,6 +302,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         so.fp8 = o->m.fp8;
         so.tp_overlap = o->m.tp_overlap;
         so.cross_entropy = o->m.cross_entropy;
+        so.grad_fp32 = o->m.grad_fp32;
         rc = ap_sweep(g, c, &so, &sw, err);
         if (rc)
             fprintf(stderr, "autopar compare: sweep: %s\n", err);

@@ -15,6 +15,7 @@ static const char usage_text[] =
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
     "                    [--fp8] [--tp-comm-overlap] [--cross-entropy IMPL]\n"
+    "                    [--grad-fp32]\n"
     "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
     "\n"
     "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
@@ -62,6 +63,11 @@ static const char usage_text[] =
     "                       --cross-entropy-fusion-impl te); a fused loss is\n"
     "                       Megatron-LM's own, so it does not combine with\n"
     "                       --target torchtitan or deepspeed; plan.json records it\n"
+    "  --grad-fp32          keep and reduce the gradients in fp32, as Megatron-LM\n"
+    "                       does under --bf16 without --grad-reduce-in-bf16\n"
+    "                       (default: bf16 gradients, which the Megatron-LM\n"
+    "                       export states with --grad-reduce-in-bf16); Megatron-LM\n"
+    "                       only; plan.json records it\n"
     "  --quiet              no progress on stderr\n";
 
 /* --target: the fastest configuration of the launcher that fits, from the
@@ -78,6 +84,7 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
     so.fp8 = o->fp8;
     so.tp_overlap = o->tp_overlap;
     so.cross_entropy = o->cross_entropy;
+    so.grad_fp32 = o->grad_fp32;
     ap_sweep_result r;
     char err[AP_ERR_LEN];
     int rc = ap_sweep(g, c, &so, &r, err);
@@ -137,6 +144,8 @@ int ap_cmd_plan(int argc, char **argv)
             o.fp8 = 1;
         } else if (!strcmp(a, "--tp-comm-overlap")) {
             o.tp_overlap = 1;
+        } else if (!strcmp(a, "--grad-fp32")) {
+            o.grad_fp32 = 1;
         } else if (!strcmp(a, "--cross-entropy") && v) {
             if (ap_ce_impl_parse(v, &o.cross_entropy)) {
                 fprintf(stderr, "autopar plan: --cross-entropy: bad value \"%.64s\" "

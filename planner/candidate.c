@@ -28,6 +28,7 @@ typedef struct {
     int fp8;          /* linear layers in FP8 */
     int tp_overlap;   /* TP collectives overlapped with GEMMs */
     ap_ce_impl cross_entropy; /* the loss's kernels */
+    int grad_fp32;    /* fp32 gradients (ap_plan_opts.grad_fp32) */
 } config;
 
 typedef struct {
@@ -106,15 +107,15 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
 
 /* Solves every block; *timed_out says that one found no solution within
  * the ILP time limit, and then the configuration cannot be priced. The
- * planner's own plans keep bf16 gradients (grad_fp32 0), which their
- * Megatron-LM exports state with --grad-reduce-in-bf16. */
+ * planner's plans keep bf16 gradients unless asked (ap_plan_opts.grad_fp32),
+ * which their Megatron-LM exports state with --grad-reduce-in-bf16. */
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy, .grad_fp32 = 0,
+                      .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
                       .cp_comm = AP_CP_P2P,
                       .embed_group_nodes = embed_group_nodes(cf)};
     for (int b = 0; b < cf->m->nblocks; b++) {
@@ -211,7 +212,7 @@ static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy, .grad_fp32 = 0,
+                      .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
                       .cp_comm = AP_CP_P2P,
                       .embed_group_nodes = embed_group_nodes(cf)};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
@@ -286,6 +287,7 @@ static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
     p->fp8 = cf->fp8;
     p->tp_overlap = cf->tp_overlap;
     p->cross_entropy = cf->cross_entropy;
+    p->grad_fp32 = cf->grad_fp32;
     p->nstages = cf->p;
     p->nclasses = cf->m->nclasses;
     p->stages = calloc((size_t)cf->p, sizeof *p->stages);
@@ -364,6 +366,7 @@ static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *
     cf->fp8 = s->o->fp8;
     cf->tp_overlap = s->o->tp_overlap;
     cf->cross_entropy = s->o->cross_entropy;
+    cf->grad_fp32 = s->o->grad_fp32;
     cf->cnt = s->cnt;
     cf->zero = AP_ZERO_1;
     ap_mesh_init(&cf->mesh, k->d0, k->d1, 0, s->c->gpus_per_node);
@@ -434,7 +437,7 @@ static void reprice(config *cf, ap_zero zero)
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy, .grad_fp32 = 0,
+                      .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
                       .cp_comm = AP_CP_P2P,
                       .embed_group_nodes = embed_group_nodes(cf)};
     cf->zero = zero;

@@ -527,6 +527,9 @@ typedef struct {
     int tp_overlap;       /* price --tp-comm-overlap (--tp-comm-overlap) */
     ap_ce_impl cross_entropy; /* the loss's kernels (--cross-entropy); 0:
                              Megatron's unfused default */
+    int grad_fp32;        /* fp32 gradients, reduced in fp32 (--grad-fp32);
+                             0: bf16, which the Megatron-LM export states
+                             with --grad-reduce-in-bf16 */
 } ap_plan_opts;
 
 void ap_plan_opts_default(ap_plan_opts *o);
@@ -717,6 +720,8 @@ typedef struct {
                             (configurations with tp > 1 and no sp are left out) */
     ap_ce_impl cross_entropy; /* every configuration's loss kernels; a fused
                             loss only for Megatron-LM */
+    int grad_fp32;       /* every configuration with fp32 gradients
+                            (grad_fp32=1); only for Megatron-LM */
 } ap_sweep_opts;
 
 void ap_sweep_opts_default(ap_sweep_opts *o);

@@ -375,11 +375,18 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                  "kernels", ap_ce_impl_name(o->cross_entropy), ap_launcher_name(o->launcher));
         return AP_EINPUT;
     }
+    if (o->grad_fp32 && o->launcher != AP_LAUNCHER_MEGATRON) {
+        snprintf(err, AP_ERR_LEN, "sweep: grad_fp32=1: %s keeps its own gradient "
+                 "buffers, not Megatron-LM's fp32 main gradients",
+                 ap_launcher_name(o->launcher));
+        return AP_EINPUT;
+    }
     list l = {0};
     int n = 0, rc = enumerate(&s, &l);
     for (long i = 0; i < l.n; i++) {
         l.v[i].fp8 = o->fp8;
         l.v[i].cross_entropy = o->cross_entropy;
+        l.v[i].grad_fp32 = o->grad_fp32;
         /* Megatron-LM refuses the overlap without sequence parallelism, so
          * such configurations run without it. */
         l.v[i].tp_overlap = o->tp_overlap && l.v[i].tp > 1 && l.v[i].sp;

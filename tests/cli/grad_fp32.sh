@@ -6,7 +6,8 @@
 # report, --json and plan.json say it and plan.json reads back; the
 # Megatron-LM export states --grad-reduce-in-bf16 only for bf16 gradients,
 # and round-trips; torchtitan refuses an fp32-gradient plan; the planner's
-# own plans keep bf16 gradients.
+# own plans keep bf16 gradients unless --grad-fp32 asks, and compare
+# prices its autopar column with the configuration's gradients.
 set -u
 . "$(dirname "$0")/lib.sh"
 model=$src/examples/hf/llama-3-8b.json
@@ -102,5 +103,22 @@ out=$("$bin" export "$tmp/bad.json" --to megatron 2>&1)
 ! grep -q '^	"grad_reduce_in_fp32"' "$tmp/own.json" &&
     "$bin" export "$tmp/own.json" --to megatron 2>/dev/null | grep -q -- "^  --grad-reduce-in-bf16$" &&
     ok || bad "the planner's plan exports --grad-reduce-in-bf16"
+# Unless asked: --grad-fp32 plans (and sweeps) with fp32 gradients, which
+# the export then leaves to Megatron-LM's default; other launchers refuse.
+"$bin" plan "$model" --gpus 8 --global-batch 64 --quiet --target megatron --grad-fp32 \
+    -o "$tmp/own32.json" >/dev/null 2>&1 || bad "plan --grad-fp32"
+grep -q '^	"grad_reduce_in_fp32":	true' "$tmp/own32.json" &&
+    ! "$bin" export "$tmp/own32.json" --to megatron 2>/dev/null | grep -q -- "--grad-reduce-in-bf16" &&
+    ok || bad "plan --grad-fp32: plan.json and export"
+[ "$(field gradient_bytes "$tmp/own32.json")" != "$(field gradient_bytes "$tmp/own.json")" ] &&
+    ok || bad "plan --grad-fp32 holds more gradient bytes"
+out=$("$bin" plan "$model" --gpus 8 --global-batch 64 --quiet --target torchtitan --grad-fp32 2>&1)
+[ $? -eq 2 ] && case "$out" in *"grad_fp32=1: torchtitan"*) true ;; *) false ;; esac && ok ||
+    bad "plan --grad-fp32 --target torchtitan: $out"
+# compare prices autopar's column with your gradients' dtype.
+"$bin" compare "$model" --gpus 8 --megatron-args "$flags --bf16" \
+    --json --quiet >"$tmp/cmp.json" 2>&1 || bad "compare: $(cat "$tmp/cmp.json")"
+[ "$(grep -c '"grad_reduce_in_fp32":[[:space:]]*true' "$tmp/cmp.json")" -eq 2 ] && ok ||
+    bad "compare: both columns with fp32 gradients: $(grep grad_reduce "$tmp/cmp.json")"
 
 finish
