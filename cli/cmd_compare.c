@@ -36,7 +36,9 @@ static const char usage_text[] =
     "                         with TP communication overlapped with GEMMs (where\n"
     "                         sp is on), and with your cross_entropy's loss and\n"
     "                         your gradients' dtype (grad_fp32, or --bf16 without\n"
-    "                         --grad-reduce-in-bf16 in --megatron-args)\n"
+    "                         --grad-reduce-in-bf16 in --megatron-args); the sweep\n"
+    "                         also with your moe_a2a_overlap and cp_comm wherever\n"
+    "                         Megatron-LM runs them (autopar's plan prices neither)\n"
     "  --megatron-args FLAGS  the real flags (see `autopar estimate --help`; flags\n"
     "                         that change the step in ways autopar does not price\n"
     "                         are refused, docs/megatron.md)\n"
@@ -303,6 +305,9 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         so.tp_overlap = o->m.tp_overlap;
         so.cross_entropy = o->m.cross_entropy;
         so.grad_fp32 = o->m.grad_fp32;
+        so.moe_a2a_overlap = o->m.moe_a2a_overlap;
+        so.delay_wgrad = o->m.delay_wgrad;
+        so.cp_comm = o->m.cp_comm;
         rc = ap_sweep(g, c, &so, &sw, err);
         if (rc)
             fprintf(stderr, "autopar compare: sweep: %s\n", err);

@@ -1615,6 +1615,16 @@ static int fill_block(const ap_graph *g, const ap_megatron *m, const ap_parts *p
     return 0;
 }
 
+void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m)
+{
+    char err[AP_ERR_LEN];
+    m->tp_overlap = m->tp_overlap && m->tp > 1 && m->sp;
+    if (m->moe_a2a_overlap && check_moe_overlap(g, m, err))
+        m->moe_a2a_overlap = m->delay_wgrad = 0;
+    if (m->cp <= 1 || check_cp_comm(g, m, err))
+        m->cp_comm = AP_CP_P2P;
+}
+
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
                      const ap_megatron *cfg, ap_plan *p, char *err)
 {

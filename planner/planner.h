@@ -702,6 +702,14 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
  * defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
+/* Turns off in `m` the overlaps and communication types Megatron-LM would
+ * refuse for this layout, so that a sweep can run every configuration with
+ * them where they apply: TP overlap without sequence parallelism (or at
+ * tp = 1), the expert all-to-all overlap where Megatron-Core asserts
+ * (ap_megatron_plan's check), and context parallelism's allgather or a2a
+ * where Transformer Engine does (then the p2p ring). */
+void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m);
+
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
 
 /* The sweep over a launcher's configuration space (docs/compare.md):
@@ -722,6 +730,11 @@ typedef struct {
                             loss only for Megatron-LM */
     int grad_fp32;       /* every configuration with fp32 gradients
                             (grad_fp32=1); only for Megatron-LM */
+    int moe_a2a_overlap, delay_wgrad; /* every configuration Megatron-Core
+                            runs it for with the expert all-to-all overlap */
+    ap_cp_comm cp_comm;  /* every configuration with cp > 1 that
+                            Transformer Engine runs it for with this
+                            communication type, the others with p2p */
 } ap_sweep_opts;
 
 void ap_sweep_opts_default(ap_sweep_opts *o);

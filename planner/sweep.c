@@ -381,15 +381,27 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                  ap_launcher_name(o->launcher));
         return AP_EINPUT;
     }
+    if ((o->moe_a2a_overlap || o->cp_comm != AP_CP_P2P) &&
+        o->launcher != AP_LAUNCHER_MEGATRON) {
+        snprintf(err, AP_ERR_LEN, "sweep: %s: %s runs neither Megatron-Core's expert "
+                 "all-to-all overlap nor Transformer Engine's context-parallel types",
+                 o->moe_a2a_overlap ? "moe_a2a_overlap=1" : "cp_comm",
+                 ap_launcher_name(o->launcher));
+        return AP_EINPUT;
+    }
     list l = {0};
     int n = 0, rc = enumerate(&s, &l);
     for (long i = 0; i < l.n; i++) {
         l.v[i].fp8 = o->fp8;
         l.v[i].cross_entropy = o->cross_entropy;
         l.v[i].grad_fp32 = o->grad_fp32;
-        /* Megatron-LM refuses the overlap without sequence parallelism, so
-         * such configurations run without it. */
-        l.v[i].tp_overlap = o->tp_overlap && l.v[i].tp > 1 && l.v[i].sp;
+        l.v[i].tp_overlap = o->tp_overlap;
+        l.v[i].moe_a2a_overlap = o->moe_a2a_overlap;
+        l.v[i].delay_wgrad = o->delay_wgrad;
+        l.v[i].cp_comm = o->cp_comm;
+        /* Where Megatron-LM refuses one (TP overlap without sequence
+         * parallelism, say), the configuration runs without it. */
+        ap_megatron_drop_unsupported(g, &l.v[i]);
     }
     worker *w = NULL;
     if (!rc) {

@@ -167,6 +167,50 @@ static void moe_sweep_includes_expert_parallelism(void)
     ap_graph_free(g);
 }
 
+/* The configuration's overlaps and CP type go to every configuration
+ * Megatron-LM runs them for: the expert all-to-all overlap needs ep > 1
+ * and, with a pipeline, a virtual one; a2a context parallelism needs cp to
+ * divide each tensor-parallel rank's heads and KV heads (Llama 3 8B: 32
+ * and 8), else the ring. */
+static ap_megatron layout(int tp, int pp, int vpp, int cp, int ep)
+{
+    ap_megatron m;
+    ap_megatron_default(&m);
+    m.tp = tp;
+    m.pp = pp;
+    m.vpp = vpp;
+    m.cp = cp;
+    m.ep = ep;
+    m.sp = tp > 1;
+    m.tp_overlap = m.moe_a2a_overlap = m.delay_wgrad = 1;
+    m.cp_comm = AP_CP_A2A;
+    return m;
+}
+
+static void unsupported_settings_drop_per_configuration(void)
+{
+    ap_graph *moe = load("examples/hf/qwen3-30b-a3b.json"),
+             *dense = load("examples/hf/llama-3-8b.json");
+    if (!moe || !dense)
+        return;
+    ap_megatron a = layout(1, 2, 24, 1, 8), b = layout(1, 2, 1, 1, 8),
+                c = layout(1, 1, 1, 1, 1), d = layout(2, 1, 1, 4, 1),
+                e = layout(2, 1, 1, 8, 1);
+    ap_megatron_drop_unsupported(moe, &a);
+    ap_megatron_drop_unsupported(moe, &b);
+    ap_megatron_drop_unsupported(moe, &c);
+    CHECK(a.moe_a2a_overlap && a.delay_wgrad);
+    CHECK(!b.moe_a2a_overlap && !b.delay_wgrad); /* pp 2 without vpp */
+    CHECK(!c.moe_a2a_overlap && !c.delay_wgrad); /* ep 1 */
+    CHECK(!a.tp_overlap && a.cp_comm == AP_CP_P2P); /* tp 1, cp 1 */
+    ap_megatron_drop_unsupported(dense, &d);
+    ap_megatron_drop_unsupported(dense, &e);
+    CHECK(d.cp_comm == AP_CP_A2A && d.tp_overlap); /* 16 and 4 heads per rank, cp 4 */
+    CHECK(e.cp_comm == AP_CP_P2P);                  /* 4 KV heads per rank, cp 8 */
+    ap_graph_free(moe);
+    ap_graph_free(dense);
+}
+
 static void format_reads_back(void)
 {
     ap_megatron m, back;
@@ -196,6 +240,7 @@ int main(void)
     RUN(best_is_no_slower_than_hand_picked_configurations);
     RUN(answer_does_not_depend_on_threads);
     RUN(moe_sweep_includes_expert_parallelism);
+    RUN(unsupported_settings_drop_per_configuration);
     RUN(format_reads_back);
     return DONE();
 }

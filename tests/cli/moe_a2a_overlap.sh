@@ -4,7 +4,7 @@
 # the same step, shorter than with the all-to-alls exposed; the report says
 # how much was hidden; plan.json and the Megatron export carry both flags
 # through a round trip; where Megatron-Core asserts it is refused with exit
-# code 2, naming the flag.
+# code 2, naming the flag; compare's sweep runs with it where it applies.
 set -u
 . "$(dirname "$0")/lib.sh"
 model=$src/examples/hf/qwen3-30b-a3b.json
@@ -71,5 +71,12 @@ refused "delay without overlap" "delay_wgrad: --delay-wgrad-compute needs --over
     --megatron-args "--expert-model-parallel-size 8 --global-batch-size 64 --delay-wgrad-compute"
 refused "a value other than 0 or 1" "--megatron: moe_a2a_overlap: bad value \"2\" (0 or 1)" \
     --megatron "$spec,moe_a2a_overlap=2"
+
+# compare's sweep runs every configuration Megatron-Core accepts it for
+# with the overlap, as the configuration compared runs.
+"$bin" compare "$model" --gpus 16 --megatron "$spec,moe_a2a_overlap=1,delay_wgrad=1" \
+    --sweep --quiet >"$tmp/cmp" 2>&1 || bad "compare --sweep: $(cat "$tmp/cmp")"
+grep -q "^  megatron (sweep): .*moe_a2a_overlap=1,delay_wgrad=1" "$tmp/cmp" && ok ||
+    bad "the sweep's best carries the overlap: $(grep sweep "$tmp/cmp")"
 
 finish
