@@ -415,6 +415,42 @@ ap_model_states ap_mem_model_states(double params, int dp, ap_zero zero);
  * under ZeRO-2 and 18/dp under ZeRO-3. */
 ap_model_states ap_mem_model_states_grad(double params, int dp, ap_zero zero,
                                          double grad_bytes);
+/* The dtypes the precision-aware optimizer keeps its states in: Megatron-LM's
+ * --use-precision-aware-optimizer with --main-params-dtype, --exp-avg-dtype
+ * and --exp-avg-sq-dtype (OptimizerConfig's main_params_dtype, exp_avg_dtype,
+ * exp_avg_sq_dtype, handed to Transformer Engine's FusedAdam). FP8 is
+ * FusedAdam's uint8 state: E4M3 with one fp32 scale per tensor, whose bytes
+ * are not counted. The zero value is fp32, so that a zeroed struct keeps
+ * the 4 + 4 + 4 bytes a parameter priced before. */
+typedef enum { AP_OPT_FP32, AP_OPT_FP16, AP_OPT_BF16, AP_OPT_FP8 } ap_opt_dtype;
+typedef struct {
+    ap_opt_dtype main_params, exp_avg, exp_avg_sq;
+} ap_opt_dtypes;
+/* "fp32", "fp16", "bf16" or "fp8"; a static string. */
+const char *ap_opt_dtype_name(ap_opt_dtype t);
+/* The name's value into *out: 0, or -1 (*out untouched) for another name. */
+int ap_opt_dtype_parse(const char *name, ap_opt_dtype *out);
+/* Bytes of one element: 4, 2, 2 or 1. */
+double ap_opt_dtype_bytes(ap_opt_dtype t);
+/* Whether all three states are fp32 (a zeroed struct is). */
+int ap_opt_dtypes_fp32(const ap_opt_dtypes *o);
+/* Bytes of optimizer state a parameter: main weights + exp_avg +
+ * exp_avg_sq, 12 for fp32 states. */
+double ap_opt_state_bytes(const ap_opt_dtypes *o);
+/* HBM bytes FusedAdam's step moves for the three states of one element,
+ * read and written: 24 for fp32 states, which the kernel updates in place.
+ * A state in another dtype is first copied into an fp32 buffer, the kernel
+ * updates that, and the result is cast back (fused_adam.py, step,
+ * get_unscaled_state, _apply_scale): bf16 24 bytes, fp16 40 (unscaled and
+ * rescaled by a multiply each way, plus an amax pass), fp8 22 (an amax
+ * pass and a quantizing copy), against 8 for an fp32 state. */
+double ap_opt_step_bytes(const ap_opt_dtypes *o);
+/* ap_mem_model_states_grad with the optimizer's states in the dtypes of
+ * `o` (NULL is fp32): ap_opt_state_bytes(o) bytes a parameter, sharded
+ * over dp from ZeRO-1 on. With o fp32 it is ap_mem_model_states_grad,
+ * bit for bit. */
+ap_model_states ap_mem_model_states_opt(double params, int dp, ap_zero zero,
+                                        double grad_bytes, const ap_opt_dtypes *o);
 /* The same partitioning counted in elements, as in the ZeRO paper's table
  * (parameters P, gradients P, optimizer 2P: DDP 4P ... ZeRO-3 4P/dp). */
 ap_model_states ap_mem_model_state_elems(double params, int dp, ap_zero zero);

@@ -29,6 +29,12 @@ ap_model_states ap_mem_model_states_grad(double params, int dp, ap_zero zero,
     return partition(params, dp, zero, 2, grad_bytes, 12);
 }
 
+ap_model_states ap_mem_model_states_opt(double params, int dp, ap_zero zero,
+                                        double grad_bytes, const ap_opt_dtypes *o)
+{
+    return partition(params, dp, zero, 2, grad_bytes, ap_opt_state_bytes(o));
+}
+
 ap_model_states ap_mem_model_state_elems(double params, int dp, ap_zero zero)
 {
     return partition(params, dp, zero, 1, 1, 2);

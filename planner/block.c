@@ -127,6 +127,7 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         out->param_bytes += c.param_bytes;
         out->fp8_weight_bytes += c.fp8_weight_bytes;
         out->grad_bytes += c.grad_bytes;
+        out->opt_bytes += c.opt_bytes;
         out->act_bytes += c.act_bytes;
         out->flops += c.flops;
         if (x->g->ops[ops[i]].kind == AP_OP_ATTENTION)

@@ -108,7 +108,8 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
 /* Solves every block; *timed_out says that one found no solution within
  * the ILP time limit, and then the configuration cannot be priced. The
  * planner's plans keep bf16 gradients unless asked (ap_plan_opts.grad_fp32),
- * which their Megatron-LM exports state with --grad-reduce-in-bf16. */
+ * which their Megatron-LM exports state with --grad-reduce-in-bf16, and
+ * fp32 optimizer states (ap_price_ctx.opt). */
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {
@@ -116,7 +117,7 @@ static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
                       .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P,
+                      .cp_comm = AP_CP_P2P, .opt = {AP_OPT_FP32, AP_OPT_FP32, AP_OPT_FP32},
                       .embed_group_nodes = embed_group_nodes(cf)};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -213,7 +214,7 @@ static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
                       .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P,
+                      .cp_comm = AP_CP_P2P, .opt = {AP_OPT_FP32, AP_OPT_FP32, AP_OPT_FP32},
                       .embed_group_nodes = embed_group_nodes(cf)};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
@@ -438,7 +439,7 @@ static void reprice(config *cf, ap_zero zero)
                       .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
                       .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P,
+                      .cp_comm = AP_CP_P2P, .opt = {AP_OPT_FP32, AP_OPT_FP32, AP_OPT_FP32},
                       .embed_group_nodes = embed_group_nodes(cf)};
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {

@@ -210,6 +210,23 @@ static void megatron_precision(sbuf *b, const ap_degrees *d, const ap_model_shap
         put(b, "  --fp16\n%s", d->grad_fp32 ? "  --accumulate-allreduce-grads-in-fp32\n" : "");
 }
 
+/* The optimizer states as priced: any dtype other than fp32 needs
+ * --use-precision-aware-optimizer (Megatron-Core's OptimizerConfig asserts
+ * it); each flag is stated where it differs from fp32, Megatron-LM's
+ * default. */
+static void megatron_optimizer(sbuf *b, const ap_degrees *d)
+{
+    if (ap_opt_dtypes_fp32(&d->opt))
+        return;
+    put(b, "  --use-precision-aware-optimizer\n");
+    if (d->opt.main_params != AP_OPT_FP32)
+        put(b, "  --main-params-dtype %s\n", ap_opt_dtype_name(d->opt.main_params));
+    if (d->opt.exp_avg != AP_OPT_FP32)
+        put(b, "  --exp-avg-dtype %s\n", ap_opt_dtype_name(d->opt.exp_avg));
+    if (d->opt.exp_avg_sq != AP_OPT_FP32)
+        put(b, "  --exp-avg-sq-dtype %s\n", ap_opt_dtype_name(d->opt.exp_avg_sq));
+}
+
 static void megatron_model(sbuf *b, const ap_model_shape *s)
 {
     put(b, "  --num-layers %d\n  --hidden-size %lld\n  --num-attention-heads %lld\n",
@@ -263,6 +280,7 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
     megatron_parallel(&b, p, d, s);
     megatron_model(&b, s);
     megatron_precision(&b, d, s);
+    megatron_optimizer(&b, d);
     put(&b, "\"\n");
     torchrun(&b, p, "pretrain_gpt.py", "MEGATRON_ARGS");
     return finish(&b);

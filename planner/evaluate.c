@@ -55,6 +55,7 @@ static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
     st->param_bytes += bp->param_bytes * times;
     st->fp8_weight_bytes += bp->fp8_weight_bytes * times;
     st->grad_bytes += bp->grad_bytes * times;
+    st->opt_bytes += bp->opt_bytes * times;
     st->flops += bp->flops * times;
     if (rc == AP_RECOMPUTE_FULL) {
         /* Backward first redoes the forward of a recomputed layer,
@@ -177,12 +178,12 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                       .tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync,
                       .fp8_param_gather = p->fp8_param_gather,
                       .cross_entropy = p->cross_entropy, .grad_fp32 = p->grad_fp32,
-                      .cp_comm = p->cp_comm};
+                      .cp_comm = p->cp_comm, .opt = p->opt};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = st->tied_sync = 0;
     st->param_sync = st->param_buckets = 0;
     st->param_bytes = st->act_bytes = st->flops = st->fp8_weight_bytes = 0;
-    st->grad_bytes = 0;
+    st->grad_bytes = st->opt_bytes = 0;
     st->recompute_flops = 0;
     st->recomputed_layers = 0;
     st->a2a_save = 0;
@@ -276,11 +277,19 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
 
 /* Adam's update streams every model state of the GPU's shard through HBM
  * once for reading and once for writing; FP8 weight copies are no state of
- * its own (the first micro-batch's cast refreshes them). */
-static double optimizer_time(const ap_cluster *c, const ap_stage *st)
+ * its own (the first micro-batch's cast refreshes them). Optimizer states
+ * kept in a narrower dtype than fp32 are streamed through an fp32 copy
+ * (ap_opt_step_bytes): their elements, opt_bytes over their width, each
+ * move that much more than read and write of the state alone. */
+static double optimizer_time(const ap_cluster *c, const ap_plan *p, const ap_stage *st)
 {
     double states = st->param_bytes - st->fp8_weight_bytes;
-    return ap_cost_memop(c, states, 2 * states);
+    double extra = 0;
+    if (!ap_opt_dtypes_fp32(&p->opt)) {
+        double width = ap_opt_state_bytes(&p->opt);
+        extra = st->opt_bytes / width * (ap_opt_step_bytes(&p->opt) - 2 * width);
+    }
+    return ap_cost_memop(c, states, 2 * states + extra);
 }
 
 /* The exposed part of the stage's parameter all-gather. Without
@@ -326,7 +335,7 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
         st->param_sync_exposed = param_gather_exposed(p, st);
         st->grad_sync_exposed = st->tied_sync + st->param_sync_exposed +
                                 (p->serial_grad_sync ? dp : fmax(0, dp - st->bwd));
-        st->optimizer = optimizer_time(c, st);
+        st->optimizer = optimizer_time(c, p, st);
         if (st->grad_sync_exposed > sync) {
             tied = st->tied_sync;
             gather = st->param_sync_exposed;

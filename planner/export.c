@@ -255,6 +255,7 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->cross_entropy = d->cross_entropy;
     m->grad_fp32 = d->grad_fp32;
     m->cp_comm = d->cp_comm;
+    m->opt = d->opt;
     m->recompute_method = d->recompute_method;
     m->recompute_layers = d->recompute_layers;
 }
@@ -386,6 +387,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->cross_entropy = p->cross_entropy;
     d->grad_fp32 = p->grad_fp32;
     d->cp_comm = p->cp_comm;
+    d->opt = p->opt;
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
@@ -456,7 +458,28 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                       "Megatron-LM, or estimate with moe_a2a_overlap=0", who,
                       "overlap of the expert all-to-alls across micro-batches "
                       "(Megatron-Core's --overlap-moe-expert-parallel-comm)");
+    /* torchtitan steps torch.optim's AdamW, whose moments follow the
+     * parameters' fp32 dtype under FSDP's mixed precision, and DeepSpeed
+     * keeps its fp32 optimizer states: neither runs Transformer Engine's
+     * FusedAdam with narrower states. */
+    char states[96];
+    snprintf(states, sizeof states, "%s, %s and %s", ap_opt_dtype_name(d->opt.main_params),
+             ap_opt_dtype_name(d->opt.exp_avg), ap_opt_dtype_name(d->opt.exp_avg_sq));
+    if (to != AP_LAUNCHER_MEGATRON && !ap_opt_dtypes_fp32(&d->opt))
+        return refuse(p, err, "%s keeps fp32 optimizer states, not the %s the plan was "
+                      "priced with (Megatron-LM's precision-aware optimizer): export it "
+                      "to Megatron-LM, or estimate with "
+                      "main_params=fp32,exp_avg=fp32,exp_avg_sq=fp32", who, states);
     if (to == AP_LAUNCHER_MEGATRON) {
+        if (d->opt.main_params == AP_OPT_BF16)
+            return refuse(p, err, "%s steps Transformer Engine's FusedAdam, which keeps "
+                          "fp32 or fp16 main weights, not the plan's %s (bf16 main "
+                          "weights are apex's DistributedFusedAdam under NeMo's optim "
+                          "dtype bf16)", who, states);
+        if (!ap_opt_dtypes_fp32(&d->opt) && d->zero != AP_ZERO_1)
+            return refuse(p, err, "%s runs --use-precision-aware-optimizer only with "
+                          "the distributed optimizer (ZeRO-1); the plan has optimizer "
+                          "states in %s without it", who, states);
         if (d->schedule == AP_SCHED_GPIPE)
             return refuse(p, err, "%s runs 1F1B or interleaved 1F1B, not the plan's %s schedule",
                           who, "GPipe");

@@ -74,6 +74,29 @@ static int recompute_key(ap_megatron *m, const char *k, const char *v,
     return 1;
 }
 
+/* The spec's main_params, exp_avg and exp_avg_sq: 1 when k was one, 0
+ * when not, -1 with err set for a bad value. main_params takes bf16 too,
+ * apex's DistributedFusedAdam under NeMo's optim dtype bf16, but no fp8,
+ * which no optimizer keeps its main weights in. */
+static int opt_key(ap_megatron *m, const char *k, const char *v, const char *who,
+                   char *err)
+{
+    ap_opt_dtype *slot = !strcmp(k, "main_params") ? &m->opt.main_params
+                       : !strcmp(k, "exp_avg") ? &m->opt.exp_avg
+                       : !strcmp(k, "exp_avg_sq") ? &m->opt.exp_avg_sq : NULL;
+    if (!slot)
+        return 0;
+    ap_opt_dtype t;
+    if (ap_opt_dtype_parse(v, &t) || (slot == &m->opt.main_params && t == AP_OPT_FP8)) {
+        snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (%s)", who, v,
+                 slot == &m->opt.main_params ? "fp32, fp16 or bf16"
+                                             : "fp32, fp16, bf16 or fp8");
+        return -1;
+    }
+    *slot = t;
+    return 1;
+}
+
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
  * for the spec, "--megatron-args: --tensor-model-parallel-size" for flags.
  * Sizes stop at 2^30 so that the products of check() fit a long. */
@@ -82,6 +105,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
 {
     char *end;
     int known = recompute_key(m, k, v, who, err);
+    if (!known)
+        known = opt_key(m, k, v, who, err);
     if (known)
         return known < 0 ? AP_EINPUT : AP_OK;
     if (!strcmp(k, "cross_entropy")) {
@@ -118,7 +143,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "overlap_param, first, last, fp8, account_embedding, account_loss, "
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
                  "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
-                 "cp_comm)", k);
+                 "cp_comm, main_params, exp_avg, exp_avg_sq)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -524,12 +549,6 @@ static const struct {
     {"--fp8-recipe", "delayed", "scales FP8 tensors by another recipe than "
      "the delayed scaling priced (tensorwise adds an amax pass, mxfp8 and "
      "blockwise other GEMM kernels)"},
-    {"--main-params-dtype", "fp32", "keeps the main weights in another dtype "
-     "(--use-precision-aware-optimizer); autopar prices fp32"},
-    {"--exp-avg-dtype", "fp32", "keeps Adam's first moment in another dtype "
-     "(--use-precision-aware-optimizer); autopar prices fp32"},
-    {"--exp-avg-sq-dtype", "fp32", "keeps Adam's second moment in another dtype "
-     "(--use-precision-aware-optimizer); autopar prices fp32"},
 };
 
 static int refuse(const char *flag, const char *v, const char *why, char *err)
@@ -642,6 +661,72 @@ static int grad_rule(const grad_flags *gf, ap_megatron *m, char *err)
         m->grad_fp32 = !gf->reduce_bf16 && (gf->accumulate_fp32 || main_fp32);
     else
         m->grad_fp32 = gf->accumulate_fp32;
+    return 0;
+}
+
+/* The precision-aware optimizer's flags, which opt_rule judges once every
+ * flag is read (it needs --use-distributed-optimizer's). The values point
+ * into the parser's copy of the command line; NULL is fp32, the default. */
+typedef struct {
+    int aware; /* --use-precision-aware-optimizer */
+    const char *v[3]; /* --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype */
+} opt_flags;
+
+static const char *const opt_flag_names[3] = {"--main-params-dtype", "--exp-avg-dtype",
+                                              "--exp-avg-sq-dtype"};
+
+/* 1 when `tok` was one of those flags, 0 when not, -1 with err set for a
+ * bad or missing value. Transformer Engine's FusedAdam keeps its master
+ * weights in fp32 or fp16 and its moments in fp32, fp16, bf16 or fp8
+ * (fused_adam.py raises on any other), the choices Megatron-LM passes on. */
+static int opt_flag(const char *tok, char **save, opt_flags *of, char *err)
+{
+    if (!strcmp(tok, "--use-precision-aware-optimizer")) {
+        of->aware = 1;
+        return 1;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(tok, opt_flag_names[i]))
+            continue;
+        if (value_into(tok, save, &of->v[i], err) < 0)
+            return -1;
+        if (i == 0 && !strcmp(of->v[i], "bf16")) {
+            snprintf(err, AP_ERR_LEN, "--megatron-args: --main-params-dtype bf16: "
+                     "Transformer Engine's FusedAdam keeps fp32 or fp16 main weights "
+                     "(master_weight_dtype), so Megatron-LM cannot run it");
+            return -1;
+        }
+        return one_of(tok, of->v[i], i ? "fp32 fp16 bf16 fp8" : "fp32 fp16", err) ? -1 : 1;
+    }
+    return 0;
+}
+
+/* Megatron-Core's OptimizerConfig.__post_init__: a dtype other than fp32
+ * only under --use-precision-aware-optimizer ("exp_avg_dtype can only be
+ * fp32 when not using precision-aware optimizer"), and that only with the
+ * distributed optimizer ("--use-precision-aware-optimizer only supported
+ * with distributed optimizer"). With fp32 states the flag keeps the bytes
+ * priced and is read past. */
+static int opt_rule(const opt_flags *of, ap_megatron *m, char *err)
+{
+    ap_opt_dtype *slot[3] = {&m->opt.main_params, &m->opt.exp_avg, &m->opt.exp_avg_sq};
+    for (int i = 0; i < 3; i++) {
+        if (!of->v[i])
+            continue;
+        ap_opt_dtype_parse(of->v[i], slot[i]);
+        if (*slot[i] != AP_OPT_FP32 && !of->aware) {
+            snprintf(err, AP_ERR_LEN, "--megatron-args: %s %.16s: Megatron-Core's "
+                     "OptimizerConfig asserts fp32 without --use-precision-aware-optimizer",
+                     opt_flag_names[i], of->v[i]);
+            return -1;
+        }
+    }
+    if (of->aware && m->zero == AP_ZERO_NONE) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --use-precision-aware-optimizer: "
+                 "Megatron-Core's OptimizerConfig asserts it is only supported with the "
+                 "distributed optimizer (--use-distributed-optimizer)");
+        return -1;
+    }
     return 0;
 }
 
@@ -907,6 +992,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
     grad_flags gf = {0, 0, 0, 0, NULL};
+    opt_flags of = {0, {NULL, NULL, NULL}};
     audit au = {0};
     char *save = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
@@ -939,6 +1025,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = cross_entropy_flag(tok, &save, &ce, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = grad_flag(tok, &save, &gf, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = opt_flag(tok, &save, &of, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = audit_flag(tok, &save, &au, err)) < 0)
             return AP_EINPUT;
@@ -995,7 +1083,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     }
     if (ce.fusion)
         m->cross_entropy = ce.impl;
-    if (grad_rule(&gf, m, err))
+    if (grad_rule(&gf, m, err) || opt_rule(&of, m, err))
         return AP_EINPUT;
     if (layers_per_chunk) /* resolved against the layer count later */
         m->vpp = (int)-layers_per_chunk;
@@ -1203,6 +1291,23 @@ static int check_fp8_params(const ap_megatron *m, char *err)
         return AP_EINPUT;
     }
     return AP_OK;
+}
+
+/* The optimizer states in another dtype than fp32 are the distributed
+ * optimizer's (Megatron-Core's OptimizerConfig asserts
+ * use_distributed_optimizer under use_precision_aware_optimizer; apex's
+ * DistributedFusedAdam is ZeRO-1 itself). */
+static int check_opt_dtypes(const ap_megatron *m, char *err)
+{
+    if (ap_opt_dtypes_fp32(&m->opt) || m->zero != AP_ZERO_NONE)
+        return AP_OK;
+    snprintf(err, AP_ERR_LEN, "main_params, exp_avg, exp_avg_sq: optimizer states in "
+             "%s, %s and %s need --use-precision-aware-optimizer, which Megatron-Core "
+             "supports only with the distributed optimizer (zero=1, "
+             "--use-distributed-optimizer); the configuration has zero=0",
+             ap_opt_dtype_name(m->opt.main_params), ap_opt_dtype_name(m->opt.exp_avg),
+             ap_opt_dtype_name(m->opt.exp_avg_sq));
+    return AP_EINPUT;
 }
 
 /* Megatron-Core's assertions on overlap_moe_expert_parallel_comm and
@@ -1471,7 +1576,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
         return AP_EINPUT;
     }
     rc = check_fp8_params(m, err);
-    if (rc || (rc = check_cp_comm(g, m, err)) || (rc = check_param_gather(m, err)) ||
+    if (rc || (rc = check_opt_dtypes(m, err)) || (rc = check_cp_comm(g, m, err)) || (rc = check_param_gather(m, err)) ||
         (rc = check_split(m, L, err)))
         return rc;
     if ((rc = check_recompute(m, L, err)))
@@ -1653,6 +1758,7 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->delay_wgrad = m.delay_wgrad;
     p->cross_entropy = m.cross_entropy;
     p->grad_fp32 = m.grad_fp32;
+    p->opt = m.opt;
     p->cp_comm = m.cp > 1 ? m.cp_comm : AP_CP_P2P;
     p->recompute_method = m.recompute_method;
     p->recompute_layers = m.recompute_layers;

@@ -263,6 +263,17 @@ static cJSON *shape_json(const ap_graph *g)
     return o;
 }
 
+/* The optimizer states' dtypes, each where it is not fp32: a plan without
+ * them reads as fp32 states, which plans written before the fields priced. */
+static void add_opt_dtypes(cJSON *o, const ap_plan *p)
+{
+    const char *names[3] = {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"};
+    const ap_opt_dtype dt[3] = {p->opt.main_params, p->opt.exp_avg, p->opt.exp_avg_sq};
+    for (int i = 0; i < 3; i++)
+        if (dt[i] != AP_OPT_FP32)
+            cJSON_AddStringToObject(o, names[i], ap_opt_dtype_name(dt[i]));
+}
+
 char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
 {
     cJSON *o = cJSON_CreateObject();
@@ -298,6 +309,7 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddBoolToObject(o, "grad_reduce_in_fp32", 1);
     if (p->cp_comm != AP_CP_P2P)
         cJSON_AddStringToObject(o, "cp_comm_type", ap_cp_comm_name(p->cp_comm));
+    add_opt_dtypes(o, p);
     add_recompute_method(o, p);
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
     cJSON_AddStringToObject(solver, "status", status_name(p->ilp_status));
@@ -496,10 +508,14 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
             p->step_time, p->tokens_per_s, p->model_tflops_per_gpu,
             p->hw_tflops_per_gpu, 100 * p->mfu);
     const ap_stage *full = fullest_stage(p);
-    fprintf(f, "  memory per GPU %.1f GiB of %.1f GiB usable (gradients %.1f GiB, %s); "
-               "pipeline bubble %.1f%%\n",
+    fprintf(f, "  memory per GPU %.1f GiB of %.1f GiB usable (gradients %.1f GiB, %s",
             gib(p->max_mem_bytes), gib(p->hbm_limit), gib(full ? full->grad_bytes : 0),
-            p->grad_fp32 ? "fp32, reduced in fp32" : "2 bytes each", 100 * p->bubble);
+            p->grad_fp32 ? "fp32, reduced in fp32" : "2 bytes each");
+    if (!ap_opt_dtypes_fp32(&p->opt))
+        fprintf(f, "; optimizer states %.1f GiB: main weights %s, exp_avg %s, exp_avg_sq %s",
+                gib(full ? full->opt_bytes : 0), ap_opt_dtype_name(p->opt.main_params),
+                ap_opt_dtype_name(p->opt.exp_avg), ap_opt_dtype_name(p->opt.exp_avg_sq));
+    fprintf(f, "); pipeline bubble %.1f%%\n", 100 * p->bubble);
     fprintf(f, "  breakdown: compute %.3f s, communication %.3f s, bubble %.3f s, "
                "gradient sync %.3f s, optimizer %.3f s\n",
             p->t_compute, p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);

@@ -569,6 +569,27 @@ static int parse_cp_comm(const reader *r, const cJSON *root, ap_plan_desc *p)
     return AP_OK;
 }
 
+/* "main_params_dtype", "exp_avg_dtype" and "exp_avg_sq_dtype": the
+ * optimizer states' dtypes; each absent is fp32, which plans written before
+ * the fields priced. Main weights are never fp8. */
+static int parse_opt_dtypes(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    const char *names[3] = {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"};
+    ap_opt_dtype *slot[3] = {&p->opt.main_params, &p->opt.exp_avg, &p->opt.exp_avg_sq};
+    for (int i = 0; i < 3; i++) {
+        char s[32];
+        if (!field(root, names[i]))
+            continue;
+        int rc = get_string(r, root, names[i], "", s, sizeof s, 1);
+        if (rc)
+            return rc;
+        if (ap_opt_dtype_parse(s, slot[i]) || (i == 0 && *slot[i] == AP_OPT_FP8))
+            return fail(r, names[i], "\"%s\" is not %s", s,
+                        i ? "fp32, fp16, bf16 or fp8" : "fp32, fp16 or bf16");
+    }
+    return AP_OK;
+}
+
 /* "grad_reduce_in_fp32": true, fp32 gradients; absent is 2-byte ones,
  * which plans written before the field priced. */
 static int parse_grad_fp32(const reader *r, const cJSON *root, ap_plan_desc *p)
@@ -637,6 +658,7 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         return rc;
     if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)) ||
         (rc = parse_grad_fp32(r, root, p)) || (rc = parse_cp_comm(r, root, p)) ||
+        (rc = parse_opt_dtypes(r, root, p)) ||
         (rc = parse_moe_overlap(r, root, p)) ||
         (rc = parse_param_gather(r, root, p)) ||
         (rc = parse_recompute_method(r, root, p)))

@@ -112,6 +112,11 @@ typedef struct {
      * sequence is split (--cp-comm-type): 0 is Transformer Engine's p2p
      * ring (ap_cost_attention_cp_comm, ap_cost_cp_comm). */
     ap_cp_comm cp_comm;
+    /* The optimizer states' dtypes (Megatron-LM's precision-aware
+     * optimizer): their bytes a parameter where held, sharded or not, and
+     * the bytes the optimizer step streams. Zeroed: fp32 main weights and
+     * moments, 12 bytes a parameter. */
+    ap_opt_dtypes opt;
 } ap_price_ctx;
 
 /* Megatron-Core's overlap of the MoE all-to-alls across micro-batches
@@ -206,6 +211,7 @@ typedef struct {
                               tensor's share of the group's bucket size */
     double param_bytes;    /* model states per GPU (params+grads+optimizer) */
     double grad_bytes;     /* of param_bytes: the gradients */
+    double opt_bytes;      /* of param_bytes: the optimizer's states */
     double act_bytes;      /* saved for backward, per GPU, per micro-batch */
     double flops;          /* forward FLOPs per GPU (for reports) */
     double fp8_weight_bytes; /* of param_bytes: FP8 weights and their
@@ -332,6 +338,7 @@ typedef struct {
     double param_buckets; /* the buckets it fills */
     double param_bytes;   /* model states */
     double grad_bytes;    /* of param_bytes: the gradients */
+    double opt_bytes;     /* of param_bytes: the optimizer's states */
     double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double act_bytes;     /* saved per micro-batch */
     double input_bytes;   /* the block's input activation: what full
@@ -409,6 +416,7 @@ typedef struct {
     double param_bytes, act_bytes, inflight, mem_bytes;
     double fp8_weight_bytes; /* of param_bytes: FP8 weight copies */
     double grad_bytes; /* of param_bytes: the gradients */
+    double opt_bytes;  /* of param_bytes: the optimizer's states */
     double flops;      /* forward FLOPs per GPU per micro-batch */
     double recompute_flops; /* of flops: the layers' forward FLOPs that full
                           recomputation redoes (all of them but under block) */
@@ -467,6 +475,9 @@ typedef struct {
     ap_cp_comm cp_comm;    /* context parallelism's communication type
                               (ap_price_ctx.cp_comm); p2p, a zeroed plan's,
                               is what searched plans use */
+    ap_opt_dtypes opt;     /* the optimizer states' dtypes (ap_price_ctx.opt);
+                              fp32, a zeroed plan's, is what searched plans
+                              use */
     /* 1: Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm):
      * one warm-up forward more per stage, and each steady-state forward
      * merged with a backward so that each one's all-to-alls run beside the
@@ -604,6 +615,13 @@ typedef struct {
                          validate_args); the spec's grad_fp32, 0 by default */
     ap_cp_comm cp_comm; /* --cp-comm-type, one for every layer: the spec's
                          cp_comm, p2p by default */
+    /* --use-precision-aware-optimizer's --main-params-dtype (fp32 or fp16),
+     * --exp-avg-dtype and --exp-avg-sq-dtype (fp32, fp16, bf16 or fp8):
+     * the spec's main_params, exp_avg and exp_avg_sq, fp32 by default. The
+     * spec also takes main_params=bf16, the whole state of apex's
+     * DistributedFusedAdam under NeMo's optim dtype bf16, which Megatron-LM
+     * cannot run: its export refuses it. */
+    ap_opt_dtypes opt;
     /* Under recompute full: --recompute-method and --recompute-num-layers
      * (ap_recompute_method); the spec's recompute_method and
      * recompute_layers, uniform 1 by default. */
@@ -643,8 +661,11 @@ int ap_megatron_overlap_param(const ap_megatron *m);
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=selective,
  * zero=1,overlap_grad=1,overlap_param=1,first=7,last=7,fp8=1,tp_overlap=1,
  * etp=1,fp8_param_gather=1,cross_entropy=te,recompute_method=block,
- * recompute_layers=2,grad_fp32=1,moe_a2a_overlap=1,delay_wgrad=1,cp_comm=a2a"
+ * recompute_layers=2,grad_fp32=1,moe_a2a_overlap=1,delay_wgrad=1,cp_comm=a2a,
+ * main_params=fp16,exp_avg=bf16,exp_avg_sq=fp8"
  * (cross_entropy: unfused, native or te; cp_comm: p2p, allgather or a2a;
+ * main_params: fp32, fp16 or bf16; exp_avg, exp_avg_sq: fp32, fp16, bf16
+ * or fp8;
  * recompute_method: uniform or block, with recompute_layers N, 0 to 2^30,
  * at least 1 under uniform) */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
@@ -698,8 +719,8 @@ char *ap_plan_trace_json(const ap_plan *p, char *err);
  * overlap_param (where it differs from what overlap_grad gives it), first,
  * last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1, cross_entropy,
  * recompute_method, recompute_layers, grad_fp32=1, moe_a2a_overlap=1,
- * delay_wgrad=1 and cp_comm only where they differ from the spec's
- * defaults. */
+ * delay_wgrad=1, cp_comm, main_params, exp_avg and exp_avg_sq only where
+ * they differ from the spec's defaults. */
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
 
 /* Turns off in `m` the overlaps and communication types Megatron-LM would
@@ -864,6 +885,8 @@ typedef struct {
     int grad_fp32;        /* "grad_reduce_in_fp32": true; absent reads as
                              off (2-byte gradients) */
     ap_cp_comm cp_comm;   /* "cp_comm_type"; absent reads as p2p */
+    ap_opt_dtypes opt;    /* "main_params_dtype", "exp_avg_dtype",
+                             "exp_avg_sq_dtype"; each absent reads as fp32 */
     int has_shape;
     ap_model_shape shape;
     /* "recompute_method" and "recompute_num_layers"; absent reads as
@@ -917,6 +940,7 @@ typedef struct {
     ap_ce_impl cross_entropy; /* the loss's kernels */
     int grad_fp32;    /* gradients held and reduced in fp32 */
     ap_cp_comm cp_comm; /* context parallelism's communication type */
+    ap_opt_dtypes opt;  /* the optimizer states' dtypes */
     ap_recompute_method recompute_method; /* under full recomputation, with */
     int recompute_layers;                 /* its N (uniform reads 0 as 1) */
 } ap_degrees;

@@ -1006,11 +1006,12 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         int replicas = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1) *
                        replicas_of(x);
         double gw = grad_width(x);
-        ap_model_states ms = ap_mem_model_states_grad(elems, replicas, x->zero, gw);
+        ap_model_states ms = ap_mem_model_states_opt(elems, replicas, x->zero, gw, &x->opt);
         /* An FP8 primary weight has no bf16 copy; price_fp8_weights adds
          * its FP8 bytes. */
         c->param_bytes += primary ? ms.total - ms.params : ms.total;
         c->grad_bytes += ms.grads;
+        c->opt_bytes += ms.optimizer;
         if (use == PARAM_COPY || use == PARAM_TIED) {
             double tied = tied_allreduce(x, elems);
             c->tied_sync += tied;

@@ -73,7 +73,12 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     if (n >= 0 && (size_t)n < len && m->grad_fp32)
         n += snprintf(buf + n, len - (size_t)n, ",grad_fp32=1");
     if (n >= 0 && (size_t)n < len && m->cp_comm != AP_CP_P2P)
-        snprintf(buf + n, len - (size_t)n, ",cp_comm=%s", ap_cp_comm_name(m->cp_comm));
+        n += snprintf(buf + n, len - (size_t)n, ",cp_comm=%s", ap_cp_comm_name(m->cp_comm));
+    const char *keys[3] = {"main_params", "exp_avg", "exp_avg_sq"};
+    const ap_opt_dtype dt[3] = {m->opt.main_params, m->opt.exp_avg, m->opt.exp_avg_sq};
+    for (int i = 0; i < 3; i++)
+        if (n >= 0 && (size_t)n < len && dt[i] != AP_OPT_FP32)
+            n += snprintf(buf + n, len - (size_t)n, ",%s=%s", keys[i], ap_opt_dtype_name(dt[i]));
 }
 
 /* A growing list of candidate configurations. */

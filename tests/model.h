@@ -108,7 +108,8 @@ static inline ap_price_ctx ap_test_stage_ctx(const ap_graph *g, const ap_cluster
                       .serial_grad = p->serial_grad_sync,
                       .fp8_param_gather = p->fp8_param_gather,
                       .cross_entropy = p->cross_entropy,
-                      .grad_fp32 = p->grad_fp32, .cp_comm = p->cp_comm};
+                      .grad_fp32 = p->grad_fp32, .cp_comm = p->cp_comm,
+                      .opt = p->opt};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     return x;
 }

@@ -153,14 +153,13 @@ done
 # ... and unless they are Megatron-LM's default, which prices as before.
 for f in "--optimizer sgd" "--cpu-offloading-num-layers 2" \
     "--num-distributed-optimizer-instances 2" "--cuda-graph-impl transformer_engine" \
-    "--mtp-num-layers 1" "--fp8-recipe mxfp8" "--main-params-dtype fp16" \
-    "--exp-avg-dtype bf16" "--exp-avg-sq-dtype fp8"; do
+    "--mtp-num-layers 1" "--fp8-recipe mxfp8"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
 same "the defaults" "$llama" 16 "$layout --optimizer adam --cpu-offloading-num-layers 0 \
 --num-distributed-optimizer-instances 1 --cuda-graph-impl none --mtp-num-layers 0 \
 --fp8-recipe delayed --main-params-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32 \
---main-grads-dtype bf16 --use-precision-aware-optimizer" "$spec"
+--main-grads-dtype bf16" "$spec"
 refused "--microbatch-group-size-per-virtual-pipeline-stage 2: autopar prices the interleaved schedule with groups of pp=4" \
     "$llama" 16 "$layout --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 4 --microbatch-group-size-per-virtual-pipeline-stage 2"
 same "groups of pp micro-batches" "$llama" 16 \
