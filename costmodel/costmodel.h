@@ -420,17 +420,21 @@ ap_model_states ap_mem_model_states_grad(double params, int dp, ap_zero zero,
  * and --exp-avg-sq-dtype (OptimizerConfig's main_params_dtype, exp_avg_dtype,
  * exp_avg_sq_dtype, handed to Transformer Engine's FusedAdam). FP8 is
  * FusedAdam's uint8 state: E4M3 with one fp32 scale per tensor, whose bytes
- * are not counted. The zero value is fp32, so that a zeroed struct keeps
- * the 4 + 4 + 4 bytes a parameter priced before. */
-typedef enum { AP_OPT_FP32, AP_OPT_FP16, AP_OPT_BF16, AP_OPT_FP8 } ap_opt_dtype;
+ * are not counted. NONE, for main weights only, is no copy at all: the
+ * optimizer updates the model's own weights, as apex's
+ * DistributedFusedAdam does when its state dtype is the model's (NeMo's
+ * optim dtype bf16 with a bf16 model: store_params false). The zero value
+ * is fp32, so that a zeroed struct keeps the 4 + 4 + 4 bytes a parameter
+ * priced before. */
+typedef enum { AP_OPT_FP32, AP_OPT_FP16, AP_OPT_BF16, AP_OPT_FP8, AP_OPT_NONE } ap_opt_dtype;
 typedef struct {
     ap_opt_dtype main_params, exp_avg, exp_avg_sq;
 } ap_opt_dtypes;
-/* "fp32", "fp16", "bf16" or "fp8"; a static string. */
+/* "fp32", "fp16", "bf16", "fp8" or "none"; a static string. */
 const char *ap_opt_dtype_name(ap_opt_dtype t);
 /* The name's value into *out: 0, or -1 (*out untouched) for another name. */
 int ap_opt_dtype_parse(const char *name, ap_opt_dtype *out);
-/* Bytes of one element: 4, 2, 2 or 1. */
+/* Bytes of one element: 4, 2, 2, 1 or 0. */
 double ap_opt_dtype_bytes(ap_opt_dtype t);
 /* Whether all three states are fp32 (a zeroed struct is). */
 int ap_opt_dtypes_fp32(const ap_opt_dtypes *o);
@@ -443,7 +447,8 @@ double ap_opt_state_bytes(const ap_opt_dtypes *o);
  * updates that, and the result is cast back (fused_adam.py, step,
  * get_unscaled_state, _apply_scale): bf16 24 bytes, fp16 40 (unscaled and
  * rescaled by a multiply each way, plus an amax pass), fp8 22 (an amax
- * pass and a quantizing copy), against 8 for an fp32 state. */
+ * pass and a quantizing copy), against 8 for an fp32 state; no main
+ * weights, 0. */
 double ap_opt_step_bytes(const ap_opt_dtypes *o);
 /* ap_mem_model_states_grad with the optimizer's states in the dtypes of
  * `o` (NULL is fp32): ap_opt_state_bytes(o) bytes a parameter, sharded

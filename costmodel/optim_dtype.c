@@ -4,7 +4,7 @@
 
 #include "costmodel/costmodel.h"
 
-static const char *const names[] = {"fp32", "fp16", "bf16", "fp8"};
+static const char *const names[] = {"fp32", "fp16", "bf16", "fp8", "none"};
 #define NAMES ((int)(sizeof names / sizeof names[0]))
 
 const char *ap_opt_dtype_name(ap_opt_dtype t)
@@ -24,7 +24,7 @@ int ap_opt_dtype_parse(const char *name, ap_opt_dtype *out)
 
 double ap_opt_dtype_bytes(ap_opt_dtype t)
 {
-    return t == AP_OPT_FP8 ? 1 : t == AP_OPT_FP32 ? 4 : 2;
+    return t == AP_OPT_NONE ? 0 : t == AP_OPT_FP8 ? 1 : t == AP_OPT_FP32 ? 4 : 2;
 }
 
 int ap_opt_dtypes_fp32(const ap_opt_dtypes *o)
@@ -57,6 +57,8 @@ static double state_step_bytes(ap_opt_dtype t)
         return (2 + 4) + (4 + 4) + 8 + 4 + (4 + 4) + (4 + 2);
     case AP_OPT_FP8:
         return (1 + 4) + 8 + 4 + (4 + 1);
+    case AP_OPT_NONE:
+        return 0;
     default:
         return 8;
     }

@@ -471,11 +471,11 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                       "to Megatron-LM, or estimate with "
                       "main_params=fp32,exp_avg=fp32,exp_avg_sq=fp32", who, states);
     if (to == AP_LAUNCHER_MEGATRON) {
-        if (d->opt.main_params == AP_OPT_BF16)
-            return refuse(p, err, "%s steps Transformer Engine's FusedAdam, which keeps "
-                          "fp32 or fp16 main weights, not the plan's %s (bf16 main "
-                          "weights are apex's DistributedFusedAdam under NeMo's optim "
-                          "dtype bf16)", who, states);
+        if (d->opt.main_params == AP_OPT_NONE)
+            return refuse(p, err, "%s's distributed optimizer keeps main weights (fp32, "
+                          "or fp16 under --main-params-dtype); the plan's %s has none, "
+                          "as apex's DistributedFusedAdam under NeMo's optim dtype bf16 "
+                          "steps the model's own weights", who, states);
         if (!ap_opt_dtypes_fp32(&d->opt) && d->zero != AP_ZERO_1)
             return refuse(p, err, "%s runs --use-precision-aware-optimizer only with "
                           "the distributed optimizer (ZeRO-1); the plan has optimizer "

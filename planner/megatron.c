@@ -75,9 +75,10 @@ static int recompute_key(ap_megatron *m, const char *k, const char *v,
 }
 
 /* The spec's main_params, exp_avg and exp_avg_sq: 1 when k was one, 0
- * when not, -1 with err set for a bad value. main_params takes bf16 too,
- * apex's DistributedFusedAdam under NeMo's optim dtype bf16, but no fp8,
- * which no optimizer keeps its main weights in. */
+ * when not, -1 with err set for a bad value. Main weights are fp32, fp16
+ * (FusedAdam's master_weight_dtype) or none (apex's DistributedFusedAdam
+ * stepping the model's own weights); the moments are fp32, fp16, bf16 or
+ * fp8. */
 static int opt_key(ap_megatron *m, const char *k, const char *v, const char *who,
                    char *err)
 {
@@ -87,10 +88,11 @@ static int opt_key(ap_megatron *m, const char *k, const char *v, const char *who
     if (!slot)
         return 0;
     ap_opt_dtype t;
-    if (ap_opt_dtype_parse(v, &t) || (slot == &m->opt.main_params && t == AP_OPT_FP8)) {
+    int main = slot == &m->opt.main_params;
+    if (ap_opt_dtype_parse(v, &t) ||
+        (main ? t == AP_OPT_FP8 || t == AP_OPT_BF16 : t == AP_OPT_NONE)) {
         snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (%s)", who, v,
-                 slot == &m->opt.main_params ? "fp32, fp16 or bf16"
-                                             : "fp32, fp16, bf16 or fp8");
+                 main ? "fp32, fp16 or none" : "fp32, fp16, bf16 or fp8");
         return -1;
     }
     *slot = t;

@@ -571,7 +571,7 @@ static int parse_cp_comm(const reader *r, const cJSON *root, ap_plan_desc *p)
 
 /* "main_params_dtype", "exp_avg_dtype" and "exp_avg_sq_dtype": the
  * optimizer states' dtypes; each absent is fp32, which plans written before
- * the fields priced. Main weights are never fp8. */
+ * the fields priced. */
 static int parse_opt_dtypes(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     const char *names[3] = {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"};
@@ -583,9 +583,12 @@ static int parse_opt_dtypes(const reader *r, const cJSON *root, ap_plan_desc *p)
         int rc = get_string(r, root, names[i], "", s, sizeof s, 1);
         if (rc)
             return rc;
-        if (ap_opt_dtype_parse(s, slot[i]) || (i == 0 && *slot[i] == AP_OPT_FP8))
+        ap_opt_dtype t;
+        if (ap_opt_dtype_parse(s, &t) ||
+            (i ? t == AP_OPT_NONE : t == AP_OPT_FP8 || t == AP_OPT_BF16))
             return fail(r, names[i], "\"%s\" is not %s", s,
-                        i ? "fp32, fp16, bf16 or fp8" : "fp32, fp16 or bf16");
+                        i ? "fp32, fp16, bf16 or fp8" : "fp32, fp16 or none");
+        *slot[i] = t;
     }
     return AP_OK;
 }

@@ -618,9 +618,9 @@ typedef struct {
     /* --use-precision-aware-optimizer's --main-params-dtype (fp32 or fp16),
      * --exp-avg-dtype and --exp-avg-sq-dtype (fp32, fp16, bf16 or fp8):
      * the spec's main_params, exp_avg and exp_avg_sq, fp32 by default. The
-     * spec also takes main_params=bf16, the whole state of apex's
-     * DistributedFusedAdam under NeMo's optim dtype bf16, which Megatron-LM
-     * cannot run: its export refuses it. */
+     * spec also takes main_params=none, no main weights: apex's
+     * DistributedFusedAdam under NeMo's optim dtype bf16 steps the model's
+     * bf16 weights, which Megatron-LM cannot run: its export refuses it. */
     ap_opt_dtypes opt;
     /* Under recompute full: --recompute-method and --recompute-num-layers
      * (ap_recompute_method); the spec's recompute_method and
@@ -664,7 +664,7 @@ int ap_megatron_overlap_param(const ap_megatron *m);
  * recompute_layers=2,grad_fp32=1,moe_a2a_overlap=1,delay_wgrad=1,cp_comm=a2a,
  * main_params=fp16,exp_avg=bf16,exp_avg_sq=fp8"
  * (cross_entropy: unfused, native or te; cp_comm: p2p, allgather or a2a;
- * main_params: fp32, fp16 or bf16; exp_avg, exp_avg_sq: fp32, fp16, bf16
+ * main_params: fp32, fp16 or none; exp_avg, exp_avg_sq: fp32, fp16, bf16
  * or fp8;
  * recompute_method: uniform or block, with recompute_layers N, 0 to 2^30,
  * at least 1 under uniform) */

@@ -14,8 +14,11 @@
 #define SPEC "tp=1,pp=1,mbs=1,gbs=32"
 #define DP 16
 
-static const char *const names[] = {"fp32", "fp16", "bf16", "fp8"};
-static const double widths[] = {4, 2, 2, 1};
+static const char *const names[] = {"fp32", "fp16", "bf16", "fp8", "none"};
+static const double widths[] = {4, 2, 2, 1, 0};
+/* What main weights can be: fp32, fp16 (FusedAdam's master_weight_dtype),
+ * none (apex stepping the model's own weights). */
+static const int mains[] = {AP_OPT_FP32, AP_OPT_FP16, AP_OPT_NONE};
 
 static ap_opt_dtypes dtypes(int main_params, int exp_avg, int exp_avg_sq)
 {
@@ -26,7 +29,7 @@ static ap_opt_dtypes dtypes(int main_params, int exp_avg, int exp_avg_sq)
 
 static void names_and_widths_are_fused_adams_dtypes(void)
 {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         ap_opt_dtype t = AP_OPT_FP32;
         CHECK(ap_opt_dtype_parse(names[i], &t) == 0 && (int)t == i);
         CHECK(!strcmp(ap_opt_dtype_name(t), names[i]));
@@ -42,14 +45,15 @@ static void names_and_widths_are_fused_adams_dtypes(void)
 }
 
 /* Every combination Megatron-LM takes (main weights fp32 or fp16, each
- * moment fp32, fp16, bf16 or fp8) and apex's bf16 main weights: bf16
- * weights and gradients (2 + 2) plus the states, whole under ZeRO-0,
- * divided by d under ZeRO-1. */
+ * moment fp32, fp16, bf16 or fp8) and apex's none: bf16 weights and
+ * gradients (2 + 2) plus the states, whole under ZeRO-0, divided by d
+ * under ZeRO-1. */
 static void bytes_per_parameter_for_every_dtype_combination(void)
 {
-    for (int a = 0; a < 3; a++)
+    for (int i = 0; i < 3; i++)
         for (int m = 0; m < 4; m++)
             for (int v = 0; v < 4; v++) {
+                int a = mains[i];
                 ap_opt_dtypes o = dtypes(a, m, v);
                 double w = widths[a] + widths[m] + widths[v];
                 CHECK(ap_opt_state_bytes(&o) == w);
@@ -76,6 +80,10 @@ static void bytes_per_parameter_for_every_dtype_combination(void)
     o = dtypes(AP_OPT_FP16, AP_OPT_FP8, AP_OPT_FP8);
     CHECK(ap_mem_model_states_opt(1, 1, AP_ZERO_NONE, 2, &o).total == 8);
     CHECK(ap_mem_model_states_opt(1, 4, AP_ZERO_1, 2, &o).total == 5);
+    /* NeMo's distributed_fused_adam with optim dtype bf16 on a bf16 model:
+     * no main weights, bf16 moments, 4 bytes of state. */
+    o = dtypes(AP_OPT_NONE, AP_OPT_BF16, AP_OPT_BF16);
+    CHECK(ap_mem_model_states_opt(1, 2, AP_ZERO_1, 2, &o).total == 6);
 }
 
 static void fp32_states_are_todays_model_states_bit_for_bit(void)
@@ -98,10 +106,11 @@ static void fp32_states_are_todays_model_states_bit_for_bit(void)
  * 4); fp8 22 (dequantize 1 + 4, kernel 8, amax 4, quantize 4 + 1). */
 static void the_step_streams_narrow_states_through_an_fp32_copy(void)
 {
-    double per[] = {8, 40, 24, 22};
-    for (int a = 0; a < 3; a++)
+    double per[] = {8, 40, 24, 22, 0};
+    for (int i = 0; i < 3; i++)
         for (int m = 0; m < 4; m++)
             for (int v = 0; v < 4; v++) {
+                int a = mains[i];
                 ap_opt_dtypes o = dtypes(a, m, v);
                 CHECK(ap_opt_step_bytes(&o) == per[a] + per[m] + per[v]);
             }
@@ -277,14 +286,17 @@ static void flags_follow_megatron_cores_rules(void)
     CHECK_STR_HAS(err, "--exp-avg-dtype: bad value \"fp64\"");
     ap_megatron_default(&m);
     CHECK(ap_megatron_parse("main_params=fp8", &m, err) == AP_EINPUT);
-    CHECK_STR_HAS(err, "main_params: bad value \"fp8\" (fp32, fp16 or bf16)");
+    CHECK_STR_HAS(err, "main_params: bad value \"fp8\" (fp32, fp16 or none)");
+    CHECK(ap_megatron_parse("main_params=bf16", &m, err) == AP_EINPUT);
+    CHECK(ap_megatron_parse("exp_avg=none", &m, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "exp_avg: bad value \"none\" (fp32, fp16, bf16 or fp8)");
     CHECK(ap_megatron_parse("exp_avg_sq=int8", &m, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "exp_avg_sq: bad value \"int8\" (fp32, fp16, bf16 or fp8)");
     ap_megatron_default(&m);
-    CHECK(ap_megatron_parse("main_params=bf16,exp_avg=bf16,exp_avg_sq=bf16", &m, err) ==
+    CHECK(ap_megatron_parse("main_params=none,exp_avg=bf16,exp_avg_sq=bf16", &m, err) ==
           AP_OK);
     ap_megatron_format(&m, buf, sizeof buf);
-    CHECK_STR_HAS(buf, ",main_params=bf16,exp_avg=bf16,exp_avg_sq=bf16");
+    CHECK_STR_HAS(buf, ",main_params=none,exp_avg=bf16,exp_avg_sq=bf16");
 }
 
 int main(void)

@@ -98,11 +98,12 @@ est --megatron "$spec" -o "$tmp/plan0.json" >/dev/null 2>&1
 ! "$bin" export "$tmp/plan0.json" --to megatron 2>&1 | grep -q -- "precision-aware" &&
     ok || bad "the export says nothing of fp32 states"
 
-# apex's bf16 states (NeMo's optim dtype bf16) price, but Megatron-LM's
-# FusedAdam cannot run bf16 main weights.
-est --megatron "$spec,main_params=bf16,exp_avg=bf16,exp_avg_sq=bf16" -o "$tmp/apex.json" \
-    >/dev/null 2>&1 || bad "main_params=bf16"
-refused "FusedAdam, which keeps fp32 or fp16 main weights, not the plan's bf16, bf16 and bf16" \
+# apex's bf16 states without main weights (NeMo's optim dtype bf16) price,
+# but Megatron-LM's distributed optimizer always keeps main weights.
+est --megatron "$spec,main_params=none,exp_avg=bf16,exp_avg_sq=bf16" -o "$tmp/apex.json" \
+    >/dev/null 2>&1 || bad "main_params=none"
+grep -q '^	"main_params_dtype":	"none"' "$tmp/apex.json" && ok || bad "plan.json none"
+refused "distributed optimizer keeps main weights (fp32, or fp16 under --main-params-dtype); the plan's none, bf16 and bf16 has none" \
     "$bin" export "$tmp/apex.json" --to megatron
 
 # A plan.json with a bad value, or fp8 main weights.
@@ -111,6 +112,6 @@ refused "exp_avg_dtype: \"e5m2\" is not fp32, fp16, bf16 or fp8" \
     "$bin" export "$tmp/bad.json" --to megatron
 sed 's/^	"main_params_dtype":	"fp16"/	"main_params_dtype":	"fp8"/' "$tmp/plan.json" \
     >"$tmp/bad8.json"
-refused "main_params_dtype: \"fp8\" is not fp32, fp16 or bf16" \
+refused "main_params_dtype: \"fp8\" is not fp32, fp16 or none" \
     "$bin" export "$tmp/bad8.json" --to megatron
 finish
