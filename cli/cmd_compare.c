@@ -36,7 +36,9 @@ static const char usage_text[] =
     "                         with TP communication overlapped with GEMMs (where\n"
     "                         sp is on), and with your cross_entropy's loss and\n"
     "                         your gradients' dtype (grad_fp32, or --bf16 without\n"
-    "                         --grad-reduce-in-bf16 in --megatron-args); the sweep\n"
+    "                         --grad-reduce-in-bf16 in --megatron-args) and\n"
+    "                         optimizer states (main_params, exp_avg, exp_avg_sq);\n"
+    "                         the sweep\n"
     "                         also with your moe_a2a_overlap and cp_comm wherever\n"
     "                         Megatron-LM runs them (autopar's plan prices neither)\n"
     "  --megatron-args FLAGS  the real flags (see `autopar estimate --help`; flags\n"
@@ -285,6 +287,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.tp_overlap = o->m.tp_overlap;
     po.cross_entropy = o->m.cross_entropy;
     po.grad_fp32 = o->m.grad_fp32;
+    po.opt = o->m.opt;
     rc = ap_plan_search(g, c, &po, &ours, err);
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
@@ -308,6 +311,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         so.moe_a2a_overlap = o->m.moe_a2a_overlap;
         so.delay_wgrad = o->m.delay_wgrad;
         so.cp_comm = o->m.cp_comm;
+        so.opt = o->m.opt;
         rc = ap_sweep(g, c, &so, &sw, err);
         if (rc)
             fprintf(stderr, "autopar compare: sweep: %s\n", err);

@@ -29,6 +29,7 @@ typedef struct {
     int tp_overlap;   /* TP collectives overlapped with GEMMs */
     ap_ce_impl cross_entropy; /* the loss's kernels */
     int grad_fp32;    /* fp32 gradients (ap_plan_opts.grad_fp32) */
+    ap_opt_dtypes opt; /* the optimizer states' dtypes (ap_plan_opts.opt) */
 } config;
 
 typedef struct {
@@ -109,7 +110,7 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
  * the ILP time limit, and then the configuration cannot be priced. The
  * planner's plans keep bf16 gradients unless asked (ap_plan_opts.grad_fp32),
  * which their Megatron-LM exports state with --grad-reduce-in-bf16, and
- * fp32 optimizer states (ap_price_ctx.opt). */
+ * fp32 optimizer states unless asked (ap_plan_opts.opt). */
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {
@@ -117,7 +118,7 @@ static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
                       .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P, .opt = {AP_OPT_FP32, AP_OPT_FP32, AP_OPT_FP32},
+                      .cp_comm = AP_CP_P2P, .opt = cf->opt,
                       .embed_group_nodes = embed_group_nodes(cf)};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -214,7 +215,7 @@ static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved
                       .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
                       .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P, .opt = {AP_OPT_FP32, AP_OPT_FP32, AP_OPT_FP32},
+                      .cp_comm = AP_CP_P2P, .opt = cf->opt,
                       .embed_group_nodes = embed_group_nodes(cf)};
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
@@ -289,6 +290,7 @@ static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
     p->tp_overlap = cf->tp_overlap;
     p->cross_entropy = cf->cross_entropy;
     p->grad_fp32 = cf->grad_fp32;
+    p->opt = cf->opt;
     p->nstages = cf->p;
     p->nclasses = cf->m->nclasses;
     p->stages = calloc((size_t)cf->p, sizeof *p->stages);
@@ -368,6 +370,7 @@ static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *
     cf->tp_overlap = s->o->tp_overlap;
     cf->cross_entropy = s->o->cross_entropy;
     cf->grad_fp32 = s->o->grad_fp32;
+    cf->opt = s->o->opt;
     cf->cnt = s->cnt;
     cf->zero = AP_ZERO_1;
     ap_mesh_init(&cf->mesh, k->d0, k->d1, 0, s->c->gpus_per_node);
@@ -439,7 +442,7 @@ static void reprice(config *cf, ap_zero zero)
                       .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
                       .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
                       .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P, .opt = {AP_OPT_FP32, AP_OPT_FP32, AP_OPT_FP32},
+                      .cp_comm = AP_CP_P2P, .opt = cf->opt,
                       .embed_group_nodes = embed_group_nodes(cf)};
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {

@@ -1730,6 +1730,8 @@ void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m)
         m->moe_a2a_overlap = m->delay_wgrad = 0;
     if (m->cp <= 1 || check_cp_comm(g, m, err))
         m->cp_comm = AP_CP_P2P;
+    if (check_opt_dtypes(m, err))
+        memset(&m->opt, 0, sizeof m->opt);
 }
 
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,

@@ -541,6 +541,7 @@ typedef struct {
     int grad_fp32;        /* fp32 gradients, reduced in fp32 (--grad-fp32);
                              0: bf16, which the Megatron-LM export states
                              with --grad-reduce-in-bf16 */
+    ap_opt_dtypes opt;    /* the optimizer states' dtypes; zeroed: fp32 */
 } ap_plan_opts;
 
 void ap_plan_opts_default(ap_plan_opts *o);
@@ -728,7 +729,8 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
  * them where they apply: TP overlap without sequence parallelism (or at
  * tp = 1), the expert all-to-all overlap where Megatron-Core asserts
  * (ap_megatron_plan's check), and context parallelism's allgather or a2a
- * where Transformer Engine does (then the p2p ring). */
+ * where Transformer Engine does (then the p2p ring), and optimizer states
+ * other than fp32 without the distributed optimizer. */
 void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;
@@ -756,6 +758,8 @@ typedef struct {
     ap_cp_comm cp_comm;  /* every configuration with cp > 1 that
                             Transformer Engine runs it for with this
                             communication type, the others with p2p */
+    ap_opt_dtypes opt;   /* every configuration with the distributed
+                            optimizer with these state dtypes; zeroed: fp32 */
 } ap_sweep_opts;
 
 void ap_sweep_opts_default(ap_sweep_opts *o);

@@ -386,11 +386,12 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                  ap_launcher_name(o->launcher));
         return AP_EINPUT;
     }
-    if ((o->moe_a2a_overlap || o->cp_comm != AP_CP_P2P) &&
+    if ((o->moe_a2a_overlap || o->cp_comm != AP_CP_P2P || !ap_opt_dtypes_fp32(&o->opt)) &&
         o->launcher != AP_LAUNCHER_MEGATRON) {
         snprintf(err, AP_ERR_LEN, "sweep: %s: %s runs neither Megatron-Core's expert "
-                 "all-to-all overlap nor Transformer Engine's context-parallel types",
-                 o->moe_a2a_overlap ? "moe_a2a_overlap=1" : "cp_comm",
+                 "all-to-all overlap, Transformer Engine's context-parallel types nor "
+                 "the precision-aware optimizer", o->moe_a2a_overlap ? "moe_a2a_overlap=1"
+                 : o->cp_comm != AP_CP_P2P ? "cp_comm" : "main_params, exp_avg, exp_avg_sq",
                  ap_launcher_name(o->launcher));
         return AP_EINPUT;
     }
@@ -404,6 +405,7 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
         l.v[i].moe_a2a_overlap = o->moe_a2a_overlap;
         l.v[i].delay_wgrad = o->delay_wgrad;
         l.v[i].cp_comm = o->cp_comm;
+        l.v[i].opt = o->opt;
         /* Where Megatron-LM refuses one (TP overlap without sequence
          * parallelism, say), the configuration runs without it. */
         ap_megatron_drop_unsupported(g, &l.v[i]);

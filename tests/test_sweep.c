@@ -207,6 +207,12 @@ static void unsupported_settings_drop_per_configuration(void)
     ap_megatron_drop_unsupported(dense, &e);
     CHECK(d.cp_comm == AP_CP_A2A && d.tp_overlap); /* 16 and 4 heads per rank, cp 4 */
     CHECK(e.cp_comm == AP_CP_P2P);                  /* 4 KV heads per rank, cp 8 */
+    /* Other optimizer states need the distributed optimizer. */
+    d.opt.exp_avg = e.opt.exp_avg = AP_OPT_BF16;
+    e.zero = AP_ZERO_NONE;
+    ap_megatron_drop_unsupported(dense, &d);
+    ap_megatron_drop_unsupported(dense, &e);
+    CHECK(d.opt.exp_avg == AP_OPT_BF16 && ap_opt_dtypes_fp32(&e.opt));
     ap_graph_free(moe);
     ap_graph_free(dense);
 }

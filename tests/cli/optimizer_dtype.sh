@@ -5,7 +5,8 @@
 # and --exp-avg-sq-dtype prices; the flags Megatron-Core refuses exit 2
 # naming the flag and the rule; the report and plan.json say the dtypes,
 # plan.json reads back and exports to the same flags, torchtitan and
-# DeepSpeed refuse such a plan, and fp32 says nothing anywhere.
+# DeepSpeed refuse such a plan, and fp32 says nothing anywhere; compare
+# plans its autopar column with the configuration's states.
 set -u
 . "$(dirname "$0")/lib.sh"
 model=$src/examples/hf/llama-3-8b.json
@@ -114,4 +115,17 @@ sed 's/^	"main_params_dtype":	"fp16"/	"main_params_dtype":	"fp8"/' "$tmp/plan.js
     >"$tmp/bad8.json"
 refused "main_params_dtype: \"fp8\" is not fp32, fp16 or none" \
     "$bin" export "$tmp/bad8.json" --to megatron
+
+# compare plans its autopar column and sweep with the configuration's
+# optimizer states, so their memory drops with them too.
+cmp_mem() { # spec -> the autopar column's max_memory_bytes
+    "$bin" compare "$model" --gpus 16 --megatron "$1" --json --quiet >"$tmp/cmp.json" 2>&1 ||
+        bad "compare $1: $(cat "$tmp/cmp.json")"
+    sed -n '/"autopar"/,$p' "$tmp/cmp.json" | tr ',' '\n' |
+        sed -n 's/.*"max_memory_bytes":[^0-9]*\([0-9.e+]*\).*/\1/p' | head -1
+}
+hi=$(cmp_mem "$spec")
+lo=$(cmp_mem "$spec,$keys")
+awk -v a="$hi" -v b="$lo" 'BEGIN { exit !(b > 0 && b < a) }' && ok ||
+    bad "compare: autopar's column with the configuration's states ($lo) under fp32's ($hi)"
 finish
