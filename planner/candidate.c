@@ -106,6 +106,19 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
     return 1;
 }
 
+/* How a configuration's blocks are priced, at ZeRO level `zero`: the
+ * search's own settings, the p2p ring for context parallelism. */
+static ap_price_ctx price_ctx_of(const config *cf, ap_zero zero)
+{
+    ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
+                      .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
+                      .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
+                      .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
+                      .cp_comm = AP_CP_P2P, .opt = cf->opt,
+                      .embed_group_nodes = embed_group_nodes(cf)};
+    return x;
+}
+
 /* Solves every block; *timed_out says that one found no solution within
  * the ILP time limit, and then the configuration cannot be priced. The
  * planner's plans keep bf16 gradients unless asked (ap_plan_opts.grad_fp32),
@@ -114,12 +127,7 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {
-    ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
-                      .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
-                      .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P, .opt = cf->opt,
-                      .embed_group_nodes = embed_group_nodes(cf)};
+    ap_price_ctx x = price_ctx_of(cf, AP_ZERO_1);
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
             continue;
@@ -211,12 +219,7 @@ static void block_floor(const config *cf, const ap_price_ctx *x, int b,
  * can cost; recomputation only adds. */
 static double lower_bound_of(const config *cf, const ap_plan_opts *o, int solved)
 {
-    ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
-                      .nmicro = cf->nmicro, .zero = AP_ZERO_1, .fp8 = cf->fp8,
-                      .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P, .opt = cf->opt,
-                      .embed_group_nodes = embed_group_nodes(cf)};
+    ap_price_ctx x = price_ctx_of(cf, AP_ZERO_1);
     floor_problem f = {cf->g->nlayers, cf->p, cf->nmicro, INFINITY, 0, 0};
     for (int b = 0; b < cf->m->nblocks; b++) {
         if (!cf->m->nops[b])
@@ -438,12 +441,7 @@ static double cuts(config *cf, double limit, int *first)
  * strategies stay. */
 static void reprice(config *cf, ap_zero zero)
 {
-    ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
-                      .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
-                      .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P, .opt = cf->opt,
-                      .embed_group_nodes = embed_group_nodes(cf)};
+    ap_price_ctx x = price_ctx_of(cf, zero);
     cf->zero = zero;
     for (int b = 0; b < cf->m->nblocks; b++) {
         ap_block *blk = &cf->blocks[b];
