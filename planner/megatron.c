@@ -607,6 +607,16 @@ static int one_of(const char *flag, const char *v, const char *choices, char *er
     return -1;
 }
 
+/* value_into for a flag whose value must be one of `choices`: 1, or -1
+ * with err set. */
+static int choice_into(const char *tok, char **save, const char **slot,
+                       const char *choices, char *err)
+{
+    if (value_into(tok, save, slot, err) < 0)
+        return -1;
+    return one_of(tok, *slot, choices, err) ? -1 : 1;
+}
+
 /* The flags that decide the gradients' dtype, which grad_rule combines
  * once every flag is read. main_grads points into the parser's copy of
  * the command line; NULL is its default, fp32. */
@@ -632,9 +642,7 @@ static int grad_flag(const char *tok, char **save, grad_flags *gf, char *err)
     }
     if (strcmp(tok, "--main-grads-dtype"))
         return 0;
-    if (value_into(tok, save, &gf->main_grads, err) < 0)
-        return -1;
-    return one_of(tok, gf->main_grads, "fp32 bf16", err) ? -1 : 1;
+    return choice_into(tok, save, &gf->main_grads, "fp32 bf16", err);
 }
 
 /* Megatron-LM's validate_args: under --bf16 the gradients are accumulated
@@ -778,27 +786,15 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
     int rc = refused_flag(tok, save, err);
     if (rc || (rc = list_flag(tok, save, a, err)))
         return rc;
-    if (!strcmp(tok, "--moe-token-dispatcher-type")) {
-        if (value_into(tok, save, &a->dispatcher, err) < 0)
-            return -1;
-        return one_of(tok, a->dispatcher, "allgather alltoall flex", err) ? -1 : 1;
-    }
-    if (!strcmp(tok, "--attention-backend")) {
-        if (value_into(tok, save, &a->backend, err) < 0)
-            return -1;
-        return one_of(tok, a->backend, "flash fused unfused local auto", err) ? -1 : 1;
-    }
-    if (!strcmp(tok, "--transformer-impl")) {
-        if (value_into(tok, save, &a->impl, err) < 0)
-            return -1;
-        return one_of(tok, a->impl, "local transformer_engine", err) ? -1 : 1;
-    }
-    if (!strcmp(tok, "--data-parallel-sharding-strategy")) {
-        if (value_into(tok, save, &a->sharding, err) < 0)
-            return -1;
-        return one_of(tok, a->sharding, "no_shard optim optim_grads optim_grads_params",
-                      err) ? -1 : 1;
-    }
+    if (!strcmp(tok, "--moe-token-dispatcher-type"))
+        return choice_into(tok, save, &a->dispatcher, "allgather alltoall flex", err);
+    if (!strcmp(tok, "--attention-backend"))
+        return choice_into(tok, save, &a->backend, "flash fused unfused local auto", err);
+    if (!strcmp(tok, "--transformer-impl"))
+        return choice_into(tok, save, &a->impl, "local transformer_engine", err);
+    if (!strcmp(tok, "--data-parallel-sharding-strategy"))
+        return choice_into(tok, save, &a->sharding,
+                           "no_shard optim optim_grads optim_grads_params", err);
     if (!strcmp(tok, "--moe-router-topk"))
         return count_value(tok, save, &a->topk, err);
     if (!strcmp(tok, "--moe-ffn-hidden-size"))
