@@ -8,6 +8,7 @@
  * so the tie-breaking, independent of the pricing. */
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,57 +29,69 @@ static const char *recompute_name(ap_recompute r)
     return r == AP_RECOMPUTE_FULL ? "full" : r == AP_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
+/* Appends to buf as snprintf would at offset *n, once nothing before has
+ * failed or filled it. */
+static void append(char *buf, size_t len, int *n, const char *fmt, ...)
+{
+    if (*n < 0 || (size_t)*n >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *n, len - (size_t)*n, fmt, ap);
+    va_end(ap);
+    *n = k < 0 ? k : *n + k;
+}
+
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,vpp=%d,mbs=%d,gbs=%.0f,"
-                     "sp=%d,recompute=%s,zero=%d", m->tp, m->pp, m->dp, m->cp, m->ep,
-                     m->vpp, m->mbs, m->gbs, m->sp, recompute_name(m->recompute),
-                     (int)m->zero);
-    if (n >= 0 && (size_t)n < len && !m->overlap_grad)
-        n += snprintf(buf + n, len - (size_t)n, ",overlap_grad=0");
+    int n = 0;
+    append(buf, len, &n, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,vpp=%d,mbs=%d,gbs=%.0f,"
+           "sp=%d,recompute=%s,zero=%d", m->tp, m->pp, m->dp, m->cp, m->ep, m->vpp,
+           m->mbs, m->gbs, m->sp, recompute_name(m->recompute), (int)m->zero);
+    if (!m->overlap_grad)
+        append(buf, len, &n, ",overlap_grad=0");
     /* overlap_param only where it is not what overlap_grad gives it. */
     ap_megatron dflt = *m;
     dflt.overlap_param = -1;
     int op = ap_megatron_overlap_param(m);
-    if (n >= 0 && (size_t)n < len && op != ap_megatron_overlap_param(&dflt))
-        n += snprintf(buf + n, len - (size_t)n, ",overlap_param=%d", op);
-    if (n >= 0 && (size_t)n < len && m->first)
-        n += snprintf(buf + n, len - (size_t)n, ",first=%d", m->first);
-    if (n >= 0 && (size_t)n < len && m->last)
-        n += snprintf(buf + n, len - (size_t)n, ",last=%d", m->last);
-    if (n >= 0 && (size_t)n < len && m->fp8)
-        n += snprintf(buf + n, len - (size_t)n, ",fp8=1");
-    if (n >= 0 && (size_t)n < len && m->account_embedding)
-        n += snprintf(buf + n, len - (size_t)n, ",account_embedding=1");
-    if (n >= 0 && (size_t)n < len && m->account_loss)
-        n += snprintf(buf + n, len - (size_t)n, ",account_loss=1");
-    if (n >= 0 && (size_t)n < len && m->tp_overlap)
-        n += snprintf(buf + n, len - (size_t)n, ",tp_overlap=1");
-    if (n >= 0 && (size_t)n < len && m->etp && m->etp != m->tp)
-        n += snprintf(buf + n, len - (size_t)n, ",etp=%d", m->etp);
-    if (n >= 0 && (size_t)n < len && m->fp8_param_gather)
-        n += snprintf(buf + n, len - (size_t)n, ",fp8_param_gather=1");
-    if (n >= 0 && (size_t)n < len && m->moe_a2a_overlap)
-        n += snprintf(buf + n, len - (size_t)n, ",moe_a2a_overlap=1");
-    if (n >= 0 && (size_t)n < len && m->delay_wgrad)
-        n += snprintf(buf + n, len - (size_t)n, ",delay_wgrad=1");
-    if (n >= 0 && (size_t)n < len && m->cross_entropy != AP_CE_UNFUSED)
-        n += snprintf(buf + n, len - (size_t)n, ",cross_entropy=%s",
-                      ap_ce_impl_name(m->cross_entropy));
-    if (n >= 0 && (size_t)n < len && m->recompute_method != AP_RECOMPUTE_UNIFORM)
-        n += snprintf(buf + n, len - (size_t)n, ",recompute_method=%s",
-                      ap_recompute_method_name(m->recompute_method));
-    if (n >= 0 && (size_t)n < len && m->recompute_layers != 1)
-        n += snprintf(buf + n, len - (size_t)n, ",recompute_layers=%d", m->recompute_layers);
-    if (n >= 0 && (size_t)n < len && m->grad_fp32)
-        n += snprintf(buf + n, len - (size_t)n, ",grad_fp32=1");
-    if (n >= 0 && (size_t)n < len && m->cp_comm != AP_CP_P2P)
-        n += snprintf(buf + n, len - (size_t)n, ",cp_comm=%s", ap_cp_comm_name(m->cp_comm));
+    if (op != ap_megatron_overlap_param(&dflt))
+        append(buf, len, &n, ",overlap_param=%d", op);
+    if (m->first)
+        append(buf, len, &n, ",first=%d", m->first);
+    if (m->last)
+        append(buf, len, &n, ",last=%d", m->last);
+    if (m->fp8)
+        append(buf, len, &n, ",fp8=1");
+    if (m->account_embedding)
+        append(buf, len, &n, ",account_embedding=1");
+    if (m->account_loss)
+        append(buf, len, &n, ",account_loss=1");
+    if (m->tp_overlap)
+        append(buf, len, &n, ",tp_overlap=1");
+    if (m->etp && m->etp != m->tp)
+        append(buf, len, &n, ",etp=%d", m->etp);
+    if (m->fp8_param_gather)
+        append(buf, len, &n, ",fp8_param_gather=1");
+    if (m->moe_a2a_overlap)
+        append(buf, len, &n, ",moe_a2a_overlap=1");
+    if (m->delay_wgrad)
+        append(buf, len, &n, ",delay_wgrad=1");
+    if (m->cross_entropy != AP_CE_UNFUSED)
+        append(buf, len, &n, ",cross_entropy=%s", ap_ce_impl_name(m->cross_entropy));
+    if (m->recompute_method != AP_RECOMPUTE_UNIFORM)
+        append(buf, len, &n, ",recompute_method=%s",
+               ap_recompute_method_name(m->recompute_method));
+    if (m->recompute_layers != 1)
+        append(buf, len, &n, ",recompute_layers=%d", m->recompute_layers);
+    if (m->grad_fp32)
+        append(buf, len, &n, ",grad_fp32=1");
+    if (m->cp_comm != AP_CP_P2P)
+        append(buf, len, &n, ",cp_comm=%s", ap_cp_comm_name(m->cp_comm));
     const char *keys[3] = {"main_params", "exp_avg", "exp_avg_sq"};
     const ap_opt_dtype dt[3] = {m->opt.main_params, m->opt.exp_avg, m->opt.exp_avg_sq};
     for (int i = 0; i < 3; i++)
-        if (n >= 0 && (size_t)n < len && dt[i] != AP_OPT_FP32)
-            n += snprintf(buf + n, len - (size_t)n, ",%s=%s", keys[i], ap_opt_dtype_name(dt[i]));
+        if (dt[i] != AP_OPT_FP32)
+            append(buf, len, &n, ",%s=%s", keys[i], ap_opt_dtype_name(dt[i]));
 }
 
 /* A growing list of candidate configurations. */
