@@ -111,10 +111,10 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
 static ap_price_ctx price_ctx_of(const config *cf, ap_zero zero)
 {
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
-                      .nmicro = cf->nmicro, .zero = zero, .fp8 = cf->fp8,
-                      .tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .cross_entropy = cf->cross_entropy, .grad_fp32 = cf->grad_fp32,
-                      .cp_comm = AP_CP_P2P, .opt = cf->opt,
+                      .nmicro = cf->nmicro, .zero = zero, .run.fp8 = cf->fp8,
+                      .run.tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
+                      .run.cross_entropy = cf->cross_entropy, .run.grad_fp32 = cf->grad_fp32,
+                      .run.cp_comm = AP_CP_P2P, .run.opt = cf->opt,
                       .embed_group_nodes = embed_group_nodes(cf)};
     return x;
 }

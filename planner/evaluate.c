@@ -174,11 +174,11 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
      * micro-batch; one replica's price is every GPU's. */
     double replicas = st->mesh.replicas > 1 ? st->mesh.replicas : 1;
     ap_price_ctx x = {.g = g, .c = c, .mesh = &st->mesh, .batch = p->micro_batch / replicas,
-                      .nmicro = p->nmicro, .zero = p->zero, .fp8 = p->fp8,
-                      .tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync,
-                      .fp8_param_gather = p->fp8_param_gather,
-                      .cross_entropy = p->cross_entropy, .grad_fp32 = p->grad_fp32,
-                      .cp_comm = p->cp_comm, .opt = p->opt};
+                      .nmicro = p->nmicro, .zero = p->zero, .run.fp8 = p->fp8,
+                      .run.tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync,
+                      .run.fp8_param_gather = p->fp8_param_gather,
+                      .run.cross_entropy = p->cross_entropy, .run.grad_fp32 = p->grad_fp32,
+                      .run.cp_comm = p->cp_comm, .run.opt = p->opt};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = st->tied_sync = 0;
     st->param_sync = st->param_buckets = 0;

@@ -71,36 +71,24 @@ typedef struct {
     char rs[2];
 } ap_strategy;
 
-/* The context every price is taken in. */
+/* How a launcher runs each step, apart from the parallel layout: the
+ * precision of the linear layers, the overlaps and kernels it picks, the
+ * dtypes of gradients and optimizer states. Every struct that carries them
+ * (the pricing context, a plan, the search and sweep options, a Megatron-LM
+ * configuration, a plan read back and its launcher degrees) embeds one as
+ * `run`, so that a setting is added here once and passed on by one
+ * assignment. Zeroed, it is Megatron-LM's defaults. How recomputation
+ * checkpoints layers (ap_recompute_method) and whether the gradient
+ * reduction overlaps the backward are not here: the first belongs to each
+ * stage's recomputation, which the searches choose, and the second depends
+ * on the launcher and the ZeRO stage (ap_launcher_overlaps_grad). */
 typedef struct {
-    const ap_graph *g;
-    const ap_cluster *c;
-    const ap_mesh *mesh;
-    double batch;     /* samples in one micro-batch on the mesh (all its
-                         data-parallel ways together; a stage with mesh
-                         replicas gives each replica its share) */
-    int nmicro;       /* micro-batches per step, for amortising gradient sync */
-    ap_zero zero;
     int fp8;          /* 1: linear layers run their GEMMs in FP8 (ap_fp8_linear) */
     int tp_overlap;   /* 1: sequence-parallel collectives of linear layers
                          overlap their GEMMs (ap_tp_overlap_exposed) */
-    int serial_grad;  /* 1: the gradient reduction waits for the backward
-                         (no --overlap-grad-reduce), in one bucket */
     int fp8_param_gather; /* 1 (with fp8): an FP8 linear layer's weight is
                          Transformer Engine's FP8 tensor with no bf16 copy,
                          and ZeRO gathers it in FP8 (--fp8-param-gather) */
-    /* 1: the ops after the layers run on another stage than those before
-     * them (pp > 1), so a parameter both read (tied word embeddings) is
-     * two copies, as Megatron-LM keeps them: the last stage holds its own
-     * (model states and data-parallel reduction), and the two stages
-     * all-reduce its gradient once per step (tied_sync). 0: one copy,
-     * stored and reduced once, at its first consumer. */
-    int head_apart;
-    /* Under head_apart, the nodes the embedding group (a rank of the
-     * stage with the ops before the layers and its counterpart on the stage
-     * with those after) spans: 2 when the two stages' first ranks are on
-     * different nodes, else 1 (0 reads as 1). */
-    int embed_group_nodes;
     ap_ce_impl cross_entropy; /* the loss's kernels; 0 is Megatron's unfused
                          default (ap_cost_cross_entropy_impl) */
     /* 1: gradients are held and reduced in fp32, 4 bytes each: Megatron-LM's
@@ -117,6 +105,42 @@ typedef struct {
      * the bytes the optimizer step streams. Zeroed: fp32 main weights and
      * moments, 12 bytes a parameter. */
     ap_opt_dtypes opt;
+    /* 1: Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm):
+     * one warm-up forward more per stage, and each steady-state forward
+     * merged with a backward so that each one's all-to-alls run beside the
+     * other's compute (ap_stage.a2a_save, ap_pipe_spec.pair_save). Zero,
+     * the default, prices them exposed. delay_wgrad (only with it,
+     * --delay-wgrad-compute): the experts' weight gradients wait for the
+     * backward dispatch to start. Plans price them; a single stage's
+     * prices do not read them. */
+    int moe_a2a_overlap, delay_wgrad;
+} ap_run_settings;
+
+/* The context every price is taken in. */
+typedef struct {
+    const ap_graph *g;
+    const ap_cluster *c;
+    const ap_mesh *mesh;
+    double batch;     /* samples in one micro-batch on the mesh (all its
+                         data-parallel ways together; a stage with mesh
+                         replicas gives each replica its share) */
+    int nmicro;       /* micro-batches per step, for amortising gradient sync */
+    ap_zero zero;
+    ap_run_settings run; /* how the launcher runs the step */
+    int serial_grad;  /* 1: the gradient reduction waits for the backward
+                         (no --overlap-grad-reduce), in one bucket */
+    /* 1: the ops after the layers run on another stage than those before
+     * them (pp > 1), so a parameter both read (tied word embeddings) is
+     * two copies, as Megatron-LM keeps them: the last stage holds its own
+     * (model states and data-parallel reduction), and the two stages
+     * all-reduce its gradient once per step (tied_sync). 0: one copy,
+     * stored and reduced once, at its first consumer. */
+    int head_apart;
+    /* Under head_apart, the nodes the embedding group (a rank of the
+     * stage with the ops before the layers and its counterpart on the stage
+     * with those after) spans: 2 when the two stages' first ranks are on
+     * different nodes, else 1 (0 reads as 1). */
+    int embed_group_nodes;
 } ap_price_ctx;
 
 /* Megatron-Core's overlap of the MoE all-to-alls across micro-batches

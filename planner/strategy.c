@@ -489,7 +489,7 @@ int ap_fp8_check(const ap_cluster *c, char *err)
 
 static int runs_fp8(const ap_price_ctx *x, const ap_op *op)
 {
-    return x->fp8 && ap_fp8_linear(x->g, (int)(op - x->g->ops));
+    return x->run.fp8 && ap_fp8_linear(x->g, (int)(op - x->g->ops));
 }
 
 /* GEMM dimensions of a matmul shard: m from A only, n from B only, k
@@ -571,7 +571,7 @@ double ap_tp_overlap_exposed(const ap_cluster *c, ap_ub_method m, double comm,
  * linear layers). */
 static int ub_linear(const ap_price_ctx *x, int op)
 {
-    return x->tp_overlap && ap_fp8_linear(x->g, op);
+    return x->run.tp_overlap && ap_fp8_linear(x->g, op);
 }
 
 /* The GEMM a collective on the edge into `cons` overlaps. Megatron fuses
@@ -634,7 +634,7 @@ static double saved_input_scale(const ap_price_ctx *x, const ap_op *op, int i)
  * and the router stay bf16. */
 static int fp8_primary(const ap_price_ctx *x, const ap_op *op, int i)
 {
-    return x->fp8_param_gather && i == 1 && runs_fp8(x, op);
+    return x->run.fp8_param_gather && i == 1 && runs_fp8(x, op);
 }
 
 /* TE keeps the FP8 weight and its transpose between micro-batches, 1 + 1
@@ -728,9 +728,9 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
             /* Context parallel: Transformer Engine's ring runs one kernel
              * per step and corrects the partial results between them; the
              * other communication types run their own kernels. */
-            c->fwd = ap_cost_attention_cp_comm(x->c, x->cp_comm, a.dt, a.bn, a.bkv, a.sq,
+            c->fwd = ap_cost_attention_cp_comm(x->c, x->run.cp_comm, a.dt, a.bn, a.bkv, a.sq,
                                                a.d, a.e, op->causal, a.cp, 0);
-            c->bwd = ap_cost_attention_cp_comm(x->c, x->cp_comm, a.dt, a.bn, a.bkv, a.sq,
+            c->bwd = ap_cost_attention_cp_comm(x->c, x->run.cp_comm, a.dt, a.bn, a.bkv, a.sq,
                                                a.d, a.e, op->causal, a.cp, 1);
         } else if (op->flash) {
             c->fwd = ap_cost_attention(x->c, a.dt, a.bn, a.sq, a.t, a.d, a.e, op->causal);
@@ -745,8 +745,8 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
     } else if (op->kind == AP_OP_LOSS) {
         const ap_tensor *lg = &x->g->tensors[op->inputs[0]];
         double logits = (double)lg->elems * scale / shard;
-        c->fwd = ap_cost_cross_entropy_impl(x->c, x->cross_entropy, lg->dtype, logits, 0);
-        c->bwd = ap_cost_cross_entropy_impl(x->c, x->cross_entropy, lg->dtype, logits, 1);
+        c->fwd = ap_cost_cross_entropy_impl(x->c, x->run.cross_entropy, lg->dtype, logits, 0);
+        c->bwd = ap_cost_cross_entropy_impl(x->c, x->run.cross_entropy, lg->dtype, logits, 1);
     } else if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_ROTARY) {
         /* The backward rotates the gradient back: the same traffic. */
         c->fwd = ap_cost_memop(x->c, c->flops, rotary_bytes(x, op, s));
@@ -778,9 +778,9 @@ static void price_kv_exchange(const ap_price_ctx *x, const ap_op *op,
     attention_shard(x, op, s, &a);
     if (op->flash) {
         int nodes = x->mesh->nodes[mask - 1];
-        c->fwd_comm += ap_cost_cp_comm(x->c, x->cp_comm, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
+        c->fwd_comm += ap_cost_cp_comm(x->c, x->run.cp_comm, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
                                        op->causal, a.cp, nodes, 0);
-        c->bwd_comm += ap_cost_cp_comm(x->c, x->cp_comm, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
+        c->bwd_comm += ap_cost_cp_comm(x->c, x->run.cp_comm, a.dt, a.bn, a.bkv, a.sq, a.d, a.e,
                                        op->causal, a.cp, nodes, 1);
         return;
     }
@@ -969,7 +969,7 @@ static param_use param_use_of(const ap_price_ctx *x, const ap_op *op, int t)
  * every reduction of it moves fp32; else bf16. */
 static double grad_width(const ap_price_ctx *x)
 {
-    return x->grad_fp32 ? 4 : 2;
+    return x->run.grad_fp32 ? 4 : 2;
 }
 
 /* Megatron-LM's _allreduce_word_embedding_grads (finalize_model_grads.py):
@@ -1006,7 +1006,7 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
         int replicas = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1) *
                        replicas_of(x);
         double gw = grad_width(x);
-        ap_model_states ms = ap_mem_model_states_opt(elems, replicas, x->zero, gw, &x->opt);
+        ap_model_states ms = ap_mem_model_states_opt(elems, replicas, x->zero, gw, &x->run.opt);
         /* An FP8 primary weight has no bf16 copy; price_fp8_weights adds
          * its FP8 bytes. */
         c->param_bytes += primary ? ms.total - ms.params : ms.total;
@@ -1055,7 +1055,7 @@ static double loss_saved_scale(const ap_price_ctx *x, const ap_op *op)
     if (op->kind != AP_OP_LOSS)
         return 1;
     ap_dtype dt = x->g->tensors[op->inputs[0]].dtype;
-    return ap_cost_cross_entropy_saved(x->cross_entropy, dt) /
+    return ap_cost_cross_entropy_saved(x->run.cross_entropy, dt) /
            ap_cost_cross_entropy_saved(AP_CE_UNFUSED, dt);
 }
 
@@ -1066,7 +1066,7 @@ static double loss_saved_scale(const ap_price_ctx *x, const ap_op *op)
 static double allgather_saved_out(const ap_price_ctx *x, const ap_op *op,
                                   const ap_strategy *s)
 {
-    if (op->kind != AP_OP_ATTENTION || !op->flash || x->cp_comm != AP_CP_ALLGATHER ||
+    if (op->kind != AP_OP_ATTENTION || !op->flash || x->run.cp_comm != AP_CP_ALLGATHER ||
         !axes_of(s, shape_of(x, op->inputs[0])[1]))
         return 0;
     return tensor_bytes(x, op->outputs[0]) / tensor_split(x, s, shape_of(x, op->outputs[0]));

@@ -102,7 +102,7 @@ static void the_price_context_chooses_the_loss_kernels(void)
     const double fwd[] = {38, 30, 6}, bwd[] = {14, 18, 4}, kept[] = {4, 4, 2};
     for (int i = 0; i < 3; i++) {
         ap_price_ctx x = {.g = g, .c = &c, .mesh = &mesh, .batch = 2, .nmicro = 4,
-                          .zero = AP_ZERO_1, .cross_entropy = (ap_ce_impl)i};
+                          .zero = AP_ZERO_1, .run.cross_entropy = (ap_ce_impl)i};
         ap_op_cost oc;
         ap_price_op(&x, ap_graph_find_op(g, "loss"), &s, &oc);
         CHECK_NEAR(oc.fwd, fwd[i] * share / H100_BW, 1e-12);

@@ -35,7 +35,7 @@ static int one_gpu_init(one_gpu *u, const ap_graph *g, int fp8)
     }
     ap_mesh_init(&u->mesh, 1, 1, 0, u->c.gpus_per_node);
     u->x = (ap_price_ctx){.g = g, .c = &u->c, .mesh = &u->mesh, .batch = 1, .nmicro = 8,
-                          .zero = AP_ZERO_1, .fp8 = fp8};
+                          .zero = AP_ZERO_1, .run.fp8 = fp8};
     return 0;
 }
 
@@ -90,7 +90,7 @@ static void a_linear_layer_takes_the_fp8_gemm_time_plus_its_casts(void)
     CHECK_NEAR(c.bwd, 2 * gemm + cast(&u.c, m * n), 1e-12);
     /* The FP8 peak is twice bf16's at 70.9/80.3 of bf16's efficiency (the
      * measured ratio, docs/cluster-format.md): the GEMM alone takes 0.57. */
-    u.x.fp8 = 0;
+    u.x.run.fp8 = 0;
     ap_op_cost b = price(&u.x, "l0.mlp.up");
     CHECK_NEAR(b.fwd, ap_cost_gemm(&u.c, AP_BF16, m, n, k), 1e-12);
     CHECK_NEAR(ap_cost_gemm(&u.c, AP_BF16, m, n, k) / gemm, 1979.0 / 989.0 * 70.9 / 80.3, 0.02);
@@ -110,9 +110,9 @@ static void attention_and_the_head_are_unchanged_by_fp8(void)
     }
     const char *ops[] = {"l0.attn", "lm_head", "embed"};
     for (size_t i = 0; i < 3; i++) {
-        u.x.fp8 = 1;
+        u.x.run.fp8 = 1;
         ap_op_cost f = price(&u.x, ops[i]);
-        u.x.fp8 = 0;
+        u.x.run.fp8 = 0;
         ap_op_cost b = price(&u.x, ops[i]);
         CHECK(f.fwd > 0 && f.fwd == b.fwd && f.bwd == b.bwd);
         CHECK(f.act_bytes == b.act_bytes && f.param_bytes == b.param_bytes);
@@ -131,7 +131,7 @@ static void a_linear_layer_saves_its_input_in_one_byte_and_keeps_fp8_weights(voi
         return;
     }
     ap_op_cost b = price(&u.x, "l0.mlp.down");
-    u.x.fp8 = 1;
+    u.x.run.fp8 = 1;
     ap_op_cost f = price(&u.x, "l0.mlp.down");
     /* down saves its [s, f] input: 2 bytes an element in bf16. */
     double sf = dim_of(g, AP_DIM_SEQ) * dim_of(g, AP_DIM_FFN);

@@ -34,7 +34,7 @@ static ap_op_cost layer_op(const ap_graph *g, const ap_cluster *c, const ap_plan
         return oc;
     }
     ap_price_ctx x = ap_test_stage_ctx(g, c, p, 0);
-    x.fp8_param_gather = fp8_params;
+    x.run.fp8_param_gather = fp8_params;
     ap_price_op(&x, op, &s, &oc);
     return oc;
 }
@@ -150,9 +150,9 @@ static void norms_embedding_head_and_router_stay_bf16(void)
         int op = blk->ops[i];
         const ap_strategy *s = &ap_test_layer(&p)->strat[i];
         ap_op_cost before, after;
-        x.fp8_param_gather = 0;
+        x.run.fp8_param_gather = 0;
         ap_price_op(&x, op, s, &before);
-        x.fp8_param_gather = 1;
+        x.run.fp8_param_gather = 1;
         ap_price_op(&x, op, s, &after);
         if (before.param_bytes == 0)
             continue;
@@ -178,9 +178,9 @@ static void norms_embedding_head_and_router_stay_bf16(void)
         const ap_block_point *bp = &piece->points[p.stages[0].point[b]];
         for (int i = 0; i < piece->nops; i++) {
             ap_op_cost before, after;
-            x.fp8_param_gather = 0;
+            x.run.fp8_param_gather = 0;
             ap_price_op(&x, piece->ops[i], &bp->strat[i], &before);
-            x.fp8_param_gather = 1;
+            x.run.fp8_param_gather = 1;
             ap_price_op(&x, piece->ops[i], &bp->strat[i], &after);
             CHECK(after.param_bytes == before.param_bytes);
             CHECK(after.grad_sync == before.grad_sync);
