@@ -283,11 +283,11 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.gpus_per_node = c->gpus_per_node;
     po.global_batch = o->m.gbs;
     po.progress = progress;
-    po.fp8 = o->m.fp8; /* all sides in the configuration's precision */
-    po.tp_overlap = o->m.tp_overlap;
-    po.cross_entropy = o->m.cross_entropy;
-    po.grad_fp32 = o->m.grad_fp32;
-    po.opt = o->m.opt;
+    po.run.fp8 = o->m.fp8; /* all sides in the configuration's precision */
+    po.run.tp_overlap = o->m.tp_overlap;
+    po.run.cross_entropy = o->m.cross_entropy;
+    po.run.grad_fp32 = o->m.grad_fp32;
+    po.run.opt = o->m.opt;
     rc = ap_plan_search(g, c, &po, &ours, err);
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);

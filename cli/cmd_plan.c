@@ -81,10 +81,10 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
     so.global_batch = o->global_batch;
     so.threads = o->threads;
     so.progress = o->progress;
-    so.fp8 = o->fp8;
-    so.tp_overlap = o->tp_overlap;
-    so.cross_entropy = o->cross_entropy;
-    so.grad_fp32 = o->grad_fp32;
+    so.fp8 = o->run.fp8;
+    so.tp_overlap = o->run.tp_overlap;
+    so.cross_entropy = o->run.cross_entropy;
+    so.grad_fp32 = o->run.grad_fp32;
     ap_sweep_result r;
     char err[AP_ERR_LEN];
     int rc = ap_sweep(g, c, &so, &r, err);
@@ -141,13 +141,13 @@ int ap_cmd_plan(int argc, char **argv)
         } else if (!strcmp(a, "--quiet")) {
             o.progress = 0;
         } else if (!strcmp(a, "--fp8")) {
-            o.fp8 = 1;
+            o.run.fp8 = 1;
         } else if (!strcmp(a, "--tp-comm-overlap")) {
-            o.tp_overlap = 1;
+            o.run.tp_overlap = 1;
         } else if (!strcmp(a, "--grad-fp32")) {
-            o.grad_fp32 = 1;
+            o.run.grad_fp32 = 1;
         } else if (!strcmp(a, "--cross-entropy") && v) {
-            if (ap_ce_impl_parse(v, &o.cross_entropy)) {
+            if (ap_ce_impl_parse(v, &o.run.cross_entropy)) {
                 fprintf(stderr, "autopar plan: --cross-entropy: bad value \"%.64s\" "
                         "(unfused, native or te)\n", v);
                 return 2;
@@ -211,7 +211,7 @@ int ap_cmd_plan(int argc, char **argv)
         return rc;
     }
     ap_cli_warn_timeouts("plan", &plan, o.ilp_time_limit);
-    if (o.tp_overlap && !plan.tp_overlap)
+    if (o.run.tp_overlap && !plan.run.tp_overlap)
         snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", *line ? "\n" : "",
                  "--tp-comm-overlap left out: this plan has no sequence-parallel "
                  "collectives of tensor-parallel layers to overlap");

@@ -25,11 +25,8 @@ typedef struct {
     ap_block *blocks; /* [nblocks] */
     const int *cnt;   /* [nclasses][L+1] prefix counts of each class */
     ap_zero zero;     /* the optimizer-state sharding the points are priced at */
-    int fp8;          /* linear layers in FP8 */
-    int tp_overlap;   /* TP collectives overlapped with GEMMs */
-    ap_ce_impl cross_entropy; /* the loss's kernels */
-    int grad_fp32;    /* fp32 gradients (ap_plan_opts.grad_fp32) */
-    ap_opt_dtypes opt; /* the optimizer states' dtypes (ap_plan_opts.opt) */
+    ap_run_settings run; /* ap_plan_opts.run, less what the search does not
+                            price (run_settings_of) */
 } config;
 
 typedef struct {
@@ -111,19 +108,17 @@ static int stage_cost(void *ctx, int s, int i, int j, double *t)
 static ap_price_ctx price_ctx_of(const config *cf, ap_zero zero)
 {
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
-                      .nmicro = cf->nmicro, .zero = zero, .run.fp8 = cf->fp8,
-                      .run.tp_overlap = cf->tp_overlap, .head_apart = cf->p > 1,
-                      .run.cross_entropy = cf->cross_entropy, .run.grad_fp32 = cf->grad_fp32,
-                      .run.cp_comm = AP_CP_P2P, .run.opt = cf->opt,
+                      .nmicro = cf->nmicro, .zero = zero, .run = cf->run,
+                      .head_apart = cf->p > 1,
                       .embed_group_nodes = embed_group_nodes(cf)};
     return x;
 }
 
 /* Solves every block; *timed_out says that one found no solution within
  * the ILP time limit, and then the configuration cannot be priced. The
- * planner's plans keep bf16 gradients unless asked (ap_plan_opts.grad_fp32),
+ * planner's plans keep bf16 gradients unless asked (ap_plan_opts.run.grad_fp32),
  * which their Megatron-LM exports state with --grad-reduce-in-bf16, and
- * fp32 optimizer states unless asked (ap_plan_opts.opt). */
+ * fp32 optimizer states unless asked (ap_plan_opts.run.opt). */
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {
@@ -289,11 +284,7 @@ static int make_plan(const config *cf, const int *first, const ap_plan_opts *o,
     p->schedule = AP_SCHED_1F1B;
     p->vchunks = 1;
     p->zero = cf->zero;
-    p->fp8 = cf->fp8;
-    p->tp_overlap = cf->tp_overlap;
-    p->cross_entropy = cf->cross_entropy;
-    p->grad_fp32 = cf->grad_fp32;
-    p->opt = cf->opt;
+    p->run = cf->run;
     p->nstages = cf->p;
     p->nclasses = cf->m->nclasses;
     p->stages = calloc((size_t)cf->p, sizeof *p->stages);
@@ -359,6 +350,19 @@ void ap_search_ctx_free(ap_search_ctx *s)
     s->cnt = NULL;
 }
 
+/* The settings the search prices its plans with: the options' FP8, TP
+ * overlap, loss kernels, gradient and optimizer-state dtypes. It prices no
+ * FP8 primary weights, context parallelism's p2p ring alone, and no expert
+ * all-to-all overlap, so those stay at their zeroed defaults. */
+static ap_run_settings run_settings_of(const ap_plan_opts *o)
+{
+    ap_run_settings r = o->run;
+    r.fp8_param_gather = 0;
+    r.cp_comm = AP_CP_P2P;
+    r.moe_a2a_overlap = r.delay_wgrad = 0;
+    return r;
+}
+
 static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *k)
 {
     memset(cf, 0, sizeof *cf);
@@ -369,11 +373,7 @@ static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *
     cf->nmicro = (int)(s->o->global_batch / k->mb);
     cf->batch = k->mb;
     cf->limit = s->limit;
-    cf->fp8 = s->o->fp8;
-    cf->tp_overlap = s->o->tp_overlap;
-    cf->cross_entropy = s->o->cross_entropy;
-    cf->grad_fp32 = s->o->grad_fp32;
-    cf->opt = s->o->opt;
+    cf->run = run_settings_of(s->o);
     cf->cnt = s->cnt;
     cf->zero = AP_ZERO_1;
     ap_mesh_init(&cf->mesh, k->d0, k->d1, 0, s->c->gpus_per_node);

@@ -164,7 +164,7 @@ static double pair_save(const ap_price_ctx *x, const ap_plan *p, const ap_block 
         b.attn += bp->attn_fwd;
     double alone = f.attn + f.dispatch + f.expert + f.combine + b.attn + b.dispatch +
                    b.expert + b.combine;
-    return (alone - ap_moe_pair_time(&f, &b, p->delay_wgrad)) * times;
+    return (alone - ap_moe_pair_time(&f, &b, p->run.delay_wgrad)) * times;
 }
 
 static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
@@ -174,11 +174,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
      * micro-batch; one replica's price is every GPU's. */
     double replicas = st->mesh.replicas > 1 ? st->mesh.replicas : 1;
     ap_price_ctx x = {.g = g, .c = c, .mesh = &st->mesh, .batch = p->micro_batch / replicas,
-                      .nmicro = p->nmicro, .zero = p->zero, .run.fp8 = p->fp8,
-                      .run.tp_overlap = p->tp_overlap, .serial_grad = p->serial_grad_sync,
-                      .run.fp8_param_gather = p->fp8_param_gather,
-                      .run.cross_entropy = p->cross_entropy, .run.grad_fp32 = p->grad_fp32,
-                      .run.cp_comm = p->cp_comm, .run.opt = p->opt};
+                      .nmicro = p->nmicro, .zero = p->zero, .run = p->run,
+                      .serial_grad = p->serial_grad_sync};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     st->fwd = st->bwd = st->comm_fwd = st->comm_bwd = st->grad_sync = st->tied_sync = 0;
     st->param_sync = st->param_buckets = 0;
@@ -202,7 +199,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
         ap_block_price(&x, blk->ops, blk->nops, strat, bp);
         bp->strat = strat;
         accumulate(st, bp, times, b >= 2 ? st->recompute : AP_RECOMPUTE_NONE, &n);
-        if (p->moe_a2a_overlap && b >= 2)
+        if (p->run.moe_a2a_overlap && b >= 2)
             st->a2a_save += pair_save(&x, p, blk, bp, st->recompute, times);
     }
     /* One group's activations are live while it is recomputed; the memory
@@ -249,8 +246,8 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
     double *fwd = calloc(n, sizeof *fwd);
     double *bwd = calloc(n, sizeof *bwd);
     double *p2p = calloc(n, sizeof *p2p);
-    double *save = p->moe_a2a_overlap ? calloc(n, sizeof *save) : NULL;
-    if (!fwd || !bwd || !p2p || (p->moe_a2a_overlap && !save)) {
+    double *save = p->run.moe_a2a_overlap ? calloc(n, sizeof *save) : NULL;
+    if (!fwd || !bwd || !p2p || (p->run.moe_a2a_overlap && !save)) {
         free(fwd);
         free(bwd);
         free(p2p);
@@ -285,9 +282,9 @@ static double optimizer_time(const ap_cluster *c, const ap_plan *p, const ap_sta
 {
     double states = st->param_bytes - st->fp8_weight_bytes;
     double extra = 0;
-    if (!ap_opt_dtypes_fp32(&p->opt)) {
-        double width = ap_opt_state_bytes(&p->opt);
-        extra = st->opt_bytes / width * (ap_opt_step_bytes(&p->opt) - 2 * width);
+    if (!ap_opt_dtypes_fp32(&p->run.opt)) {
+        double width = ap_opt_state_bytes(&p->run.opt);
+        extra = st->opt_bytes / width * (ap_opt_step_bytes(&p->run.opt) - 2 * width);
     }
     return ap_cost_memop(c, states, 2 * states + extra);
 }
@@ -395,7 +392,7 @@ int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                      char *err)
 {
     record_cluster(c, p);
-    if (p->fp8 && ap_fp8_check(c, err))
+    if (p->run.fp8 && ap_fp8_check(c, err))
         return AP_EINPUT;
     for (int i = 0; i < p->nstages; i++) {
         ap_stage *st = &p->stages[i];

@@ -165,9 +165,9 @@ static const ap_stage *fullest_stage(const ap_plan *p)
  * before the fields existed. */
 static void add_moe_overlap(cJSON *o, const ap_plan *p)
 {
-    if (p->moe_a2a_overlap)
+    if (p->run.moe_a2a_overlap)
         cJSON_AddBoolToObject(o, "moe_a2a_overlap", 1);
-    if (p->delay_wgrad)
+    if (p->run.delay_wgrad)
         cJSON_AddBoolToObject(o, "delay_wgrad_compute", 1);
 }
 
@@ -179,20 +179,20 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddStringToObject(pr, "cluster", p->cluster);
     cJSON_AddStringToObject(pr, "cluster_basis", p->cluster_basis);
     add_rate(pr, p);
-    cJSON_AddBoolToObject(pr, "fp8", p->fp8);
-    cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->tp_overlap);
-    if (p->fp8_param_gather)
+    cJSON_AddBoolToObject(pr, "fp8", p->run.fp8);
+    cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->run.tp_overlap);
+    if (p->run.fp8_param_gather)
         cJSON_AddBoolToObject(pr, "fp8_param_gather", 1);
     add_moe_overlap(pr, p);
-    if (p->cross_entropy != AP_CE_UNFUSED)
-        cJSON_AddStringToObject(pr, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
+    if (p->run.cross_entropy != AP_CE_UNFUSED)
+        cJSON_AddStringToObject(pr, "cross_entropy", ap_ce_impl_name(p->run.cross_entropy));
     add_recompute_method(pr, p);
     cJSON_AddNumberToObject(pr, "tokens_per_s", p->tokens_per_s);
     cJSON_AddNumberToObject(pr, "model_tflops_per_gpu", p->model_tflops_per_gpu);
     cJSON_AddNumberToObject(pr, "hardware_tflops_per_gpu", p->hw_tflops_per_gpu);
     cJSON_AddNumberToObject(pr, "mfu", p->mfu);
     cJSON_AddNumberToObject(pr, "max_memory_bytes", p->max_mem_bytes);
-    cJSON_AddBoolToObject(pr, "grad_reduce_in_fp32", p->grad_fp32);
+    cJSON_AddBoolToObject(pr, "grad_reduce_in_fp32", p->run.grad_fp32);
     cJSON_AddNumberToObject(pr, "gradient_bytes", full ? full->grad_bytes : 0);
     cJSON_AddNumberToObject(pr, "memory_limit_bytes", p->hbm_limit);
     cJSON_AddBoolToObject(pr, "fits", p->max_mem_bytes <= p->hbm_limit);
@@ -207,7 +207,7 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddNumberToObject(k, "tensor_parallel_s", p->t_kinds.tp);
     cJSON_AddNumberToObject(k, "resharding_s", p->t_kinds.reshard);
     cJSON_AddNumberToObject(k, "expert_all_to_all_s", p->t_kinds.expert);
-    if (p->moe_a2a_overlap)
+    if (p->run.moe_a2a_overlap)
         cJSON_AddNumberToObject(k, "expert_all_to_all_hidden_s", p->t_a2a_hidden);
     cJSON_AddNumberToObject(k, "context_parallel_s", p->t_kinds.context);
     cJSON_AddNumberToObject(k, "zero3_param_gather_s", p->t_kinds.param_gather);
@@ -268,7 +268,7 @@ static cJSON *shape_json(const ap_graph *g)
 static void add_opt_dtypes(cJSON *o, const ap_plan *p)
 {
     const char *names[3] = {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"};
-    const ap_opt_dtype dt[3] = {p->opt.main_params, p->opt.exp_avg, p->opt.exp_avg_sq};
+    const ap_opt_dtype dt[3] = {p->run.opt.main_params, p->run.opt.exp_avg, p->run.opt.exp_avg_sq};
     for (int i = 0; i < 3; i++)
         if (dt[i] != AP_OPT_FP32)
             cJSON_AddStringToObject(o, names[i], ap_opt_dtype_name(dt[i]));
@@ -296,19 +296,19 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON_AddBoolToObject(o, "overlap_grad_reduce", !p->serial_grad_sync);
     /* What was priced: only ZeRO-1's gather overlaps the forward. */
     cJSON_AddBoolToObject(o, "overlap_param_gather", ap_plan_param_gather_overlapped(p));
-    if (p->fp8)
+    if (p->run.fp8)
         cJSON_AddBoolToObject(o, "fp8", 1);
-    if (p->tp_overlap)
+    if (p->run.tp_overlap)
         cJSON_AddBoolToObject(o, "tp_comm_overlap", 1);
-    if (p->fp8_param_gather)
+    if (p->run.fp8_param_gather)
         cJSON_AddBoolToObject(o, "fp8_param_gather", 1);
     add_moe_overlap(o, p);
-    if (p->cross_entropy != AP_CE_UNFUSED)
-        cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->cross_entropy));
-    if (p->grad_fp32)
+    if (p->run.cross_entropy != AP_CE_UNFUSED)
+        cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->run.cross_entropy));
+    if (p->run.grad_fp32)
         cJSON_AddBoolToObject(o, "grad_reduce_in_fp32", 1);
-    if (p->cp_comm != AP_CP_P2P)
-        cJSON_AddStringToObject(o, "cp_comm_type", ap_cp_comm_name(p->cp_comm));
+    if (p->run.cp_comm != AP_CP_P2P)
+        cJSON_AddStringToObject(o, "cp_comm_type", ap_cp_comm_name(p->run.cp_comm));
     add_opt_dtypes(o, p);
     add_recompute_method(o, p);
     cJSON *solver = cJSON_AddObjectToObject(o, "solver");
@@ -458,23 +458,23 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
             p->cluster, p->gpus_per_node);
     fprintf(f, "  batch %.0f sequences x %d tokens; %s; %s; ZeRO-%d\n",
             p->global_batch, p->seq, micro, schedule_name(p->schedule), (int)p->zero);
-    if (p->fp8)
+    if (p->run.fp8)
         fprintf(f, "  precision: linear layers' GEMMs in FP8 (Transformer Engine), "
                    "the rest in %s%s\n", ap_dtype_name(g->dtype),
-                p->fp8_param_gather ? "; their weights held and gathered in FP8, "
+                p->run.fp8_param_gather ? "; their weights held and gathered in FP8, "
                                       "no bf16 copy (--fp8-param-gather)" : "");
     else
         fprintf(f, "  precision: %s\n", ap_dtype_name(g->dtype));
-    if (p->cross_entropy == AP_CE_NATIVE)
+    if (p->run.cross_entropy == AP_CE_NATIVE)
         fprintf(f, "  loss: Megatron-Core's fused cross entropy, torch.compile'd "
                    "(--cross-entropy-loss-fusion)\n");
-    else if (p->cross_entropy == AP_CE_TE)
+    else if (p->run.cross_entropy == AP_CE_TE)
         fprintf(f, "  loss: Transformer Engine's cross entropy, the gradient written "
                    "into the logits (--cross-entropy-fusion-impl te)\n");
-    if (p->cp_comm == AP_CP_ALLGATHER)
+    if (p->run.cp_comm == AP_CP_ALLGATHER)
         fprintf(f, "  context parallelism: K and V all-gathered, dK and dV "
                    "reduce-scattered, exposed (--cp-comm-type allgather)\n");
-    else if (p->cp_comm == AP_CP_A2A)
+    else if (p->run.cp_comm == AP_CP_A2A)
         fprintf(f, "  context parallelism: all-to-alls of q, k, v and out between "
                    "sequence and heads (--cp-comm-type a2a)\n");
     for (int i = 0; i < p->nstages; i++) {
@@ -510,25 +510,25 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     const ap_stage *full = fullest_stage(p);
     fprintf(f, "  memory per GPU %.1f GiB of %.1f GiB usable (gradients %.1f GiB, %s",
             gib(p->max_mem_bytes), gib(p->hbm_limit), gib(full ? full->grad_bytes : 0),
-            p->grad_fp32 ? "fp32, reduced in fp32" : "2 bytes each");
-    if (!ap_opt_dtypes_fp32(&p->opt))
+            p->run.grad_fp32 ? "fp32, reduced in fp32" : "2 bytes each");
+    if (!ap_opt_dtypes_fp32(&p->run.opt))
         fprintf(f, "; optimizer states %.1f GiB: main weights %s, exp_avg %s, exp_avg_sq %s",
-                gib(full ? full->opt_bytes : 0), ap_opt_dtype_name(p->opt.main_params),
-                ap_opt_dtype_name(p->opt.exp_avg), ap_opt_dtype_name(p->opt.exp_avg_sq));
+                gib(full ? full->opt_bytes : 0), ap_opt_dtype_name(p->run.opt.main_params),
+                ap_opt_dtype_name(p->run.opt.exp_avg), ap_opt_dtype_name(p->run.opt.exp_avg_sq));
     fprintf(f, "); pipeline bubble %.1f%%\n", 100 * p->bubble);
     fprintf(f, "  breakdown: compute %.3f s, communication %.3f s, bubble %.3f s, "
                "gradient sync %.3f s, optimizer %.3f s\n",
             p->t_compute, p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);
     fprintf(f, "  communication: tensor-parallel %.3f s, resharding %.3f s%s",
             p->t_kinds.tp, p->t_kinds.reshard,
-            p->tp_overlap ? " (exposed: sequence-parallel collectives overlapped "
+            p->run.tp_overlap ? " (exposed: sequence-parallel collectives overlapped "
                             "with GEMMs)" : "");
     if (p->t_kinds.expert > 0)
         fprintf(f, ", expert all-to-all %.3f s", p->t_kinds.expert);
-    if (p->moe_a2a_overlap)
+    if (p->run.moe_a2a_overlap)
         fprintf(f, " (%.3f s of it hidden behind another micro-batch's compute, "
                    "--overlap-moe-expert-parallel-comm%s)", p->t_a2a_hidden,
-                p->delay_wgrad ? " with --delay-wgrad-compute" : "");
+                p->run.delay_wgrad ? " with --delay-wgrad-compute" : "");
     if (p->t_kinds.context > 0)
         fprintf(f, ", context-parallel %.3f s", p->t_kinds.context);
     if (p->t_kinds.param_gather > 0)

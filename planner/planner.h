@@ -489,27 +489,11 @@ typedef struct {
      * zeroed plan, is what searched plans use. ZeRO-2's all-gather
      * (DeepSpeed's, after its step) is exposed in full either way. */
     int serial_param_gather;
-    int fp8;               /* linear layers in FP8 (ap_price_ctx.fp8) */
-    int tp_overlap;        /* TP communication overlap (ap_price_ctx.tp_overlap) */
-    int fp8_param_gather;  /* FP8 primary weights (ap_price_ctx.fp8_param_gather);
-                              only with fp8 and ZeRO >= 1 */
-    ap_ce_impl cross_entropy; /* the loss's kernels (ap_price_ctx.cross_entropy) */
-    int grad_fp32;         /* fp32 gradients (ap_price_ctx.grad_fp32); 0, a
-                              zeroed plan's, is what searched plans use */
-    ap_cp_comm cp_comm;    /* context parallelism's communication type
-                              (ap_price_ctx.cp_comm); p2p, a zeroed plan's,
-                              is what searched plans use */
-    ap_opt_dtypes opt;     /* the optimizer states' dtypes (ap_price_ctx.opt);
-                              fp32, a zeroed plan's, is what searched plans
-                              use */
-    /* 1: Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm):
-     * one warm-up forward more per stage, and each steady-state forward
-     * merged with a backward so that each one's all-to-alls run beside the
-     * other's compute (ap_stage.a2a_save, ap_pipe_spec.pair_save). Zero,
-     * the default, prices them exposed. delay_wgrad (only with it,
-     * --delay-wgrad-compute): the experts' weight gradients wait for the
-     * backward dispatch to start. */
-    int moe_a2a_overlap, delay_wgrad;
+    /* How the launcher runs each step. Zeroed (bf16 GEMMs, no overlaps,
+     * the unfused loss, 2-byte gradients, p2p, fp32 optimizer states) is
+     * what searched plans use unless ap_plan_opts.run asks otherwise;
+     * fp8_param_gather only with fp8 and ZeRO >= 1. */
+    ap_run_settings run;
     /* How stages under full recomputation checkpoint their layers, and N
      * (ap_recompute_method); a zeroed plan is uniform 1, each layer on its
      * own, as under uniform a count of 0 reads as 1. */
@@ -558,14 +542,13 @@ typedef struct {
     double ilp_time_limit;/* seconds per ILP solve, 0: no limit */
     double ilp_gap;       /* 0: 1e-4 */
     int progress;         /* print progress to stderr when slow */
-    int fp8;              /* price linear layers in FP8 (--fp8) */
-    int tp_overlap;       /* price --tp-comm-overlap (--tp-comm-overlap) */
-    ap_ce_impl cross_entropy; /* the loss's kernels (--cross-entropy); 0:
-                             Megatron's unfused default */
-    int grad_fp32;        /* fp32 gradients, reduced in fp32 (--grad-fp32);
-                             0: bf16, which the Megatron-LM export states
-                             with --grad-reduce-in-bf16 */
-    ap_opt_dtypes opt;    /* the optimizer states' dtypes; zeroed: fp32 */
+    /* The settings to plan with: fp8 (--fp8), tp_overlap
+     * (--tp-comm-overlap), cross_entropy (--cross-entropy), grad_fp32
+     * (--grad-fp32; 0: bf16, which the Megatron-LM export states with
+     * --grad-reduce-in-bf16) and opt. The search does not price the others
+     * (fp8_param_gather, cp_comm, moe_a2a_overlap, delay_wgrad): its plans
+     * run without them whatever they say here. */
+    ap_run_settings run;
 } ap_plan_opts;
 
 void ap_plan_opts_default(ap_plan_opts *o);

@@ -363,8 +363,8 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
     }
     s.best.ilp_timeouts = s.timeouts;
     int rc = try_interleaving(ctx->g, ctx->c, &s.best, ctx->limit, err);
-    if (!rc && s.best.tp_overlap && !tensor_parallel(ctx->g, &s.best)) {
-        s.best.tp_overlap = 0;
+    if (!rc && s.best.run.tp_overlap && !tensor_parallel(ctx->g, &s.best)) {
+        s.best.run.tp_overlap = 0;
         rc = ap_plan_evaluate(ctx->g, ctx->c, &s.best, err);
     }
     if (rc) {
@@ -378,7 +378,7 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 int ap_plan_search(const ap_graph *g, const ap_cluster *c,
                    const ap_plan_opts *o, ap_plan *out, char *err)
 {
-    if (o->fp8 && ap_fp8_check(c, err))
+    if (o->run.fp8 && ap_fp8_check(c, err))
         return AP_EINPUT;
     ap_parts m;
     int rc = ap_parts_build(g, &m, err);

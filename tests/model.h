@@ -104,12 +104,8 @@ static inline ap_price_ctx ap_test_stage_ctx(const ap_graph *g, const ap_cluster
     double replicas = mesh->replicas > 1 ? mesh->replicas : 1;
     ap_price_ctx x = {.g = g, .c = c, .mesh = mesh,
                       .batch = p->micro_batch / replicas, .nmicro = p->nmicro,
-                      .zero = p->zero, .run.fp8 = p->fp8, .run.tp_overlap = p->tp_overlap,
-                      .serial_grad = p->serial_grad_sync,
-                      .run.fp8_param_gather = p->fp8_param_gather,
-                      .run.cross_entropy = p->cross_entropy,
-                      .run.grad_fp32 = p->grad_fp32, .run.cp_comm = p->cp_comm,
-                      .run.opt = p->opt};
+                      .zero = p->zero, .run = p->run,
+                      .serial_grad = p->serial_grad_sync};
     x.head_apart = ap_plan_head_apart(p, c, &x.embed_group_nodes);
     return x;
 }

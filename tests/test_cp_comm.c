@@ -298,7 +298,7 @@ static void a_plan_prices_the_type_it_was_given(void)
         for (int i = 0; i < 3; i++)
             layer_attention(g, &c[i], &p[i], &oc[i]);
         double s = SEQ / 2;
-        CHECK(p[1].cp_comm == AP_CP_ALLGATHER && p[2].cp_comm == AP_CP_A2A);
+        CHECK(p[1].run.cp_comm == AP_CP_ALLGATHER && p[2].run.cp_comm == AP_CP_A2A);
         CHECK_NEAR(oc[1].fwd, cp_compute(&c[1], AP_CP_ALLGATHER, HEADS, KV_HEADS, s, 1, 2, 0),
                    1e-12);
         CHECK_NEAR(oc[2].bwd, cp_compute(&c[2], AP_CP_A2A, HEADS, KV_HEADS, s, 1, 2, 1), 1e-12);

@@ -169,7 +169,7 @@ static void fp8_on_an_a100_is_refused_naming_fp8_and_the_gpu(void)
     /* The search refuses too, before it starts. */
     ap_plan_opts o;
     ap_plan_opts_default(&o);
-    o.fp8 = 1;
+    o.run.fp8 = 1;
     err[0] = 0;
     CHECK(ap_plan_search(g, &c, &o, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "no FP8 tensor cores");

@@ -90,7 +90,7 @@ static void a_stage_saves_two_bytes_per_linear_weight_element(void)
     double saved = 2 * per_layer / 2 * g->nlayers;
     CHECK_NEAR(b.stages[0].param_bytes - f.stages[0].param_bytes, saved, 1e-9);
     CHECK_NEAR(b.max_mem_bytes - f.max_mem_bytes, saved, 1e-9);
-    CHECK(f.fp8_param_gather == 1 && b.fp8_param_gather == 0);
+    CHECK(f.run.fp8_param_gather == 1 && b.run.fp8_param_gather == 0);
     ap_plan_free(&b);
     ap_plan_free(&f);
     ap_cluster_free(&c);
@@ -215,7 +215,7 @@ static void fp8_params_without_fp8_or_the_distributed_optimizer_are_refused(void
     REQUIRE_OK(ap_test_megatron_plan(g, 8, "--global-batch-size 64 --fp8-format hybrid "
                                      "--fp8-param-gather --use-distributed-optimizer",
                                      &c, &p, err), err);
-    CHECK(p.fp8_param_gather == 1);
+    CHECK(p.run.fp8_param_gather == 1);
     ap_plan_free(&p);
     ap_cluster_free(&c);
     ap_graph_free(g);

@@ -64,7 +64,7 @@ static void stage_model_states_are_the_tables_bytes_per_parameter(void)
         ap_plan p;
         snprintf(spec, sizeof spec, SPEC ",%s,grad_fp32=1", zero[z]);
         if (plan_of(g, spec, NULL, &p) == AP_OK) {
-            CHECK(p.grad_fp32 == 1);
+            CHECK(p.run.grad_fp32 == 1);
             CHECK_NEAR(p.stages[0].param_bytes, want[z] * g->total_params, 1e-12);
             CHECK_NEAR(p.stages[0].grad_bytes, grads[z] * g->total_params, 1e-12);
         }

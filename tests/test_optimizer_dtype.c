@@ -144,8 +144,8 @@ static void stage_holds_the_states_at_their_widths(void)
     char spec[160];
     snprintf(spec, sizeof spec, SPEC ",zero=1,%s", keys);
     if (g && plan_of(g, spec, NULL, &p) == AP_OK) {
-        CHECK(p.opt.main_params == AP_OPT_FP16 && p.opt.exp_avg == AP_OPT_BF16 &&
-              p.opt.exp_avg_sq == AP_OPT_FP8);
+        CHECK(p.run.opt.main_params == AP_OPT_FP16 && p.run.opt.exp_avg == AP_OPT_BF16 &&
+              p.run.opt.exp_avg_sq == AP_OPT_FP8);
         CHECK_NEAR(p.stages[0].param_bytes, (4 + w / DP) * g->total_params, 1e-12);
         CHECK_NEAR(p.stages[0].opt_bytes, w / DP * g->total_params, 1e-12);
     } else {

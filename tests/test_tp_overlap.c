@@ -177,7 +177,7 @@ static void overlap_never_makes_a_configuration_slower(void)
             }
             snprintf(spec, sizeof spec, "%s,tp_overlap=1", specs[i]);
             if (ap_test_megatron_plan(g, 8, spec, &c1, &on, err) == AP_OK) {
-                CHECK(on.tp_overlap == 1);
+                CHECK(on.run.tp_overlap == 1);
                 CHECK(on.step_time <= off.step_time);
                 CHECK(on.t_comm < off.t_comm);
                 CHECK_NEAR(on.t_compute, off.t_compute, 1e-9);
@@ -206,7 +206,7 @@ static void at_tp1_the_setting_changes_nothing_and_is_dropped(void)
     }
     REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,mbs=1,gbs=16", &c, &off, err), err);
     if (ap_test_megatron_plan(g, 8, "tp=1,mbs=1,gbs=16,tp_overlap=1", &c1, &on, err) == AP_OK) {
-        CHECK(on.tp_overlap == 0);
+        CHECK(on.run.tp_overlap == 0);
         CHECK(on.step_time == off.step_time);
         char *a = ap_plan_to_json(g, &off), *b = ap_plan_to_json(g, &on);
         CHECK(a && b && !strcmp(a, b));
@@ -303,7 +303,7 @@ static void plan_json_carries_it_only_when_on(void)
         CHECK_STR_HAS(err, "plan.json: tp_comm_overlap");
     }
     free(text);
-    p.tp_overlap = 0;
+    p.run.tp_overlap = 0;
     text = ap_plan_to_json(g, &p);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     CHECK(root && !cJSON_GetObjectItemCaseSensitive(root, "tp_comm_overlap"));
