@@ -283,11 +283,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.gpus_per_node = c->gpus_per_node;
     po.global_batch = o->m.gbs;
     po.progress = progress;
-    po.run.fp8 = o->m.fp8; /* all sides in the configuration's precision */
-    po.run.tp_overlap = o->m.tp_overlap;
-    po.run.cross_entropy = o->m.cross_entropy;
-    po.run.grad_fp32 = o->m.grad_fp32;
-    po.run.opt = o->m.opt;
+    po.run = o->m.run; /* all sides in the configuration's precision */
     rc = ap_plan_search(g, c, &po, &ours, err);
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
@@ -304,14 +300,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         ap_sweep_opts_default(&so);
         so.global_batch = o->m.gbs;
         so.progress = progress;
-        so.fp8 = o->m.fp8;
-        so.tp_overlap = o->m.tp_overlap;
-        so.cross_entropy = o->m.cross_entropy;
-        so.grad_fp32 = o->m.grad_fp32;
-        so.moe_a2a_overlap = o->m.moe_a2a_overlap;
-        so.delay_wgrad = o->m.delay_wgrad;
-        so.cp_comm = o->m.cp_comm;
-        so.opt = o->m.opt;
+        so.run = o->m.run;
         rc = ap_sweep(g, c, &so, &sw, err);
         if (rc)
             fprintf(stderr, "autopar compare: sweep: %s\n", err);

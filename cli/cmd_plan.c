@@ -81,10 +81,7 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
     so.global_batch = o->global_batch;
     so.threads = o->threads;
     so.progress = o->progress;
-    so.fp8 = o->run.fp8;
-    so.tp_overlap = o->run.tp_overlap;
-    so.cross_entropy = o->run.cross_entropy;
-    so.grad_fp32 = o->run.grad_fp32;
+    so.run = o->run;
     ap_sweep_result r;
     char err[AP_ERR_LEN];
     int rc = ap_sweep(g, c, &so, &r, err);

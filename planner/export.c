@@ -244,18 +244,18 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->overlap_param = d->overlap_param;
     m->first = d->first;
     m->last = d->last;
-    m->fp8 = d->fp8;
+    m->run.fp8 = d->fp8;
     m->account_embedding = d->account_embedding;
     m->account_loss = d->account_loss;
-    m->tp_overlap = d->tp_overlap;
+    m->run.tp_overlap = d->tp_overlap;
     m->etp = d->etp;
-    m->fp8_param_gather = d->fp8_param_gather;
-    m->moe_a2a_overlap = d->moe_a2a_overlap;
-    m->delay_wgrad = d->delay_wgrad;
-    m->cross_entropy = d->cross_entropy;
-    m->grad_fp32 = d->grad_fp32;
-    m->cp_comm = d->cp_comm;
-    m->opt = d->opt;
+    m->run.fp8_param_gather = d->fp8_param_gather;
+    m->run.moe_a2a_overlap = d->moe_a2a_overlap;
+    m->run.delay_wgrad = d->delay_wgrad;
+    m->run.cross_entropy = d->cross_entropy;
+    m->run.grad_fp32 = d->grad_fp32;
+    m->run.cp_comm = d->cp_comm;
+    m->run.opt = d->opt;
     m->recompute_method = d->recompute_method;
     m->recompute_layers = d->recompute_layers;
 }

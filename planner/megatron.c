@@ -38,14 +38,14 @@ static int *flag_slot(ap_megatron *m, const char *k)
 {
     return !strcmp(k, "overlap_grad") ? &m->overlap_grad
          : !strcmp(k, "overlap_param") ? &m->overlap_param
-         : !strcmp(k, "fp8") ? &m->fp8
+         : !strcmp(k, "fp8") ? &m->run.fp8
          : !strcmp(k, "account_embedding") ? &m->account_embedding
          : !strcmp(k, "account_loss") ? &m->account_loss
-         : !strcmp(k, "tp_overlap") ? &m->tp_overlap
-         : !strcmp(k, "fp8_param_gather") ? &m->fp8_param_gather
-         : !strcmp(k, "grad_fp32") ? &m->grad_fp32
-         : !strcmp(k, "moe_a2a_overlap") ? &m->moe_a2a_overlap
-         : !strcmp(k, "delay_wgrad") ? &m->delay_wgrad : NULL;
+         : !strcmp(k, "tp_overlap") ? &m->run.tp_overlap
+         : !strcmp(k, "fp8_param_gather") ? &m->run.fp8_param_gather
+         : !strcmp(k, "grad_fp32") ? &m->run.grad_fp32
+         : !strcmp(k, "moe_a2a_overlap") ? &m->run.moe_a2a_overlap
+         : !strcmp(k, "delay_wgrad") ? &m->run.delay_wgrad : NULL;
 }
 
 /* The spec's recompute_method and recompute_layers: 1 when k was one, 0
@@ -82,13 +82,13 @@ static int recompute_key(ap_megatron *m, const char *k, const char *v,
 static int opt_key(ap_megatron *m, const char *k, const char *v, const char *who,
                    char *err)
 {
-    ap_opt_dtype *slot = !strcmp(k, "main_params") ? &m->opt.main_params
-                       : !strcmp(k, "exp_avg") ? &m->opt.exp_avg
-                       : !strcmp(k, "exp_avg_sq") ? &m->opt.exp_avg_sq : NULL;
+    ap_opt_dtype *slot = !strcmp(k, "main_params") ? &m->run.opt.main_params
+                       : !strcmp(k, "exp_avg") ? &m->run.opt.exp_avg
+                       : !strcmp(k, "exp_avg_sq") ? &m->run.opt.exp_avg_sq : NULL;
     if (!slot)
         return 0;
     ap_opt_dtype t;
-    int main = slot == &m->opt.main_params;
+    int main = slot == &m->run.opt.main_params;
     if (ap_opt_dtype_parse(v, &t) ||
         (main ? t == AP_OPT_FP8 || t == AP_OPT_BF16 : t == AP_OPT_NONE)) {
         snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (%s)", who, v,
@@ -112,12 +112,12 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     if (known)
         return known < 0 ? AP_EINPUT : AP_OK;
     if (!strcmp(k, "cross_entropy")) {
-        if (ap_ce_impl_parse(v, &m->cross_entropy))
+        if (ap_ce_impl_parse(v, &m->run.cross_entropy))
             goto bad;
         return AP_OK;
     }
     if (!strcmp(k, "cp_comm")) {
-        if (ap_cp_comm_parse(v, &m->cp_comm))
+        if (ap_cp_comm_parse(v, &m->run.cp_comm))
             goto bad;
         return AP_OK;
     }
@@ -257,7 +257,7 @@ static int fp8_flag(const char *tok, char **save, ap_megatron *m, char *err)
                  "(hybrid or e4m3)", v);
         return -1;
     }
-    m->fp8 = 1;
+    m->run.fp8 = 1;
     return 1;
 }
 
@@ -277,7 +277,7 @@ static const char *const tp_overlap_tuning[] = {
 static int tp_overlap_flag(const char *tok, char **save, ap_megatron *m, char *err)
 {
     if (!strcmp(tok, "--tp-comm-overlap")) {
-        m->tp_overlap = 1;
+        m->run.tp_overlap = 1;
         return 1;
     }
     for (size_t i = 0; i < sizeof tp_overlap_tuning / sizeof tp_overlap_tuning[0]; i++) {
@@ -296,9 +296,9 @@ static int tp_overlap_flag(const char *tok, char **save, ap_megatron *m, char *e
 static int moe_overlap_flag(const char *tok, ap_megatron *m)
 {
     if (!strcmp(tok, "--overlap-moe-expert-parallel-comm"))
-        return m->moe_a2a_overlap = 1;
+        return m->run.moe_a2a_overlap = 1;
     if (!strcmp(tok, "--delay-wgrad-compute"))
-        return m->delay_wgrad = 1;
+        return m->run.delay_wgrad = 1;
     return 0;
 }
 
@@ -668,9 +668,9 @@ static int grad_rule(const grad_flags *gf, ap_megatron *m, char *err)
         return -1;
     }
     if (gf->bf16)
-        m->grad_fp32 = !gf->reduce_bf16 && (gf->accumulate_fp32 || main_fp32);
+        m->run.grad_fp32 = !gf->reduce_bf16 && (gf->accumulate_fp32 || main_fp32);
     else
-        m->grad_fp32 = gf->accumulate_fp32;
+        m->run.grad_fp32 = gf->accumulate_fp32;
     return 0;
 }
 
@@ -719,7 +719,8 @@ static int opt_flag(const char *tok, char **save, opt_flags *of, char *err)
  * priced and is read past. */
 static int opt_rule(const opt_flags *of, ap_megatron *m, char *err)
 {
-    ap_opt_dtype *slot[3] = {&m->opt.main_params, &m->opt.exp_avg, &m->opt.exp_avg_sq};
+    ap_opt_dtype *slot[3] = {&m->run.opt.main_params, &m->run.opt.exp_avg,
+                             &m->run.opt.exp_avg_sq};
     for (int i = 0; i < 3; i++) {
         if (!of->v[i])
             continue;
@@ -872,8 +873,8 @@ static int settle_attention(const audit *a, ap_megatron *m, char *err)
     if (a->flash_attn && fused == 0)
         return refuse("--attention-backend", a->backend, "contradicts --use-flash-attn; "
                       "give one", err);
-    if (local && (m->fp8 || m->tp_overlap))
-        return refuse("--transformer-impl", "local", m->fp8
+    if (local && (m->run.fp8 || m->run.tp_overlap))
+        return refuse("--transformer-impl", "local", m->run.fp8
                       ? "has no FP8 layers (Transformer Engine's); drop --fp8-format"
                       : "has no TP communication overlap (Transformer Engine's "
                         "userbuffers); drop --tp-comm-overlap", err);
@@ -935,7 +936,7 @@ static int settle_cp_comm(const audit *a, ap_megatron *m, char *err)
                  "mixing types is not priced", a->cp_comm, a->cp_other);
         return -1;
     }
-    if (ap_cp_comm_parse(a->cp_comm, &m->cp_comm))
+    if (ap_cp_comm_parse(a->cp_comm, &m->run.cp_comm))
         return refuse("--cp-comm-type", a->cp_comm, "Transformer Engine's hierarchical "
                       "context parallelism (all-to-all inside the groups of "
                       "--hierarchical-context-parallel-sizes, the p2p ring across them) "
@@ -1038,7 +1039,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         } else if (!strcmp(tok, "--use-distributed-optimizer")) {
             m->zero = AP_ZERO_1;
         } else if (!strcmp(tok, "--fp8-param-gather")) {
-            m->fp8_param_gather = 1;
+            m->run.fp8_param_gather = 1;
         } else if (!strcmp(tok, "--overlap-grad-reduce")) {
             m->overlap_grad = 1;
         } else if (!strcmp(tok, "--group-query-attention")) {
@@ -1080,7 +1081,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         return AP_EINPUT;
     }
     if (ce.fusion)
-        m->cross_entropy = ce.impl;
+        m->run.cross_entropy = ce.impl;
     if (grad_rule(&gf, m, err) || opt_rule(&of, m, err))
         return AP_EINPUT;
     if (layers_per_chunk) /* resolved against the layer count later */
@@ -1273,9 +1274,9 @@ static int check_experts(const ap_graph *g, ap_megatron *m, char *err)
  * fsdp2, megatron fsdp, or inference mode" (megatron/training/arguments.py). */
 static int check_fp8_params(const ap_megatron *m, char *err)
 {
-    if (!m->fp8_param_gather)
+    if (!m->run.fp8_param_gather)
         return AP_OK;
-    if (!m->fp8) {
+    if (!m->run.fp8) {
         snprintf(err, AP_ERR_LEN, "fp8_param_gather: --fp8-param-gather keeps the "
                  "linear layers' weights in FP8, which needs FP8 training (fp8=1, "
                  "--fp8-format hybrid)");
@@ -1297,14 +1298,14 @@ static int check_fp8_params(const ap_megatron *m, char *err)
  * DistributedFusedAdam is ZeRO-1 itself). */
 static int check_opt_dtypes(const ap_megatron *m, char *err)
 {
-    if (ap_opt_dtypes_fp32(&m->opt) || m->zero != AP_ZERO_NONE)
+    if (ap_opt_dtypes_fp32(&m->run.opt) || m->zero != AP_ZERO_NONE)
         return AP_OK;
     snprintf(err, AP_ERR_LEN, "main_params, exp_avg, exp_avg_sq: optimizer states in "
              "%s, %s and %s need --use-precision-aware-optimizer, which Megatron-Core "
              "supports only with the distributed optimizer (zero=1, "
              "--use-distributed-optimizer); the configuration has zero=0",
-             ap_opt_dtype_name(m->opt.main_params), ap_opt_dtype_name(m->opt.exp_avg),
-             ap_opt_dtype_name(m->opt.exp_avg_sq));
+             ap_opt_dtype_name(m->run.opt.main_params), ap_opt_dtype_name(m->run.opt.exp_avg),
+             ap_opt_dtype_name(m->run.opt.exp_avg_sq));
     return AP_EINPUT;
 }
 
@@ -1319,13 +1320,13 @@ static int check_opt_dtypes(const ap_megatron *m, char *err)
 static int check_moe_overlap(const ap_graph *g, const ap_megatron *m, char *err)
 {
     const char *flag = "moe_a2a_overlap: --overlap-moe-expert-parallel-comm";
-    if (m->delay_wgrad && !m->moe_a2a_overlap) {
+    if (m->run.delay_wgrad && !m->run.moe_a2a_overlap) {
         snprintf(err, AP_ERR_LEN, "delay_wgrad: --delay-wgrad-compute needs "
                  "--overlap-moe-expert-parallel-comm (moe_a2a_overlap=1), as "
                  "Megatron-Core asserts");
         return AP_EINPUT;
     }
-    if (!m->moe_a2a_overlap)
+    if (!m->run.moe_a2a_overlap)
         return AP_OK;
     if (m->ep < 2) {
         snprintf(err, AP_ERR_LEN, "%s is only supported with expert parallelism "
@@ -1420,9 +1421,9 @@ static int check_shape(const ap_graph *g, const ap_megatron *m, char *err)
  * rank runs cp-th of them over the whole sequence. */
 static int check_cp_comm(const ap_graph *g, const ap_megatron *m, char *err)
 {
-    if (m->cp <= 1 || m->cp_comm == AP_CP_P2P)
+    if (m->cp <= 1 || m->run.cp_comm == AP_CP_P2P)
         return AP_OK;
-    const char *name = ap_cp_comm_name(m->cp_comm);
+    const char *name = ap_cp_comm_name(m->run.cp_comm);
     for (int i = 0; i < g->nops; i++) {
         const ap_op *op = &g->ops[i];
         if (op->kind != AP_OP_ATTENTION || op->ninputs < 3)
@@ -1436,7 +1437,7 @@ static int check_cp_comm(const ap_graph *g, const ap_megatron *m, char *err)
             return AP_EINPUT;
         }
     }
-    if (m->cp_comm != AP_CP_A2A)
+    if (m->run.cp_comm != AP_CP_A2A)
         return AP_OK;
     const char *kinds[] = {"heads", "KV heads"};
     ap_dim_kind dk[] = {AP_DIM_HEADS, AP_DIM_KV_HEADS};
@@ -1568,7 +1569,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     }
     /* Megatron-LM asserts this: userbuffers replace sequence parallelism's
      * all-gathers and reduce-scatters, not the all-reduce. */
-    if (m->tp_overlap && m->tp > 1 && !m->sp) {
+    if (m->run.tp_overlap && m->tp > 1 && !m->sp) {
         snprintf(err, AP_ERR_LEN, "tp_overlap: --tp-comm-overlap needs sequence "
                  "parallelism (sp=1, --sequence-parallel) when tp=%d > 1", m->tp);
         return AP_EINPUT;
@@ -1721,13 +1722,13 @@ static int fill_block(const ap_graph *g, const ap_megatron *m, const ap_parts *p
 void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m)
 {
     char err[AP_ERR_LEN];
-    m->tp_overlap = m->tp_overlap && m->tp > 1 && m->sp;
-    if (m->moe_a2a_overlap && check_moe_overlap(g, m, err))
-        m->moe_a2a_overlap = m->delay_wgrad = 0;
+    m->run.tp_overlap = m->run.tp_overlap && m->tp > 1 && m->sp;
+    if (m->run.moe_a2a_overlap && check_moe_overlap(g, m, err))
+        m->run.moe_a2a_overlap = m->run.delay_wgrad = 0;
     if (m->cp <= 1 || check_cp_comm(g, m, err))
-        m->cp_comm = AP_CP_P2P;
+        m->run.cp_comm = AP_CP_P2P;
     if (check_opt_dtypes(m, err))
-        memset(&m->opt, 0, sizeof m->opt);
+        memset(&m->run.opt, 0, sizeof m->run.opt);
 }
 
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
@@ -1752,20 +1753,14 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     p->zero = m.zero;
     p->serial_grad_sync = !m.overlap_grad;
     p->serial_param_gather = !ap_megatron_overlap_param(&m);
-    p->run.fp8 = m.fp8;
-    p->run.fp8_param_gather = m.fp8_param_gather;
-    p->run.moe_a2a_overlap = m.moe_a2a_overlap;
-    p->run.delay_wgrad = m.delay_wgrad;
-    p->run.cross_entropy = m.cross_entropy;
-    p->run.grad_fp32 = m.grad_fp32;
-    p->run.opt = m.opt;
-    p->run.cp_comm = m.cp > 1 ? m.cp_comm : AP_CP_P2P;
+    p->run = m.run;
+    p->run.cp_comm = m.cp > 1 ? m.run.cp_comm : AP_CP_P2P;
     p->recompute_method = m.recompute_method;
     p->recompute_layers = m.recompute_layers;
     /* With tp = 1 there is nothing to overlap: the setting is dropped, and
      * the plan and its exports run without it (Megatron-LM turns sequence
      * parallelism off at tp = 1 and would then refuse the flag). */
-    p->run.tp_overlap = m.tp_overlap && m.tp > 1;
+    p->run.tp_overlap = m.run.tp_overlap && m.tp > 1;
     p->nstages = m.pp;
     p->nclasses = pt.nclasses;
     p->stages = calloc((size_t)m.pp, sizeof *p->stages);

@@ -607,29 +607,27 @@ typedef struct {
     int overlap_grad;
     int overlap_param; /* --overlap-param-gather; -1: follows overlap_grad */
     int first, last;
-    int fp8;          /* --fp8-format hybrid or e4m3: linear layers in FP8 */
     int account_embedding, account_loss;
-    int tp_overlap;   /* --tp-comm-overlap: needs sp when tp > 1 */
     int etp;          /* --expert-tensor-parallel-size; 0 reads as tp */
-    int fp8_param_gather; /* --fp8-param-gather: needs fp8 and zero >= 1 */
-    /* --overlap-moe-expert-parallel-comm and --delay-wgrad-compute
-     * (ap_plan.moe_a2a_overlap); refused where Megatron-Core asserts */
-    int moe_a2a_overlap, delay_wgrad;
-    ap_ce_impl cross_entropy; /* --cross-entropy-loss-fusion with
-                         --cross-entropy-fusion-impl native (its default) or te */
-    int grad_fp32;    /* fp32 main gradients, reduced in fp32: --bf16 without
-                         --grad-reduce-in-bf16, or
-                         --accumulate-allreduce-grads-in-fp32 (Megatron-LM's
-                         validate_args); the spec's grad_fp32, 0 by default */
-    ap_cp_comm cp_comm; /* --cp-comm-type, one for every layer: the spec's
-                         cp_comm, p2p by default */
-    /* --use-precision-aware-optimizer's --main-params-dtype (fp32 or fp16),
-     * --exp-avg-dtype and --exp-avg-sq-dtype (fp32, fp16, bf16 or fp8):
-     * the spec's main_params, exp_avg and exp_avg_sq, fp32 by default. The
-     * spec also takes main_params=none, no main weights: apex's
-     * DistributedFusedAdam under NeMo's optim dtype bf16 steps the model's
-     * bf16 weights, which Megatron-LM cannot run: its export refuses it. */
-    ap_opt_dtypes opt;
+    /* The launcher settings, each the spec's key of the same name (opt's:
+     * main_params, exp_avg and exp_avg_sq), off, unfused, p2p or fp32 by
+     * default. fp8: --fp8-format hybrid or e4m3, linear layers in FP8.
+     * tp_overlap: --tp-comm-overlap, which needs sp when tp > 1.
+     * fp8_param_gather: --fp8-param-gather, which needs fp8 and zero >= 1.
+     * moe_a2a_overlap and delay_wgrad: --overlap-moe-expert-parallel-comm
+     * and --delay-wgrad-compute, refused where Megatron-Core asserts.
+     * cross_entropy: --cross-entropy-loss-fusion with
+     * --cross-entropy-fusion-impl native (its default) or te. grad_fp32:
+     * fp32 main gradients, reduced in fp32: --bf16 without
+     * --grad-reduce-in-bf16, or --accumulate-allreduce-grads-in-fp32
+     * (Megatron-LM's validate_args). cp_comm: --cp-comm-type, one for every
+     * layer. opt: --use-precision-aware-optimizer's --main-params-dtype
+     * (fp32 or fp16), --exp-avg-dtype and --exp-avg-sq-dtype (fp32, fp16,
+     * bf16 or fp8); the spec also takes main_params=none, no main weights:
+     * apex's DistributedFusedAdam under NeMo's optim dtype bf16 steps the
+     * model's bf16 weights, which Megatron-LM cannot run: its export
+     * refuses it. */
+    ap_run_settings run;
     /* Under recompute full: --recompute-method and --recompute-num-layers
      * (ap_recompute_method); the spec's recompute_method and
      * recompute_layers, uniform 1 by default. */
@@ -753,20 +751,15 @@ typedef struct {
     int threads;         /* 0: the machine's cores */
     int progress;        /* a progress line on stderr once a second has
                             passed; the caller decides (a tty) */
-    int fp8;             /* every configuration with linear layers in FP8 */
-    int tp_overlap;      /* every configuration with TP communication overlap
-                            (configurations with tp > 1 and no sp are left out) */
-    ap_ce_impl cross_entropy; /* every configuration's loss kernels; a fused
-                            loss only for Megatron-LM */
-    int grad_fp32;       /* every configuration with fp32 gradients
-                            (grad_fp32=1); only for Megatron-LM */
-    int moe_a2a_overlap, delay_wgrad; /* every configuration Megatron-Core
-                            runs it for with the expert all-to-all overlap */
-    ap_cp_comm cp_comm;  /* every configuration with cp > 1 that
-                            Transformer Engine runs it for with this
-                            communication type, the others with p2p */
-    ap_opt_dtypes opt;   /* every configuration with the distributed
-                            optimizer with these state dtypes; zeroed: fp32 */
+    /* Every configuration runs with these settings, where it can: TP
+     * overlap leaves out configurations with tp > 1 and no sp; a fused loss
+     * and fp32 gradients only for Megatron-LM; the expert all-to-all
+     * overlap for every configuration Megatron-Core runs it for; cp_comm
+     * for every one with cp > 1 that Transformer Engine runs it for, the
+     * others with p2p; opt for every one with the distributed optimizer.
+     * The sweep does not try FP8 primary weights: fp8_param_gather is left
+     * off. */
+    ap_run_settings run;
 } ap_sweep_opts;
 
 void ap_sweep_opts_default(ap_sweep_opts *o);

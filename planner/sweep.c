@@ -60,35 +60,36 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         append(buf, len, &n, ",first=%d", m->first);
     if (m->last)
         append(buf, len, &n, ",last=%d", m->last);
-    if (m->fp8)
+    if (m->run.fp8)
         append(buf, len, &n, ",fp8=1");
     if (m->account_embedding)
         append(buf, len, &n, ",account_embedding=1");
     if (m->account_loss)
         append(buf, len, &n, ",account_loss=1");
-    if (m->tp_overlap)
+    if (m->run.tp_overlap)
         append(buf, len, &n, ",tp_overlap=1");
     if (m->etp && m->etp != m->tp)
         append(buf, len, &n, ",etp=%d", m->etp);
-    if (m->fp8_param_gather)
+    if (m->run.fp8_param_gather)
         append(buf, len, &n, ",fp8_param_gather=1");
-    if (m->moe_a2a_overlap)
+    if (m->run.moe_a2a_overlap)
         append(buf, len, &n, ",moe_a2a_overlap=1");
-    if (m->delay_wgrad)
+    if (m->run.delay_wgrad)
         append(buf, len, &n, ",delay_wgrad=1");
-    if (m->cross_entropy != AP_CE_UNFUSED)
-        append(buf, len, &n, ",cross_entropy=%s", ap_ce_impl_name(m->cross_entropy));
+    if (m->run.cross_entropy != AP_CE_UNFUSED)
+        append(buf, len, &n, ",cross_entropy=%s", ap_ce_impl_name(m->run.cross_entropy));
     if (m->recompute_method != AP_RECOMPUTE_UNIFORM)
         append(buf, len, &n, ",recompute_method=%s",
                ap_recompute_method_name(m->recompute_method));
     if (m->recompute_layers != 1)
         append(buf, len, &n, ",recompute_layers=%d", m->recompute_layers);
-    if (m->grad_fp32)
+    if (m->run.grad_fp32)
         append(buf, len, &n, ",grad_fp32=1");
-    if (m->cp_comm != AP_CP_P2P)
-        append(buf, len, &n, ",cp_comm=%s", ap_cp_comm_name(m->cp_comm));
+    if (m->run.cp_comm != AP_CP_P2P)
+        append(buf, len, &n, ",cp_comm=%s", ap_cp_comm_name(m->run.cp_comm));
     const char *keys[3] = {"main_params", "exp_avg", "exp_avg_sq"};
-    const ap_opt_dtype dt[3] = {m->opt.main_params, m->opt.exp_avg, m->opt.exp_avg_sq};
+    const ap_opt_dtype dt[3] = {m->run.opt.main_params, m->run.opt.exp_avg,
+                                m->run.opt.exp_avg_sq};
     for (int i = 0; i < 3; i++)
         if (dt[i] != AP_OPT_FP32)
             append(buf, len, &n, ",%s=%s", keys[i], ap_opt_dtype_name(dt[i]));
@@ -380,45 +381,40 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                  "of sequences, not %g", s.gbs);
         return AP_EINPUT;
     }
-    if (o->fp8 && o->launcher == AP_LAUNCHER_DEEPSPEED) {
+    if (o->run.fp8 && o->launcher == AP_LAUNCHER_DEEPSPEED) {
         snprintf(err, AP_ERR_LEN, "sweep: fp8: DeepSpeed's config has no FP8 training "
                  "of its own (Megatron-LM and torchtitan do)");
         return AP_EINPUT;
     }
-    if (o->fp8 && ap_fp8_check(c, err))
+    if (o->run.fp8 && ap_fp8_check(c, err))
         return AP_EINPUT;
-    if (o->cross_entropy != AP_CE_UNFUSED && o->launcher != AP_LAUNCHER_MEGATRON) {
+    if (o->run.cross_entropy != AP_CE_UNFUSED && o->launcher != AP_LAUNCHER_MEGATRON) {
         snprintf(err, AP_ERR_LEN, "sweep: cross_entropy=%s: %s computes the loss with "
                  "the training script's own cross entropy, not Megatron-Core's fused "
-                 "kernels", ap_ce_impl_name(o->cross_entropy), ap_launcher_name(o->launcher));
+                 "kernels", ap_ce_impl_name(o->run.cross_entropy),
+                 ap_launcher_name(o->launcher));
         return AP_EINPUT;
     }
-    if (o->grad_fp32 && o->launcher != AP_LAUNCHER_MEGATRON) {
+    if (o->run.grad_fp32 && o->launcher != AP_LAUNCHER_MEGATRON) {
         snprintf(err, AP_ERR_LEN, "sweep: grad_fp32=1: %s keeps its own gradient "
                  "buffers, not Megatron-LM's fp32 main gradients",
                  ap_launcher_name(o->launcher));
         return AP_EINPUT;
     }
-    if ((o->moe_a2a_overlap || o->cp_comm != AP_CP_P2P || !ap_opt_dtypes_fp32(&o->opt)) &&
-        o->launcher != AP_LAUNCHER_MEGATRON) {
+    if ((o->run.moe_a2a_overlap || o->run.cp_comm != AP_CP_P2P ||
+         !ap_opt_dtypes_fp32(&o->run.opt)) && o->launcher != AP_LAUNCHER_MEGATRON) {
         snprintf(err, AP_ERR_LEN, "sweep: %s: %s runs neither Megatron-Core's expert "
                  "all-to-all overlap, Transformer Engine's context-parallel types nor "
-                 "the precision-aware optimizer", o->moe_a2a_overlap ? "moe_a2a_overlap=1"
-                 : o->cp_comm != AP_CP_P2P ? "cp_comm" : "main_params, exp_avg, exp_avg_sq",
+                 "the precision-aware optimizer", o->run.moe_a2a_overlap ? "moe_a2a_overlap=1"
+                 : o->run.cp_comm != AP_CP_P2P ? "cp_comm" : "main_params, exp_avg, exp_avg_sq",
                  ap_launcher_name(o->launcher));
         return AP_EINPUT;
     }
     list l = {0};
     int n = 0, rc = enumerate(&s, &l);
     for (long i = 0; i < l.n; i++) {
-        l.v[i].fp8 = o->fp8;
-        l.v[i].cross_entropy = o->cross_entropy;
-        l.v[i].grad_fp32 = o->grad_fp32;
-        l.v[i].tp_overlap = o->tp_overlap;
-        l.v[i].moe_a2a_overlap = o->moe_a2a_overlap;
-        l.v[i].delay_wgrad = o->delay_wgrad;
-        l.v[i].cp_comm = o->cp_comm;
-        l.v[i].opt = o->opt;
+        l.v[i].run = o->run;
+        l.v[i].run.fp8_param_gather = 0; /* not swept (ap_sweep_opts) */
         /* Where Megatron-LM refuses one (TP overlap without sequence
          * parallelism, say), the configuration runs without it. */
         ap_megatron_drop_unsupported(g, &l.v[i]);

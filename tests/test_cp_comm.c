@@ -363,11 +363,11 @@ static void the_flag_is_the_spec_key(void)
     ap_megatron_default(&m);
     CHECK(ap_megatron_parse_args("--context-parallel-size 2 --cp-comm-type allgather", &m,
                                  err) == AP_OK);
-    CHECK(m.cp_comm == AP_CP_ALLGATHER);
+    CHECK(m.run.cp_comm == AP_CP_ALLGATHER);
     ap_megatron_default(&m);
     CHECK(ap_megatron_parse_args("--context-parallel-size 2 --cp-comm-type a2a a2a a2a", &m,
                                  err) == AP_OK);
-    CHECK(m.cp_comm == AP_CP_A2A);
+    CHECK(m.run.cp_comm == AP_CP_A2A);
     ap_megatron_format(&m, buf, sizeof buf);
     CHECK_STR_HAS(buf, ",cp_comm=a2a");
     ap_megatron_default(&m);
@@ -381,7 +381,7 @@ static void the_flag_is_the_spec_key(void)
     CHECK_STR_HAS(err, "--cp-comm-type a2a+p2p: Transformer Engine's hierarchical");
     ap_megatron_default(&m);
     CHECK(ap_megatron_parse_args("--cp-comm-type a2a+p2p", &m, err) == AP_OK);
-    CHECK(m.cp_comm == AP_CP_P2P);
+    CHECK(m.run.cp_comm == AP_CP_P2P);
     CHECK(ap_megatron_parse("cp=2,cp_comm=ring", &m, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "cp_comm: bad value \"ring\" (p2p, allgather or a2a)");
     ap_megatron_default(&m);

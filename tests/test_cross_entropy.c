@@ -120,13 +120,13 @@ static void the_spec_key_and_the_flags_choose_the_same_kernels(void)
     char err[AP_ERR_LEN], spec[256];
     ap_megatron m;
     ap_megatron_default(&m);
-    CHECK(m.cross_entropy == AP_CE_UNFUSED);
+    CHECK(m.run.cross_entropy == AP_CE_UNFUSED);
     REQUIRE_OK(ap_megatron_parse("tp=2,cross_entropy=te", &m, err), err);
-    CHECK(m.cross_entropy == AP_CE_TE);
+    CHECK(m.run.cross_entropy == AP_CE_TE);
     ap_megatron_format(&m, spec, sizeof spec);
     CHECK_STR_HAS(spec, ",cross_entropy=te");
     REQUIRE_OK(ap_megatron_parse("cross_entropy=native", &m, err), err);
-    CHECK(m.cross_entropy == AP_CE_NATIVE);
+    CHECK(m.run.cross_entropy == AP_CE_NATIVE);
     REQUIRE_OK(ap_megatron_parse("cross_entropy=unfused", &m, err), err);
     ap_megatron_format(&m, spec, sizeof spec);
     CHECK(strstr(spec, "cross_entropy") == NULL);
@@ -135,14 +135,14 @@ static void the_spec_key_and_the_flags_choose_the_same_kernels(void)
 
     ap_megatron_default(&m);
     REQUIRE_OK(ap_megatron_parse_args("--cross-entropy-loss-fusion", &m, err), err);
-    CHECK(m.cross_entropy == AP_CE_NATIVE);
+    CHECK(m.run.cross_entropy == AP_CE_NATIVE);
     ap_megatron_default(&m);
     REQUIRE_OK(ap_megatron_parse_args("--cross-entropy-fusion-impl te "
                                       "--cross-entropy-loss-fusion", &m, err), err);
-    CHECK(m.cross_entropy == AP_CE_TE);
+    CHECK(m.run.cross_entropy == AP_CE_TE);
     ap_megatron_default(&m);
     REQUIRE_OK(ap_megatron_parse_args("--cross-entropy-fusion-impl te", &m, err), err);
-    CHECK(m.cross_entropy == AP_CE_UNFUSED);
+    CHECK(m.run.cross_entropy == AP_CE_UNFUSED);
     CHECK(ap_megatron_parse_args("--cross-entropy-loss-fusion --cross-entropy-fusion-impl "
                                  "unfused", &m, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "--cross-entropy-fusion-impl: bad value \"unfused\" (native or te)");

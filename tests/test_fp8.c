@@ -160,7 +160,7 @@ static void fp8_on_an_a100_is_refused_naming_fp8_and_the_gpu(void)
     ap_megatron m;
     ap_megatron_default(&m);
     m.gbs = 128;
-    m.fp8 = 1;
+    m.run.fp8 = 1;
     ap_plan p;
     CHECK(ap_megatron_plan(g, &c, &m, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "fp8");
@@ -185,21 +185,21 @@ static void megatron_fp8_flags_parse_to_fp8_on(void)
     REQUIRE_OK(ap_megatron_parse_args("--fp8-format hybrid --fp8-amax-history-len 1024 "
                                       "--fp8-amax-compute-algo max --fp8-margin 0 "
                                       "--tensor-model-parallel-size 2", &m, err), err);
-    CHECK(m.fp8 == 1);
+    CHECK(m.run.fp8 == 1);
     CHECK(m.tp == 2); /* the tuning flags' values were read past, not lost */
     ap_megatron_default(&m);
     REQUIRE_OK(ap_megatron_parse_args("--fp8-format e4m3", &m, err), err);
-    CHECK(m.fp8 == 1);
+    CHECK(m.run.fp8 == 1);
     ap_megatron_default(&m);
     REQUIRE_OK(ap_megatron_parse_args("--tensor-model-parallel-size 2 --bf16", &m, err), err);
-    CHECK(m.fp8 == 0);
+    CHECK(m.run.fp8 == 0);
     CHECK(ap_megatron_parse_args("--fp8-format e5m2", &m, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "--fp8-format");
     CHECK(ap_megatron_parse_args("--fp8-margin", &m, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "needs a value");
     ap_megatron_default(&m);
     REQUIRE_OK(ap_megatron_parse("tp=2,fp8=1", &m, err), err);
-    CHECK(m.fp8 == 1);
+    CHECK(m.run.fp8 == 1);
     CHECK(ap_megatron_parse("fp8=2", &m, err) == AP_EINPUT);
     char spec[256];
     ap_megatron_format(&m, spec, sizeof spec);
@@ -212,7 +212,7 @@ static int estimate(const ap_graph *g, const ap_cluster *c, int fp8, ap_plan *p)
     ap_megatron m;
     ap_megatron_default(&m);
     m.gbs = 128;
-    m.fp8 = fp8;
+    m.run.fp8 = fp8;
     int rc = ap_megatron_plan(g, c, &m, p, err);
     if (rc)
         fprintf(stderr, "%s\n", err);

@@ -227,7 +227,7 @@ static void the_spec_key_parses_formats_and_rejects_other_values(void)
     ap_megatron m;
     ap_megatron_default(&m);
     REQUIRE_OK(ap_megatron_parse("fp8=1,fp8_param_gather=1", &m, err), err);
-    CHECK(m.fp8_param_gather == 1);
+    CHECK(m.run.fp8_param_gather == 1);
     ap_megatron_format(&m, spec, sizeof spec);
     CHECK_STR_HAS(spec, ",fp8=1");
     CHECK_STR_HAS(spec, ",fp8_param_gather=1");

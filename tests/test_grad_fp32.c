@@ -243,7 +243,7 @@ static int grads_of(const char *flags)
     ap_megatron_default(&m);
     if (ap_megatron_parse_args(flags, &m, err))
         return -1;
-    return m.grad_fp32;
+    return m.run.grad_fp32;
 }
 
 static void flags_follow_megatrons_rule(void)
@@ -275,8 +275,8 @@ static void spec_key_reads_and_formats(void)
     ap_megatron m;
     char err[AP_ERR_LEN], buf[512];
     ap_megatron_default(&m);
-    CHECK(m.grad_fp32 == 0);
-    CHECK(ap_megatron_parse("tp=2,grad_fp32=1", &m, err) == AP_OK && m.grad_fp32 == 1);
+    CHECK(m.run.grad_fp32 == 0);
+    CHECK(ap_megatron_parse("tp=2,grad_fp32=1", &m, err) == AP_OK && m.run.grad_fp32 == 1);
     ap_megatron_format(&m, buf, sizeof buf);
     CHECK_STR_HAS(buf, ",grad_fp32=1");
     CHECK(ap_megatron_parse("grad_fp32=2", &m, err) == AP_EINPUT);

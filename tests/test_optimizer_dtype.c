@@ -256,13 +256,13 @@ static void flags_follow_megatron_cores_rules(void)
              "--exp-avg-sq-dtype fp8", dist);
     ap_megatron_default(&m);
     CHECK(ap_megatron_parse_args(args, &m, err) == AP_OK);
-    CHECK(m.opt.main_params == AP_OPT_FP16 && m.opt.exp_avg == AP_OPT_BF16 &&
-          m.opt.exp_avg_sq == AP_OPT_FP8);
+    CHECK(m.run.opt.main_params == AP_OPT_FP16 && m.run.opt.exp_avg == AP_OPT_BF16 &&
+          m.run.opt.exp_avg_sq == AP_OPT_FP8);
     ap_megatron_format(&m, buf, sizeof buf);
     CHECK_STR_HAS(buf, ",main_params=fp16,exp_avg=bf16,exp_avg_sq=fp8");
     ap_megatron_default(&m);
     CHECK(ap_megatron_parse_args(dist, &m, err) == AP_OK);
-    CHECK(ap_opt_dtypes_fp32(&m.opt));
+    CHECK(ap_opt_dtypes_fp32(&m.run.opt));
     ap_megatron_format(&m, buf, sizeof buf);
     CHECK(!strstr(buf, "exp_avg") && !strstr(buf, "main_params"));
     ap_megatron_default(&m);

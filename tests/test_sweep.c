@@ -182,8 +182,8 @@ static ap_megatron layout(int tp, int pp, int vpp, int cp, int ep)
     m.cp = cp;
     m.ep = ep;
     m.sp = tp > 1;
-    m.tp_overlap = m.moe_a2a_overlap = m.delay_wgrad = 1;
-    m.cp_comm = AP_CP_A2A;
+    m.run.tp_overlap = m.run.moe_a2a_overlap = m.run.delay_wgrad = 1;
+    m.run.cp_comm = AP_CP_A2A;
     return m;
 }
 
@@ -199,20 +199,20 @@ static void unsupported_settings_drop_per_configuration(void)
     ap_megatron_drop_unsupported(moe, &a);
     ap_megatron_drop_unsupported(moe, &b);
     ap_megatron_drop_unsupported(moe, &c);
-    CHECK(a.moe_a2a_overlap && a.delay_wgrad);
-    CHECK(!b.moe_a2a_overlap && !b.delay_wgrad); /* pp 2 without vpp */
-    CHECK(!c.moe_a2a_overlap && !c.delay_wgrad); /* ep 1 */
-    CHECK(!a.tp_overlap && a.cp_comm == AP_CP_P2P); /* tp 1, cp 1 */
+    CHECK(a.run.moe_a2a_overlap && a.run.delay_wgrad);
+    CHECK(!b.run.moe_a2a_overlap && !b.run.delay_wgrad); /* pp 2 without vpp */
+    CHECK(!c.run.moe_a2a_overlap && !c.run.delay_wgrad); /* ep 1 */
+    CHECK(!a.run.tp_overlap && a.run.cp_comm == AP_CP_P2P); /* tp 1, cp 1 */
     ap_megatron_drop_unsupported(dense, &d);
     ap_megatron_drop_unsupported(dense, &e);
-    CHECK(d.cp_comm == AP_CP_A2A && d.tp_overlap); /* 16 and 4 heads per rank, cp 4 */
-    CHECK(e.cp_comm == AP_CP_P2P);                  /* 4 KV heads per rank, cp 8 */
+    CHECK(d.run.cp_comm == AP_CP_A2A && d.run.tp_overlap); /* 16 and 4 heads per rank, cp 4 */
+    CHECK(e.run.cp_comm == AP_CP_P2P);                  /* 4 KV heads per rank, cp 8 */
     /* Other optimizer states need the distributed optimizer. */
-    d.opt.exp_avg = e.opt.exp_avg = AP_OPT_BF16;
+    d.run.opt.exp_avg = e.run.opt.exp_avg = AP_OPT_BF16;
     e.zero = AP_ZERO_NONE;
     ap_megatron_drop_unsupported(dense, &d);
     ap_megatron_drop_unsupported(dense, &e);
-    CHECK(d.opt.exp_avg == AP_OPT_BF16 && ap_opt_dtypes_fp32(&e.opt));
+    CHECK(d.run.opt.exp_avg == AP_OPT_BF16 && ap_opt_dtypes_fp32(&e.run.opt));
     ap_graph_free(moe);
     ap_graph_free(dense);
 }

@@ -255,12 +255,12 @@ static void megatron_flags_and_spec_set_it_alike(void)
                    "--tp-comm-overlap-rs-dgrad --tp-comm-bootstrap-backend nccl",
                    &b, err),
                err);
-    CHECK(a.tp_overlap == 1 && b.tp_overlap == 1 && b.tp == 4 && b.sp == 1);
+    CHECK(a.run.tp_overlap == 1 && b.run.tp_overlap == 1 && b.tp == 4 && b.sp == 1);
     /* The tuning flags' values are read past, not taken for flags. */
     ap_megatron_default(&b);
     CHECK(ap_megatron_parse_args("--tp-comm-overlap-cfg --tp-comm-overlap", &b, err) ==
           AP_OK);
-    CHECK(b.tp_overlap == 0);
+    CHECK(b.run.tp_overlap == 0);
     CHECK(ap_megatron_parse_args("--tp-comm-overlap-cfg", &b, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "--tp-comm-overlap-cfg needs a value");
     CHECK(ap_megatron_parse("tp_overlap=2", &a, err) == AP_EINPUT);
@@ -269,10 +269,10 @@ static void megatron_flags_and_spec_set_it_alike(void)
     ap_megatron_default(&a);
     a.tp = 4;
     a.sp = 1;
-    a.tp_overlap = 1;
+    a.run.tp_overlap = 1;
     ap_megatron_format(&a, buf, sizeof buf);
     CHECK_STR_HAS(buf, ",tp_overlap=1");
-    CHECK(ap_megatron_parse(buf, &b, err) == AP_OK && b.tp_overlap == 1);
+    CHECK(ap_megatron_parse(buf, &b, err) == AP_OK && b.run.tp_overlap == 1);
 }
 
 static void plan_json_carries_it_only_when_on(void)
