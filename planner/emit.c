@@ -92,24 +92,24 @@ static void header(sbuf *b, const char *who, const ap_plan_desc *p, const ap_deg
         put(b, "# Full recomputation: %s, %d layer%s (--recompute-method, "
                "--recompute-num-layers).\n", ap_recompute_method_name(d->recompute_method),
             recompute_layers(d), recompute_layers(d) == 1 ? "" : "s");
-    if (d->fp8)
+    if (d->run.fp8)
         put(b, "# The transformer layers' linear layers run in FP8; embedding, LM head "
                "and attention stay %s.\n", "bf16");
-    if (d->fp8_param_gather)
+    if (d->run.fp8_param_gather)
         put(b, "# Their weights are held in FP8 with no bf16 copy and gathered in FP8 "
                "(%s).\n", "FP8 primary weights");
-    if (d->tp_overlap)
+    if (d->run.tp_overlap)
         put(b, "# Sequence-parallel all-gathers and reduce-scatters overlap the linear "
                "layers' GEMMs (%s).\n", "Transformer Engine userbuffers");
-    else if (p->tp_overlap && d->tp > 1)
+    else if (p->run.tp_overlap && d->tp > 1)
         put(b, "# TP communication overlap left out: it needs sequence parallelism, "
                "which this plan %s; it was priced without it.\n", "does not use");
-    if (d->moe_a2a_overlap)
+    if (d->run.moe_a2a_overlap)
         put(b, "# The expert all-to-alls overlap another micro-batch's compute (%s%s); "
                "Megatron-Core needs CUDA_DEVICE_MAX_CONNECTIONS above 1 for it.\n",
-            "combined 1F1B", d->delay_wgrad ? ", expert weight gradients delayed" : "");
-    if (d->cross_entropy != AP_CE_UNFUSED)
-        put(b, "# The loss is priced as %s.\n", d->cross_entropy == AP_CE_TE
+            "combined 1F1B", d->run.delay_wgrad ? ", expert weight gradients delayed" : "");
+    if (d->run.cross_entropy != AP_CE_UNFUSED)
+        put(b, "# The loss is priced as %s.\n", d->run.cross_entropy == AP_CE_TE
             ? "Transformer Engine's cross entropy (--cross-entropy-fusion-impl te)"
             : "Megatron-Core's fused cross entropy (--cross-entropy-loss-fusion)");
 }
@@ -146,8 +146,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
     if (d->sp)
         put(b, "  --sequence-parallel\n");
     put(b, "  --context-parallel-size %d\n", d->cp);
-    if (d->cp > 1 && d->cp_comm != AP_CP_P2P)
-        put(b, "  --cp-comm-type %s\n", ap_cp_comm_name(d->cp_comm));
+    if (d->cp > 1 && d->run.cp_comm != AP_CP_P2P)
+        put(b, "  --cp-comm-type %s\n", ap_cp_comm_name(d->run.cp_comm));
     if (s->experts) {
         put(b, "  --expert-model-parallel-size %d\n", d->ep);
         put(b, "  --expert-tensor-parallel-size %d\n", d->etp);
@@ -180,21 +180,21 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --overlap-grad-reduce\n");
     if (d->overlap_param)
         put(b, "  --overlap-param-gather\n");
-    if (d->fp8)
+    if (d->run.fp8)
         put(b, "  --fp8-format hybrid\n");
-    if (d->fp8_param_gather)
+    if (d->run.fp8_param_gather)
         put(b, "  --fp8-param-gather\n");
-    if (d->tp_overlap)
+    if (d->run.tp_overlap)
         put(b, "  --tp-comm-overlap\n");
-    if (d->moe_a2a_overlap)
+    if (d->run.moe_a2a_overlap)
         put(b, "  --overlap-moe-expert-parallel-comm\n");
-    if (d->delay_wgrad)
+    if (d->run.delay_wgrad)
         put(b, "  --delay-wgrad-compute\n");
     /* native is the implementation's default, and Megatron-Core before 0.13
      * has no --cross-entropy-fusion-impl to name it with. */
-    if (d->cross_entropy != AP_CE_UNFUSED)
+    if (d->run.cross_entropy != AP_CE_UNFUSED)
         put(b, "  --cross-entropy-loss-fusion\n");
-    if (d->cross_entropy == AP_CE_TE)
+    if (d->run.cross_entropy == AP_CE_TE)
         put(b, "  --cross-entropy-fusion-impl te\n");
 }
 
@@ -205,9 +205,10 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
 static void megatron_precision(sbuf *b, const ap_degrees *d, const ap_model_shape *s)
 {
     if (s->dtype == AP_BF16)
-        put(b, "  --bf16\n%s", d->grad_fp32 ? "" : "  --grad-reduce-in-bf16\n");
+        put(b, "  --bf16\n%s", d->run.grad_fp32 ? "" : "  --grad-reduce-in-bf16\n");
     else if (s->dtype == AP_FP16)
-        put(b, "  --fp16\n%s", d->grad_fp32 ? "  --accumulate-allreduce-grads-in-fp32\n" : "");
+        put(b, "  --fp16\n%s",
+            d->run.grad_fp32 ? "  --accumulate-allreduce-grads-in-fp32\n" : "");
 }
 
 /* The optimizer states as priced: any dtype other than fp32 needs
@@ -216,15 +217,15 @@ static void megatron_precision(sbuf *b, const ap_degrees *d, const ap_model_shap
  * default. */
 static void megatron_optimizer(sbuf *b, const ap_degrees *d)
 {
-    if (ap_opt_dtypes_fp32(&d->opt))
+    if (ap_opt_dtypes_fp32(&d->run.opt))
         return;
     put(b, "  --use-precision-aware-optimizer\n");
-    if (d->opt.main_params != AP_OPT_FP32)
-        put(b, "  --main-params-dtype %s\n", ap_opt_dtype_name(d->opt.main_params));
-    if (d->opt.exp_avg != AP_OPT_FP32)
-        put(b, "  --exp-avg-dtype %s\n", ap_opt_dtype_name(d->opt.exp_avg));
-    if (d->opt.exp_avg_sq != AP_OPT_FP32)
-        put(b, "  --exp-avg-sq-dtype %s\n", ap_opt_dtype_name(d->opt.exp_avg_sq));
+    if (d->run.opt.main_params != AP_OPT_FP32)
+        put(b, "  --main-params-dtype %s\n", ap_opt_dtype_name(d->run.opt.main_params));
+    if (d->run.opt.exp_avg != AP_OPT_FP32)
+        put(b, "  --exp-avg-dtype %s\n", ap_opt_dtype_name(d->run.opt.exp_avg));
+    if (d->run.opt.exp_avg_sq != AP_OPT_FP32)
+        put(b, "  --exp-avg-sq-dtype %s\n", ap_opt_dtype_name(d->run.opt.exp_avg_sq));
 }
 
 static void megatron_model(sbuf *b, const ap_model_shape *s)
@@ -307,7 +308,7 @@ static void titan_data(sbuf *b, const ap_degrees *d)
  * to shard the weights, which titan_data gives ZeRO-1 and above. */
 static int titan_fp8_gather(const ap_degrees *d)
 {
-    return d->fp8_param_gather && d->zero != AP_ZERO_NONE && d->dp > 1;
+    return d->run.fp8_param_gather && d->zero != AP_ZERO_NONE && d->dp > 1;
 }
 
 static void titan_pipeline(sbuf *b, const ap_plan_desc *p, const ap_degrees *d,
@@ -342,18 +343,18 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (d->dp > 1 && !d->overlap_grad)
         put(&b, "# The plan was priced with the gradient reduction after the backward; "
                 "torchtitan's DDP and FSDP always overlap it, so expect a faster step.\n");
-    if (d->tp_overlap)
+    if (d->run.tp_overlap)
         put(&b, "# TP communication overlap was priced as Transformer Engine's userbuffers "
                 "run it; torchtitan's async tensor parallelism (micro-pipelined by "
                 "torch.compile) is its nearest equivalent.\n");
-    if (d->fp8)
+    if (d->run.fp8)
         put(&b, "# FP8 was priced as Transformer Engine runs it, weights cast once per "
                 "step; torchao's Float8Linear casts them every micro-batch, and needs "
                 "--training.compile to fuse its casts.\n");
     if (s->hidden_dropout > 0 || s->attention_dropout > 0)
         put(&b, "# The plan was priced with dropout; torchtitan's models have none, so "
                 "expect a slightly faster step.\n");
-    if (d->fp8_param_gather)
+    if (d->run.fp8_param_gather)
         put(&b, "# FP8 weights were priced as Megatron-LM's --fp8-param-gather holds "
                 "them, with no bf16 copy; torchao keeps the high-precision weights and "
                 "%s, so expect more memory than predicted.\n", titan_fp8_gather(d)
@@ -381,16 +382,16 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     put(&b, "  --activation_checkpoint.mode %s\n", ap_emit_recompute_name(d->recompute));
     if (d->recompute == AP_RECOMPUTE_SELECTIVE)
         put(&b, "  --activation_checkpoint.selective_ac_option op\n");
-    if (d->fp8) /* the LM head ("output") stays in bf16, as under Megatron */
+    if (d->run.fp8) /* the LM head ("output") stays in bf16, as under Megatron */
         put(&b, "  --model.converters float8\n  --float8.filter_fqns output\n");
     if (titan_fp8_gather(d))
         put(&b, "  --float8.enable_fsdp_float8_all_gather\n"
                 "  --float8.precompute_float8_dynamic_scale_for_fsdp\n");
     /* Async tensor parallelism, torchtitan's overlap of the sequence-parallel
      * collectives with their matmuls, is a compiler pass. */
-    if (d->tp_overlap)
+    if (d->run.tp_overlap)
         put(&b, "  --parallelism.enable_async_tensor_parallel\n");
-    if (d->fp8 || d->tp_overlap)
+    if (d->run.fp8 || d->run.tp_overlap)
         put(&b, "  --training.compile\n");
     put(&b, "\"\n");
     torchrun(&b, p, "-m torchtitan.train --job.config_file \"${CONFIG_FILE:?the model's "

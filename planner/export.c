@@ -244,18 +244,10 @@ static void to_megatron(const ap_degrees *d, ap_megatron *m)
     m->overlap_param = d->overlap_param;
     m->first = d->first;
     m->last = d->last;
-    m->run.fp8 = d->fp8;
     m->account_embedding = d->account_embedding;
     m->account_loss = d->account_loss;
-    m->run.tp_overlap = d->tp_overlap;
     m->etp = d->etp;
-    m->run.fp8_param_gather = d->fp8_param_gather;
-    m->run.moe_a2a_overlap = d->moe_a2a_overlap;
-    m->run.delay_wgrad = d->delay_wgrad;
-    m->run.cross_entropy = d->cross_entropy;
-    m->run.grad_fp32 = d->grad_fp32;
-    m->run.cp_comm = d->cp_comm;
-    m->run.opt = d->opt;
+    m->run = d->run;
     m->recompute_method = d->recompute_method;
     m->recompute_layers = d->recompute_layers;
 }
@@ -380,14 +372,7 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->schedule = p->schedule;
     d->overlap_grad = !p->serial_grad_sync;
     d->overlap_param = !p->serial_param_gather && p->zero == AP_ZERO_1 && d->overlap_grad;
-    d->fp8 = p->fp8;
-    d->fp8_param_gather = p->fp8_param_gather;
-    d->moe_a2a_overlap = p->moe_a2a_overlap;
-    d->delay_wgrad = p->delay_wgrad;
-    d->cross_entropy = p->cross_entropy;
-    d->grad_fp32 = p->grad_fp32;
-    d->cp_comm = p->cp_comm;
-    d->opt = p->opt;
+    d->run = p->run;
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
@@ -423,17 +408,17 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
     /* torchtitan and DeepSpeed run the user's own loss, not Megatron-Core's
      * kernels, so a plan priced with them would promise what the launcher
      * does not run. */
-    if (to != AP_LAUNCHER_MEGATRON && d->cross_entropy != AP_CE_UNFUSED)
+    if (to != AP_LAUNCHER_MEGATRON && d->run.cross_entropy != AP_CE_UNFUSED)
         return refuse(p, err, "%s computes the loss with the training script's own "
                       "cross entropy, not %s the plan was priced with: export it to "
                       "Megatron-LM, or estimate with cross_entropy=unfused", who,
-                      d->cross_entropy == AP_CE_TE
+                      d->run.cross_entropy == AP_CE_TE
                           ? "Transformer Engine's (--cross-entropy-fusion-impl te)"
                           : "Megatron-Core's fused one (--cross-entropy-loss-fusion)");
     /* Their gradient buffers are their own (torchtitan's FSDP reduces in
      * its mixed_precision_reduce, DeepSpeed in its own dtypes), not the fp32
      * main gradients Megatron-LM keeps. */
-    if (to != AP_LAUNCHER_MEGATRON && d->grad_fp32)
+    if (to != AP_LAUNCHER_MEGATRON && d->run.grad_fp32)
         return refuse(p, err, "%s keeps its own gradient buffers, not %s the plan was "
                       "priced with: export it to Megatron-LM, or estimate with "
                       "grad_fp32=0", who, "Megatron-LM's fp32 main gradients "
@@ -445,15 +430,15 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
      * all-to-alls (torch.distributed.tensor.experimental's
      * _AllGatherRotater and _AllToAllRotater), not Ulysses' exchange of
      * heads. DeepSpeed's exports state no context parallelism. */
-    if (to != AP_LAUNCHER_MEGATRON && d->cp_comm != AP_CP_P2P)
+    if (to != AP_LAUNCHER_MEGATRON && d->run.cp_comm != AP_CP_P2P)
         return refuse(p, err, "%s does not run %s the plan was priced with: export it "
                       "to Megatron-LM, or estimate with cp_comm=p2p", who,
-                      d->cp_comm == AP_CP_A2A
+                      d->run.cp_comm == AP_CP_A2A
                           ? "Transformer Engine's all-to-all context parallelism "
                             "(cp_comm_type a2a)"
                           : "Transformer Engine's all-gather context parallelism "
                             "(cp_comm_type allgather)");
-    if (to != AP_LAUNCHER_MEGATRON && d->moe_a2a_overlap)
+    if (to != AP_LAUNCHER_MEGATRON && d->run.moe_a2a_overlap)
         return refuse(p, err, "%s has no %s the plan was priced with: export it to "
                       "Megatron-LM, or estimate with moe_a2a_overlap=0", who,
                       "overlap of the expert all-to-alls across micro-batches "
@@ -463,20 +448,20 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
      * keeps its fp32 optimizer states: neither runs Transformer Engine's
      * FusedAdam with narrower states. */
     char states[96];
-    snprintf(states, sizeof states, "%s, %s and %s", ap_opt_dtype_name(d->opt.main_params),
-             ap_opt_dtype_name(d->opt.exp_avg), ap_opt_dtype_name(d->opt.exp_avg_sq));
-    if (to != AP_LAUNCHER_MEGATRON && !ap_opt_dtypes_fp32(&d->opt))
+    snprintf(states, sizeof states, "%s, %s and %s", ap_opt_dtype_name(d->run.opt.main_params),
+             ap_opt_dtype_name(d->run.opt.exp_avg), ap_opt_dtype_name(d->run.opt.exp_avg_sq));
+    if (to != AP_LAUNCHER_MEGATRON && !ap_opt_dtypes_fp32(&d->run.opt))
         return refuse(p, err, "%s keeps fp32 optimizer states, not the %s the plan was "
                       "priced with (Megatron-LM's precision-aware optimizer): export it "
                       "to Megatron-LM, or estimate with "
                       "main_params=fp32,exp_avg=fp32,exp_avg_sq=fp32", who, states);
     if (to == AP_LAUNCHER_MEGATRON) {
-        if (d->opt.main_params == AP_OPT_NONE)
+        if (d->run.opt.main_params == AP_OPT_NONE)
             return refuse(p, err, "%s's distributed optimizer keeps main weights (fp32, "
                           "or fp16 under --main-params-dtype); the plan's %s has none, "
                           "as apex's DistributedFusedAdam under NeMo's optim dtype bf16 "
                           "steps the model's own weights", who, states);
-        if (!ap_opt_dtypes_fp32(&d->opt) && d->zero != AP_ZERO_1)
+        if (!ap_opt_dtypes_fp32(&d->run.opt) && d->zero != AP_ZERO_1)
             return refuse(p, err, "%s runs --use-precision-aware-optimizer only with "
                           "the distributed optimizer (ZeRO-1); the plan has optimizer "
                           "states in %s without it", who, states);
@@ -504,11 +489,11 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                           "chunks here; the plan interleaves %s", who, "uneven stages");
         return AP_OK;
     }
-    if (d->tp_overlap)
+    if (d->run.tp_overlap)
         return refuse(p, err, "%s has no %s (Megatron-DeepSpeed runs Megatron's): "
                       "export this plan to Megatron-LM or torchtitan", who,
                       "tensor-parallel communication overlap");
-    if (d->fp8)
+    if (d->run.fp8)
         return refuse(p, err, "%s's config has no %s (Megatron-DeepSpeed runs "
                       "Megatron's Transformer Engine layers): export this plan to "
                       "Megatron-LM or torchtitan", who, "FP8 training");
@@ -633,7 +618,7 @@ int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
     /* Only sequence-parallel collectives are priced overlapped, so a plan
      * without them, or with tp = 1, ran the same without the setting: it is
      * dropped rather than handed to a launcher that refuses it. */
-    d->tp_overlap = p->tp_overlap && d->tp > 1 && d->sp;
+    d->run.tp_overlap = p->run.tp_overlap && d->tp > 1 && d->sp;
     d->recompute = s0->recompute;
     d->recompute_method = p->recompute_method;
     d->recompute_layers = p->recompute_layers;

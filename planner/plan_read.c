@@ -483,10 +483,10 @@ static int parse_fp8_params(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     if (!field(root, "fp8_param_gather"))
         return AP_OK;
-    int rc = get_bool(r, root, "fp8_param_gather", "", &p->fp8_param_gather);
-    if (rc || !p->fp8_param_gather)
+    int rc = get_bool(r, root, "fp8_param_gather", "", &p->run.fp8_param_gather);
+    if (rc || !p->run.fp8_param_gather)
         return rc;
-    if (!p->fp8)
+    if (!p->run.fp8)
         return fail(r, "fp8_param_gather", "FP8 weights need \"fp8\": true");
     if (p->zero == AP_ZERO_NONE)
         return fail(r, "fp8_param_gather", "needs \"zero\" 1 or more: Megatron-LM "
@@ -502,12 +502,12 @@ static int parse_moe_overlap(const reader *r, const cJSON *root, ap_plan_desc *p
 {
     int rc;
     if (field(root, "moe_a2a_overlap") &&
-        (rc = get_bool(r, root, "moe_a2a_overlap", "", &p->moe_a2a_overlap)))
+        (rc = get_bool(r, root, "moe_a2a_overlap", "", &p->run.moe_a2a_overlap)))
         return rc;
     if (field(root, "delay_wgrad_compute") &&
-        (rc = get_bool(r, root, "delay_wgrad_compute", "", &p->delay_wgrad)))
+        (rc = get_bool(r, root, "delay_wgrad_compute", "", &p->run.delay_wgrad)))
         return rc;
-    if (p->delay_wgrad && !p->moe_a2a_overlap)
+    if (p->run.delay_wgrad && !p->run.moe_a2a_overlap)
         return fail(r, "delay_wgrad_compute", "needs \"moe_a2a_overlap\": true: "
                     "Megatron-Core delays the weight gradients only for the overlap");
     return AP_OK;
@@ -549,7 +549,7 @@ static int parse_cross_entropy(const reader *r, const cJSON *root, ap_plan_desc 
     int rc = get_string(r, root, "cross_entropy", "", s, sizeof s, 1);
     if (rc)
         return rc;
-    if (ap_ce_impl_parse(s, &p->cross_entropy))
+    if (ap_ce_impl_parse(s, &p->run.cross_entropy))
         return fail(r, "cross_entropy", "\"%s\" is not unfused, native or te", s);
     return AP_OK;
 }
@@ -564,7 +564,7 @@ static int parse_cp_comm(const reader *r, const cJSON *root, ap_plan_desc *p)
     int rc = get_string(r, root, "cp_comm_type", "", s, sizeof s, 1);
     if (rc)
         return rc;
-    if (ap_cp_comm_parse(s, &p->cp_comm))
+    if (ap_cp_comm_parse(s, &p->run.cp_comm))
         return fail(r, "cp_comm_type", "\"%s\" is not p2p, allgather or a2a", s);
     return AP_OK;
 }
@@ -575,7 +575,8 @@ static int parse_cp_comm(const reader *r, const cJSON *root, ap_plan_desc *p)
 static int parse_opt_dtypes(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     const char *names[3] = {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"};
-    ap_opt_dtype *slot[3] = {&p->opt.main_params, &p->opt.exp_avg, &p->opt.exp_avg_sq};
+    ap_opt_dtype *slot[3] = {&p->run.opt.main_params, &p->run.opt.exp_avg,
+                             &p->run.opt.exp_avg_sq};
     for (int i = 0; i < 3; i++) {
         char s[32];
         if (!field(root, names[i]))
@@ -599,7 +600,7 @@ static int parse_grad_fp32(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     if (!field(root, "grad_reduce_in_fp32"))
         return AP_OK;
-    return get_bool(r, root, "grad_reduce_in_fp32", "", &p->grad_fp32);
+    return get_bool(r, root, "grad_reduce_in_fp32", "", &p->run.grad_fp32);
 }
 
 /* "recompute_method" and "recompute_num_layers" (ap_recompute_method);
@@ -654,10 +655,10 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
             return rc;
         p->serial_grad_sync = !overlap;
     }
-    if (field(root, "fp8") && (rc = get_bool(r, root, "fp8", "", &p->fp8)))
+    if (field(root, "fp8") && (rc = get_bool(r, root, "fp8", "", &p->run.fp8)))
         return rc;
     if (field(root, "tp_comm_overlap") &&
-        (rc = get_bool(r, root, "tp_comm_overlap", "", &p->tp_overlap)))
+        (rc = get_bool(r, root, "tp_comm_overlap", "", &p->run.tp_overlap)))
         return rc;
     if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)) ||
         (rc = parse_grad_fp32(r, root, p)) || (rc = parse_cp_comm(r, root, p)) ||

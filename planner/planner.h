@@ -880,17 +880,12 @@ typedef struct {
                              overlapped (plans written before the field) */
     int serial_param_gather; /* "overlap_param_gather": false; absent reads
                              as the plan's overlap_grad_reduce */
-    int fp8;              /* "fp8": true; absent reads as off */
-    int tp_overlap;       /* "tp_comm_overlap": true; absent reads as off */
-    int fp8_param_gather; /* "fp8_param_gather": true; absent reads as off */
-    int moe_a2a_overlap;  /* "moe_a2a_overlap": true; absent reads as off */
-    int delay_wgrad;      /* "delay_wgrad_compute": true; absent reads as off */
-    ap_ce_impl cross_entropy; /* "cross_entropy"; absent reads as unfused */
-    int grad_fp32;        /* "grad_reduce_in_fp32": true; absent reads as
-                             off (2-byte gradients) */
-    ap_cp_comm cp_comm;   /* "cp_comm_type"; absent reads as p2p */
-    ap_opt_dtypes opt;    /* "main_params_dtype", "exp_avg_dtype",
-                             "exp_avg_sq_dtype"; each absent reads as fp32 */
+    /* "fp8", "tp_comm_overlap", "fp8_param_gather", "moe_a2a_overlap",
+     * "delay_wgrad_compute" and "grad_reduce_in_fp32" (true: on),
+     * "cross_entropy", "cp_comm_type", and "main_params_dtype",
+     * "exp_avg_dtype", "exp_avg_sq_dtype"; each absent reads as its zeroed
+     * default: off, unfused, p2p, fp32 (2-byte gradients). */
+    ap_run_settings run;
     int has_shape;
     ap_model_shape shape;
     /* "recompute_method" and "recompute_num_layers"; absent reads as
@@ -933,18 +928,11 @@ typedef struct {
                           next forward (--overlap-param-gather) */
     int first, last;  /* when not even and only the first and last stage
                          differ from the others: their layers (else 0) */
-    int fp8;          /* linear layers in FP8 */
     int account_embedding, account_loss; /* the first and last stage hold a
                          layer fewer, as Megatron's split counting the
                          embedding and the loss as layers gives them
                          (used where first and last cannot state it) */
-    int tp_overlap;   /* TP communication overlapped with GEMMs */
-    int fp8_param_gather; /* FP8 primary weights, gathered in FP8 */
-    int moe_a2a_overlap, delay_wgrad; /* ap_plan's */
-    ap_ce_impl cross_entropy; /* the loss's kernels */
-    int grad_fp32;    /* gradients held and reduced in fp32 */
-    ap_cp_comm cp_comm; /* context parallelism's communication type */
-    ap_opt_dtypes opt;  /* the optimizer states' dtypes */
+    ap_run_settings run; /* the plan's; tp_overlap only with tp > 1 and sp */
     ap_recompute_method recompute_method; /* under full recomputation, with */
     int recompute_layers;                 /* its N (uniform reads 0 as 1) */
 } ap_degrees;

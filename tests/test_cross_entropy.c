@@ -193,7 +193,7 @@ static void plan_json_and_the_exports_carry_it(void)
     char *text = ap_plan_to_json(g, &p);
     ap_plan_desc d;
     if (ap_plan_desc_parse(text, strlen(text), "plan.json", &d, err) == 0) {
-        CHECK(d.cross_entropy == AP_CE_TE);
+        CHECK(d.run.cross_entropy == AP_CE_TE);
         char *args = NULL;
         if (ap_export(g, &d, AP_LAUNCHER_MEGATRON, &args, err) == 0) {
             CHECK_STR_HAS(args, "  --cross-entropy-loss-fusion\n");
@@ -222,7 +222,7 @@ static void plan_json_and_the_exports_carry_it(void)
     bad = cJSON_Print(root);
     if (ap_plan_desc_parse(bad, strlen(bad), "plan.json", &d, err) == 0) {
         char *args = NULL;
-        CHECK(d.cross_entropy == AP_CE_NATIVE);
+        CHECK(d.run.cross_entropy == AP_CE_NATIVE);
         if (ap_export(g, &d, AP_LAUNCHER_MEGATRON, &args, err) == 0) {
             CHECK_STR_HAS(args, "  --cross-entropy-loss-fusion\n");
             CHECK(strstr(args, "--cross-entropy-fusion-impl") == NULL);
@@ -238,7 +238,7 @@ static void plan_json_and_the_exports_carry_it(void)
     cJSON_DeleteItemFromObject(root, "cross_entropy");
     bad = cJSON_Print(root);
     if (ap_plan_desc_parse(bad, strlen(bad), "plan.json", &d, err) == 0) {
-        CHECK(d.cross_entropy == AP_CE_UNFUSED);
+        CHECK(d.run.cross_entropy == AP_CE_UNFUSED);
         ap_plan_desc_free(&d);
     } else {
         CHECK(0);

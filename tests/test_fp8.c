@@ -293,7 +293,7 @@ static void plan_json_carries_fp8_only_when_on_and_reads_it_back(void)
         CHECK(fp8 ? cJSON_IsTrue(flag) : flag == NULL);
         ap_plan_desc d;
         if (ap_plan_desc_parse(text, strlen(text), "plan.json", &d, err) == 0) {
-            CHECK(d.fp8 == fp8);
+            CHECK(d.run.fp8 == fp8);
             ap_plan_desc_free(&d);
         } else {
             CHECK(0);

@@ -251,7 +251,7 @@ static void plan_json_carries_it_and_refuses_it_without_fp8_or_zero(void)
     char *text = ap_plan_to_json(g, &p);
     ap_plan_desc d;
     if (ap_plan_desc_parse(text, strlen(text), "plan.json", &d, err) == 0) {
-        CHECK(d.fp8_param_gather == 1 && d.fp8 == 1);
+        CHECK(d.run.fp8_param_gather == 1 && d.run.fp8 == 1);
         char *args = NULL;
         if (ap_export(g, &d, AP_LAUNCHER_MEGATRON, &args, err) == 0) {
             CHECK_STR_HAS(args, "  --fp8-param-gather\n");

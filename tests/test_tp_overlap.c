@@ -290,7 +290,7 @@ static void plan_json_carries_it_only_when_on(void)
     CHECK_STR_HAS(text, "\"tp_comm_overlap\":\ttrue");
     ap_plan_desc d;
     if (text && ap_plan_desc_parse(text, strlen(text), "plan.json", &d, err) == AP_OK) {
-        CHECK(d.tp_overlap == 1);
+        CHECK(d.run.tp_overlap == 1);
         ap_plan_desc_free(&d);
     } else {
         CHECK(0);
@@ -309,7 +309,7 @@ static void plan_json_carries_it_only_when_on(void)
     CHECK(root && !cJSON_GetObjectItemCaseSensitive(root, "tp_comm_overlap"));
     cJSON_Delete(root);
     if (text && ap_plan_desc_parse(text, strlen(text), "plan.json", &d, err) == AP_OK) {
-        CHECK(d.tp_overlap == 0);
+        CHECK(d.run.tp_overlap == 0);
         ap_plan_desc_free(&d);
     }
     free(text);
