@@ -116,9 +116,10 @@ static ap_price_ctx price_ctx_of(const config *cf, ap_zero zero)
 
 /* Solves every block; *timed_out says that one found no solution within
  * the ILP time limit, and then the configuration cannot be priced. The
- * planner's plans keep bf16 gradients unless asked (ap_plan_opts.run.grad_fp32),
- * which their Megatron-LM exports state with --grad-reduce-in-bf16, and
- * fp32 optimizer states unless asked (ap_plan_opts.run.opt). */
+ * planner's plans keep bf16 gradients unless asked
+ * (ap_plan_opts.run.grad_fp32), which their Megatron-LM exports state with
+ * --grad-reduce-in-bf16, and fp32 optimizer states unless asked
+ * (ap_plan_opts.run.opt). */
 static int solve_blocks(config *cf, const ap_plan_opts *o, int points,
                         int *timed_out, char *err)
 {

@@ -291,8 +291,8 @@ static int tp_overlap_flag(const char *tok, char **save, ap_megatron *m, char *e
 }
 
 /* Megatron-Core's all-to-all overlap across micro-batches and its delayed
- * expert weight gradients (ap_run_settings.moe_a2a_overlap); 1 when `tok` was one,
- * 0 when not. check_moe_overlap refuses them where Megatron-Core asserts. */
+ * expert weight gradients (ap_run_settings.moe_a2a_overlap); 1 when `tok`
+ * was one, 0 when not. check_moe_overlap refuses them where Megatron-Core asserts. */
 static int moe_overlap_flag(const char *tok, ap_megatron *m)
 {
     if (!strcmp(tok, "--overlap-moe-expert-parallel-comm"))
