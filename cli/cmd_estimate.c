@@ -28,7 +28,7 @@ static const char usage_text[] =
     "                         recompute_method=uniform|block,recompute_layers=N,\n"
     "                         grad_fp32=0|1,moe_a2a_overlap=0|1,delay_wgrad=0|1,\n"
     "                         cp_comm=p2p|allgather|a2a,\n"
-    "                         main_params=fp32|fp16|none,\n"
+    "                         main_params=fp32|fp16|none|remainder,\n"
     "                         exp_avg=fp32|fp16|bf16|fp8,\n"
     "                         exp_avg_sq=fp32|fp16|bf16|fp8\n"
     "                         (dp defaults to GPUs/(tp*pp*cp); zero to 1;\n"

@@ -423,18 +423,25 @@ ap_model_states ap_mem_model_states_grad(double params, int dp, ap_zero zero,
  * are not counted. NONE, for main weights only, is no copy at all: the
  * optimizer updates the model's own weights, as apex's
  * DistributedFusedAdam does when its state dtype is the model's (NeMo's
- * optim dtype bf16 with a bf16 model: store_params false). The zero value
- * is fp32, so that a zeroed struct keeps the 4 + 4 + 4 bytes a parameter
- * priced before. */
-typedef enum { AP_OPT_FP32, AP_OPT_FP16, AP_OPT_BF16, AP_OPT_FP8, AP_OPT_NONE } ap_opt_dtype;
+ * optim dtype bf16 with a bf16 model: store_params false). REMAINDER, for
+ * main weights only, is fp32 main weights of bf16 weights kept as their 16
+ * low bits, an int16 beside the bf16 weight that holds the other 16
+ * (Transformer Engine's FusedAdam under store_param_remainders, on by
+ * default in Megatron-Core's OptimizerConfig under the precision-aware
+ * optimizer with TE 2.1 or later): 2 bytes. The zero value is fp32, so
+ * that a zeroed struct keeps the 4 + 4 + 4 bytes a parameter priced
+ * before. */
+typedef enum {
+    AP_OPT_FP32, AP_OPT_FP16, AP_OPT_BF16, AP_OPT_FP8, AP_OPT_NONE, AP_OPT_REMAINDER
+} ap_opt_dtype;
 typedef struct {
     ap_opt_dtype main_params, exp_avg, exp_avg_sq;
 } ap_opt_dtypes;
-/* "fp32", "fp16", "bf16", "fp8" or "none"; a static string. */
+/* "fp32", "fp16", "bf16", "fp8", "none" or "remainder"; a static string. */
 const char *ap_opt_dtype_name(ap_opt_dtype t);
 /* The name's value into *out: 0, or -1 (*out untouched) for another name. */
 int ap_opt_dtype_parse(const char *name, ap_opt_dtype *out);
-/* Bytes of one element: 4, 2, 2, 1 or 0. */
+/* Bytes of one element: 4, 2, 2, 1, 0 or 2. */
 double ap_opt_dtype_bytes(ap_opt_dtype t);
 /* Whether all three states are fp32 (a zeroed struct is). */
 int ap_opt_dtypes_fp32(const ap_opt_dtypes *o);
@@ -448,7 +455,9 @@ double ap_opt_state_bytes(const ap_opt_dtypes *o);
  * get_unscaled_state, _apply_scale): bf16 24 bytes, fp16 40 (unscaled and
  * rescaled by a multiply each way, plus an amax pass), fp8 22 (an amax
  * pass and a quantizing copy), against 8 for an fp32 state; no main
- * weights, 0. */
+ * weights, 0; remainders 4, the int16 read and written in place by
+ * multi_tensor_adam_param_remainder, which rebuilds each fp32 main weight
+ * from the bf16 weight and its remainder. */
 double ap_opt_step_bytes(const ap_opt_dtypes *o);
 /* ap_mem_model_states_grad with the optimizer's states in the dtypes of
  * `o` (NULL is fp32): ap_opt_state_bytes(o) bytes a parameter, sharded

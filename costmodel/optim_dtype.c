@@ -4,7 +4,7 @@
 
 #include "costmodel/costmodel.h"
 
-static const char *const names[] = {"fp32", "fp16", "bf16", "fp8", "none"};
+static const char *const names[] = {"fp32", "fp16", "bf16", "fp8", "none", "remainder"};
 #define NAMES ((int)(sizeof names / sizeof names[0]))
 
 const char *ap_opt_dtype_name(ap_opt_dtype t)
@@ -24,6 +24,7 @@ int ap_opt_dtype_parse(const char *name, ap_opt_dtype *out)
 
 double ap_opt_dtype_bytes(ap_opt_dtype t)
 {
+    /* FP16, BF16 and the remainders' int16 are 2 bytes. */
     return t == AP_OPT_NONE ? 0 : t == AP_OPT_FP8 ? 1 : t == AP_OPT_FP32 ? 4 : 2;
 }
 
@@ -47,7 +48,10 @@ double ap_opt_state_bytes(const ap_opt_dtypes *o)
  * the copy (8), and _apply_scale casts it back: bf16 by .bfloat16() and
  * copy_ (4 + 2, 2 + 2); fp16 multiplies the copy by its scale on the way
  * in (4 + 4) and by the inverse on the way out (4 + 4), after an amax pass
- * (4), then copies (4 + 2); fp8 quantizes after the amax pass (4, 4 + 1). */
+ * (4), then copies (4 + 2); fp8 quantizes after the amax pass (4, 4 + 1).
+ * Remainders are int16 state the remainder kernel reads and writes in
+ * place (2 + 2); the bf16 weight it also reads is the model's own, counted
+ * with the parameters. */
 static double state_step_bytes(ap_opt_dtype t)
 {
     switch (t) {
@@ -59,6 +63,8 @@ static double state_step_bytes(ap_opt_dtype t)
         return (1 + 4) + 8 + 4 + (4 + 1);
     case AP_OPT_NONE:
         return 0;
+    case AP_OPT_REMAINDER:
+        return 2 + 2;
     default:
         return 8;
     }

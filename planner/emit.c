@@ -214,13 +214,18 @@ static void megatron_precision(sbuf *b, const ap_degrees *d, const ap_model_shap
 /* The optimizer states as priced: any dtype other than fp32 needs
  * --use-precision-aware-optimizer (Megatron-Core's OptimizerConfig asserts
  * it); each flag is stated where it differs from fp32, Megatron-LM's
- * default. */
-static void megatron_optimizer(sbuf *b, const ap_degrees *d)
+ * default. Remainders are fp32 main weights as that optimizer keeps them
+ * by default for a bf16 model without FP8 weights (store_param_remainders);
+ * fp32 main weights there are whole only under
+ * --no-store-param-remainders. */
+static void megatron_optimizer(sbuf *b, const ap_degrees *d, const ap_model_shape *s)
 {
     if (ap_opt_dtypes_fp32(&d->run.opt))
         return;
     put(b, "  --use-precision-aware-optimizer\n");
-    if (d->run.opt.main_params != AP_OPT_FP32)
+    if (d->run.opt.main_params == AP_OPT_FP32 && s->dtype == AP_BF16 && !d->run.fp8_param_gather)
+        put(b, "  --no-store-param-remainders\n");
+    else if (d->run.opt.main_params != AP_OPT_FP32 && d->run.opt.main_params != AP_OPT_REMAINDER)
         put(b, "  --main-params-dtype %s\n", ap_opt_dtype_name(d->run.opt.main_params));
     if (d->run.opt.exp_avg != AP_OPT_FP32)
         put(b, "  --exp-avg-dtype %s\n", ap_opt_dtype_name(d->run.opt.exp_avg));
@@ -281,7 +286,7 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
     megatron_parallel(&b, p, d, s);
     megatron_model(&b, s);
     megatron_precision(&b, d, s);
-    megatron_optimizer(&b, d);
+    megatron_optimizer(&b, d, s);
     put(&b, "\"\n");
     torchrun(&b, p, "pretrain_gpt.py", "MEGATRON_ARGS");
     return finish(&b);

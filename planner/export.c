@@ -461,6 +461,11 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                           "or fp16 under --main-params-dtype); the plan's %s has none, "
                           "as apex's DistributedFusedAdam under NeMo's optim dtype bf16 "
                           "steps the model's own weights", who, states);
+        if (d->run.opt.main_params == AP_OPT_REMAINDER &&
+            (d->run.fp8_param_gather || (p->has_shape && p->shape.dtype != AP_BF16)))
+            return refuse(p, err, "%s keeps main-weight remainders (Transformer Engine's "
+                          "store_param_remainders) only of bf16 weights; the plan has "
+                          "%s ones", who, d->run.fp8_param_gather ? "FP8" : "non-bf16");
         if (!ap_opt_dtypes_fp32(&d->run.opt) && d->zero != AP_ZERO_1)
             return refuse(p, err, "%s runs --use-precision-aware-optimizer only with "
                           "the distributed optimizer (ZeRO-1); the plan has optimizer "

@@ -76,9 +76,10 @@ static int recompute_key(ap_megatron *m, const char *k, const char *v,
 
 /* The spec's main_params, exp_avg and exp_avg_sq: 1 when k was one, 0
  * when not, -1 with err set for a bad value. Main weights are fp32, fp16
- * (FusedAdam's master_weight_dtype) or none (apex's DistributedFusedAdam
- * stepping the model's own weights); the moments are fp32, fp16, bf16 or
- * fp8. */
+ * (FusedAdam's master_weight_dtype), none (apex's DistributedFusedAdam
+ * stepping the model's own weights) or remainder (fp32 ones kept as the 16
+ * bits the bf16 weights lack, FusedAdam's store_param_remainders); the
+ * moments are fp32, fp16, bf16 or fp8. */
 static int opt_key(ap_megatron *m, const char *k, const char *v, const char *who,
                    char *err)
 {
@@ -90,9 +91,10 @@ static int opt_key(ap_megatron *m, const char *k, const char *v, const char *who
     ap_opt_dtype t;
     int main = slot == &m->run.opt.main_params;
     if (ap_opt_dtype_parse(v, &t) ||
-        (main ? t == AP_OPT_FP8 || t == AP_OPT_BF16 : t == AP_OPT_NONE)) {
+        (main ? t == AP_OPT_FP8 || t == AP_OPT_BF16
+              : t == AP_OPT_NONE || t == AP_OPT_REMAINDER)) {
         snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (%s)", who, v,
-                 main ? "fp32, fp16 or none" : "fp32, fp16, bf16 or fp8");
+                 main ? "fp32, fp16, none or remainder" : "fp32, fp16, bf16 or fp8");
         return -1;
     }
     *slot = t;
@@ -679,6 +681,7 @@ static int grad_rule(const grad_flags *gf, ap_megatron *m, char *err)
  * into the parser's copy of the command line; NULL is fp32, the default. */
 typedef struct {
     int aware; /* --use-precision-aware-optimizer */
+    int no_remainders; /* --no-store-param-remainders, the last of the pair given */
     const char *v[3]; /* --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype */
 } opt_flags;
 
@@ -693,6 +696,11 @@ static int opt_flag(const char *tok, char **save, opt_flags *of, char *err)
 {
     if (!strcmp(tok, "--use-precision-aware-optimizer")) {
         of->aware = 1;
+        return 1;
+    }
+    if (!strcmp(tok, "--no-store-param-remainders") ||
+        !strcmp(tok, "--store-param-remainders")) {
+        of->no_remainders = tok[2] == 'n';
         return 1;
     }
     for (int i = 0; i < 3; i++) {
@@ -711,13 +719,32 @@ static int opt_flag(const char *tok, char **save, opt_flags *of, char *err)
     return 0;
 }
 
+/* Whether Transformer Engine's FusedAdam keeps the fp32 main weights as
+ * remainders. Megatron-Core hands it store_param_remainders (its
+ * OptimizerConfig field, True by default; --no-store-param-remainders
+ * clears it) with master_weights under --use-precision-aware-optimizer
+ * when the main weights are fp32 and FP8 scaling is delayed or off, the
+ * only recipe --megatron-args takes (optimizer/__init__.py at 0044db1f,
+ * optimizer_config.py at 0075637c); FusedAdam then keeps only the low 16
+ * bits of each main weight whose parameter is bf16, which is --bf16's
+ * params_dtype and not FP8 primary weights (fused_adam.py at 04912bf0:
+ * "Works only when param type is BF16 and master weight type is FP32, no
+ * effect otherwise"). TE before 2.1 has no such option (Megatron-Core then
+ * clears it): a command line is priced as run with TE 2.1 or later. */
+static int keeps_remainders(const opt_flags *of, const ap_megatron *m, int bf16)
+{
+    return of->aware && !of->no_remainders && bf16 && !m->run.fp8_param_gather &&
+           m->run.opt.main_params == AP_OPT_FP32;
+}
+
 /* Megatron-Core's OptimizerConfig.__post_init__: a dtype other than fp32
  * only under --use-precision-aware-optimizer ("exp_avg_dtype can only be
  * fp32 when not using precision-aware optimizer"), and that only with the
  * distributed optimizer ("--use-precision-aware-optimizer only supported
- * with distributed optimizer"). With fp32 states the flag keeps the bytes
- * priced and is read past. */
-static int opt_rule(const opt_flags *of, ap_megatron *m, char *err)
+ * with distributed optimizer"). fp32 main weights of a bf16 model become
+ * remainders there (keeps_remainders); the flag with all-fp32 states and
+ * no remainders keeps the bytes priced. */
+static int opt_rule(const opt_flags *of, ap_megatron *m, int bf16, char *err)
 {
     ap_opt_dtype *slot[3] = {&m->run.opt.main_params, &m->run.opt.exp_avg,
                              &m->run.opt.exp_avg_sq};
@@ -738,6 +765,8 @@ static int opt_rule(const opt_flags *of, ap_megatron *m, char *err)
                  "distributed optimizer (--use-distributed-optimizer)");
         return -1;
     }
+    if (keeps_remainders(of, m, bf16))
+        m->run.opt.main_params = AP_OPT_REMAINDER;
     return 0;
 }
 
@@ -991,7 +1020,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
     grad_flags gf = {0, 0, 0, 0, NULL};
-    opt_flags of = {0, {NULL, NULL, NULL}};
+    opt_flags of = {0, 0, {NULL, NULL, NULL}};
     audit au = {0};
     char *save = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
@@ -1082,7 +1111,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     }
     if (ce.fusion)
         m->run.cross_entropy = ce.impl;
-    if (grad_rule(&gf, m, err) || opt_rule(&of, m, err))
+    if (grad_rule(&gf, m, err) || opt_rule(&of, m, gf.bf16, err))
         return AP_EINPUT;
     if (layers_per_chunk) /* resolved against the layer count later */
         m->vpp = (int)-layers_per_chunk;
@@ -1298,6 +1327,12 @@ static int check_fp8_params(const ap_megatron *m, char *err)
  * DistributedFusedAdam is ZeRO-1 itself). */
 static int check_opt_dtypes(const ap_megatron *m, char *err)
 {
+    if (m->run.opt.main_params == AP_OPT_REMAINDER && m->run.fp8_param_gather) {
+        snprintf(err, AP_ERR_LEN, "main_params=remainder: Transformer Engine's FusedAdam "
+                 "keeps remainders only of bf16 weights, and fp8_param_gather=1 makes "
+                 "them FP8 (--fp8-param-gather); give main_params=fp32");
+        return AP_EINPUT;
+    }
     if (ap_opt_dtypes_fp32(&m->run.opt) || m->zero != AP_ZERO_NONE)
         return AP_OK;
     snprintf(err, AP_ERR_LEN, "main_params, exp_avg, exp_avg_sq: optimizer states in "

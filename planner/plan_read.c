@@ -586,9 +586,10 @@ static int parse_opt_dtypes(const reader *r, const cJSON *root, ap_plan_desc *p)
             return rc;
         ap_opt_dtype t;
         if (ap_opt_dtype_parse(s, &t) ||
-            (i ? t == AP_OPT_NONE : t == AP_OPT_FP8 || t == AP_OPT_BF16))
+            (i ? t == AP_OPT_NONE || t == AP_OPT_REMAINDER
+               : t == AP_OPT_FP8 || t == AP_OPT_BF16))
             return fail(r, names[i], "\"%s\" is not %s", s,
-                        i ? "fp32, fp16, bf16 or fp8" : "fp32, fp16 or none");
+                        i ? "fp32, fp16, bf16 or fp8" : "fp32, fp16, none or remainder");
         *slot[i] = t;
     }
     return AP_OK;

@@ -286,7 +286,7 @@ static void flags_follow_megatron_cores_rules(void)
     CHECK_STR_HAS(err, "--exp-avg-dtype: bad value \"fp64\"");
     ap_megatron_default(&m);
     CHECK(ap_megatron_parse("main_params=fp8", &m, err) == AP_EINPUT);
-    CHECK_STR_HAS(err, "main_params: bad value \"fp8\" (fp32, fp16 or none)");
+    CHECK_STR_HAS(err, "main_params: bad value \"fp8\" (fp32, fp16, none or remainder)");
     CHECK(ap_megatron_parse("main_params=bf16", &m, err) == AP_EINPUT);
     CHECK(ap_megatron_parse("exp_avg=none", &m, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "exp_avg: bad value \"none\" (fp32, fp16, bf16 or fp8)");

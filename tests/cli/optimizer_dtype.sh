@@ -113,7 +113,7 @@ refused "exp_avg_dtype: \"e5m2\" is not fp32, fp16, bf16 or fp8" \
     "$bin" export "$tmp/bad.json" --to megatron
 sed 's/^	"main_params_dtype":	"fp16"/	"main_params_dtype":	"fp8"/' "$tmp/plan.json" \
     >"$tmp/bad8.json"
-refused "main_params_dtype: \"fp8\" is not fp32, fp16 or none" \
+refused "main_params_dtype: \"fp8\" is not fp32, fp16, none or remainder" \
     "$bin" export "$tmp/bad8.json" --to megatron
 
 # compare plans its autopar column and sweep with the configuration's
