@@ -526,6 +526,30 @@ typedef struct {
                              NULL */
 } ap_pipe_result;
 
+/* The exposed seconds of a stage's once-per-step data-parallel gradient
+ * reduction `reduce` (seconds of collectives) that overlaps the backward
+ * (--overlap-grad-reduce), where `bwd` is the stage's backward of one
+ * micro-batch over all its `vchunks` model chunks and `group` the
+ * micro-batches of a chunk the interleaved schedule runs back to back
+ * (microbatch_group_size_per_vp_stage: min(pp, m)).
+ *
+ * One chunk (vchunks <= 1): the buckets reduce while the last
+ * micro-batch's backward runs, max(0, reduce - bwd).
+ *
+ * Interleaved: Megatron-LM's get_model wraps each model chunk in a DDP of
+ * its own with disable_bucketing=(model_chunk_idx > 0) (training.py), so
+ * every chunk after the first reduces its gradients as one bucket, which
+ * starts only when the chunk's last backward has ended. The cool-down runs
+ * the last group of micro-batches chunk by chunk, v-1 down to 0, so after
+ * chunk c's last backward the stage still computes c·group backwards of
+ * b = bwd/v each. The reductions, r = reduce/v a chunk, share one stream
+ * in that order; chunk 0's buckets reduce behind its own last backward.
+ * With t = 0 the end of the stage's last backward:
+ *   e = -inf; for c = v-1 .. 1: e = max(-c·group·b, e) + r;
+ *   exposed = max(0, max(-b, e) + r).
+ * Idle time of the cool-down hides more; it is not counted. */
+double ap_pipe_grad_reduce_exposed(double reduce, double bwd, int vchunks, int group);
+
 /* Simulates the schedule; the caller frees with ap_pipe_result_free().
  * AP_EINPUT for absurd specs (p or m over 1e6, too many events, negative or
  * non-finite times) and for interleaving with m not a multiple of p. */

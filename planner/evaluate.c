@@ -315,6 +315,16 @@ static double param_gather_exposed(const ap_plan *p, const ap_stage *st)
     return a / n + fmax(0, (n - 1) / n * (a - st->fwd));
 }
 
+/* The exposed part of the overlapped data-parallel reduction `dp`: behind
+ * the last micro-batch's backward, and under interleaving chunk by chunk,
+ * each chunk after the first as one bucket (ap_pipe_grad_reduce_exposed). */
+static double reduce_exposed(const ap_plan *p, const ap_stage *st, double dp)
+{
+    int v = p->vchunks > 1 && p->nstages > 1 ? p->vchunks : 1;
+    int group = p->nmicro < p->nstages ? p->nmicro : p->nstages;
+    return ap_pipe_grad_reduce_exposed(dp, st->bwd, v, group);
+}
+
 static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                     const ap_pipe_result *r)
 {
@@ -331,7 +341,7 @@ static void predict(const ap_graph *g, const ap_cluster *c, ap_plan *p,
         double dp = fmax(0, st->grad_sync - st->tied_sync - st->param_sync);
         st->param_sync_exposed = param_gather_exposed(p, st);
         st->grad_sync_exposed = st->tied_sync + st->param_sync_exposed +
-                                (p->serial_grad_sync ? dp : fmax(0, dp - st->bwd));
+                                (p->serial_grad_sync ? dp : reduce_exposed(p, st, dp));
         st->optimizer = optimizer_time(c, p, st);
         if (st->grad_sync_exposed > sync) {
             tied = st->tied_sync;
