@@ -511,6 +511,15 @@ typedef struct {
      * (the expert all-to-all the other half's compute hides), and both
      * outputs leave at its end. Warm-up and cool-down passes run alone. */
     const double *pair_save;
+    /* [p*v] indexed as fwd, or NULL: Megatron-Core's
+     * --defer-embedding-wgrad-compute. Seconds of a chunk's backward (the
+     * output layer's weight-gradient GEMM) that wait for the end of the
+     * schedule for the first defer_limit micro-batches (0: all of them),
+     * as LinearWithGradAccumulationAndAsyncCommunication buffers them; the
+     * stage runs them after its last pass (finish_embedding_wgrad_compute),
+     * while the stages before it drain their backwards. */
+    const double *defer;
+    int defer_limit;
 } ap_pipe_spec;
 
 typedef struct {
@@ -524,6 +533,9 @@ typedef struct {
     double *saved;        /* [p] under pair_save, the seconds a stage's
                              merged passes took less than run alone; else
                              NULL */
+    double *tail;         /* [p] under defer, the seconds a stage works after
+                             its last pass (the deferred weight gradients);
+                             else NULL. step and bubble count them */
 } ap_pipe_result;
 
 /* The exposed seconds of a stage's once-per-step data-parallel gradient

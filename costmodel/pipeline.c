@@ -27,6 +27,7 @@ typedef struct {
     int p, m, v;
     double *fwd_end, *bwd_end; /* [v][p][m], -1 until done */
     double *saved;             /* [p]: ap_pipe_result.saved */
+    double *tail;              /* [p]: ap_pipe_result.tail */
 } sim;
 
 static int bad(char *err, const char *fmt, long v)
@@ -75,6 +76,11 @@ static int check_spec(const ap_pipe_spec *s, int v, char *err)
         return rc;
     if (s->pair_save && (rc = check_times(s->pair_save, n, "pair_save", err)))
         return rc;
+    if (s->defer && (rc = check_times(s->defer, n, "defer", err)))
+        return rc;
+    if (s->defer && s->defer_limit < 0)
+        return bad(err, "pipeline: the deferral limit must be 0 (all) or more, not %ld",
+                   s->defer_limit);
     if (s->pair_save && s->schedule == AP_SCHED_GPIPE) {
         snprintf(err, AP_ERR_LEN, "pipeline: GPipe has no steady state whose "
                                   "forward and backward could merge");
@@ -190,10 +196,34 @@ static double ready_at(const sim *s, int i, pass x)
     return s->fwd_end[slot(s, c, i, j)];
 }
 
+/* Whether micro-batch j's deferrable backward work waits for the end:
+ * the output layer buffers its first defer_limit gradients (0: all), and
+ * its micro-batches' backwards run in order. */
+static int deferred(const sim *s, int j)
+{
+    return s->spec->defer && (s->spec->defer_limit == 0 || j < s->spec->defer_limit);
+}
+
 static double duration(const sim *s, int i, pass x)
 {
     size_t k = (size_t)x.chunk * s->p + i;
-    return x.backward ? s->spec->bwd[k] : s->spec->fwd[k];
+    if (!x.backward)
+        return s->spec->fwd[k];
+    if (deferred(s, x.micro))
+        return fmax(0, s->spec->bwd[k] - s->spec->defer[k]);
+    return s->spec->bwd[k];
+}
+
+/* The deferred work of stage i, run after its last pass. */
+static double deferred_tail(const sim *s, int i)
+{
+    int lim = s->spec->defer_limit, n = lim == 0 || lim > s->m ? s->m : lim;
+    double t = 0;
+    for (int c = 0; c < s->v; c++) {
+        size_t k = (size_t)c * s->p + i;
+        t += n * fmin(s->spec->defer[k], s->spec->bwd[k]);
+    }
+    return t;
 }
 
 static void place(sim *s, int i, pass x, double start, double end, ap_pipe_event *e)
@@ -301,6 +331,14 @@ static void summarise(const sim *s, const pass *order, int per_stage,
         busy += out->events[k].end - out->events[k].start;
         step = fmax(step, out->events[k].end);
     }
+    for (int i = 0; s->tail && i < s->p; i++) {
+        double end = 0;
+        for (long k = (long)i * per_stage; k < (long)(i + 1) * per_stage; k++)
+            end = fmax(end, out->events[k].end);
+        s->tail[i] = deferred_tail(s, i);
+        busy += s->tail[i];
+        step = fmax(step, end + s->tail[i]);
+    }
     out->step = step;
     out->bubble = step > 0 ? 1 - busy / (s->p * step) : 0;
     for (int i = 0; i < s->p; i++)
@@ -314,7 +352,7 @@ int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err)
     int rc = check_spec(spec, v, err);
     if (rc != AP_OK)
         return rc;
-    sim s = {spec, spec->nstages, spec->nmicro, v, NULL, NULL, NULL};
+    sim s = {spec, spec->nstages, spec->nmicro, v, NULL, NULL, NULL, NULL};
     int per_stage = 2 * s.m * v;
     size_t cells = (size_t)v * s.p * s.m, total = (size_t)per_stage * s.p;
     pass *order = malloc(total * sizeof *order);
@@ -324,8 +362,10 @@ int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err)
     out->inflight = calloc((size_t)s.p, sizeof *out->inflight);
     if (spec->pair_save)
         s.saved = out->saved = calloc((size_t)s.p, sizeof *out->saved);
+    if (spec->defer)
+        s.tail = out->tail = calloc((size_t)s.p, sizeof *out->tail);
     if (!order || !s.fwd_end || !s.bwd_end || !out->events || !out->inflight ||
-        (spec->pair_save && !out->saved)) {
+        (spec->pair_save && !out->saved) || (spec->defer && !out->tail)) {
         snprintf(err, AP_ERR_LEN, "pipeline: out of memory");
         rc = AP_EINTERNAL;
         goto done;
@@ -353,8 +393,10 @@ void ap_pipe_result_free(ap_pipe_result *r)
     free(r->inflight);
     free(r->events);
     free(r->saved);
+    free(r->tail);
     r->inflight = NULL;
     r->events = NULL;
     r->saved = NULL;
+    r->tail = NULL;
     r->nevents = 0;
 }

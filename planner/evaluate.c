@@ -263,7 +263,8 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
             if (save)
                 save[c * p->nstages + i] = p->stages[i].a2a_save / v;
         }
-    ap_pipe_spec spec = {p->schedule, p->nstages, p->nmicro, v, fwd, bwd, p2p, save};
+    ap_pipe_spec spec = {.schedule = p->schedule, .nstages = p->nstages, .nmicro = p->nmicro,
+                         .vchunks = v, .fwd = fwd, .bwd = bwd, .p2p = p2p, .pair_save = save};
     int rc = ap_pipe_simulate(&spec, r, err);
     free(fwd);
     free(bwd);

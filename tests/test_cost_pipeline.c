@@ -17,7 +17,8 @@ static void uniform(setup *s, ap_schedule sched, int p, int m, int v, double f,
         s->fwd[i] = f / v;
         s->bwd[i] = b / v;
     }
-    s->spec = (ap_pipe_spec){sched, p, m, v, s->fwd, s->bwd, NULL, NULL};
+    s->spec = (ap_pipe_spec){.schedule = sched, .nstages = p, .nmicro = m, .vchunks = v,
+                             .fwd = s->fwd, .bwd = s->bwd};
 }
 
 static ap_pipe_result simulate(const setup *s)

@@ -56,7 +56,8 @@ static ap_pipe_result simulate(ap_schedule sched, int p, int m, int v, double f,
         fwd[i] = f / v;
         bwd[i] = b / v;
     }
-    ap_pipe_spec spec = {sched, p, m, v, fwd, bwd, NULL, save};
+    ap_pipe_spec spec = {.schedule = sched, .nstages = p, .nmicro = m, .vchunks = v,
+                         .fwd = fwd, .bwd = bwd, .pair_save = save};
     ap_pipe_result r;
     char err[AP_ERR_LEN];
     int rc = ap_pipe_simulate(&spec, &r, err);
