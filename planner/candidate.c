@@ -353,14 +353,16 @@ void ap_search_ctx_free(ap_search_ctx *s)
 
 /* The settings the search prices its plans with: the options' FP8, TP
  * overlap, loss kernels, gradient and optimizer-state dtypes. It prices no
- * FP8 primary weights, context parallelism's p2p ring alone, and no expert
- * all-to-all overlap, so those stay at their zeroed defaults. */
+ * FP8 primary weights, context parallelism's p2p ring alone, no expert
+ * all-to-all overlap and no deferred output-layer weight gradients, so
+ * those stay at their zeroed defaults. */
 static ap_run_settings run_settings_of(const ap_plan_opts *o)
 {
     ap_run_settings r = o->run;
     r.fp8_param_gather = 0;
     r.cp_comm = AP_CP_P2P;
     r.moe_a2a_overlap = r.delay_wgrad = 0;
+    r.defer_wgrad = r.wgrad_deferral_limit = 0;
     return r;
 }
 

@@ -190,6 +190,10 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --overlap-moe-expert-parallel-comm\n");
     if (d->run.delay_wgrad)
         put(b, "  --delay-wgrad-compute\n");
+    if (d->run.defer_wgrad)
+        put(b, "  --defer-embedding-wgrad-compute\n");
+    if (d->run.defer_wgrad && d->run.wgrad_deferral_limit)
+        put(b, "  --wgrad-deferral-limit %d\n", d->run.wgrad_deferral_limit);
     /* native is the implementation's default, and Megatron-Core before 0.13
      * has no --cross-entropy-fusion-impl to name it with. */
     if (d->run.cross_entropy != AP_CE_UNFUSED)

@@ -167,6 +167,35 @@ static double pair_save(const ap_price_ctx *x, const ap_plan *p, const ap_block 
     return (alone - ap_moe_pair_time(&f, &b, p->run.delay_wgrad)) * times;
 }
 
+/* A matmul of the ops after the layers that reads a parameter: the output
+ * layer, whose weight gradient --defer-embedding-wgrad-compute defers. */
+static int is_output_layer(const ap_graph *g, int op)
+{
+    const ap_op *o = &g->ops[op];
+    if (o->kind != AP_OP_MATMUL || o->layer >= 0)
+        return 0;
+    for (int i = 0; i < o->ninputs; i++)
+        if (g->tensors[o->inputs[i]].role == AP_TENSOR_PARAM)
+            return 1;
+    return 0;
+}
+
+/* The output layer's weight-gradient GEMM: its FLOPs are its forward
+ * GEMM's, so its forward compute time under the same sharding. */
+static double output_wgrad(const ap_price_ctx *x, const ap_block *blk,
+                           const ap_block_point *bp)
+{
+    double t = 0;
+    for (int i = 0; i < blk->nops; i++) {
+        if (!is_output_layer(x->g, blk->ops[i]))
+            continue;
+        ap_op_cost oc;
+        ap_price_op(x, blk->ops[i], &bp->strat[i], &oc);
+        t += oc.fwd;
+    }
+    return t;
+}
+
 static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                        ap_stage *st, char *err)
 {
@@ -183,7 +212,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     st->grad_bytes = st->opt_bytes = 0;
     st->recompute_flops = 0;
     st->recomputed_layers = 0;
-    st->a2a_save = 0;
+    st->a2a_save = st->defer_wgrad = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
     for (int b = 0; b < 2 + p->nclasses; b++) {
         ap_block *blk = &st->blocks[b];
@@ -201,6 +230,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
         accumulate(st, bp, times, b >= 2 ? st->recompute : AP_RECOMPUTE_NONE, &n);
         if (p->run.moe_a2a_overlap && b >= 2)
             st->a2a_save += pair_save(&x, p, blk, bp, st->recompute, times);
+        if (b == 1 && p->run.defer_wgrad && p->nstages > 1)
+            st->defer_wgrad = output_wgrad(&x, blk, bp);
     }
     /* One group's activations are live while it is recomputed; the memory
      * of a stage counts act_bytes per micro-batch in flight, so the working
@@ -247,11 +278,14 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
     double *bwd = calloc(n, sizeof *bwd);
     double *p2p = calloc(n, sizeof *p2p);
     double *save = p->run.moe_a2a_overlap ? calloc(n, sizeof *save) : NULL;
-    if (!fwd || !bwd || !p2p || (p->run.moe_a2a_overlap && !save)) {
+    int deferring = p->run.defer_wgrad && p->nstages > 1;
+    double *defer = deferring ? calloc(n, sizeof *defer) : NULL;
+    if (!fwd || !bwd || !p2p || (p->run.moe_a2a_overlap && !save) || (deferring && !defer)) {
         free(fwd);
         free(bwd);
         free(p2p);
         free(save);
+        free(defer);
         snprintf(err, AP_ERR_LEN, "out of memory simulating the pipeline");
         return AP_EINTERNAL;
     }
@@ -262,14 +296,18 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
             p2p[i] = p->stages[i].p2p;
             if (save)
                 save[c * p->nstages + i] = p->stages[i].a2a_save / v;
+            if (defer)
+                defer[c * p->nstages + i] = p->stages[i].defer_wgrad / v;
         }
     ap_pipe_spec spec = {.schedule = p->schedule, .nstages = p->nstages, .nmicro = p->nmicro,
-                         .vchunks = v, .fwd = fwd, .bwd = bwd, .p2p = p2p, .pair_save = save};
+                         .vchunks = v, .fwd = fwd, .bwd = bwd, .p2p = p2p, .pair_save = save,
+                         .defer = defer, .defer_limit = p->run.wgrad_deferral_limit};
     int rc = ap_pipe_simulate(&spec, r, err);
     free(fwd);
     free(bwd);
     free(p2p);
     free(save);
+    free(defer);
     return rc;
 }
 

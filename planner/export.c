@@ -443,6 +443,11 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                       "Megatron-LM, or estimate with moe_a2a_overlap=0", who,
                       "overlap of the expert all-to-alls across micro-batches "
                       "(Megatron-Core's --overlap-moe-expert-parallel-comm)");
+    if (to != AP_LAUNCHER_MEGATRON && d->run.defer_wgrad)
+        return refuse(p, err, "%s does not defer %s the plan was priced with: export it "
+                      "to Megatron-LM, or estimate with defer_wgrad=0", who,
+                      "the output layer's weight gradients to the pipeline flush "
+                      "(Megatron-Core's --defer-embedding-wgrad-compute)");
     /* torchtitan steps torch.optim's AdamW, whose moments follow the
      * parameters' fp32 dtype under FSDP's mixed precision, and DeepSpeed
      * keeps its fp32 optimizer states: neither runs Transformer Engine's

@@ -45,7 +45,8 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "fp8_param_gather") ? &m->run.fp8_param_gather
          : !strcmp(k, "grad_fp32") ? &m->run.grad_fp32
          : !strcmp(k, "moe_a2a_overlap") ? &m->run.moe_a2a_overlap
-         : !strcmp(k, "delay_wgrad") ? &m->run.delay_wgrad : NULL;
+         : !strcmp(k, "delay_wgrad") ? &m->run.delay_wgrad
+         : !strcmp(k, "defer_wgrad") ? &m->run.defer_wgrad : NULL;
 }
 
 /* The spec's recompute_method and recompute_layers: 1 when k was one, 0
@@ -101,6 +102,13 @@ static int opt_key(ap_megatron *m, const char *k, const char *v, const char *who
     return 1;
 }
 
+/* The sizes that may be 0: sp and dp (0: derived), and the deferral
+ * limit (0: every micro-batch, Megatron-Core's default). */
+static int zero_ok(ap_megatron *m, const int *slot)
+{
+    return slot == &m->sp || slot == &m->dp || slot == &m->run.wgrad_deferral_limit;
+}
+
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
  * for the spec, "--megatron-args: --tensor-model-parallel-size" for flags.
  * Sizes stop at 2^30 so that the products of check() fit a long. */
@@ -139,7 +147,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
               : !strcmp(k, "ep") ? &m->ep : !strcmp(k, "vpp") ? &m->vpp
               : !strcmp(k, "mbs") ? &m->mbs : !strcmp(k, "sp") ? &m->sp
               : !strcmp(k, "first") ? &m->first : !strcmp(k, "last") ? &m->last
-              : !strcmp(k, "etp") ? &m->etp : NULL;
+              : !strcmp(k, "etp") ? &m->etp
+              : !strcmp(k, "wgrad_deferral_limit") ? &m->run.wgrad_deferral_limit : NULL;
     int *flag = flag_slot(m, k);
     if (!slot && !flag && strcmp(k, "gbs") && strcmp(k, "zero")) {
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
@@ -147,7 +156,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "overlap_param, first, last, fp8, account_embedding, account_loss, "
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
                  "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
-                 "cp_comm, main_params, exp_avg, exp_avg_sq)", k);
+                 "cp_comm, main_params, exp_avg, exp_avg_sq, defer_wgrad, "
+                 "wgrad_deferral_limit)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -166,7 +176,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
             goto bad;
         *flag = (int)n;
     } else {
-        if (n < (slot == &m->sp || slot == &m->dp ? 0 : 1))
+        if (n < (zero_ok(m, slot) ? 0 : 1))
             goto bad;
         *slot = (int)n;
     }
@@ -178,8 +188,9 @@ bad:
              : !strcmp(k, "cp_comm") ? " (p2p, allgather or a2a)"
              : !strcmp(k, "zero") ? " (0 to 3)"
              : flag_slot(m, k) ? " (0 or 1)"
-             : !strcmp(k, "sp") || !strcmp(k, "dp") ? " (an integer from 0 to 2^30)"
-                                                    : " (an integer from 1 to 2^30)");
+             : !strcmp(k, "sp") || !strcmp(k, "dp") || !strcmp(k, "wgrad_deferral_limit")
+                   ? " (an integer from 0 to 2^30)"
+                   : " (an integer from 1 to 2^30)");
     return AP_EINPUT;
 }
 
@@ -221,6 +232,7 @@ static const struct {
     {"--decoder-first-pipeline-num-layers", "first"},
     {"--decoder-last-pipeline-num-layers", "last"},
     {"--num-virtual-stages-per-pipeline-rank", "vpp"},
+    {"--wgrad-deferral-limit", "wgrad_deferral_limit"},
 };
 
 /* The value after a flag that takes one; NULL with err set when missing. */
@@ -292,15 +304,20 @@ static int tp_overlap_flag(const char *tok, char **save, ap_megatron *m, char *e
     return 0;
 }
 
-/* Megatron-Core's all-to-all overlap across micro-batches and its delayed
- * expert weight gradients (ap_run_settings.moe_a2a_overlap); 1 when `tok`
- * was one, 0 when not. check_moe_overlap refuses them where Megatron-Core asserts. */
-static int moe_overlap_flag(const char *tok, ap_megatron *m)
+/* Megatron-Core's all-to-all overlap across micro-batches, its delayed
+ * expert weight gradients (ap_run_settings.moe_a2a_overlap) and its
+ * deferred output-layer weight gradients (defer_wgrad): the flags that
+ * move backward work in the schedule. 1 when `tok` was one, 0 when not;
+ * check_moe_overlap and check_defer_wgrad refuse them where Megatron-Core
+ * does. */
+static int schedule_flag(const char *tok, ap_megatron *m)
 {
     if (!strcmp(tok, "--overlap-moe-expert-parallel-comm"))
         return m->run.moe_a2a_overlap = 1;
     if (!strcmp(tok, "--delay-wgrad-compute"))
         return m->run.delay_wgrad = 1;
+    if (!strcmp(tok, "--defer-embedding-wgrad-compute"))
+        return m->run.defer_wgrad = 1;
     return 0;
 }
 
@@ -517,8 +534,6 @@ static const struct {
      "backward than the fused kernel autopar prices"},
     {"--distribute-saved-activations", 0, "splits the recomputation checkpoints "
      "over the tensor-parallel group, which is not priced"},
-    {"--defer-embedding-wgrad-compute", 0, "moves the output layer's weight "
-     "gradients to the pipeline flush, which is not priced"},
     {"--moe-layer-recompute", 0, "recomputes the MoE layers; autopar's "
      "selective recomputation is core attention's alone"},
     {"--moe-use-legacy-grouped-gemm", 0, "runs the experts as the legacy "
@@ -1043,7 +1058,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known)
             known = param_gather_flag(tok, m);
         if (!known)
-            known = moe_overlap_flag(tok, m);
+            known = schedule_flag(tok, m);
         if (!known && (known = tp_overlap_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = recompute_flag(tok, &save, m, &rcf, err)) < 0)
@@ -1344,6 +1359,20 @@ static int check_opt_dtypes(const ap_megatron *m, char *err)
     return AP_EINPUT;
 }
 
+/* Megatron-Core's ModelParallelConfig refuses to defer the output layer's
+ * weight gradients without pipeline parallelism (and without gradient
+ * accumulation fusion, whose flag --megatron-args refuses anyway). */
+static int check_defer_wgrad(const ap_megatron *m, char *err)
+{
+    if (!m->run.defer_wgrad || m->pp > 1)
+        return AP_OK;
+    snprintf(err, AP_ERR_LEN, "defer_wgrad: --defer-embedding-wgrad-compute needs "
+             "pipeline parallelism (pp > 1), as Megatron-Core refuses it: \"Cannot "
+             "defer embedding wgrad compute when pipeline model parallel is not "
+             "used\"; the configuration has pp=%d", m->pp);
+    return AP_EINPUT;
+}
+
 /* Megatron-Core's assertions on overlap_moe_expert_parallel_comm and
  * delay_wgrad_compute (TransformerConfig.__post_init__): expert
  * parallelism, a virtual pipeline when pp > 1 (the combined 1F1B exists
@@ -1621,7 +1650,8 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                  m->gbs, micro);
         return AP_EINPUT;
     }
-    if ((rc = check_experts(g, m, err)) || (rc = check_moe_overlap(g, m, err)))
+    if ((rc = check_experts(g, m, err)) || (rc = check_moe_overlap(g, m, err)) ||
+        (rc = check_defer_wgrad(m, err)))
         return rc;
     if (m->vpp > 1 && fmod(m->gbs / micro, m->pp)) {
         snprintf(err, AP_ERR_LEN, "interleaving needs the micro-batch count "
@@ -1760,6 +1790,8 @@ void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m)
     m->run.tp_overlap = m->run.tp_overlap && m->tp > 1 && m->sp;
     if (m->run.moe_a2a_overlap && check_moe_overlap(g, m, err))
         m->run.moe_a2a_overlap = m->run.delay_wgrad = 0;
+    if (m->pp < 2)
+        m->run.defer_wgrad = 0;
     if (m->cp <= 1 || check_cp_comm(g, m, err))
         m->run.cp_comm = AP_CP_P2P;
     if (check_opt_dtypes(m, err))

@@ -169,6 +169,10 @@ static void add_moe_overlap(cJSON *o, const ap_plan *p)
         cJSON_AddBoolToObject(o, "moe_a2a_overlap", 1);
     if (p->run.delay_wgrad)
         cJSON_AddBoolToObject(o, "delay_wgrad_compute", 1);
+    if (p->run.defer_wgrad)
+        cJSON_AddBoolToObject(o, "defer_embedding_wgrad_compute", 1);
+    if (p->run.defer_wgrad && p->run.wgrad_deferral_limit)
+        cJSON_AddNumberToObject(o, "wgrad_deferral_limit", p->run.wgrad_deferral_limit);
 }
 
 static cJSON *prediction_json(const ap_plan *p)

@@ -513,6 +513,26 @@ static int parse_moe_overlap(const reader *r, const cJSON *root, ap_plan_desc *p
     return AP_OK;
 }
 
+/* "defer_embedding_wgrad_compute" and "wgrad_deferral_limit" (0: every
+ * micro-batch); absent reads as off, as plans were before the fields. */
+static int parse_defer_wgrad(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    int rc;
+    if (field(root, "defer_embedding_wgrad_compute") &&
+        (rc = get_bool(r, root, "defer_embedding_wgrad_compute", "", &p->run.defer_wgrad)))
+        return rc;
+    if (!field(root, "wgrad_deferral_limit"))
+        return AP_OK;
+    if (!p->run.defer_wgrad)
+        return fail(r, "wgrad_deferral_limit", "needs \"defer_embedding_wgrad_compute\": "
+                    "true");
+    long long n;
+    if ((rc = get_int(r, root, "wgrad_deferral_limit", "", 0, 1 << 30, &n)))
+        return rc;
+    p->run.wgrad_deferral_limit = (int)n;
+    return AP_OK;
+}
+
 /* "overlap_param_gather": the distributed optimizer's parameter all-gather
  * in the next forward's pre-hooks. Absent reads as "overlap_grad_reduce",
  * which priced both overlaps together before the field existed. true
@@ -664,7 +684,7 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
     if ((rc = parse_fp8_params(r, root, p)) || (rc = parse_cross_entropy(r, root, p)) ||
         (rc = parse_grad_fp32(r, root, p)) || (rc = parse_cp_comm(r, root, p)) ||
         (rc = parse_opt_dtypes(r, root, p)) ||
-        (rc = parse_moe_overlap(r, root, p)) ||
+        (rc = parse_moe_overlap(r, root, p)) || (rc = parse_defer_wgrad(r, root, p)) ||
         (rc = parse_param_gather(r, root, p)) ||
         (rc = parse_recompute_method(r, root, p)))
         return rc;

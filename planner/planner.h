@@ -114,6 +114,11 @@ typedef struct {
      * backward dispatch to start. Plans price them; a single stage's
      * prices do not read them. */
     int moe_a2a_overlap, delay_wgrad;
+    /* 1: Megatron-Core's --defer-embedding-wgrad-compute: the last stage
+     * runs the output layer's weight-gradient GEMM of its first
+     * wgrad_deferral_limit micro-batches (0: all) after its last pass
+     * (ap_pipe_spec.defer; docs/cost-model.md). Only with pp > 1. */
+    int defer_wgrad, wgrad_deferral_limit;
 } ap_run_settings;
 
 /* The context every price is taken in. */
@@ -459,6 +464,11 @@ typedef struct {
      * saves, the all-to-all hidden layer by layer (ap_moe_pair_time);
      * else 0. */
     double a2a_save;
+    /* Under run.defer_wgrad with pp > 1, on the stage with the ops after
+     * the layers: of bwd, the output layer's weight-gradient GEMM (its
+     * forward GEMM's time), which waits for the end of the schedule
+     * (ap_pipe_spec.defer); else 0. */
+    double defer_wgrad;
 } ap_stage;
 
 typedef struct {

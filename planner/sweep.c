@@ -76,6 +76,10 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         append(buf, len, &n, ",moe_a2a_overlap=1");
     if (m->run.delay_wgrad)
         append(buf, len, &n, ",delay_wgrad=1");
+    if (m->run.defer_wgrad)
+        append(buf, len, &n, ",defer_wgrad=1");
+    if (m->run.defer_wgrad && m->run.wgrad_deferral_limit)
+        append(buf, len, &n, ",wgrad_deferral_limit=%d", m->run.wgrad_deferral_limit);
     if (m->run.cross_entropy != AP_CE_UNFUSED)
         append(buf, len, &n, ",cross_entropy=%s", ap_ce_impl_name(m->run.cross_entropy));
     if (m->recompute_method != AP_RECOMPUTE_UNIFORM)

@@ -144,7 +144,7 @@ same "--recompute-modules under full recomputation" "$llama" 16 \
 for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--spec local" "--pipeline-model-parallel-layout Et*16|t*16L" \
     "--no-gradient-accumulation-fusion" "--no-bias-swiglu-fusion" \
-    "--distribute-saved-activations" "--defer-embedding-wgrad-compute" \
+    "--distribute-saved-activations" \
     "--moe-layer-recompute" "--moe-use-legacy-grouped-gemm" \
     "--moe-expert-capacity-factor 1.0" "--enable-cuda-graph" "--external-cuda-graph" \
     "--torch-fsdp2-no-reshard-after-forward"; do
