@@ -636,7 +636,11 @@ typedef struct {
      * bf16 or fp8); the spec also takes main_params=none, no main weights:
      * apex's DistributedFusedAdam under NeMo's optim dtype bf16 steps the
      * model's bf16 weights, which Megatron-LM cannot run: its export
-     * refuses it. */
+     * refuses it; and main_params=remainder, the 16 bits bf16 weights lack
+     * (store_param_remainders, Megatron-Core's default under the
+     * precision-aware optimizer with fp32 main weights of a bf16 model).
+     * defer_wgrad and wgrad_deferral_limit: --defer-embedding-wgrad-compute
+     * and --wgrad-deferral-limit, refused without pp > 1. */
     ap_run_settings run;
     /* Under recompute full: --recompute-method and --recompute-num-layers
      * (ap_recompute_method); the spec's recompute_method and
@@ -678,10 +682,11 @@ int ap_megatron_overlap_param(const ap_megatron *m);
  * zero=1,overlap_grad=1,overlap_param=1,first=7,last=7,fp8=1,tp_overlap=1,
  * etp=1,fp8_param_gather=1,cross_entropy=te,recompute_method=block,
  * recompute_layers=2,grad_fp32=1,moe_a2a_overlap=1,delay_wgrad=1,cp_comm=a2a,
- * main_params=fp16,exp_avg=bf16,exp_avg_sq=fp8"
+ * main_params=fp16,exp_avg=bf16,exp_avg_sq=fp8,defer_wgrad=1,
+ * wgrad_deferral_limit=22"
  * (cross_entropy: unfused, native or te; cp_comm: p2p, allgather or a2a;
- * main_params: fp32, fp16 or none; exp_avg, exp_avg_sq: fp32, fp16, bf16
- * or fp8;
+ * main_params: fp32, fp16, none or remainder; exp_avg, exp_avg_sq: fp32,
+ * fp16, bf16 or fp8; wgrad_deferral_limit: 0 (all) to 2^30;
  * recompute_method: uniform or block, with recompute_layers N, 0 to 2^30,
  * at least 1 under uniform) */
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err);
