@@ -92,6 +92,18 @@ static inline int ap_test_megatron_plan(const ap_graph *g, int gpus, const char 
     return rc;
 }
 
+/* ap_test_megatron_plan for a spec that must price: on failure it prints
+ * the spec and the message, so that the check that fails says why. */
+static inline int ap_test_megatron_plan_ok(const ap_graph *g, int gpus, const char *spec,
+                                           ap_cluster *c, ap_plan *p)
+{
+    char err[AP_ERR_LEN];
+    int rc = ap_test_megatron_plan(g, gpus, spec, c, p, err);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", spec, err);
+    return rc;
+}
+
 /* The context stage s of plan p was priced in (ap_plan_evaluate): each mesh
  * replica's share of the micro-batch, and the plan's ZeRO stage, precision,
  * TP overlap, gradient-sync mode, FP8 weights, loss kernels and whether

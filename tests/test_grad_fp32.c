@@ -41,15 +41,6 @@ static void two_byte_gradients_are_the_old_model_states(void)
     }
 }
 
-static int plan_of(const ap_graph *g, const char *spec, ap_cluster *c, ap_plan *p)
-{
-    char err[AP_ERR_LEN];
-    int rc = ap_test_megatron_plan(g, DP, spec, c, p, err);
-    if (rc)
-        fprintf(stderr, "%s: %s\n", spec, err);
-    return rc;
-}
-
 /* The whole stage holds every parameter once, so its model states are the
  * table's bytes per parameter times the model's parameters, and its
  * gradients 4 bytes each (4/d under ZeRO-2 and 3). */
@@ -63,14 +54,14 @@ static void stage_model_states_are_the_tables_bytes_per_parameter(void)
         char spec[128];
         ap_plan p;
         snprintf(spec, sizeof spec, SPEC ",%s,grad_fp32=1", zero[z]);
-        if (plan_of(g, spec, NULL, &p) == AP_OK) {
+        if (ap_test_megatron_plan_ok(g, DP, spec, NULL, &p) == AP_OK) {
             CHECK(p.run.grad_fp32 == 1);
             CHECK_NEAR(p.stages[0].param_bytes, want[z] * g->total_params, 1e-12);
             CHECK_NEAR(p.stages[0].grad_bytes, grads[z] * g->total_params, 1e-12);
         }
         ap_plan_free(&p);
         snprintf(spec, sizeof spec, SPEC ",%s", zero[z]);
-        if (plan_of(g, spec, NULL, &p) == AP_OK)
+        if (ap_test_megatron_plan_ok(g, DP, spec, NULL, &p) == AP_OK)
             CHECK_NEAR(p.stages[0].grad_bytes, grads[z] / 2 * g->total_params, 1e-12);
         ap_plan_free(&p);
     }
@@ -85,7 +76,8 @@ static void distributed_optimizer_reduce_scatters_fp32_gradients(void)
     ap_graph *g = ap_test_model(MODEL, 512);
     ap_cluster c;
     ap_plan bf, fp;
-    if (!g || plan_of(g, SPEC, &c, &bf) || plan_of(g, SPEC ",grad_fp32=1", NULL, &fp)) {
+    if (!g || ap_test_megatron_plan_ok(g, DP, SPEC, &c, &bf) ||
+        ap_test_megatron_plan_ok(g, DP, SPEC ",grad_fp32=1", NULL, &fp)) {
         CHECK(0);
         ap_graph_free(g);
         return;
@@ -114,7 +106,7 @@ static void plain_data_parallel_all_reduces_fp32_gradients(void)
     ap_graph *g = ap_test_model(MODEL, 512);
     ap_cluster c;
     ap_plan p;
-    if (!g || plan_of(g, SPEC ",zero=0,grad_fp32=1", &c, &p)) {
+    if (!g || ap_test_megatron_plan_ok(g, DP, SPEC ",zero=0,grad_fp32=1", &c, &p)) {
         CHECK(0);
         ap_graph_free(g);
         return;
@@ -136,8 +128,8 @@ static void sharded_gradients_reduce_scatter_fp32_every_micro_batch(void)
     ap_graph *g = ap_test_model(MODEL, 512);
     ap_cluster c;
     ap_plan p2, p3;
-    if (!g || plan_of(g, SPEC ",zero=2,grad_fp32=1", &c, &p2) ||
-        plan_of(g, SPEC ",zero=3,grad_fp32=1", NULL, &p3)) {
+    if (!g || ap_test_megatron_plan_ok(g, DP, SPEC ",zero=2,grad_fp32=1", &c, &p2) ||
+        ap_test_megatron_plan_ok(g, DP, SPEC ",zero=3,grad_fp32=1", NULL, &p3)) {
         CHECK(0);
         ap_graph_free(g);
         return;
@@ -170,7 +162,7 @@ static void tied_embeddings_all_reduce_their_fp32_gradient(void)
     ap_cluster c;
     ap_plan p;
     if (ap_graph_from_hf(cfg, strlen(cfg), "gpt2.json", &o, &g, err) ||
-        plan_of(g, "tp=2,pp=2,mbs=1,gbs=64,sp=1,grad_fp32=1", &c, &p)) {
+        ap_test_megatron_plan_ok(g, DP, "tp=2,pp=2,mbs=1,gbs=64,sp=1,grad_fp32=1", &c, &p)) {
         CHECK(0);
         ap_graph_free(g);
         return;
@@ -196,8 +188,8 @@ static void off_prices_as_before(void)
         ap_plan a, b;
         memset(&a, 0, sizeof a);
         memset(&b, 0, sizeof b);
-        if (plan_of(g, specs[i][0], NULL, &a) == AP_OK &&
-            plan_of(g, specs[i][1], NULL, &b) == AP_OK) {
+        if (ap_test_megatron_plan_ok(g, DP, specs[i][0], NULL, &a) == AP_OK &&
+            ap_test_megatron_plan_ok(g, DP, specs[i][1], NULL, &b) == AP_OK) {
             char *ja = ap_plan_to_json(g, &a), *jb = ap_plan_to_json(g, &b);
             CHECK(ja && jb && !strcmp(ja, jb));
             CHECK(a.step_time == b.step_time && a.max_mem_bytes == b.max_mem_bytes);
@@ -222,8 +214,9 @@ static void fp32_gradients_cost_memory_and_time(void)
     ap_plan a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
-    if (g && plan_of(g, SPEC ",zero=0,overlap_grad=0", NULL, &a) == AP_OK &&
-        plan_of(g, SPEC ",zero=0,overlap_grad=0,grad_fp32=1", NULL, &b) == AP_OK) {
+    if (g && ap_test_megatron_plan_ok(g, DP, SPEC ",zero=0,overlap_grad=0", NULL, &a) == AP_OK &&
+        ap_test_megatron_plan_ok(g, DP, SPEC ",zero=0,overlap_grad=0,grad_fp32=1", NULL,
+                                 &b) == AP_OK) {
         CHECK_NEAR(b.max_mem_bytes - a.max_mem_bytes, 2 * g->total_params, 1e-9);
         CHECK(b.step_time > a.step_time);
         CHECK(b.t_optimizer > a.t_optimizer);

@@ -122,15 +122,6 @@ static void the_step_streams_narrow_states_through_an_fp32_copy(void)
     CHECK(ap_opt_state_bytes(&bf) == 8 && ap_opt_step_bytes(&bf) == 56);
 }
 
-static int plan_of(const ap_graph *g, const char *spec, ap_cluster *c, ap_plan *p)
-{
-    char err[AP_ERR_LEN];
-    int rc = ap_test_megatron_plan(g, DP, spec, c, p, err);
-    if (rc)
-        fprintf(stderr, "%s: %s\n", spec, err);
-    return rc;
-}
-
 /* The stage holds every parameter once: its model states are the bytes a
  * parameter times the model's parameters, its optimizer states the
  * states' width (over 16 under ZeRO-1). */
@@ -143,7 +134,7 @@ static void stage_holds_the_states_at_their_widths(void)
     memset(&p, 0, sizeof p);
     char spec[160];
     snprintf(spec, sizeof spec, SPEC ",zero=1,%s", keys);
-    if (g && plan_of(g, spec, NULL, &p) == AP_OK) {
+    if (g && ap_test_megatron_plan_ok(g, DP, spec, NULL, &p) == AP_OK) {
         CHECK(p.run.opt.main_params == AP_OPT_FP16 && p.run.opt.exp_avg == AP_OPT_BF16 &&
               p.run.opt.exp_avg_sq == AP_OPT_FP8);
         CHECK_NEAR(p.stages[0].param_bytes, (4 + w / DP) * g->total_params, 1e-12);
@@ -161,7 +152,7 @@ static void stage_holds_the_states_at_their_widths(void)
     ap_plan_free(&p);
     /* ZeRO-3 (Megatron FSDP) shards everything. */
     snprintf(spec, sizeof spec, SPEC ",zero=3,%s", keys);
-    if (g && plan_of(g, spec, NULL, &p) == AP_OK)
+    if (g && ap_test_megatron_plan_ok(g, DP, spec, NULL, &p) == AP_OK)
         CHECK_NEAR(p.stages[0].param_bytes, (4 + w) / DP * g->total_params, 1e-12);
     else
         CHECK(0);
@@ -176,7 +167,8 @@ static void optimizer_step_time_is_the_closed_form(void)
     ap_graph *g = ap_test_model(MODEL, 512);
     ap_cluster c;
     ap_plan p;
-    if (!g || plan_of(g, SPEC ",zero=1,exp_avg=bf16,exp_avg_sq=bf16", &c, &p)) {
+    if (!g ||
+        ap_test_megatron_plan_ok(g, DP, SPEC ",zero=1,exp_avg=bf16,exp_avg_sq=bf16", &c, &p)) {
         CHECK(0);
         ap_graph_free(g);
         return;
@@ -203,7 +195,8 @@ static void fp32_keys_price_byte_for_byte_as_before(void)
         snprintf(a, sizeof a, SPEC ",%s", zero[z]);
         snprintf(b, sizeof b, SPEC ",%s,main_params=fp32,exp_avg=fp32,exp_avg_sq=fp32",
                  zero[z]);
-        if (!plan_of(g, a, NULL, &pa) && !plan_of(g, b, NULL, &pb)) {
+        if (!ap_test_megatron_plan_ok(g, DP, a, NULL, &pa) &&
+            !ap_test_megatron_plan_ok(g, DP, b, NULL, &pb)) {
             CHECK(pa.step_time == pb.step_time && pa.max_mem_bytes == pb.max_mem_bytes);
             CHECK(pa.stages[0].param_bytes == pb.stages[0].param_bytes);
             CHECK(pa.stages[0].optimizer == pb.stages[0].optimizer);
@@ -223,14 +216,14 @@ static void narrow_states_save_memory_and_cost_step_time(void)
 {
     ap_graph *g = ap_test_model(MODEL, 512);
     ap_plan a, b;
-    if (!g || plan_of(g, SPEC ",zero=0", NULL, &a) ||
-        plan_of(g, SPEC ",zero=1,exp_avg=bf16,exp_avg_sq=bf16", NULL, &b)) {
+    if (!g || ap_test_megatron_plan_ok(g, DP, SPEC ",zero=0", NULL, &a) ||
+        ap_test_megatron_plan_ok(g, DP, SPEC ",zero=1,exp_avg=bf16,exp_avg_sq=bf16", NULL, &b)) {
         CHECK(0);
         ap_graph_free(g);
         return;
     }
     ap_plan c;
-    if (plan_of(g, SPEC ",zero=1", NULL, &c) == AP_OK) {
+    if (ap_test_megatron_plan_ok(g, DP, SPEC ",zero=1", NULL, &c) == AP_OK) {
         CHECK_NEAR(c.max_mem_bytes - b.max_mem_bytes, 4.0 / DP * g->total_params, 1e-9);
         CHECK(b.t_optimizer > c.t_optimizer);
     } else {

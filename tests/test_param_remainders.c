@@ -55,15 +55,6 @@ static void zero1_bytes_per_parameter_with_and_without_remainders(void)
     CHECK(ap_mem_model_states_opt(1, 8, AP_ZERO_1, 2, &o).total == 5.25);
 }
 
-static int plan_of(const ap_graph *g, const char *spec, ap_cluster *c, ap_plan *p)
-{
-    char err[AP_ERR_LEN];
-    int rc = ap_test_megatron_plan(g, DP, spec, c, p, err);
-    if (rc)
-        fprintf(stderr, "%s: %s\n", spec, err);
-    return rc;
-}
-
 /* The stage's model states are (4 + 10/16) bytes a parameter, 2/16 less
  * than with whole main weights, and the step streams them once each way. */
 static void stage_holds_two_byte_main_weights(void)
@@ -73,8 +64,8 @@ static void stage_holds_two_byte_main_weights(void)
     ap_plan whole, rem;
     memset(&whole, 0, sizeof whole);
     memset(&c, 0, sizeof c);
-    if (g && !plan_of(g, SPEC, NULL, &whole) &&
-        !plan_of(g, SPEC ",main_params=remainder", &c, &rem)) {
+    if (g && !ap_test_megatron_plan_ok(g, DP, SPEC, NULL, &whole) &&
+        !ap_test_megatron_plan_ok(g, DP, SPEC ",main_params=remainder", &c, &rem)) {
         double P = g->total_params;
         CHECK(rem.run.opt.main_params == AP_OPT_REMAINDER);
         CHECK_NEAR(rem.stages[0].param_bytes, (4 + 10.0 / DP) * P, 1e-12);
@@ -145,8 +136,8 @@ static void flags_price_as_the_spec(void)
     char args[512];
     ap_plan a, b;
     snprintf(args, sizeof args, "%s%s --grad-reduce-in-bf16", AWARE, layout);
-    if (g && !plan_of(g, args, NULL, &a) &&
-        !plan_of(g, SPEC ",overlap_grad=0,main_params=remainder", NULL, &b)) {
+    if (g && !ap_test_megatron_plan_ok(g, DP, args, NULL, &a) &&
+        !ap_test_megatron_plan_ok(g, DP, SPEC ",overlap_grad=0,main_params=remainder", NULL, &b)) {
         CHECK(a.run.opt.main_params == AP_OPT_REMAINDER);
         CHECK(a.max_mem_bytes == b.max_mem_bytes && a.step_time == b.step_time);
         ap_plan_free(&b);
