@@ -181,17 +181,25 @@ static int is_output_layer(const ap_graph *g, int op)
 }
 
 /* The output layer's weight-gradient GEMM: its FLOPs are its forward
- * GEMM's, so its forward compute time under the same sharding. */
+ * GEMM's, so its forward compute time under the same sharding. While it
+ * waits, ColumnParallelLinear keeps the layer's input and the gradient of
+ * its output for it (embedding_activation_buffer, grad_output_buffer):
+ * *bytes per micro-batch. */
 static double output_wgrad(const ap_price_ctx *x, const ap_block *blk,
-                           const ap_block_point *bp)
+                           const ap_block_point *bp, double *bytes)
 {
     double t = 0;
+    *bytes = 0;
     for (int i = 0; i < blk->nops; i++) {
-        if (!is_output_layer(x->g, blk->ops[i]))
+        int op = blk->ops[i];
+        if (!is_output_layer(x->g, op))
             continue;
         ap_op_cost oc;
-        ap_price_op(x, blk->ops[i], &bp->strat[i], &oc);
+        ap_price_op(x, op, &bp->strat[i], &oc);
         t += oc.fwd;
+        const ap_op *o = &x->g->ops[op];
+        *bytes += ap_operand_bytes(x, op, &bp->strat[i], o->inputs[0]) +
+                  ap_operand_bytes(x, op, &bp->strat[i], o->outputs[0]);
     }
     return t;
 }
@@ -212,7 +220,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     st->grad_bytes = st->opt_bytes = 0;
     st->recompute_flops = 0;
     st->recomputed_layers = 0;
-    st->a2a_save = st->defer_wgrad = 0;
+    st->a2a_save = st->defer_wgrad = st->defer_bytes = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
     for (int b = 0; b < 2 + p->nclasses; b++) {
         ap_block *blk = &st->blocks[b];
@@ -231,7 +239,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
         if (p->run.moe_a2a_overlap && b >= 2)
             st->a2a_save += pair_save(&x, p, blk, bp, st->recompute, times);
         if (b == 1 && p->run.defer_wgrad && p->nstages > 1)
-            st->defer_wgrad = output_wgrad(&x, blk, bp);
+            st->defer_wgrad = output_wgrad(&x, blk, bp, &st->defer_bytes);
     }
     /* One group's activations are live while it is recomputed; the memory
      * of a stage counts act_bytes per micro-batch in flight, so the working
@@ -437,6 +445,14 @@ static void record_cluster(const ap_cluster *c, ap_plan *p)
     snprintf(p->rate_from, sizeof p->rate_from, "%s", c->calib_from);
 }
 
+/* Micro-batches whose output-layer weight gradient waits (defer_wgrad):
+ * the first wgrad_deferral_limit, 0 meaning all. */
+static double deferred_micro(const ap_plan *p)
+{
+    int lim = p->run.wgrad_deferral_limit;
+    return lim == 0 || lim > p->nmicro ? p->nmicro : lim;
+}
+
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                      char *err)
 {
@@ -460,7 +476,8 @@ int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     for (int i = 0; i < p->nstages; i++) {
         ap_stage *st = &p->stages[i];
         st->inflight = r.inflight[i];
-        st->mem_bytes = st->param_bytes + st->inflight * st->act_bytes;
+        st->mem_bytes = st->param_bytes + st->inflight * st->act_bytes +
+                        deferred_micro(p) * st->defer_bytes;
     }
     p->hbm_limit = ap_cluster_usable_bytes(c);
     predict(g, c, p, &r);

@@ -268,6 +268,9 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
 double ap_price_edge_saved(const ap_price_ctx *x, int t, int prod,
                            const ap_strategy *ps, int cons,
                            const ap_strategy *cs, double *regather);
+/* Bytes per GPU of op's operand (input or output) tensor t under strategy
+ * s: the tensor at the context's batch over the ways s splits it. */
+double ap_operand_bytes(const ap_price_ctx *x, int op, const ap_strategy *s, int t);
 /* Writes "b@0 f@1 rs:s" style text for a strategy, for plans and reports. */
 void ap_strategy_format(const ap_strategy *s, char *buf, size_t len);
 
@@ -467,8 +470,10 @@ typedef struct {
     /* Under run.defer_wgrad with pp > 1, on the stage with the ops after
      * the layers: of bwd, the output layer's weight-gradient GEMM (its
      * forward GEMM's time), which waits for the end of the schedule
-     * (ap_pipe_spec.defer); else 0. */
-    double defer_wgrad;
+     * (ap_pipe_spec.defer); else 0. defer_bytes: what the layer keeps
+     * for it per deferred micro-batch (its input and its output's
+     * gradient), held until the end of the step. */
+    double defer_wgrad, defer_bytes;
 } ap_stage;
 
 typedef struct {

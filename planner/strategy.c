@@ -183,6 +183,11 @@ static double tensor_bytes(const ap_price_ctx *x, int t)
     return n * (double)ap_dtype_size(tt->dtype);
 }
 
+double ap_operand_bytes(const ap_price_ctx *x, int op, const ap_strategy *s, int t)
+{
+    return tensor_bytes(x, t) / operand_split(x, &x->g->ops[op], s, t);
+}
+
 static const char *shape_of(const ap_price_ctx *x, int t)
 {
     return x->g->tensors[t].shape;
