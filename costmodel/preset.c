@@ -98,10 +98,10 @@ static const attn_rates fa3_cudnn_h100 = {
  * carries to the H200 and H800, which have the H100's GH100 compute die,
  * clocks and 700 W limit; nothing carries it to the B200. */
 static const training_rate hopper_rate = {
-    0.8137, 8.85,
+    0.8104, 17.62,
     "the median of 19 published BF16 runs on H100 SXM (docs/validation.md): "
-    "NeMo 24.09 Llama 3.1 405B, 7-layer proxy, on 32 H100 SXM, tp 8 cp 2 "
-    "(DGX Cloud benchmarking recipe), 8.85 s per step",
+    "NeMo 24.09 Llama 3.1 405B on 2304 H100 SXM, tp 8 pp 9 cp 2 vpp 7 "
+    "(DGX Cloud benchmarking recipe), 17.62 s per step",
 };
 static const training_rate ampere_rate = {
     0.8231, 20.829,
