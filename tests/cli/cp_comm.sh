@@ -53,7 +53,7 @@ for t in allgather a2a; do
     grep -q "^	\"cp_comm_type\":	\"$t\"" "$tmp/plan.json" && ok || bad "$t: plan.json field"
     "$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>&1
     grep -q -- "^  --cp-comm-type $t$" "$tmp/args.sh" && ok || bad "$t export: $(cat "$tmp/args.sh")"
-    args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+    args=$(megatron_args "$tmp/args.sh")
     est --megatron-args "$args" >"$tmp/got" 2>&1
     cmp -s "$tmp/want" "$tmp/got" && ok || bad "$t round trip: $(diff "$tmp/want" "$tmp/got")"
     refused "cp_comm=p2p" "$bin" export "$tmp/plan.json" --to torchtitan

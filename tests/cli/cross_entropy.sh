@@ -41,7 +41,7 @@ for ce in native te; do
     "$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>&1
     grep -q -- "^  --cross-entropy-loss-fusion$" "$tmp/args.sh" && ok ||
         bad "Megatron export: $(cat "$tmp/args.sh")"
-    args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+    args=$(megatron_args "$tmp/args.sh")
     est --megatron-args "$args" >"$tmp/got" 2>&1
     cmp -s "$tmp/want" "$tmp/got" && ok || bad "$ce round trip: $(diff "$tmp/want" "$tmp/got")"
 done

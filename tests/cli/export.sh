@@ -41,7 +41,7 @@ roundtrip() { # model gpus spec
     "$bin" estimate "$src/$1" --gpus "$2" --megatron "$3" -o "$tmp/rt.json" --json \
         >"$tmp/want" 2>/dev/null
     "$bin" export "$tmp/rt.json" --to megatron >"$tmp/args.sh"
-    args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+    args=$(megatron_args "$tmp/args.sh")
     "$bin" estimate "$src/$1" --gpus "$2" --megatron-args "$args" --json >"$tmp/got" 2>"$tmp/err"
     grep -q '"step_time_s"' "$tmp/want" && cmp -s "$tmp/want" "$tmp/got" && ok ||
         bad "round trip of $3: $(cat "$tmp/err") $(diff "$tmp/want" "$tmp/got")"

@@ -34,7 +34,7 @@ out=$("$bin" estimate "$model" --gpus 16 --megatron-args "$flags --fp8-format e5
 grep -q '^	"fp8":	true' "$tmp/plan.json" && ok || bad "plan.json has fp8"
 "$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>&1
 grep -q -- "--fp8-format hybrid" "$tmp/args.sh" && ok || bad "Megatron export: $(cat "$tmp/args.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args.sh")
 "$bin" estimate "$model" --gpus 16 --json --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp/got")"
 "$bin" export "$tmp/plan.json" --to torchtitan 2>&1 | grep -q -- "--model.converters float8" &&

@@ -36,7 +36,7 @@ awk -v a="$(field grad_sync_total_s "$tmp/params")" -v b="$(field grad_sync_tota
 grep -q '^	"fp8_param_gather":	true' "$tmp/plan.json" && ok || bad "plan.json has fp8_param_gather"
 "$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>&1
 grep -q -- "^  --fp8-param-gather$" "$tmp/args.sh" && ok || bad "Megatron export: $(cat "$tmp/args.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args.sh")
 "$bin" estimate "$model" --gpus 16 --json --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp/got")"
 "$bin" estimate "$model" --gpus 16 --megatron "$spec,fp8_param_gather=1" --emit megatron |

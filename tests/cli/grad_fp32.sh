@@ -71,7 +71,7 @@ grep -q '^	"grad_reduce_in_fp32":	true' "$tmp/plan.json" && ok || bad "plan.json
 "$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>&1
 grep -q -- "^  --bf16$" "$tmp/args.sh" && ! grep -q -- "--grad-reduce-in-bf16" "$tmp/args.sh" &&
     ok || bad "fp32 export: $(cat "$tmp/args.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args.sh")
 est --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/fp32" "$tmp/got" && ok || bad "fp32 round trip: $(diff "$tmp/fp32" "$tmp/got")"
 out=$("$bin" export "$tmp/plan.json" --to torchtitan 2>&1)
@@ -82,7 +82,7 @@ est --megatron "$spec" -o "$tmp/plan0.json" >/dev/null 2>&1
 ! grep -q '^	"grad_reduce_in_fp32"' "$tmp/plan0.json" && ok || bad "plan.json says nothing when off"
 "$bin" export "$tmp/plan0.json" --to megatron >"$tmp/args0.sh" 2>&1
 grep -q -- "^  --grad-reduce-in-bf16$" "$tmp/args0.sh" && ok || bad "bf16 export: $(cat "$tmp/args0.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args0.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args0.sh")
 est --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/bf16" "$tmp/got" && ok || bad "bf16 round trip: $(diff "$tmp/bf16" "$tmp/got")"
 

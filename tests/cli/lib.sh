@@ -19,6 +19,12 @@ pass=0
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*" >&2; fail=$((fail + 1)); }
 
+# The flags of a Megatron-LM export (`autopar export --to megatron`): the
+# lines of its MEGATRON_ARGS block, on one line, ready for --megatron-args.
+megatron_args() {
+    sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$1" | grep '^  --' | tr '\n' ' '
+}
+
 finish() {
     echo "$pass passed, $fail failed"
     [ "$fail" -eq 0 ]

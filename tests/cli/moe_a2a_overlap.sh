@@ -40,7 +40,7 @@ grep -q '^	"moe_a2a_overlap":	true' "$tmp/plan.json" &&
 grep -q -- "^  --overlap-moe-expert-parallel-comm$" "$tmp/args.sh" &&
     grep -q -- "^  --delay-wgrad-compute$" "$tmp/args.sh" && ok ||
     bad "Megatron export: $(cat "$tmp/args.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args.sh")
 "$bin" estimate "$model" --gpus 16 --json --megatron-args "$args" >"$tmp/got" 2>"$tmp/err"
 cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(cat "$tmp/err"; diff "$tmp/want" "$tmp/got")"
 out=$("$bin" export "$tmp/plan.json" --to torchtitan 2>&1)

@@ -85,7 +85,7 @@ grep -q -- "^  --use-precision-aware-optimizer$" "$tmp/args.sh" &&
     grep -q -- "^  --exp-avg-dtype bf16$" "$tmp/args.sh" &&
     grep -q -- "^  --exp-avg-sq-dtype fp8$" "$tmp/args.sh" && ok ||
     bad "export: $(cat "$tmp/args.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args.sh")
 est --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/low" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/low" "$tmp/got")"
 for to in torchtitan deepspeed; do

@@ -47,7 +47,7 @@ grep -q -- "^  --overlap-param-gather$" "$tmp/on.sh" && ok || bad "Megatron expo
 "$bin" export "$tmp/off.json" --to megatron >"$tmp/off.sh" 2>&1
 grep -q -- "--overlap-grad-reduce" "$tmp/off.sh" && ! grep -q -- "--overlap-param-gather" "$tmp/off.sh" &&
     ok || bad "export without the overlap: $(cat "$tmp/off.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/off.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/off.sh")
 est --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/spec0" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/spec0" "$tmp/got")"
 grep -v '"overlap_param_gather"' "$tmp/on.json" >"$tmp/old.json"

@@ -67,7 +67,7 @@ grep -q '^	"main_params_dtype":	"remainder"' "$tmp/plan.json" && ok || bad "plan
 grep -q -- "^  --use-precision-aware-optimizer$" "$tmp/args.sh" &&
     ! grep -q -- "param-remainders\|--main-params-dtype" "$tmp/args.sh" && ok ||
     bad "export: $(cat "$tmp/args.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args.sh")
 est --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/rem" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/rem" "$tmp/got")"
 for to in torchtitan deepspeed; do
@@ -81,7 +81,7 @@ est --megatron "$spec,exp_avg=bf16,exp_avg_sq=bf16" -o "$tmp/bf.json" >"$tmp/bf"
 "$bin" export "$tmp/bf.json" --to megatron >"$tmp/args.sh" 2>&1
 grep -q -- "^  --no-store-param-remainders$" "$tmp/args.sh" && ok ||
     bad "export of fp32 main weights: $(cat "$tmp/args.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args.sh")
 est --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/bf" "$tmp/got" && ok || bad "round trip of fp32 main: $(diff "$tmp/bf" "$tmp/got")"
 

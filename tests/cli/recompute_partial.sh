@@ -50,7 +50,7 @@ grep -q "^	\"recompute_method\":	\"block\"" "$tmp/plan.json" &&
 "$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>&1 || bad "export: $(cat "$tmp/args.sh")"
 grep -q -- "--recompute-method block" "$tmp/args.sh" &&
     grep -q -- "--recompute-num-layers 2" "$tmp/args.sh" && ok || bad "the export states block 2"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args.sh")
 est --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip of block 2: $(diff "$tmp/want" "$tmp/got")"
 

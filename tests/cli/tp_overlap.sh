@@ -47,7 +47,7 @@ grep -q '^	"tp_comm_overlap":	true' "$tmp/plan.json" && ok || bad "plan.json has
 grep -q '^	"tp_comm_overlap"' "$tmp/plain.json" && bad "plan.json without overlap names it" || ok
 "$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>&1
 grep -q -- "--tp-comm-overlap" "$tmp/args.sh" && ok || bad "Megatron export: $(cat "$tmp/args.sh")"
-args=$(sed -n '/^MEGATRON_ARGS="$/,/^"$/p' "$tmp/args.sh" | grep '^  --' | tr '\n' ' ')
+args=$(megatron_args "$tmp/args.sh")
 "$bin" estimate "$model" --gpus 16 --json --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp/got")"
 "$bin" export "$tmp/plan.json" --to torchtitan >"$tmp/titan.sh" 2>&1
