@@ -562,6 +562,10 @@ typedef struct {
  * Idle time of the cool-down hides more; it is not counted. */
 double ap_pipe_grad_reduce_exposed(double reduce, double bwd, int vchunks, int group);
 
+/* How many of nmicro micro-batches a deferral limit defers: the first
+ * `limit`, 0 meaning all of them (Megatron-Core's wgrad_deferral_limit). */
+int ap_pipe_deferred_micro(int limit, int nmicro);
+
 /* Simulates the schedule; the caller frees with ap_pipe_result_free().
  * AP_EINPUT for absurd specs (p or m over 1e6, too many events, negative or
  * non-finite times) and for interleaving with m not a multiple of p. */

@@ -196,12 +196,17 @@ static double ready_at(const sim *s, int i, pass x)
     return s->fwd_end[slot(s, c, i, j)];
 }
 
+int ap_pipe_deferred_micro(int limit, int nmicro)
+{
+    return limit == 0 || limit > nmicro ? nmicro : limit;
+}
+
 /* Whether micro-batch j's deferrable backward work waits for the end:
- * the output layer buffers its first defer_limit gradients (0: all), and
- * its micro-batches' backwards run in order. */
+ * the output layer buffers its first gradients, and its micro-batches'
+ * backwards run in order. */
 static int deferred(const sim *s, int j)
 {
-    return s->spec->defer && (s->spec->defer_limit == 0 || j < s->spec->defer_limit);
+    return s->spec->defer && j < ap_pipe_deferred_micro(s->spec->defer_limit, s->m);
 }
 
 static double duration(const sim *s, int i, pass x)
@@ -217,7 +222,7 @@ static double duration(const sim *s, int i, pass x)
 /* The deferred work of stage i, run after its last pass. */
 static double deferred_tail(const sim *s, int i)
 {
-    int lim = s->spec->defer_limit, n = lim == 0 || lim > s->m ? s->m : lim;
+    int n = ap_pipe_deferred_micro(s->spec->defer_limit, s->m);
     double t = 0;
     for (int c = 0; c < s->v; c++) {
         size_t k = (size_t)c * s->p + i;
@@ -327,17 +332,14 @@ static void summarise(const sim *s, const pass *order, int per_stage,
                       ap_pipe_result *out)
 {
     double busy = 0, step = 0;
-    for (int k = 0; k < out->nevents; k++) {
-        busy += out->events[k].end - out->events[k].start;
-        step = fmax(step, out->events[k].end);
-    }
     for (int i = 0; s->tail && i < s->p; i++) {
-        double end = 0;
-        for (long k = (long)i * per_stage; k < (long)(i + 1) * per_stage; k++)
-            end = fmax(end, out->events[k].end);
         s->tail[i] = deferred_tail(s, i);
         busy += s->tail[i];
-        step = fmax(step, end + s->tail[i]);
+    }
+    /* Events are ordered by stage; a stage ends after its deferred work. */
+    for (int k = 0; k < out->nevents; k++) {
+        busy += out->events[k].end - out->events[k].start;
+        step = fmax(step, out->events[k].end + (s->tail ? s->tail[k / per_stage] : 0));
     }
     out->step = step;
     out->bubble = step > 0 ? 1 - busy / (s->p * step) : 0;

@@ -445,14 +445,6 @@ static void record_cluster(const ap_cluster *c, ap_plan *p)
     snprintf(p->rate_from, sizeof p->rate_from, "%s", c->calib_from);
 }
 
-/* Micro-batches whose output-layer weight gradient waits (defer_wgrad):
- * the first wgrad_deferral_limit, 0 meaning all. */
-static double deferred_micro(const ap_plan *p)
-{
-    int lim = p->run.wgrad_deferral_limit;
-    return lim == 0 || lim > p->nmicro ? p->nmicro : lim;
-}
-
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                      char *err)
 {
@@ -477,7 +469,8 @@ int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
         ap_stage *st = &p->stages[i];
         st->inflight = r.inflight[i];
         st->mem_bytes = st->param_bytes + st->inflight * st->act_bytes +
-                        deferred_micro(p) * st->defer_bytes;
+                        ap_pipe_deferred_micro(p->run.wgrad_deferral_limit, p->nmicro) *
+                            st->defer_bytes;
     }
     p->hbm_limit = ap_cluster_usable_bytes(c);
     predict(g, c, p, &r);

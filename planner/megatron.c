@@ -104,9 +104,9 @@ static int opt_key(ap_megatron *m, const char *k, const char *v, const char *who
 
 /* The sizes that may be 0: sp and dp (0: derived), and the deferral
  * limit (0: every micro-batch, Megatron-Core's default). */
-static int zero_ok(ap_megatron *m, const int *slot)
+static int zero_ok(const char *k)
 {
-    return slot == &m->sp || slot == &m->dp || slot == &m->run.wgrad_deferral_limit;
+    return !strcmp(k, "sp") || !strcmp(k, "dp") || !strcmp(k, "wgrad_deferral_limit");
 }
 
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
@@ -176,7 +176,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
             goto bad;
         *flag = (int)n;
     } else {
-        if (n < (zero_ok(m, slot) ? 0 : 1))
+        if (n < (zero_ok(k) ? 0 : 1))
             goto bad;
         *slot = (int)n;
     }
@@ -188,9 +188,8 @@ bad:
              : !strcmp(k, "cp_comm") ? " (p2p, allgather or a2a)"
              : !strcmp(k, "zero") ? " (0 to 3)"
              : flag_slot(m, k) ? " (0 or 1)"
-             : !strcmp(k, "sp") || !strcmp(k, "dp") || !strcmp(k, "wgrad_deferral_limit")
-                   ? " (an integer from 0 to 2^30)"
-                   : " (an integer from 1 to 2^30)");
+             : zero_ok(k) ? " (an integer from 0 to 2^30)"
+                          : " (an integer from 1 to 2^30)");
     return AP_EINPUT;
 }
 
