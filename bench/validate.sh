@@ -297,7 +297,8 @@ print()
 print("error = (predicted step - published step) / published step; negative: autopar is optimistic")
 print("fp8: measured in FP8 and priced with fp8=1 (docs/cost-model.md, FP8)")
 print("h: a BF16 run, priced at the median rate of its GPU's other BF16 runs (held out);")
-print("   the others at the preset's rate (the median of all of them)"
+print("   the others at the preset's rate (the median of all of them; the b200,"
+      " with no BF16 run, carries the h100-sxm's)"
       + (", or with --calibrated at the median derived above" if mode == "calibrated" else ""))
 if any(r[6].endswith("*") or " * " in r[6] for r in rows if len(r) > 4):
     print("* measured in another precision than priced: shown, not in the statistics")

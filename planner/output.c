@@ -410,25 +410,18 @@ void ap_plan_format_micro_batches(const ap_graph *g, const ap_plan *p,
 }
 
 /* How far the absolute numbers can be trusted depends on where the
- * cluster's rates came from: a preset's tensor-core rate is scaled to the
- * median of published training steps where it has them (docs/cluster-format.md), and
- * otherwise runs fast against measured steps (docs/validation.md); either
- * way it was not measured on the reader's GPUs. */
+ * cluster's rates came from: every preset's tensor-core rate is scaled to
+ * the median of published training steps (docs/cluster-format.md), its
+ * own GPU's or, for the B200, carried from another's; either way it was
+ * not measured on the reader's GPUs. */
 void ap_plan_print_basis(const ap_plan *p, FILE *f)
 {
-    if (!strcmp(p->cluster_basis, "preset") && p->rate_scale > 0)
+    if (!strcmp(p->cluster_basis, "preset"))
         fprintf(f, "  prices: the %s preset (datasheet peaks at published kernel "
                    "efficiencies, the tensor-core rate x%.3f that published training "
                    "steps imply, %s); not measured on your GPUs: `autopar profile` or "
                    "`autopar calibrate` for yours\n",
                 p->cluster, p->rate_scale, p->rate_from);
-    else if (!strcmp(p->cluster_basis, "preset"))
-        fprintf(f, "  prices: the %s preset (datasheet peaks at published kernel "
-                   "efficiencies, with no published training step to scale them to); "
-                   "training steps on other GPUs have run slower than such figures "
-                   "(docs/validation.md): `autopar profile` or `autopar calibrate` for "
-                   "absolute numbers\n",
-                p->cluster);
     else if (!strcmp(p->cluster_basis, "profile"))
         fprintf(f, "  prices: %s, from measured GEMM and collective tables\n", p->cluster);
     else if (!strcmp(p->cluster_basis, "calibrated"))
