@@ -113,8 +113,9 @@ typedef struct {
 /* The most GPUs a cluster may have (docs/hardening.md). */
 #define AP_MAX_GPUS 1000000
 
-/* Presets: "a100-80g", "h100-sxm", "h200", "b200", "h800". Fills *c for
- * `gpus` GPUs in nodes of `gpus_per_node` (0 = the preset's default). */
+/* Presets: "a100-80g", "a100-40g", "h100-sxm", "h200", "b200", "h800".
+ * Fills *c for `gpus` GPUs in nodes of `gpus_per_node` (0 = the preset's
+ * default). */
 int ap_cluster_preset(const char *name, int gpus, int gpus_per_node,
                       ap_cluster *c, char *err);
 /* Resizes a cluster to `gpus` GPUs in nodes of `gpus_per_node`; zero keeps

@@ -127,9 +127,19 @@ static const training_rate blackwell_rate = {
 #define A100_ATTN_FWD 0.6
 #define A100_ATTN_BWD (0.6 * 63.0 / 73.0)
 
+/* The A100 SXM4 40GB, the DGX A100 of 2020, differs from the 80GB only in
+ * memory: 42,505,273,344 bytes of HBM2 as CUDA's device query reports it
+ * (nvidia-smi rounds it to 40536 MiB), at 1,555 GB/s (A100 datasheet). It has the same GA100 die, clocks, 400 W limit and NVLink3, so
+ * it carries the Ampere training rate, which the 80GB's runs give. */
+
 static const preset presets[] = {
     {"a100-80g", "NVIDIA A100-SXM4-80GB", 108, 128, 128,
      85899345920.0, 2.039e12, 0.9,
+     0.85, A100_ATTN_FWD, A100_ATTN_BWD, 4e-6,
+     312e12, 312e12, 156e12, 0,
+     230e9, HDR_200G, NULL, 0, &ampere_rate},
+    {"a100-40g", "NVIDIA A100-SXM4-40GB", 108, 128, 128,
+     42505273344.0, 1.555e12, 0.9,
      0.85, A100_ATTN_FWD, A100_ATTN_BWD, 4e-6,
      312e12, 312e12, 156e12, 0,
      230e9, HDR_200G, NULL, 0, &ampere_rate},
@@ -160,7 +170,7 @@ static const preset presets[] = {
 
 const char *ap_cluster_preset_names(void)
 {
-    return "a100-80g, h100-sxm, h200, b200, h800";
+    return "a100-80g, a100-40g, h100-sxm, h200, b200, h800";
 }
 
 /* Memory the training process cannot use: about 1 GiB of CUDA context and

@@ -49,7 +49,8 @@ const char *ap_profile_preset_for_gpu(const char *gpu_name)
         const char *marker, *preset;
     } table[] = {
         {"H100", "h100-sxm"}, {"H200", "h200"}, {"H800", "h800"},
-        {"B200", "b200"},     {"A100", "a100-80g"},
+        {"B200", "b200"},     {"A100-SXM4-40GB", "a100-40g"},
+        {"A100", "a100-80g"},
     };
     if (!gpu_name)
         return NULL;

@@ -23,8 +23,8 @@ static void h100_preset_has_datasheet_numbers(void)
 
 static void every_preset_loads_with_sane_numbers(void)
 {
-    const char *names[] = {"a100-80g", "h100-sxm", "h200", "b200", "h800"};
-    for (int i = 0; i < 5; i++) {
+    const char *names[] = {"a100-80g", "a100-40g", "h100-sxm", "h200", "b200", "h800"};
+    for (int i = 0; i < 6; i++) {
         ap_cluster c;
         char err[AP_ERR_LEN];
         REQUIRE_OK(ap_cluster_preset(names[i], 16, 0, &c, err), err);
@@ -34,6 +34,25 @@ static void every_preset_loads_with_sane_numbers(void)
         CHECK_STR_HAS(ap_cluster_preset_names(), names[i]);
         ap_cluster_free(&c);
     }
+}
+
+/* The 40GB A100 is the 80GB one with HBM2 instead of HBM2e: the
+ * 42,505,273,344 bytes CUDA's device query reports (39.59 GiB) and
+ * 1,555 GB/s, everything else the same. */
+static void a100_40g_is_the_80g_with_less_and_slower_memory(void)
+{
+    ap_cluster a40, a80;
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_cluster_preset("a100-40g", 0, 0, &a40, err), err);
+    REQUIRE_OK(ap_cluster_preset("a100-80g", 0, 0, &a80, err), err);
+    CHECK(a40.hbm_bytes == 42505273344.0);
+    CHECK(a40.hbm_bw == 1.555e12 && a80.hbm_bw == 2.039e12);
+    CHECK(a40.peak_flops[AP_BF16] == a80.peak_flops[AP_BF16]);
+    CHECK(a40.gemm_eff == a80.gemm_eff && a40.calib_scale == a80.calib_scale);
+    CHECK(a40.intra_bw == a80.intra_bw && a40.inter_bw == a80.inter_bw);
+    CHECK_STR_HAS(a40.gpu_name, "A100-SXM4-40GB");
+    ap_cluster_free(&a40);
+    ap_cluster_free(&a80);
 }
 
 static void h800_nvlink_is_the_deepseek_figure(void)
@@ -121,8 +140,8 @@ static void round_trip(const ap_cluster *c)
 
 static void presets_round_trip_through_files(void)
 {
-    const char *names[] = {"a100-80g", "h100-sxm", "h200", "b200", "h800"};
-    for (int i = 0; i < 5; i++) {
+    const char *names[] = {"a100-80g", "a100-40g", "h100-sxm", "h200", "b200", "h800"};
+    for (int i = 0; i < 6; i++) {
         ap_cluster c;
         char err[AP_ERR_LEN];
         REQUIRE_OK(ap_cluster_preset(names[i], 32, 0, &c, err), err);
@@ -318,6 +337,7 @@ int main(void)
 {
     RUN(h100_preset_has_datasheet_numbers);
     RUN(every_preset_loads_with_sane_numbers);
+    RUN(a100_40g_is_the_80g_with_less_and_slower_memory);
     RUN(h800_nvlink_is_the_deepseek_figure);
     RUN(sizing_fills_whole_nodes_or_fails);
     RUN(presets_round_trip_through_files);

@@ -45,14 +45,19 @@ static void hopper_presets_run_their_tensor_cores_at_0_8104_of_the_kernel_figure
     }
 }
 
-static void the_a100_runs_at_0_8231(void)
+/* Both A100s carry the one Ampere factor: the 40GB has the 80GB's die,
+ * clocks and power limit. */
+static void the_a100s_run_at_0_8231(void)
 {
-    ap_cluster a = preset("a100-80g", 8);
-    CHECK(a.calib_scale == AMPERE && a.calib_measured_s == 20.829);
-    CHECK_STR_HAS(a.calib_from, "GPT 174.6B on 1536 A100 80GB");
-    CHECK_NEAR(a.gemm_eff, 0.85 * AMPERE, 1e-15);
-    CHECK_NEAR(a.attn_eff, 0.6 * AMPERE, 1e-15);
-    ap_cluster_free(&a);
+    const char *names[] = {"a100-80g", "a100-40g"};
+    for (int i = 0; i < 2; i++) {
+        ap_cluster a = preset(names[i], 8);
+        CHECK(a.calib_scale == AMPERE && a.calib_measured_s == 20.829);
+        CHECK_STR_HAS(a.calib_from, "GPT 174.6B on 1536 A100 80GB");
+        CHECK_NEAR(a.gemm_eff, 0.85 * AMPERE, 1e-15);
+        CHECK_NEAR(a.attn_eff, 0.6 * AMPERE, 1e-15);
+        ap_cluster_free(&a);
+    }
 }
 
 /* No B200 BF16 step is published, so the B200 takes the lower of the two
@@ -75,8 +80,8 @@ static void the_b200_carries_the_hopper_factor_and_says_so(void)
  * kernel figure as a step time. */
 static void every_preset_has_a_training_rate(void)
 {
-    const char *names[] = {"a100-80g", "h100-sxm", "h200", "b200", "h800"};
-    for (int i = 0; i < 5; i++) {
+    const char *names[] = {"a100-80g", "a100-40g", "h100-sxm", "h200", "b200", "h800"};
+    for (int i = 0; i < 6; i++) {
         ap_cluster c = preset(names[i], 8);
         CHECK(c.calib_scale > 0.8 && c.calib_scale < 0.83 && c.calib_from[0]);
         ap_cluster_free(&c);
@@ -170,7 +175,7 @@ static void a_profile_starts_from_the_kernel_figures(void)
 int main(void)
 {
     RUN(hopper_presets_run_their_tensor_cores_at_0_8104_of_the_kernel_figures);
-    RUN(the_a100_runs_at_0_8231);
+    RUN(the_a100s_run_at_0_8231);
     RUN(the_b200_carries_the_hopper_factor_and_says_so);
     RUN(every_preset_has_a_training_rate);
     RUN(the_kernel_rate_is_the_published_figures);

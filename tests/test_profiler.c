@@ -235,6 +235,7 @@ static void gpu_names_map_to_presets(void)
 {
     CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA H100 80GB HBM3"), "h100-sxm");
     CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA A100-SXM4-80GB"), "a100-80g");
+    CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA A100-SXM4-40GB"), "a100-40g");
     CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA H200"), "h200");
     CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA GH200 480GB"), "h200");
     CHECK_STR_HAS(ap_profile_preset_for_gpu("NVIDIA H800"), "h800");
