@@ -11,7 +11,9 @@
 # lower median of those factors is the preset's. So that no run is priced
 # with a rate it helped make, each BF16 run is priced at the median of the
 # OTHER BF16 runs of its GPU (leave one out); FP8 runs and GPUs without BF16
-# runs are priced at the preset. --calibrated prices the FP8 runs at the
+# runs are priced at the preset. FP16 runs (Megatron-LM before 2021) count as
+# BF16 ones: the presets' FP16 and BF16 peaks are equal. Presets that carry
+# one training rate (the A100 80GB and 40GB) share one median. --calibrated prices the FP8 runs at the
 # median derived here instead of the preset's, to show what a stale preset
 # changes. A run
 # measured in FP8 carries
@@ -174,15 +176,28 @@ def calibrate(run, pub_t, out):
     return None
 
 
+# Measured in 16 bits: BF16, or FP16 (Megatron-LM before 2021), whose
+# tensor-core peak is BF16's on every preset, as are its 2-byte gradients.
+SIXTEEN_BIT = ("bf16", "fp16")
+
+
 def rate_runs(runs, priced):
-    """Per GPU, the indices of the BF16 runs whose published steps its
-    tensor-core rate is derived from: every priced run measured and priced
-    in BF16."""
-    out = {}
+    """The BF16/FP16 runs whose published steps each tensor-core rate is
+    derived from, as {the GPUs' presets: run indices}: every priced run
+    measured in 16 bits, grouped by the training rate its preset carries,
+    so that presets sharing one (the A100 80GB and 40GB) share its median."""
+    by_rate = {}
     for i, run in enumerate(runs):
-        if priced[i] is None or is_fp8(run) or run.get("precision", "bf16") != "bf16":
+        if priced[i] is None or is_fp8(run) or run.get("precision", "bf16") not in SIXTEEN_BIT:
             continue
-        out.setdefault(run["gpu"], []).append(i)
+        by_rate.setdefault(priced[i][0].get("cluster_rate_from") or run["gpu"], []).append(i)
+    out = {}
+    for idx in by_rate.values():
+        gpus = []
+        for i in idx:
+            if runs[i]["gpu"] not in gpus:
+                gpus.append(runs[i]["gpu"])
+        out[", ".join(gpus)] = idx
     return out
 
 
@@ -239,7 +254,7 @@ for gpu, idx in sorted(groups.items()):
     rate = median_low([factor[i] for i in idx])
     mid = min(idx, key=lambda i: (abs(factor[i] - rate), i))
     preset = priced[idx[0]][0].get("cluster_rate_scale", 0)
-    print(f"{gpu}: {len(idx)} BF16 runs imply x{min(factor[i] for i in idx):.4f} to "
+    print(f"{gpu}: {len(idx)} BF16/FP16 runs imply x{min(factor[i] for i in idx):.4f} to "
           f"x{max(factor[i] for i in idx):.4f} of the kernel figures; median "
           f"x{rate:.4f} ({runs[mid]['name']}); the preset has x{preset:.4f}")
     if abs(rate - preset) > 5e-5 or not runs[mid].get("preset_rate_source"):
@@ -254,9 +269,9 @@ for gpu, idx in sorted(groups.items()):
         priced[i], errors[i] = price(runs[i], cluster_at(calfile[i], f,
                                                         os.path.join(caldir, f"held{i}.json")))
     if mode == "calibrated":
-        at = cluster_at(calfile[mid], rate, os.path.join(caldir, gpu + ".json"))
+        at = cluster_at(calfile[mid], rate, os.path.join(caldir, f"rate{mid}.json"))
         for i, run in enumerate(runs):
-            if run["gpu"] == gpu and i not in held_out:
+            if run["gpu"] in gpu.split(", ") and i not in held_out:
                 priced[i], errors[i] = price(run, at)
 print()
 shutil.rmtree(caldir)
@@ -273,7 +288,7 @@ for i, run in enumerate(runs):
     e = 100 * (t - pub_t) / pub_t
     b = pred["breakdown"]
     fp8 = is_fp8(run)
-    counted = run.get("precision", "bf16") == ("fp8" if fp8 else "bf16")
+    counted = run.get("precision", "bf16") in (("fp8",) if fp8 else SIXTEEN_BIT)
     if counted:
         stats.setdefault(run["gpu"], []).append((e, run["name"]))
     rows.append([run["name"], run["gpu"], f"{fmt(pub_x)} {unit}", f"{fmt(pred_x)}",
@@ -296,7 +311,7 @@ for r in rows:
 print()
 print("error = (predicted step - published step) / published step; negative: autopar is optimistic")
 print("fp8: measured in FP8 and priced with fp8=1 (docs/cost-model.md, FP8)")
-print("h: a BF16 run, priced at the median rate of its GPU's other BF16 runs (held out);")
+print("h: a BF16 or FP16 run, priced at the median rate of its GPU's other such runs (held out);")
 print("   the others at the preset's rate (the median of all of them; the b200,"
       " with no BF16 run, carries the h100-sxm's)"
       + (", or with --calibrated at the median derived above" if mode == "calibrated" else ""))
