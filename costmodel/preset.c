@@ -116,8 +116,9 @@ static const training_rate ampere_rate = {
  * generations, clocks, memories and software stacks years apart, give
  * x0.8098 and x0.8104. Pricing a B200 at its kernel figures would claim
  * that a training step loses nothing on it, which no measured GPU does, so
- * it carries the H100's, and says that it was carried, not measured. (It
- * was the lower of the two when chosen; the A100's is now 0.07% lower.) */
+ * it carries the H100's, the nearest generation measured and the one whose
+ * runs used the B200's software (NeMo, Megatron-Core, Transformer Engine),
+ * and says that it was carried, not measured. */
 static const training_rate blackwell_rate = {
     0.8104, 17.62,
     "carried from the H100 SXM, not measured on a B200 (no BF16 B200 step with "
@@ -128,17 +129,17 @@ static const training_rate blackwell_rate = {
 #define A100_ATTN_FWD 0.6
 #define A100_ATTN_BWD (0.6 * 63.0 / 73.0)
 
-/* The A100 SXM4 40GB, the DGX A100 of 2020, differs from the 80GB only in
- * memory: 42,505,273,344 bytes of HBM2 as CUDA's device query reports it
- * (nvidia-smi rounds it to 40536 MiB), at 1,555 GB/s (A100 datasheet). It has the same GA100 die, clocks, 400 W limit and NVLink3, so
- * it carries the Ampere training rate, which the 80GB's runs give. */
-
 static const preset presets[] = {
     {"a100-80g", "NVIDIA A100-SXM4-80GB", 108, 128, 128,
      85899345920.0, 2.039e12, 0.9,
      0.85, A100_ATTN_FWD, A100_ATTN_BWD, 4e-6,
      312e12, 312e12, 156e12, 0,
      230e9, HDR_200G, NULL, 0, &ampere_rate},
+    /* The A100 SXM4 40GB, the DGX A100 of 2020, differs from the 80GB only
+     * in memory: 42,505,273,344 bytes of HBM2 as CUDA's device query
+     * reports it (nvidia-smi rounds it to 40536 MiB), at 1,555 GB/s (A100
+     * datasheet). It has the same GA100 die, clocks, 400 W limit and
+     * NVLink3, so it carries the Ampere rate. */
     {"a100-40g", "NVIDIA A100-SXM4-40GB", 108, 128, 128,
      42505273344.0, 1.555e12, 0.9,
      0.85, A100_ATTN_FWD, A100_ATTN_BWD, 4e-6,
