@@ -190,14 +190,8 @@ def rate_runs(runs, priced):
         if priced[i] is None or is_fp8(run) or run.get("precision", "bf16") not in SIXTEEN_BIT:
             continue
         by_rate.setdefault(priced[i][0].get("cluster_rate_from") or run["gpu"], []).append(i)
-    out = {}
-    for idx in by_rate.values():
-        gpus = []
-        for i in idx:
-            if runs[i]["gpu"] not in gpus:
-                gpus.append(runs[i]["gpu"])
-        out[", ".join(gpus)] = idx
-    return out
+    return {", ".join(dict.fromkeys(runs[i]["gpu"] for i in idx)): idx
+            for idx in by_rate.values()}
 
 
 def median_low(xs):
@@ -269,8 +263,9 @@ for gpu, idx in sorted(groups.items()):
                                                         os.path.join(caldir, f"held{i}.json")))
     if mode == "calibrated":
         at = cluster_at(calfile[mid], rate, os.path.join(caldir, f"rate{mid}.json"))
+        gpus = {runs[j]["gpu"] for j in idx}
         for i, run in enumerate(runs):
-            if run["gpu"] in gpu.split(", ") and i not in held_out:
+            if run["gpu"] in gpus and i not in held_out:
                 priced[i], errors[i] = price(run, at)
 print()
 shutil.rmtree(caldir)
