@@ -39,19 +39,41 @@
 # autopar predicts a faster step than was measured.
 set -u
 
+usage="usage: sh bench/validate.sh path/to/autopar [--calibrated] [--profile GPU=FILE] [runs.json]"
 if [ $# -lt 1 ]; then
-    echo "usage: sh bench/validate.sh path/to/autopar [--calibrated] [runs.json]" >&2
+    echo "$usage" >&2
     exit 2
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$1
+shift
 case $bin in /*) ;; *) bin=$(pwd)/$bin ;; esac
 mode=preset
-if [ "${2:-}" = "--calibrated" ]; then
-    mode=calibrated
+profiles=
+runs=$root/bench/validation/runs.json
+while [ $# -gt 0 ]; do
+    case $1 in
+    --calibrated) mode=calibrated ;;
+    --profile)
+        case ${2:-} in
+        ?*=?*) ;;
+        *) echo "validate.sh: --profile needs GPU=FILE, e.g. h100-sxm=examples/clusters/h100-sxm-profile.json" >&2
+           exit 2 ;;
+        esac
+        file=${2#*=}
+        case $file in /*) ;; *) file=$(pwd)/$file ;; esac
+        if [ ! -r "$file" ]; then
+            echo "validate.sh: --profile: cannot read $file" >&2
+            exit 2
+        fi
+        profiles="$profiles ${2%%=*}=$file"
+        shift ;;
+    -*) echo "$usage" >&2
+        exit 2 ;;
+    *) runs=$1 ;;
+    esac
     shift
-fi
-runs=${2:-$root/bench/validation/runs.json}
+done
 if [ ! -x "$bin" ]; then
     echo "validate.sh: $bin is not an executable autopar" >&2
     exit 2
@@ -61,10 +83,17 @@ if ! command -v python3 >/dev/null 2>&1; then
     exit 2
 fi
 
-cd "$root" && exec python3 - "$bin" "$runs" "$mode" <<'EOF'
+cd "$root" && exec python3 - "$bin" "$runs" "$mode" $profiles <<'EOF'
 import json, os, shutil, subprocess, sys, tempfile
 
 autopar, runs_path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+# --profile GPU=FILE: that GPU's runs priced with a measured profile in
+# place of its preset, its rate derived from them the same way.
+profiles = dict(a.split("=", 1) for a in sys.argv[4:])
+
+
+def base_cluster(run):
+    return profiles.get(run["gpu"], run["gpu"])
 
 
 def spec_value(spec, key):
@@ -110,7 +139,7 @@ def estimate(run, tmp, cluster=None):
     model, err = model_of(run, tmp)
     if err:
         return None, err
-    cmd = [autopar, "estimate"] + run_args(run, model, cluster or run["gpu"]) + ["--json"]
+    cmd = [autopar, "estimate"] + run_args(run, model, cluster or base_cluster(run)) + ["--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         msg = (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
@@ -167,7 +196,7 @@ def calibrate(run, pub_t, out):
         model, err = model_of(run, tmp)
         if err:
             return err
-        cmd = [autopar, "calibrate"] + run_args(run, model, run["gpu"]) + \
+        cmd = [autopar, "calibrate"] + run_args(run, model, base_cluster(run)) + \
               ["--measured-step", repr(pub_t), "-o", out]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
@@ -247,13 +276,18 @@ for gpu, idx in sorted(groups.items()):
     rate = median_low([factor[i] for i in idx])
     mid = min(idx, key=lambda i: (abs(factor[i] - rate), i))
     preset = priced[idx[0]][0].get("cluster_rate_scale", 0)
+    profiled = any(runs[i]["gpu"] in profiles for i in idx)
+    what, source = ("the profile", "profile_rate_source") if profiled else \
+                   ("the preset", "preset_rate_source")
     print(f"{gpu}: {len(idx)} BF16/FP16 runs imply x{min(factor[i] for i in idx):.4f} to "
-          f"x{max(factor[i] for i in idx):.4f} of the kernel figures; median "
-          f"x{rate:.4f} ({runs[mid]['name']}); the preset has x{preset:.4f}")
-    if abs(rate - preset) > 5e-5 or not runs[mid].get("preset_rate_source"):
-        print(f"{gpu}: the preset is stale: set its rate to x{rate:.4f} from "
-              f"{runs[mid]['name']} (costmodel/preset.c) and mark that run "
-              f"preset_rate_source", file=sys.stderr)
+          f"x{max(factor[i] for i in idx):.4f} of the "
+          f"{'measured kernels' if profiled else 'kernel figures'}; median "
+          f"x{rate:.4f} ({runs[mid]['name']}); {what} has x{preset:.4f}")
+    if abs(rate - preset) > 5e-5 or not runs[mid].get(source):
+        print(f"{gpu}: {what} is stale: set its rate to x{rate:.4f} from "
+              f"{runs[mid]['name']} (costmodel/preset.c"
+              f"{', and the profile file' if profiled else ''}) and mark that run "
+              f"{source}", file=sys.stderr)
     # Each BF16 run at the median of the others'; FP8 runs at the preset,
     # or with --calibrated at the median derived here.
     for i in idx:

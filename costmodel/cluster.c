@@ -109,10 +109,10 @@ const char *ap_cluster_basis(const ap_cluster *c)
 {
     if (!strcmp(c->source, "preset"))
         return "preset";
-    if (c->calib_scale > 0)
-        return "calibrated";
     if (c->ngemm > 0 || c->ncoll > 0)
         return "profile";
+    if (c->calib_scale > 0)
+        return "calibrated";
     return "file";
 }
 

@@ -76,10 +76,12 @@ static double quantisation(const ap_cluster *c, double batch, double m,
     return best;
 }
 
-static double analytic_bgemm(const ap_cluster *c, ap_dtype dt, double batch,
-                             double m, double n, double k)
+/* The roofline with the GEMM efficiency times `rate`: 1 for the cluster's
+ * own rate, 1 / calib_scale for the kernel figures it was scaled from. */
+static double analytic_at(const ap_cluster *c, ap_dtype dt, double rate,
+                          double batch, double m, double n, double k)
 {
-    double eff = ap_cluster_gemm_eff(c, dt);
+    double eff = ap_cluster_gemm_eff(c, dt) * rate;
     double flops = 2 * batch * m * n * k;
     double compute = flops / (peak_for(c, dt) * eff * quantisation(c, batch, m, n));
     double bytes = dtype_bytes(dt) * batch * (m * k + k * n + m * n);
@@ -98,6 +100,9 @@ static double shape_distance(const ap_gemm_sample *s, double m, double n,
  * inverse squared distance over the nearest samples of the dtype. Scaling
  * the analytic time by this ratio returns a sample exactly at its own
  * shape and keeps the roofline's shape effects between and beyond them.
+ * A sample is a kernel figure, so the ratio is taken against the roofline
+ * at the kernel figures: on a cluster whose tensor-core rate is scaled to
+ * training steps (calib_scale), a measured GEMM runs at that rate too.
  * Returns 0 when the table has no sample of the dtype. */
 static double measured_ratio(const ap_cluster *c, ap_dtype dt, double m,
                              double n, double k)
@@ -125,10 +130,11 @@ static double measured_ratio(const ap_cluster *c, ap_dtype dt, double m,
     }
     if (!found)
         return 0;
+    double kernel = c->calib_scale > 0 ? 1 / c->calib_scale : 1;
     double wsum = 0, lsum = 0;
     for (int j = 0; j < found; j++) {
         const ap_gemm_sample *s = &c->gemm[near[j]];
-        double r = s->seconds / analytic_bgemm(c, dt, 1, s->m, s->n, s->k);
+        double r = s->seconds / analytic_at(c, dt, kernel, 1, s->m, s->n, s->k);
         if (dist[j] < 1e-9)
             return r;
         double w = 1 / (dist[j] * dist[j]);
@@ -144,7 +150,7 @@ double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
     if (!(batch > 0 && m > 0 && n > 0 && k > 0) ||
         !isfinite(batch * m * n * k))
         return 0;
-    double t = analytic_bgemm(c, dt, batch, m, n, k);
+    double t = analytic_at(c, dt, 1, batch, m, n, k);
     double r = c->ngemm ? measured_ratio(c, dt, m, n, k) : 0;
     if (r > 0)
         t *= r;

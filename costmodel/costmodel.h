@@ -126,10 +126,11 @@ int ap_cluster_set_size(ap_cluster *c, int gpus, int gpus_per_node, char *err);
 const char *ap_cluster_preset_names(void);
 /* Where the cluster's prices come from, for reports: "preset" (datasheet
  * peaks and published efficiencies, the tensor-core rate scaled to a
- * published training step where the preset has one), "calibrated" (a file
- * scaled to a measured step by `autopar calibrate`), "profile" (measured
- * GEMM or collective tables) or "file" (a cluster file's own figures). A
- * static string. */
+ * published training step where the preset has one), "profile" (measured
+ * GEMM or collective tables, at the rate calib_scale records when set),
+ * "calibrated" (a file without tables scaled to a measured step by
+ * `autopar calibrate`) or "file" (a cluster file's own figures). A static
+ * string. */
 const char *ap_cluster_basis(const ap_cluster *c);
 /* The GEMM efficiency of dtype dt: gemm_eff_fp8 for FP8 on a GPU with an
  * fp8 peak (when set), gemm_eff otherwise. */
@@ -143,6 +144,12 @@ void ap_cluster_scale_rate(ap_cluster *c, double f);
  * calibration record cleared. A profile starts from these, since it
  * measures kernels, not training steps. */
 void ap_cluster_kernel_rate(ap_cluster *c);
+/* A profile's rate: c back at its kernel figures, then scaled to the
+ * training-step rate published runs imply over measured kernels (every
+ * BF16 H100 run priced with a measured H100 profile; costmodel/preset.c),
+ * recorded as c's calibration. Measured GEMM times scale with it
+ * (ap_cost_gemm). `autopar profile` writes its file at this rate. */
+void ap_cluster_profile_rate(ap_cluster *c);
 /* Loads a cluster file (docs/cluster-format.md). `gpus` and `gpus_per_node`,
  * when non-zero, override the file's counts. */
 int ap_cluster_load(const char *path, int gpus, int gpus_per_node,

@@ -7,7 +7,8 @@
  * difference down: every tensor-core kernel runs at the same clock, so one
  * factor scales the GEMM and attention efficiencies together, and the step
  * time falls as that factor grows. Bisection finds the factor at which the
- * configuration prices at the measured time. */
+ * configuration prices at the measured time. A profile's measured GEMMs
+ * are kernels too and scale with it. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,9 @@
 #define CALIBRATE_ITERS 60
 #define CALIBRATE_MIN_SCALE (1.0 / 16)
 
+/* calib_scale moves with the efficiencies, since measured GEMM times
+ * (a profile's) are kernel figures that run at calib_scale of their rate
+ * (costmodel/compute.c). */
 static void scale_efficiencies(const ap_cluster *base, double f, ap_cluster *c)
 {
     c->gemm_eff = base->gemm_eff;
@@ -26,6 +30,7 @@ static void scale_efficiencies(const ap_cluster *base, double f, ap_cluster *c)
     c->attn_eff = base->attn_eff;
     c->attn_bwd_eff = base->attn_bwd_eff;
     ap_cluster_scale_rate(c, f);
+    c->calib_scale = (base->calib_scale > 0 ? base->calib_scale : 1) * f;
 }
 
 static double largest_efficiency(const ap_cluster *c)
@@ -54,13 +59,6 @@ static int check_inputs(const ap_cluster *c, double measured, char *err)
 {
     if (!(measured > 0) || !isfinite(measured)) {
         snprintf(err, AP_ERR_LEN, "measured step time must be a positive number of seconds");
-        return AP_EINPUT;
-    }
-    if (c->ngemm > 0) {
-        snprintf(err, AP_ERR_LEN,
-                 "cluster %s carries measured GEMM times (a profile): they set the "
-                 "GEMM rate already; calibrate a preset or a cluster file without "
-                 "\"gemm\" samples", c->name);
         return AP_EINPUT;
     }
     if (!(c->gemm_eff > 0)) {
@@ -116,9 +114,10 @@ int ap_calibrate_megatron(const ap_graph *g, ap_cluster *c, const ap_megatron *m
     ap_cluster base = *c;
     rc = solve(g, &base, c, m, measured, out, err);
     scale_efficiencies(&base, rc ? 1 : out->scale, c);
-    if (rc)
+    if (rc) {
+        c->calib_scale = base.calib_scale;
         return rc;
-    c->calib_scale = (base.calib_scale > 0 ? base.calib_scale : 1) * out->scale;
+    }
     c->calib_measured_s = measured;
     return AP_OK;
 }

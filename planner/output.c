@@ -422,8 +422,15 @@ void ap_plan_print_basis(const ap_plan *p, FILE *f)
                    "steps imply, %s); not measured on your GPUs: `autopar profile` or "
                    "`autopar calibrate` for yours\n",
                 p->cluster, p->rate_scale, p->rate_from);
+    else if (!strcmp(p->cluster_basis, "profile") && p->rate_scale > 0)
+        fprintf(f, "  prices: %s, from measured GEMM and collective tables, the "
+                   "tensor-core kernels at x%.3f of their measured rate: %s\n",
+                p->cluster, p->rate_scale, p->rate_from);
     else if (!strcmp(p->cluster_basis, "profile"))
-        fprintf(f, "  prices: %s, from measured GEMM and collective tables\n", p->cluster);
+        fprintf(f, "  prices: %s, from measured GEMM and collective tables at the rate "
+                   "of kernels run alone, which training steps do not sustain "
+                   "(docs/validation.md): `autopar calibrate` it to a step of yours\n",
+                p->cluster);
     else if (!strcmp(p->cluster_basis, "calibrated"))
         fprintf(f, "  prices: %s, tensor-core rates scaled to a measured step (x%.3f of "
                    "the kernel figures: %s)\n",

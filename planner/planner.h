@@ -721,9 +721,9 @@ typedef struct {
 /* Derives the cluster's sustained tensor-core rate from one measured step:
  * scales c's GEMM and attention efficiencies (gemm_eff, attn_eff,
  * attn_bwd_eff) by the one factor at which configuration m of g prices at
- * `measured` seconds, and leaves c scaled (planner/calibrate.c). AP_EINPUT,
- * with c as given, when no factor between 1/16 and peak reaches the
- * measurement, or when c carries measured GEMM times (a profile). */
+ * `measured` seconds, and leaves c scaled (planner/calibrate.c); measured
+ * GEMM times (a profile's) scale with it. AP_EINPUT, with c as given, when
+ * no factor between 1/16 and peak reaches the measurement. */
 int ap_calibrate_megatron(const ap_graph *g, ap_cluster *c, const ap_megatron *m,
                           double measured, ap_calibration *out, char *err);
 

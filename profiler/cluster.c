@@ -145,9 +145,9 @@ int ap_profile_build_cluster(const ap_profile_result *r, ap_cluster *c,
     if (st != AP_OK)
         return st;
     /* The preset's measured tables, if it ever has any, are replaced, and
-     * its tensor-core rate goes back to the kernel figures: a profile
-     * measures kernels, and its GEMM table is priced as measured, so what
-     * the preset took from a training step would scale attention alone. */
+     * its tensor-core rate goes back to the kernel figures, which an
+     * unknown GPU's are scaled from, before the profile's own rate (a step
+     * runs measured kernels slower too) is put on at the end. */
     free(c->gemm);
     free(c->coll);
     ap_cluster_kernel_rate(c);
@@ -167,6 +167,7 @@ int ap_profile_build_cluster(const ap_profile_result *r, ap_cluster *c,
     copy_text(c->measured_date, sizeof c->measured_date, r->date);
     copy_text(c->measured_command, sizeof c->measured_command, r->command);
     set_links(r, c);
+    ap_cluster_profile_rate(c);
     return copy_tables(r, c, err);
 }
 

@@ -1,7 +1,7 @@
 /* Calibration from a measured step: one factor on the tensor-core
  * efficiencies makes the configuration price at the measured time; the
- * factor is recorded in the cluster file and read back; steps out of reach
- * and clusters that already carry measured GEMMs are refused with the
+ * factor is recorded in the cluster file and read back; a profile's
+ * measured GEMMs scale with it; steps out of reach are refused with the
  * cluster left as it was. */
 #include <math.h>
 #include <stdlib.h>
@@ -130,20 +130,28 @@ static void steps_out_of_reach_are_refused_and_leave_the_cluster_alone(void)
     teardown(&f);
 }
 
-/* A profile's GEMM samples set the GEMM rate themselves: scaling the
- * efficiency under them would change nothing, so it is refused. */
-static void a_profiled_cluster_is_refused(void)
+/* A profile's GEMMs were measured as kernels, and a training step runs
+ * them at the calibrated rate like every other tensor-core kernel: the
+ * calibrated profile prices the step at the measured time, and a GEMM of a
+ * sample's own shape at the sample's time over the factor. */
+static void a_profiles_measured_gemms_scale_with_the_calibration(void)
 {
     fixture f;
     ap_calibration k;
     char err[AP_ERR_LEN];
-    ap_gemm_sample s = {AP_BF16, 4096, 4096, 4096, 2e-4};
+    ap_gemm_sample s = {AP_BF16, 4096, 4096, 4096, 2e-4}; /* 687 TFLOP/s */
     if (setup(&f, "h100-sxm"))
         return;
+    ap_cluster_kernel_rate(&f.c); /* where a profile starts */
     f.c.gemm = &s;
     f.c.ngemm = 1;
-    CHECK(ap_calibrate_megatron(f.g, &f.c, &f.m, 10, &k, err) == AP_EINPUT);
-    CHECK_STR_HAS(err, "carries measured GEMM times (a profile)");
+    CHECK_NEAR(ap_cost_gemm(&f.c, AP_BF16, 4096, 4096, 4096), 2e-4, 1e-12);
+    double t = step_on(f.g, &f.c);
+    REQUIRE_OK(ap_calibrate_megatron(f.g, &f.c, &f.m, 1.25 * t, &k, err), err);
+    CHECK_NEAR(step_on(f.g, &f.c) / (1.25 * t), 1, 1e-9);
+    CHECK(k.scale < 1 / 1.25 && k.scale > 0.5);
+    CHECK_NEAR(f.c.calib_scale, k.scale, 1e-15);
+    CHECK_NEAR(ap_cost_gemm(&f.c, AP_BF16, 4096, 4096, 4096), 2e-4 / k.scale, 1e-12);
     f.c.gemm = NULL;
     f.c.ngemm = 0;
     teardown(&f);
@@ -190,7 +198,7 @@ int main(void)
     RUN(a_slower_run_scales_the_tensor_core_rates_down_by_one_factor);
     RUN(the_presets_own_prediction_calibrates_to_one);
     RUN(steps_out_of_reach_are_refused_and_leave_the_cluster_alone);
-    RUN(a_profiled_cluster_is_refused);
+    RUN(a_profiles_measured_gemms_scale_with_the_calibration);
     RUN(the_calibration_round_trips_through_the_cluster_file);
     return DONE();
 }
