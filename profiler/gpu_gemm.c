@@ -1,6 +1,7 @@
-/* gpu_gemm.c -- GEMM throughput with cuBLAS over the shape grid. Operands
- * hold random values in [-1, 1): tensor cores draw less power on zeros and
- * would report a clock the real workload never gets. */
+/* gpu_gemm.c -- GEMM throughput with cuBLAS over the shape grid (the FP8
+ * shapes through cuBLASLt, gpu_gemm_fp8.c). Operands hold random values in
+ * [-1, 1): tensor cores draw less power on zeros and would report a clock
+ * the real workload never gets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,14 @@
 
 #define FILL_CHUNK (16u << 20) /* bytes of host pattern copied repeatedly */
 
+/* Bytes per element of the operands A and B, and of the result: FP8 GEMMs
+ * read E4M3 and write bf16. */
 static size_t dtype_size(ap_dtype dt)
+{
+    return dt == AP_FP32 ? 4 : dt == AP_FP8 ? 1 : 2;
+}
+
+static size_t result_size(ap_dtype dt)
 {
     return dt == AP_FP32 ? 4 : 2;
 }
@@ -57,6 +65,8 @@ static void fill_pattern(void *host, ap_dtype dt)
         float f = (float)(x >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
         if (dt == AP_FP32)
             ((float *)host)[i] = f;
+        else if (dt == AP_FP8)
+            ((unsigned char *)host)[i] = ap_profile_e4m3(f);
         else
             ((unsigned short *)host)[i] = dt == AP_BF16 ? to_bf16(f) : to_fp16(f);
     }
@@ -75,6 +85,7 @@ fail:
 
 typedef struct {
     cublasHandle_t h;
+    ap_prof_fp8 *fp8; /* NULL when the grid has no FP8 shapes */
     cudaStream_t stream;
     cudaEvent_t start, stop;
     void *a, *b, *c;
@@ -82,23 +93,34 @@ typedef struct {
     double *times;
 } bench;
 
-static int run_one(bench *B, const ap_profile_gemm_shape *s,
-                   const ap_profile_options *o, double *median, char *err)
+static int launch(bench *B, const ap_profile_gemm_shape *s, char *err)
 {
     const float one = 1.0f, zero = 0.0f;
     int m = (int)s->m, n = (int)s->n, k = (int)s->k;
+    if (s->dtype == AP_FP8)
+        return ap_prof_fp8_launch(B->fp8, B->a, B->b, B->c, B->stream, err);
+    cublasStatus_t st = cublasGemmEx(
+        B->h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, B->a,
+        cuda_type(s->dtype), m, B->b, cuda_type(s->dtype), k, &zero, B->c,
+        cuda_type(s->dtype), m, compute_type(s->dtype), CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, AP_ERR_LEN, "autopar profile: cublasGemmEx %s m=%d n=%d k=%d: %s",
+                 ap_profile_gemm_dtype_name(s->dtype), m, n, k,
+                 cublasGetStatusString(st));
+        return AP_EINTERNAL;
+    }
+    return AP_OK;
+}
+
+static int run_one(bench *B, const ap_profile_gemm_shape *s,
+                   const ap_profile_options *o, double *median, char *err)
+{
+    if (s->dtype == AP_FP8 && ap_prof_fp8_prepare(B->fp8, s, err))
+        return AP_EINTERNAL;
     for (int it = 0; it < o->warmup + o->iters; it++) {
         AP_CUDA_TRY(cudaEventRecord(B->start, B->stream));
-        cublasStatus_t st = cublasGemmEx(
-            B->h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, B->a,
-            cuda_type(s->dtype), m, B->b, cuda_type(s->dtype), k, &zero, B->c,
-            cuda_type(s->dtype), m, compute_type(s->dtype), CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS) {
-            snprintf(err, AP_ERR_LEN, "autopar profile: cublasGemmEx %s m=%d n=%d k=%d: %s",
-                     ap_profile_gemm_dtype_name(s->dtype), m, n, k,
-                     cublasGetStatusString(st));
+        if (launch(B, s, err))
             return AP_EINTERNAL;
-        }
         AP_CUDA_TRY(cudaEventRecord(B->stop, B->stream));
         AP_CUDA_TRY(cudaEventSynchronize(B->stop));
         float ms;
@@ -119,7 +141,7 @@ static size_t largest_operand(const ap_profile_gemm_shape *g, int n)
     for (int i = 0; i < n; i++) {
         size_t e = dtype_size(g[i].dtype);
         size_t mk = (size_t)g[i].m * g[i].k * e, kn = (size_t)g[i].k * g[i].n * e;
-        size_t mn = (size_t)g[i].m * g[i].n * e;
+        size_t mn = (size_t)g[i].m * g[i].n * result_size(g[i].dtype);
         big = mk > big ? mk : big;
         big = kn > big ? kn : big;
         big = mn > big ? mn : big;
@@ -135,10 +157,23 @@ static int refill(bench *B, ap_dtype dt, void *host, char *err)
     return AP_OK;
 }
 
+/* FP8 is measured where the GPU has FP8 tensor cores; elsewhere one line
+ * says why it is not. */
+static int wants_fp8(const ap_profile_result *r)
+{
+    if (ap_profile_has_fp8(r->cc_major, r->cc_minor))
+        return 1;
+    fprintf(stderr, "autopar profile: skipping FP8 GEMMs: %s is compute capability "
+            "%d.%d; FP8 tensor cores need 8.9 (Ada, Hopper, Blackwell) or later\n",
+            r->gpu_name, r->cc_major, r->cc_minor);
+    return 0;
+}
+
 int ap_prof_gemm(const ap_profile_options *o, ap_profile_result *r, char *err)
 {
     ap_profile_gemm_shape *g = NULL;
-    int n = 0, st = ap_profile_gemm_grid(o->quick, &g, &n, err);
+    int n = 0, fp8 = wants_fp8(r);
+    int st = ap_profile_gemm_grid(o->quick, fp8, &g, &n, err);
     if (st != AP_OK)
         return st;
     bench B = {0};
@@ -156,6 +191,8 @@ int ap_prof_gemm(const ap_profile_options *o, ap_profile_result *r, char *err)
     }
     AP_CUDA_TRY(cudaStreamCreate(&B.stream));
     cublasSetStream(B.h, B.stream);
+    if (fp8 && ap_prof_fp8_create(&B.fp8, err))
+        goto fail;
     AP_CUDA_TRY(cudaEventCreate(&B.start));
     AP_CUDA_TRY(cudaEventCreate(&B.stop));
     AP_CUDA_TRY(cudaMalloc(&B.a, B.cap));
@@ -178,6 +215,7 @@ int ap_prof_gemm(const ap_profile_options *o, ap_profile_result *r, char *err)
 fail:
     if (B.h)
         cublasDestroy(B.h);
+    ap_prof_fp8_destroy(B.fp8);
     cudaFree(B.a);
     cudaFree(B.b);
     cudaFree(B.c);

@@ -8,7 +8,8 @@
 
 #include "profiler/profiler.h"
 
-static const ap_dtype gemm_dtypes[] = {AP_BF16, AP_FP16, AP_FP32};
+/* The order of the grid; FP8 last, as only some GPUs measure it. */
+static const ap_dtype gemm_dtypes[] = {AP_BF16, AP_FP16, AP_FP32, AP_FP8};
 #define NDTYPES (int)(sizeof gemm_dtypes / sizeof gemm_dtypes[0])
 
 static const long hidden_full[] = {4096, 8192, 12288, 16384};
@@ -25,6 +26,7 @@ const char *ap_profile_gemm_dtype_name(ap_dtype dt)
     case AP_BF16: return "bf16";
     case AP_FP16: return "fp16";
     case AP_FP32: return "tf32";
+    case AP_FP8: return "fp8";
     default: return "?";
     }
 }
@@ -82,8 +84,8 @@ static int add_block(ap_profile_gemm_shape *g, int len, ap_dtype dt, long m,
     return len;
 }
 
-int ap_profile_gemm_grid(int quick, ap_profile_gemm_shape **out, int *n,
-                         char *err)
+int ap_profile_gemm_grid(int quick, int fp8, ap_profile_gemm_shape **out,
+                         int *n, char *err)
 {
     const long *hid = quick ? hidden_quick : hidden_full;
     const long *tok = quick ? tokens_quick : tokens_full;
@@ -96,12 +98,15 @@ int ap_profile_gemm_grid(int quick, ap_profile_gemm_shape **out, int *n,
         return AP_EINTERNAL;
     }
     int len = 0;
-    for (int d = 0; d < NDTYPES; d++)
+    for (int d = 0; d < NDTYPES; d++) {
+        if (gemm_dtypes[d] == AP_FP8 && !fp8)
+            continue;
         for (int i = 0; i < nh; i++)
             for (int j = 0; j < nt; j++)
                 for (int s = 0; s < LEN(shards); s++)
                     len = add_block(g, len, gemm_dtypes[d], tok[j], hid[i],
                                     shards[s]);
+    }
     qsort(g, (size_t)len, sizeof *g, cmp_shape);
     int uniq = 0;
     for (int i = 0; i < len; i++)

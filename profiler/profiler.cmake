@@ -5,8 +5,9 @@
 # its tests run on machines without CUDA.
 #
 # ap_profiler: the measuring half (profiler/gpu_*.c: CUDA runtime, cuBLAS,
-# NCCL, and MPI when found); defined only when AP_PROFILER is ON and the CUDA
-# toolkit, cuBLAS and NCCL are all found. Plain C against the runtime API: no
+# cuBLASLt for the FP8 GEMMs, NCCL, and MPI when found); defined only when
+# AP_PROFILER is ON and the CUDA toolkit, cuBLAS and NCCL are all found
+# (CUDA::cublasLt comes with CUDA::cublas). Plain C against the runtime API: no
 # nvcc and no CUDA language are needed.
 
 file(GLOB AP_PROFILE_ALL_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/profiler/*.c)
@@ -34,7 +35,7 @@ if(AP_PROFILER)
     add_library(ap_profiler STATIC ${AP_PROFILE_GPU_SRC})
     target_include_directories(ap_profiler PRIVATE ${AP_NCCL_INCLUDE_DIR})
     target_link_libraries(ap_profiler PUBLIC ap_profile_core CUDA::cudart CUDA::cublas
-                          ${AP_NCCL_LIBRARY})
+                          CUDA::cublasLt ${AP_NCCL_LIBRARY})
     target_compile_definitions(ap_profiler PUBLIC AP_HAVE_PROFILER=1)
     if(MPI_C_FOUND)
       target_link_libraries(ap_profiler PUBLIC MPI::MPI_C)

@@ -41,23 +41,37 @@ int ap_profile_parse_args(int argc, char **argv, ap_profile_options *o,
 const char *ap_profile_usage(void);
 
 /* The GEMM grid: for every dtype measured (bf16, fp16, and fp32 inputs with
- * TF32 tensor-core compute, recorded as AP_FP32), the forward, input-gradient
- * and weight-gradient GEMMs of a transformer layer (fused QKV, attention
- * output, MLP up and down projections with a 4h MLP) for hidden sizes 4096 to
- * 16384, sharded 1, 2, 4 and 8 ways by tensor parallelism, at a few token
- * counts per micro-batch. Duplicates are removed; the grid is sorted by dtype
- * (bf16, fp16, fp32), then m, n, k. *out is malloc'ed; the caller frees it. */
+ * TF32 tensor-core compute, recorded as AP_FP32; with fp8 != 0 also FP8, see
+ * below), the forward, input-gradient and weight-gradient GEMMs of a
+ * transformer layer (fused QKV, attention output, MLP up and down projections
+ * with a 4h MLP) for hidden sizes 4096 to 16384, sharded 1, 2, 4 and 8 ways
+ * by tensor parallelism, at a few token counts per micro-batch. Every dtype
+ * gets the same shapes, each dimension a multiple of 16. Duplicates are
+ * removed; the grid is sorted by dtype (bf16, fp16, fp32, fp8), then m, n, k.
+ * *out is malloc'ed; the caller frees it. */
 typedef struct {
     ap_dtype dtype;
     long m, n, k;
 } ap_profile_gemm_shape;
 
-int ap_profile_gemm_grid(int quick, ap_profile_gemm_shape **out, int *n,
-                         char *err);
+int ap_profile_gemm_grid(int quick, int fp8, ap_profile_gemm_shape **out,
+                         int *n, char *err);
 /* 2mnk. */
 double ap_profile_gemm_flops(double m, double n, double k);
-/* "bf16", "fp16", "tf32" (fp32 inputs, TF32 compute), else "?". */
+/* "bf16", "fp16", "tf32" (fp32 inputs, TF32 compute), "fp8", else "?". */
 const char *ap_profile_gemm_dtype_name(ap_dtype dt);
+
+/* FP8 GEMMs (AP_FP8) are measured as Transformer Engine runs them on Hopper:
+ * E4M3 operands, a bf16 result, fp32 accumulation (docs/profiler.md). They
+ * need FP8 tensor cores: compute capability 8.9 (Ada) or later. */
+int ap_profile_has_fp8(int cc_major, int cc_minor);
+/* The E4M3 byte (sign, 4 exponent bits with bias 7, 3 mantissa bits; no
+ * infinities) nearest to f, ties to even: 1.0 -> 0x38, -0.5 -> 0xB0.
+ * Magnitudes below the smallest subnormal 2^-9 become a signed zero, those
+ * of 448 (the largest finite) and above saturate to +-448 (0x7E, 0xFE), as
+ * Transformer Engine's casts do, and NaN becomes 0: the result is never one
+ * of the NaN bytes 0x7F and 0xFF. */
+unsigned char ap_profile_e4m3(float f);
 
 /* Collective buffer sizes in bytes: 1 KiB up to max_bytes in steps of 4
  * (quick: steps of 16), ascending. *out is malloc'ed; the caller frees it. */
@@ -161,8 +175,9 @@ char *ap_profile_cluster_json(const ap_cluster *c, char *err);
 int ap_profile_write_file(const char *path, const char *text, char *err);
 
 /* The estimated wall time of a run with options o on `gpus` GPUs of cluster c
- * (roofline GEMMs, alpha-beta collectives, communicator set-up), used to keep
- * the default grids inside their budgets: --quick under 2 minutes and a full
+ * (roofline GEMMs, the FP8 ones too when c has an FP8 peak, alpha-beta
+ * collectives, communicator set-up), used to keep the default grids inside
+ * their budgets: --quick under 2 minutes and a full
  * run under 15 on an 8-GPU node. */
 double ap_profile_estimate_seconds(const ap_profile_options *o,
                                    const ap_cluster *c, int gpus);

@@ -26,7 +26,7 @@ static void gemm_grid_covers_bf16_fp16_tf32_sorted_without_duplicates(void)
     ap_profile_gemm_shape *g;
     int n;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(ap_profile_gemm_grid(0, &g, &n, err), err);
+    REQUIRE_OK(ap_profile_gemm_grid(0, 0, &g, &n, err), err);
     CHECK(n > 0);
     CHECK(g[0].dtype == AP_BF16);
     CHECK(g[n - 1].dtype == AP_FP32);
@@ -58,7 +58,7 @@ static void gemm_grid_holds_the_tensor_parallel_shapes_of_a_layer(void)
     ap_profile_gemm_shape *g;
     int n;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(ap_profile_gemm_grid(0, &g, &n, err), err);
+    REQUIRE_OK(ap_profile_gemm_grid(0, 0, &g, &n, err), err);
     CHECK(has_shape(g, n, AP_BF16, 8192, 1536, 4096));
     CHECK(has_shape(g, n, AP_BF16, 8192, 4096, 1536));
     CHECK(has_shape(g, n, AP_BF16, 4096, 1536, 8192));
@@ -68,9 +68,122 @@ static void gemm_grid_holds_the_tensor_parallel_shapes_of_a_layer(void)
     for (int i = 0; i < n; i++)
         CHECK(g[i].m >= 512 && g[i].n >= 512 && g[i].k >= 512);
     free(g);
-    REQUIRE_OK(ap_profile_gemm_grid(1, &g, &n, err), err);
+    REQUIRE_OK(ap_profile_gemm_grid(1, 0, &g, &n, err), err);
     CHECK(has_shape(g, n, AP_BF16, 4096, 1536, 4096));
     free(g);
+}
+
+static int same_shape(const ap_profile_gemm_shape *a, const ap_profile_gemm_shape *b)
+{
+    return a->dtype == b->dtype && a->m == b->m && a->n == b->n && a->k == b->k;
+}
+
+/* Asked for FP8, the grid measures every bf16 shape again in FP8, after the
+ * other dtypes; the rest of the grid is what it is without FP8. */
+static void gemm_grid_with_fp8_repeats_the_bf16_shapes_last(void)
+{
+    char err[AP_ERR_LEN];
+    for (int quick = 0; quick <= 1; quick++) {
+        ap_profile_gemm_shape *g, *plain;
+        int n, np;
+        REQUIRE_OK(ap_profile_gemm_grid(quick, 1, &g, &n, err), err);
+        REQUIRE_OK(ap_profile_gemm_grid(quick, 0, &plain, &np, err), err);
+        int nbf16 = 0, nfp8 = 0, missing = 0, misplaced = 0;
+        for (int i = 0; i < np; i++) {
+            if (plain[i].dtype != AP_BF16)
+                continue;
+            nbf16++;
+            missing += !has_shape(g, n, AP_FP8, plain[i].m, plain[i].n, plain[i].k);
+        }
+        for (int i = 0; i < n; i++) {
+            nfp8 += g[i].dtype == AP_FP8;
+            misplaced += i < np ? !same_shape(&g[i], &plain[i]) : g[i].dtype != AP_FP8;
+        }
+        CHECK(nbf16 > 0 && nfp8 == nbf16 && missing == 0);
+        CHECK(n == np + nbf16 && misplaced == 0);
+        CHECK(g[n - 1].dtype == AP_FP8 && g[n - nfp8 - 1].dtype == AP_FP32);
+        for (int i = n - nfp8 + 1; i < n; i++)
+            CHECK(g[i - 1].m < g[i].m || (g[i - 1].m == g[i].m && (g[i - 1].n < g[i].n ||
+                  (g[i - 1].n == g[i].n && g[i - 1].k < g[i].k))));
+        free(g);
+        free(plain);
+    }
+    CHECK_STR_HAS(ap_profile_gemm_dtype_name(AP_FP8), "fp8");
+}
+
+/* cuBLASLt runs FP8 only on dimensions that are multiples of 16; the grid
+ * must never ask for another (4096 / 8 = 512, 3 x 12288 / 8 = 4608, ...). */
+static void gemm_grid_dimensions_are_multiples_of_16(void)
+{
+    char err[AP_ERR_LEN];
+    for (int quick = 0; quick <= 1; quick++) {
+        ap_profile_gemm_shape *g;
+        int n, bad = 0;
+        REQUIRE_OK(ap_profile_gemm_grid(quick, 1, &g, &n, err), err);
+        for (int i = 0; i < n; i++)
+            bad += g[i].m % 16 != 0 || g[i].n % 16 != 0 || g[i].k % 16 != 0;
+        CHECK(n > 0 && bad == 0);
+        free(g);
+    }
+}
+
+/* FP8 tensor cores: Ada (8.9), Hopper (9.0), Blackwell (10.0, 12.0); not
+ * Ampere (8.0, 8.6, 8.7), whose minor version is not below 9 by accident of
+ * a major-times-ten comparison. */
+static void fp8_needs_compute_capability_8_9(void)
+{
+    CHECK(ap_profile_has_fp8(8, 9));
+    CHECK(ap_profile_has_fp8(9, 0));
+    CHECK(ap_profile_has_fp8(10, 0));
+    CHECK(ap_profile_has_fp8(12, 0));
+    CHECK(!ap_profile_has_fp8(8, 0));
+    CHECK(!ap_profile_has_fp8(8, 6));
+    CHECK(!ap_profile_has_fp8(8, 7));
+    CHECK(!ap_profile_has_fp8(7, 5));
+}
+
+/* E4M3: sign, 4 exponent bits with bias 7, 3 mantissa bits. 1.0 = 2^0 is
+ * exponent 7 (0x38); 0.5 = 2^-1 is 6, with the sign 0xB0; 0.875 = 1.75 x
+ * 2^-1 is 0x30 | 6; 2^-6 is the smallest normal (0x08), 2^-9 the smallest
+ * subnormal (0x01), 448 = 1.75 x 2^8 the largest finite (0x7E). */
+static void e4m3_encodes_known_values_exactly(void)
+{
+    CHECK(ap_profile_e4m3(1.0f) == 0x38);
+    CHECK(ap_profile_e4m3(-0.5f) == 0xB0);
+    CHECK(ap_profile_e4m3(0.875f) == 0x36);
+    CHECK(ap_profile_e4m3(-1.0f) == 0xB8);
+    CHECK(ap_profile_e4m3(0.0f) == 0x00);
+    CHECK(ap_profile_e4m3(-0.0f) == 0x80);
+    CHECK(ap_profile_e4m3(0x1p-6f) == 0x08);
+    CHECK(ap_profile_e4m3(0x1p-9f) == 0x01);
+    CHECK(ap_profile_e4m3(0x7p-9f) == 0x07);   /* 0.875 x 2^-6: the largest subnormal */
+    CHECK(ap_profile_e4m3(448.0f) == 0x7E);
+    CHECK(ap_profile_e4m3(-448.0f) == 0xFE);
+}
+
+/* Between representable values the nearest wins, ties to the even mantissa;
+ * below 2^-9 is zero, above 448 saturates, and no input gives a NaN byte. */
+static void e4m3_rounds_flushes_and_saturates(void)
+{
+    CHECK(ap_profile_e4m3(1.0625f) == 0x38);   /* 1 + 1/16: tie, to 1.0 */
+    CHECK(ap_profile_e4m3(1.1875f) == 0x3A);   /* tie between 1.125 and 1.25: to 1.25 */
+    CHECK(ap_profile_e4m3(1.07f) == 0x39);     /* nearer 1.125 */
+    CHECK(ap_profile_e4m3(0.99f) == 0x38);     /* rounds up into the next binade */
+    CHECK(ap_profile_e4m3(0x3p-10f) == 0x02);  /* 1.5 x 2^-9: tie, to 2 x 2^-9 */
+    CHECK(ap_profile_e4m3(0x1.fp-10f) == 0x00); /* just below 2^-9 */
+    CHECK(ap_profile_e4m3(-0x1p-12f) == 0x80);
+    CHECK(ap_profile_e4m3(470.0f) == 0x7E);
+    CHECK(ap_profile_e4m3(-1e30f) == 0xFE);
+    CHECK(ap_profile_e4m3(INFINITY) == 0x7E);
+    CHECK(ap_profile_e4m3(NAN) == 0x00);
+    int nan_bytes = 0, above_one = 0;
+    for (float f = -600.0f; f < 600.0f; f += 0.37f) {
+        unsigned char b = ap_profile_e4m3(f);
+        nan_bytes += (b & 0x7F) == 0x7F;
+        above_one += fabsf(f) < 1.0f && (b & 0x7F) > 0x38;
+    }
+    CHECK(nan_bytes == 0);
+    CHECK(above_one == 0); /* the operands' [-1, 1) stays within [-1, 1] */
 }
 
 static void collective_sizes_step_by_4_or_16_from_1k(void)
@@ -357,6 +470,48 @@ static void measured_file_changes_the_cost_model(void)
     ap_cluster_free(&preset);
 }
 
+/* FP8 samples in the file price FP8 GEMMs: at a measured shape, the measured
+ * time (flops / 800 TFLOP/s); bf16 GEMMs keep the price the bf16 samples
+ * alone give them. */
+static void measured_fp8_samples_price_fp8_gemms_only(void)
+{
+    ap_profile_result r;
+    ap_cluster plain, with_fp8;
+    fake_profile(&r, 300, 300e9);
+    if (write_and_load(&r, &plain) != AP_OK) {
+        ap_profile_result_free(&r);
+        return;
+    }
+    ap_gemm_sample *g = realloc(r.gemm, 6 * sizeof *g);
+    if (!g) {
+        CHECK(!"out of memory");
+        ap_cluster_free(&plain);
+        ap_profile_result_free(&r);
+        return;
+    }
+    r.gemm = g;
+    for (int i = 0; i < 3; i++) {
+        double d = 4096.0 * (1 << i);
+        g[3 + i] = (ap_gemm_sample){AP_FP8, d, d, d,
+                                    ap_profile_gemm_flops(d, d, d) / 800e12};
+    }
+    r.ngemm = 6;
+    double d = 8192;
+    double before = ap_cost_gemm(&plain, AP_FP8, d, d, d);
+    if (write_and_load(&r, &with_fp8) == AP_OK) {
+        CHECK(with_fp8.ngemm == 6 && with_fp8.gemm[5].dtype == AP_FP8);
+        CHECK_NEAR(ap_cost_gemm(&with_fp8, AP_FP8, d, d, d), 2 * d * d * d / 800e12, 1e-9);
+        CHECK(fabs(before - 2 * d * d * d / 800e12) > 1e-3 * before);
+        for (double m = 2048; m <= 65536; m *= 2)
+            CHECK(ap_cost_gemm(&with_fp8, AP_BF16, m, d, 3 * d) ==
+                  ap_cost_gemm(&plain, AP_BF16, m, d, 3 * d));
+        CHECK_NEAR(ap_cost_gemm(&with_fp8, AP_BF16, d, d, d), 2 * d * d * d / 300e12, 1e-9);
+        ap_cluster_free(&with_fp8);
+    }
+    ap_cluster_free(&plain);
+    ap_profile_result_free(&r);
+}
+
 /* An unknown GPU keeps h100-sxm's ratios, scaled so that its bf16 roofline
  * at the kernel figures (before the profile's rate) is the best GEMM
  * measured. */
@@ -420,9 +575,19 @@ static void default_grids_fit_their_time_budgets(void)
     CHECK(parse("", &full, err) == AP_OK);
     double tq = ap_profile_estimate_seconds(&quick, &c, 8);
     double tf = ap_profile_estimate_seconds(&full, &c, 8);
-    printf("estimated on 8 x h100-sxm: --quick %.0f s, full %.0f s\n", tq, tf);
     CHECK(tq > 10 && tq < 120);
     CHECK(tf > tq && tf < 900);
+    /* The FP8 shapes are priced when the GPU has an FP8 peak, and cost less
+     * than the bf16 ones at twice the peak. */
+    c.peak_flops[AP_FP8] = 0;
+    double tq_no_fp8 = ap_profile_estimate_seconds(&quick, &c, 8);
+    double tf_no_fp8 = ap_profile_estimate_seconds(&full, &c, 8);
+    printf("estimated on 8 x h100-sxm: --quick %.0f s, full %.0f s "
+           "(without the FP8 GEMMs %.0f s, %.0f s)\n", tq, tf, tq_no_fp8, tf_no_fp8);
+    CHECK(tq > tq_no_fp8 && tf > tf_no_fp8);
+    c.peak_flops[AP_BF16] = 0;
+    double tf_no_bf16 = ap_profile_estimate_seconds(&full, &c, 8);
+    CHECK(tf - tf_no_fp8 < tf_no_fp8 - tf_no_bf16);
     ap_cluster_free(&c);
 }
 
@@ -446,8 +611,10 @@ static void run_reports_a_missing_device_or_profiles_one(void)
     REQUIRE_OK(ap_profile_run(&o, err), err);
     ap_cluster c;
     ap_profile_gemm_shape *g;
+    struct cudaDeviceProp p;
     int n;
-    REQUIRE_OK(ap_profile_gemm_grid(1, &g, &n, err), err);
+    REQUIRE_OK(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+    REQUIRE_OK(ap_profile_gemm_grid(1, ap_profile_has_fp8(p.major, p.minor), &g, &n, err), err);
     free(g);
     if (ap_cluster_load(o.out, 0, 0, &c, err) == AP_OK) {
         CHECK(c.ngemm == n);
@@ -465,6 +632,11 @@ int main(void)
 {
     RUN(gemm_grid_covers_bf16_fp16_tf32_sorted_without_duplicates);
     RUN(gemm_grid_holds_the_tensor_parallel_shapes_of_a_layer);
+    RUN(gemm_grid_with_fp8_repeats_the_bf16_shapes_last);
+    RUN(gemm_grid_dimensions_are_multiples_of_16);
+    RUN(fp8_needs_compute_capability_8_9);
+    RUN(e4m3_encodes_known_values_exactly);
+    RUN(e4m3_rounds_flushes_and_saturates);
     RUN(collective_sizes_step_by_4_or_16_from_1k);
     RUN(groups_are_powers_of_two_within_and_across_nodes);
     RUN(median_and_percentiles_interpolate_like_numpy);
@@ -475,6 +647,7 @@ int main(void)
     RUN(gpu_names_map_to_presets);
     RUN(written_file_reads_back_with_identical_tables);
     RUN(measured_file_changes_the_cost_model);
+    RUN(measured_fp8_samples_price_fp8_gemms_only);
     RUN(unknown_gpu_is_scaled_to_its_measured_peak);
     RUN(options_default_and_reject_bad_values);
     RUN(default_grids_fit_their_time_budgets);
