@@ -471,8 +471,8 @@ static void measured_file_changes_the_cost_model(void)
 }
 
 /* FP8 samples in the file price FP8 GEMMs: at a measured shape, the measured
- * time (flops / 800 TFLOP/s); bf16 GEMMs keep the price the bf16 samples
- * alone give them. */
+ * time (flops / 800 TFLOP/s) over the profile's rate, as bf16 samples are;
+ * bf16 GEMMs keep the price the bf16 samples alone give them. */
 static void measured_fp8_samples_price_fp8_gemms_only(void)
 {
     ap_profile_result r;
@@ -496,16 +496,18 @@ static void measured_fp8_samples_price_fp8_gemms_only(void)
                                     ap_profile_gemm_flops(d, d, d) / 800e12};
     }
     r.ngemm = 6;
-    double d = 8192;
+    double d = 8192, flops = 2 * d * d * d;
     double before = ap_cost_gemm(&plain, AP_FP8, d, d, d);
     if (write_and_load(&r, &with_fp8) == AP_OK) {
+        double rate = with_fp8.calib_scale;
+        CHECK(rate > 0.5 && rate <= 1 && rate == plain.calib_scale);
         CHECK(with_fp8.ngemm == 6 && with_fp8.gemm[5].dtype == AP_FP8);
-        CHECK_NEAR(ap_cost_gemm(&with_fp8, AP_FP8, d, d, d), 2 * d * d * d / 800e12, 1e-9);
-        CHECK(fabs(before - 2 * d * d * d / 800e12) > 1e-3 * before);
+        CHECK_NEAR(ap_cost_gemm(&with_fp8, AP_FP8, d, d, d), flops / 800e12 / rate, 1e-9);
+        CHECK(fabs(before - flops / 800e12 / rate) > 1e-3 * before);
         for (double m = 2048; m <= 65536; m *= 2)
             CHECK(ap_cost_gemm(&with_fp8, AP_BF16, m, d, 3 * d) ==
                   ap_cost_gemm(&plain, AP_BF16, m, d, 3 * d));
-        CHECK_NEAR(ap_cost_gemm(&with_fp8, AP_BF16, d, d, d), 2 * d * d * d / 300e12, 1e-9);
+        CHECK_NEAR(ap_cost_gemm(&with_fp8, AP_BF16, d, d, d), flops / 300e12 / rate, 1e-9);
         ap_cluster_free(&with_fp8);
     }
     ap_cluster_free(&plain);
