@@ -21,7 +21,11 @@
 struct ap_prof_fp8 {
     cublasLtHandle_t lt;
     void *workspace;
-    float *scales; /* on the device: the scale of A, then of B; both 1 */
+    /* On the device, both 1: the scales of A and B, each in its own
+     * allocation, since cuBLASLt refuses a scale pointer that is not
+     * 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED at the launch, seen on
+     * an H100 with cuBLAS 13.1 when B's followed A's by 4 bytes). */
+    float *scale_a, *scale_b;
     cublasLtMatmulDesc_t desc;
     cublasLtMatmulPreference_t pref;
     cublasLtMatrixLayout_t a, b, d; /* of the prepared shape */
@@ -70,7 +74,7 @@ static int set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t at
 static int make_desc(ap_prof_fp8 *f, char *err)
 {
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const float *sa = f->scales, *sb = f->scales + 1;
+    const float *sa = f->scale_a, *sb = f->scale_b;
     LT_TRY(cublasLtMatmulDescCreate, (&f->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), NULL);
     if (set_desc(f->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, "TRANSA", err) ||
         set_desc(f->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, "TRANSB", err) ||
@@ -97,7 +101,7 @@ fail:
 
 int ap_prof_fp8_create(ap_prof_fp8 **out, char *err)
 {
-    const float ones[2] = {1.0f, 1.0f};
+    const float one = 1.0f;
     ap_prof_fp8 *f = calloc(1, sizeof *f);
     *out = NULL;
     if (!f) {
@@ -106,8 +110,10 @@ int ap_prof_fp8_create(ap_prof_fp8 **out, char *err)
     }
     LT_TRY(cublasLtCreate, (&f->lt), NULL);
     AP_CUDA_TRY(cudaMalloc(&f->workspace, WORKSPACE_BYTES));
-    AP_CUDA_TRY(cudaMalloc((void **)&f->scales, sizeof ones));
-    AP_CUDA_TRY(cudaMemcpy(f->scales, ones, sizeof ones, cudaMemcpyHostToDevice));
+    AP_CUDA_TRY(cudaMalloc((void **)&f->scale_a, sizeof one));
+    AP_CUDA_TRY(cudaMalloc((void **)&f->scale_b, sizeof one));
+    AP_CUDA_TRY(cudaMemcpy(f->scale_a, &one, sizeof one, cudaMemcpyHostToDevice));
+    AP_CUDA_TRY(cudaMemcpy(f->scale_b, &one, sizeof one, cudaMemcpyHostToDevice));
     if (make_desc(f, err) || make_preference(f, err))
         goto fail;
     *out = f;
@@ -198,7 +204,8 @@ void ap_prof_fp8_destroy(ap_prof_fp8 *f)
         cublasLtMatmulPreferenceDestroy(f->pref);
     if (f->desc)
         cublasLtMatmulDescDestroy(f->desc);
-    cudaFree(f->scales);
+    cudaFree(f->scale_a);
+    cudaFree(f->scale_b);
     cudaFree(f->workspace);
     if (f->lt)
         cublasLtDestroy(f->lt);
