@@ -49,6 +49,27 @@ grep -q '"cluster_rate_scale":[[:space:]]*0.8104,' "$tmp/preset" &&
     grep -q "prices: .*, from measured GEMM and collective tables" && ok ||
     bad "the report names a profile"
 
+# The profile measured on an H100 (examples/clusters) prices at the rate
+# published steps imply over measured kernels, x0.8381, and says so; a
+# step of one's own recalibrates it, its measured GEMMs included, and the
+# file stays a profile.
+prof=$src/examples/clusters/h100-sxm-profile.json
+"$bin" estimate "$model" --gpus 8 --gpus-per-node 8 --megatron "$spec" --cluster "$prof" \
+    >"$tmp/prof" 2>&1 &&
+    grep -q "prices: NVIDIA H100 80GB HBM3, from measured GEMM and collective tables, the tensor-core kernels at x0.838 of their measured rate: the median of 19 published BF16 runs on H100 SXM priced with a measured H100 SXM profile" "$tmp/prof" &&
+    ok || bad "the report names the profile's rate: $(tail -1 "$tmp/prof")"
+"$bin" estimate "$model" --gpus 8 --gpus-per-node 8 --megatron "$spec" --cluster "$prof" \
+    --json >"$tmp/profj" 2>&1 || bad "estimate on the profile: $(cat "$tmp/profj")"
+pmeasured=$(awk -v t="$(step "$tmp/profj")" 'BEGIN { printf "%.6f", 1.25 * t }')
+"$bin" calibrate "$model" --gpus 8 --gpus-per-node 8 --megatron "$spec" --cluster "$prof" \
+    --measured-step "$pmeasured" -o "$tmp/pcal.json" >"$tmp/pout" 2>&1 &&
+    "$bin" estimate "$model" --gpus 8 --gpus-per-node 8 --megatron "$spec" \
+    --cluster "$tmp/pcal.json" --json >"$tmp/pcal" 2>&1 &&
+    awk -v a="$(step "$tmp/pcal")" -v b="$pmeasured" \
+    'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-5 * b) }' &&
+    grep -q '"cluster_basis":[[:space:]]*"profile"' "$tmp/pcal" &&
+    ok || bad "a calibrated profile prices the run at $pmeasured s: $(cat "$tmp/pout")"
+
 "$bin" calibrate "$model" --gpus 8 --megatron "$spec" --measured-step 0.001 \
     -o "$tmp/no.json" >"$tmp/fast" 2>&1
 [ $? -eq 2 ] && grep -q "autopar calibrate: a measured step of 0.001 s is out of reach" "$tmp/fast" &&
