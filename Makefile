@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 DEMO_MODEL ?= examples/hf/llama-3-8b.json
 DEMO_GPUS ?= 16
 
-.PHONY: all deps deps-mpi build demo test asan bench validate validate-calibrated fuzz valgrind clean
+.PHONY: all deps deps-mpi build demo test asan bench validate validate-calibrated validate-profile fuzz valgrind clean
 
 all: build
 
@@ -48,6 +48,9 @@ validate: build
 
 validate-calibrated: build
 	sh bench/validate.sh ./$(BUILD)/autopar --calibrated
+
+validate-profile: build
+	sh bench/validate.sh ./$(BUILD)/autopar --profile h100-sxm=examples/clusters/h100-sxm-profile.json
 
 # libFuzzer harnesses (clang), FUZZ_SECONDS each, from fuzz/corpus/.
 FUZZ_SECONDS ?= 60
