@@ -15,23 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from crosscheck import median_seconds
+
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 HEADS, DIM, TOKENS = 16, 128, 16384
-
-
-def median_seconds(fn, iters=20, warmup=5):
-    for _ in range(warmup):
-        fn()
-    start = torch.cuda.Event(enable_timing=True)
-    stop = torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3)
-    return sorted(times)[iters // 2]
 
 
 def measure(backend, causal, length):
