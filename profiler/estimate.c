@@ -14,36 +14,18 @@
 #define SYNC_OVERHEAD 50e-6
 #define HBM_BYTES_FULL (1024.0 * 1024.0 * 1024.0)
 
-/* The efficiency the presets assume for the dtype: FP8 GEMMs reach a smaller
- * fraction of their peak than bf16 where the cluster says so. */
-static double gemm_eff(const ap_cluster *c, ap_dtype dt)
-{
-    if (dt == AP_FP8 && c->gemm_eff_fp8 > 0)
-        return c->gemm_eff_fp8;
-    return c->gemm_eff > 0 ? c->gemm_eff : 0.7;
-}
-
-/* Bytes per element of the operands and of the result: FP8 GEMMs read E4M3
- * and write bf16. */
-static double in_bytes(ap_dtype dt)
-{
-    return dt == AP_FP32 ? 4 : dt == AP_FP8 ? 1 : 2;
-}
-
-static double out_bytes(ap_dtype dt)
-{
-    return dt == AP_FP32 ? 4 : 2;
-}
-
 static double gemm_seconds(const ap_cluster *c, const ap_profile_gemm_shape *s)
 {
     /* The presets' fp32 peak is the TF32 tensor-core rate, which is what the
      * fp32 entries of the grid measure. */
     double peak = c->peak_flops[s->dtype];
     double flops = ap_profile_gemm_flops(s->m, s->n, s->k);
-    double bytes = in_bytes(s->dtype) * ((double)s->m * s->k + (double)s->k * s->n) +
-                   out_bytes(s->dtype) * (double)s->m * s->n;
-    double t = peak > 0 ? flops / (peak * gemm_eff(c, s->dtype)) : 0;
+    double in = (double)ap_dtype_size(s->dtype);
+    double out = (double)ap_dtype_size(ap_profile_gemm_result_dtype(s->dtype));
+    double bytes = in * ((double)s->m * s->k + (double)s->k * s->n) +
+                   out * (double)s->m * s->n;
+    double eff = c->gemm_eff > 0 ? ap_cluster_gemm_eff(c, s->dtype) : 0.7;
+    double t = peak > 0 ? flops / (peak * eff) : 0;
     double hbm = c->hbm_bw * (c->hbm_eff > 0 ? c->hbm_eff : 0.8);
     if (hbm > 0 && bytes / hbm > t)
         t = bytes / hbm;

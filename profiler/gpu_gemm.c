@@ -12,18 +12,6 @@
 
 #define FILL_CHUNK (16u << 20) /* bytes of host pattern copied repeatedly */
 
-/* Bytes per element of the operands A and B, and of the result: FP8 GEMMs
- * read E4M3 and write bf16. */
-static size_t dtype_size(ap_dtype dt)
-{
-    return dt == AP_FP32 ? 4 : dt == AP_FP8 ? 1 : 2;
-}
-
-static size_t result_size(ap_dtype dt)
-{
-    return dt == AP_FP32 ? 4 : 2;
-}
-
 static cudaDataType_t cuda_type(ap_dtype dt)
 {
     return dt == AP_BF16 ? CUDA_R_16BF : dt == AP_FP16 ? CUDA_R_16F : CUDA_R_32F;
@@ -59,7 +47,7 @@ static unsigned short to_fp16(float f)
 static void fill_pattern(void *host, ap_dtype dt)
 {
     unsigned int x = 12345u;
-    size_t n = FILL_CHUNK / dtype_size(dt);
+    size_t n = FILL_CHUNK / ap_dtype_size(dt);
     for (size_t i = 0; i < n; i++) {
         x = x * 1664525u + 1013904223u;
         float f = (float)(x >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
@@ -139,9 +127,10 @@ static size_t largest_operand(const ap_profile_gemm_shape *g, int n)
 {
     size_t big = 0;
     for (int i = 0; i < n; i++) {
-        size_t e = dtype_size(g[i].dtype);
+        size_t e = ap_dtype_size(g[i].dtype);
         size_t mk = (size_t)g[i].m * g[i].k * e, kn = (size_t)g[i].k * g[i].n * e;
-        size_t mn = (size_t)g[i].m * g[i].n * result_size(g[i].dtype);
+        size_t mn = (size_t)g[i].m * g[i].n *
+                    ap_dtype_size(ap_profile_gemm_result_dtype(g[i].dtype));
         big = mk > big ? mk : big;
         big = kn > big ? kn : big;
         big = mn > big ? mn : big;

@@ -31,6 +31,11 @@ const char *ap_profile_gemm_dtype_name(ap_dtype dt)
     }
 }
 
+ap_dtype ap_profile_gemm_result_dtype(ap_dtype dt)
+{
+    return dt == AP_FP8 ? AP_BF16 : dt;
+}
+
 double ap_profile_gemm_flops(double m, double n, double k)
 {
     return 2.0 * m * n * k;

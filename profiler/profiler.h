@@ -60,6 +60,10 @@ int ap_profile_gemm_grid(int quick, int fp8, ap_profile_gemm_shape **out,
 double ap_profile_gemm_flops(double m, double n, double k);
 /* "bf16", "fp16", "tf32" (fp32 inputs, TF32 compute), "fp8", else "?". */
 const char *ap_profile_gemm_dtype_name(ap_dtype dt);
+/* The dtype a grid GEMM of input dtype dt writes: bf16 for FP8 (as
+ * Transformer Engine's FP8 GEMMs do), dt itself otherwise. Its operands
+ * are ap_dtype_size(dt) bytes each. */
+ap_dtype ap_profile_gemm_result_dtype(ap_dtype dt);
 
 /* FP8 GEMMs (AP_FP8) are measured as Transformer Engine runs them on Hopper:
  * E4M3 operands, a bf16 result, fp32 accumulation (docs/profiler.md). They
