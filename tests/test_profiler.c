@@ -21,6 +21,12 @@ static int has_shape(const ap_profile_gemm_shape *g, int n, ap_dtype dt,
     return 0;
 }
 
+/* a before b in the grid's order within a dtype: by m, then n, then k. */
+static int mnk_before(const ap_profile_gemm_shape *a, const ap_profile_gemm_shape *b)
+{
+    return a->m < b->m || (a->m == b->m && (a->n < b->n || (a->n == b->n && a->k < b->k)));
+}
+
 static void gemm_grid_covers_bf16_fp16_tf32_sorted_without_duplicates(void)
 {
     ap_profile_gemm_shape *g;
@@ -35,10 +41,7 @@ static void gemm_grid_covers_bf16_fp16_tf32_sorted_without_duplicates(void)
     for (int i = 0; i < n; i++) {
         seen[g[i].dtype]++;
         if (i > 0 && g[i].dtype == g[i - 1].dtype) {
-            const ap_profile_gemm_shape *a = &g[i - 1], *b = &g[i];
-            int less = a->m < b->m || (a->m == b->m && (a->n < b->n ||
-                       (a->n == b->n && a->k < b->k)));
-            ordered &= less; /* strictly: no duplicates either */
+            ordered &= mnk_before(&g[i - 1], &g[i]); /* strictly: no duplicates either */
         }
     }
     CHECK(ordered);
@@ -103,8 +106,7 @@ static void gemm_grid_with_fp8_repeats_the_bf16_shapes_last(void)
         CHECK(n == np + nbf16 && misplaced == 0);
         CHECK(g[n - 1].dtype == AP_FP8 && g[n - nfp8 - 1].dtype == AP_FP32);
         for (int i = n - nfp8 + 1; i < n; i++)
-            CHECK(g[i - 1].m < g[i].m || (g[i - 1].m == g[i].m && (g[i - 1].n < g[i].n ||
-                  (g[i - 1].n == g[i].n && g[i - 1].k < g[i].k))));
+            CHECK(mnk_before(&g[i - 1], &g[i]));
         free(g);
         free(plain);
     }
