@@ -201,6 +201,21 @@ static int plannable(const ap_graph *g, const char *cmd)
     return 1;
 }
 
+/* `autopar profile` describes the machine it ran on, which may be one GPU
+ * of a node; sized to more GPUs without --gpus-per-node, such a file makes
+ * every GPU a node of its own and every group cross the inter-node links,
+ * a plan the reader did not ask for. */
+static void warn_node_size(const ap_cli_common *cm, const char *cmd,
+                           const ap_cluster *c)
+{
+    if (cm->gpus_per_node || c->gpus_per_node != 1 || c->nodes < 2)
+        return;
+    fprintf(stderr, "autopar %s: warning: %s describes nodes of 1 GPU, so the "
+            "%d GPUs are priced as %d nodes, every collective over the "
+            "inter-node links; if a node holds more, give --gpus-per-node\n",
+            cmd, cm->cluster, c->nodes, c->nodes);
+}
+
 int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
                  ap_cluster *c)
 {
@@ -226,6 +241,7 @@ int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
         ap_graph_free(*g);
         return rc;
     }
+    warn_node_size(cm, cmd, c);
     return AP_OK;
 }
 

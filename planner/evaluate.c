@@ -443,6 +443,7 @@ static void record_cluster(const ap_cluster *c, ap_plan *p)
     snprintf(p->cluster_basis, sizeof p->cluster_basis, "%s", ap_cluster_basis(c));
     p->rate_scale = c->calib_scale;
     snprintf(p->rate_from, sizeof p->rate_from, "%s", c->calib_from);
+    p->measured_coll = c->ncoll > 0;
 }
 
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,

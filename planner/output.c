@@ -182,6 +182,8 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddNumberToObject(pr, "step_time_s", p->step_time);
     cJSON_AddStringToObject(pr, "cluster", p->cluster);
     cJSON_AddStringToObject(pr, "cluster_basis", p->cluster_basis);
+    if (!strcmp(p->cluster_basis, "profile"))
+        cJSON_AddBoolToObject(pr, "cluster_collectives_measured", p->measured_coll);
     add_rate(pr, p);
     cJSON_AddBoolToObject(pr, "fp8", p->run.fp8);
     cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->run.tp_overlap);
@@ -413,9 +415,15 @@ void ap_plan_format_micro_batches(const ap_graph *g, const ap_plan *p,
  * cluster's rates came from: every preset's tensor-core rate is scaled to
  * the median of published training steps (docs/cluster-format.md), its
  * own GPU's or, for the B200, carried from another's; either way it was
- * not measured on the reader's GPUs. */
+ * not measured on the reader's GPUs. A profile of one GPU has no
+ * collectives to measure, and its reader should know that the links are
+ * priced from the file's figures. */
 void ap_plan_print_basis(const ap_plan *p, FILE *f)
 {
+    const char *tables = p->measured_coll
+        ? "measured GEMM and collective tables"
+        : "measured GEMM tables (no collectives measured: the file's link "
+          "figures price them)";
     if (!strcmp(p->cluster_basis, "preset"))
         fprintf(f, "  prices: the %s preset (datasheet peaks at published kernel "
                    "efficiencies, the tensor-core rate x%.3f that published training "
@@ -423,14 +431,14 @@ void ap_plan_print_basis(const ap_plan *p, FILE *f)
                    "`autopar calibrate` for yours\n",
                 p->cluster, p->rate_scale, p->rate_from);
     else if (!strcmp(p->cluster_basis, "profile") && p->rate_scale > 0)
-        fprintf(f, "  prices: %s, from measured GEMM and collective tables, the "
-                   "tensor-core kernels at x%.3f of their measured rate: %s\n",
-                p->cluster, p->rate_scale, p->rate_from);
+        fprintf(f, "  prices: %s, from %s, the tensor-core kernels at x%.3f of "
+                   "their measured rate: %s\n",
+                p->cluster, tables, p->rate_scale, p->rate_from);
     else if (!strcmp(p->cluster_basis, "profile"))
-        fprintf(f, "  prices: %s, from measured GEMM and collective tables at the rate "
-                   "of kernels run alone, which training steps do not sustain "
-                   "(docs/validation.md): `autopar calibrate` it to a step of yours\n",
-                p->cluster);
+        fprintf(f, "  prices: %s, from %s at the rate of kernels run alone, which "
+                   "training steps do not sustain (docs/validation.md): `autopar "
+                   "calibrate` it to a step of yours\n",
+                p->cluster, tables);
     else if (!strcmp(p->cluster_basis, "calibrated"))
         fprintf(f, "  prices: %s, tensor-core rates scaled to a measured step (x%.3f of "
                    "the kernel figures: %s)\n",

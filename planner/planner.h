@@ -483,6 +483,7 @@ typedef struct {
     double rate_scale;      /* its calib_scale: the factor on the kernel
                                figures' tensor-core rate, 0 for none */
     char rate_from[256];    /* the measured step that factor came from */
+    int measured_coll;      /* 1: the cluster has measured collective tables */
     int gpus, gpus_per_node;
     double global_batch;   /* sequences per step */
     double micro_batch;    /* sequences per micro-batch, all replicas */

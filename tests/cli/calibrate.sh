@@ -56,10 +56,22 @@ grep -q '"cluster_rate_scale":[[:space:]]*0.8104,' "$tmp/preset" &&
 prof=$src/examples/clusters/h100-sxm-profile.json
 "$bin" estimate "$model" --gpus 8 --gpus-per-node 8 --megatron "$spec" --cluster "$prof" \
     >"$tmp/prof" 2>&1 &&
-    grep -q "prices: NVIDIA H100 80GB HBM3, from measured GEMM and collective tables, the tensor-core kernels at x0.838 of their measured rate: the median of 19 published BF16 runs on H100 SXM priced with a measured H100 SXM profile" "$tmp/prof" &&
+    grep -q "prices: NVIDIA H100 80GB HBM3, from measured GEMM tables (no collectives measured: the file's link figures price them), the tensor-core kernels at x0.838 of their measured rate: the median of 19 published BF16 runs on H100 SXM priced with a measured H100 SXM profile" "$tmp/prof" &&
     ok || bad "the report names the profile's rate: $(tail -1 "$tmp/prof")"
 "$bin" estimate "$model" --gpus 8 --gpus-per-node 8 --megatron "$spec" --cluster "$prof" \
     --json >"$tmp/profj" 2>&1 || bad "estimate on the profile: $(cat "$tmp/profj")"
+grep -q '"cluster_collectives_measured":[[:space:]]*false' "$tmp/profj" && ok ||
+    bad "the JSON says the one-GPU profile measured no collectives"
+! grep -q "warning" "$tmp/prof" && ok || bad "a warning with --gpus-per-node: $(cat "$tmp/prof")"
+
+# The profile describes the one GPU it measured. Sized to 16 GPUs without
+# --gpus-per-node it makes 16 nodes of one, and says so, naming the flag;
+# the plan is still made, as asked.
+"$bin" estimate "$model" --gpus 16 --megatron "tp=2,pp=1,dp=8,mbs=1,gbs=64" \
+    --cluster "$prof" >"$tmp/nodes" 2>&1 &&
+    grep -q "autopar estimate: warning: $prof describes nodes of 1 GPU, so the 16 GPUs are priced as 16 nodes, every collective over the inter-node links; if a node holds more, give --gpus-per-node" "$tmp/nodes" &&
+    grep -q "on 16 GPUs (NVIDIA H100 80GB HBM3, 1 per node)" "$tmp/nodes" &&
+    ok || bad "a one-GPU profile sized to 16 GPUs warns: $(head -3 "$tmp/nodes")"
 pmeasured=$(awk -v t="$(step "$tmp/profj")" 'BEGIN { printf "%.6f", 1.25 * t }')
 "$bin" calibrate "$model" --gpus 8 --gpus-per-node 8 --megatron "$spec" --cluster "$prof" \
     --measured-step "$pmeasured" -o "$tmp/pcal.json" >"$tmp/pout" 2>&1 &&
