@@ -88,6 +88,7 @@ static double p2p(const ap_plan *p) { return p->t_p2p; }
 static double sync_exposed(const ap_plan *p) { return p->t_grad_sync; }
 static double sync_total(const ap_plan *p) { return p->t_grad_sync_total; }
 static double optimizer(const ap_plan *p) { return p->t_optimizer; }
+static double experts(const ap_plan *p) { return ap_plan_local_experts(p, NULL); }
 
 static void describe_plan(const ap_graph *g, const ap_plan *p, char *buf, size_t len)
 {
@@ -135,6 +136,8 @@ static void print_table(const ap_graph *g, const column *cols, int n,
     row(f, "gradient sync, exposed (s)", cols, n, sync_exposed, "%.4f");
     row(f, "gradient sync, total (s)", cols, n, sync_total, "%.4f");
     row(f, "optimizer (s)", cols, n, optimizer, "%.4f");
+    if (experts(p) > 0)
+        row(f, "experts per GPU", cols, n, experts, "%.0f");
     fprintf(f, "  %-28s", "speedup over yours");
     for (int i = 0; i < n; i++) {
         char cell[32];
@@ -153,6 +156,11 @@ static void print_table(const ap_graph *g, const column *cols, int n,
         fprintf(f, "  the sweep priced %ld valid Megatron configurations (%ld fit) in %.2f s\n",
                 sw->valid, sw->fit, sw->seconds);
     ap_plan_print_basis(p, f);
+    for (int i = 0; i < n; i++) {
+        char caveat[768];
+        if (ap_plan_caveat_moe_host(cols[i].plan, caveat, sizeof caveat))
+            fprintf(f, "  caveat (%s): %s\n", cols[i].title, caveat);
+    }
 }
 
 static cJSON *column_json(const column *col, const ap_plan *yours)

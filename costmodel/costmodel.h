@@ -184,8 +184,10 @@ double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
  * GroupedLinear runs them: one cuBLAS GEMM per expert over
  * AP_GROUPED_GEMM_STREAMS streams (TE's num_compute_streams), so in rounds
  * of that many concurrent GEMMs, each round ap_cost_bgemm(round, m, n, k):
- * tiles quantised per expert, waves over the round's tiles, the kernel
- * floor once per round. groups below 1 is ap_cost_bgemm's. */
+ * tiles quantised per expert, waves over the round's tiles. One host
+ * thread launches the GEMMs one after another, so the whole takes at least
+ * groups x kernel_floor however short each GEMM is. groups below 1 is
+ * ap_cost_bgemm's. */
 #define AP_GROUPED_GEMM_STREAMS 4
 double ap_cost_grouped_gemm(const ap_cluster *c, ap_dtype dt, double groups,
                             double m, double n, double k);

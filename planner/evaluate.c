@@ -204,6 +204,22 @@ static double output_wgrad(const ap_price_ctx *x, const ap_block *blk,
     return t;
 }
 
+/* For the reports' host-time caveat: how many experts a GPU runs in a
+ * grouped GEMM, and how short the GEMM of one of them is. */
+static void note_experts(const ap_price_ctx *x, int op, const ap_strategy *s,
+                         ap_stage *st)
+{
+    double n = ap_local_experts(x, op, s);
+    if (n <= 0)
+        return;
+    ap_op_cost oc;
+    ap_price_op(x, op, s, &oc);
+    double each = oc.fwd / n;
+    if (st->local_experts == 0 || each < st->expert_gemm_s)
+        st->expert_gemm_s = each;
+    st->local_experts = fmax(st->local_experts, n);
+}
+
 static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                        ap_stage *st, char *err)
 {
@@ -221,6 +237,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     st->recompute_flops = 0;
     st->recomputed_layers = 0;
     st->a2a_save = st->defer_wgrad = st->defer_bytes = 0;
+    st->local_experts = st->expert_gemm_s = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
     for (int b = 0; b < 2 + p->nclasses; b++) {
         ap_block *blk = &st->blocks[b];
@@ -240,6 +257,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
             st->a2a_save += pair_save(&x, p, blk, bp, st->recompute, times);
         if (b == 1 && p->run.defer_wgrad && p->nstages > 1)
             st->defer_wgrad = output_wgrad(&x, blk, bp, &st->defer_bytes);
+        for (int i = 0; i < blk->nops; i++)
+            note_experts(&x, blk->ops[i], &strat[i], st);
     }
     /* One group's activations are live while it is recomputed; the memory
      * of a stage counts act_bytes per micro-batch in flight, so the working

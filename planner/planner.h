@@ -252,6 +252,9 @@ typedef struct {
 
 void ap_price_op(const ap_price_ctx *x, int op, const ap_strategy *s,
                  ap_op_cost *out);
+/* The experts one GPU holds of expert matmul `op` under strategy s (the
+ * groups of its grouped GEMM); 0 when op is not an expert matmul. */
+double ap_local_experts(const ap_price_ctx *x, int op, const ap_strategy *s);
 /* Forward plus backward resharding time on the edge from the producer of
  * tensor `t` (under strategy ps) to consumer op `cons` (under cs); the
  * backward part alone goes to *bwd when it is not NULL. */
@@ -474,6 +477,11 @@ typedef struct {
      * for it per deferred micro-batch (its input and its output's
      * gradient), held until the end of the step. */
     double defer_wgrad, defer_bytes;
+    /* The most experts a GPU of the stage holds in one expert matmul (a
+     * grouped GEMM's groups), and the shortest forward time of one
+     * expert's GEMM in such a matmul (its time over its groups); 0
+     * without experts. */
+    double local_experts, expert_gemm_s;
 } ap_stage;
 
 typedef struct {
@@ -816,6 +824,13 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f);
 /* The report's "prices:" line: where the cluster's rates came from (a
  * preset, scaled to a published step or not, a profile, a calibration). */
 void ap_plan_print_basis(const ap_plan *p, FILE *f);
+/* The most experts a GPU holds in one expert matmul, over the stages; 0
+ * for a model without experts. */
+double ap_plan_local_experts(const ap_plan *p, double *gemm_s);
+/* 1, with the caveat's sentence in buf, when the plan holds more than one
+ * expert per GPU, where host time the model does not price has made
+ * published steps slower than predicted; else 0. */
+int ap_plan_caveat_moe_host(const ap_plan *p, char *buf, size_t len);
 /* The data-parallel replicas (Megatron's dp) the micro-batch is split over:
  * a stage's mesh replicas times each mesh axis that splits the batch label
  * in every op of its layers that has one. 0 when the stages differ. */

@@ -1134,6 +1134,17 @@ static const ap_price_ctx *expert_view(const ap_price_ctx *x, int op, expert_ctx
     return &buf->x;
 }
 
+double ap_local_experts(const ap_price_ctx *x, int opi, const ap_strategy *s)
+{
+    expert_ctx view;
+    x = expert_view(x, opi, &view);
+    const ap_op *op = &x->g->ops[opi];
+    if (op->kind != AP_OP_MATMUL || !expert_gemm(x, op))
+        return 0;
+    char e = ap_graph_label_of(x->g, AP_DIM_EXPERTS);
+    return ap_label_size(x, e) / split_of(x, s, e);
+}
+
 /* An edge from a dense op to an expert op or back under folding: the
  * tokens stay where they are (the dispatch and combine move them). */
 static int folding_boundary(const ap_price_ctx *x, int prod, int cons)

@@ -46,13 +46,15 @@ static void sixteen_experts_are_four_rounds_of_four(void)
     ap_cluster_free(&c);
 }
 
-/* Each of a group's launches pays at least the kernel floor: 128 tiny
- * experts (one row each) cost 32 rounds of the floor, not one. */
-static void tiny_experts_pay_the_floor_once_per_round(void)
+/* The streams overlap the GEMMs, not the host's launches of them: 128 tiny
+ * experts (one row each) cost 128 kernel floors, not the 32 of their rounds,
+ * and not the one a single batched launch would. */
+static void tiny_experts_pay_the_floor_once_per_launch(void)
 {
     ap_cluster c = ap_test_h100(8);
     double t = ap_cost_grouped_gemm(&c, AP_BF16, 128, 1, 16, 16);
-    CHECK_NEAR(t, 32 * c.kernel_floor, 1e-9);
+    CHECK_NEAR(t, 128 * c.kernel_floor, 1e-9);
+    CHECK_NEAR(ap_cost_bgemm(&c, AP_BF16, 128, 1, 16, 16), c.kernel_floor, 1e-12);
     ap_cluster_free(&c);
 }
 
@@ -174,7 +176,7 @@ int main(void)
 {
     RUN(five_experts_run_as_a_round_of_four_and_one_alone);
     RUN(sixteen_experts_are_four_rounds_of_four);
-    RUN(tiny_experts_pay_the_floor_once_per_round);
+    RUN(tiny_experts_pay_the_floor_once_per_launch);
     RUN(qwen3_dispatch_sends_every_tokens_eight_copies);
     RUN(sixteen_local_experts_sort_what_arrives);
     RUN(one_local_expert_has_no_second_permutation);

@@ -1,0 +1,46 @@
+#!/bin/sh
+# The reports' caveats: a plan with more than one expert per GPU is told
+# that host time is not priced, with its count of experts and its
+# shortest expert GEMM, in the text report, in --json and in compare; a
+# plan with one expert per GPU, or a dense model, has none.
+set -u
+. "$(dirname "$0")/lib.sh"
+qwen=$src/examples/hf/qwen3-30b-a3b.json
+mixtral=$src/examples/hf/mixtral-8x7b.json
+dense=$src/examples/hf/llama-3-8b.json
+
+# Megatron-Bridge's Qwen3-30B-A3B layout on 16 H100s: 128 experts over
+# ep = 8, so 16 on each GPU; one expert's forward GEMM (FP8, 4,096 rows of
+# 2,048 x 768) prices at 17 us.
+qspec="tp=1,pp=2,vpp=24,ep=8,mbs=2,gbs=512,sp=0,zero=1,fp8=1,fp8_param_gather=1,moe_a2a_overlap=1,delay_wgrad=1"
+"$bin" estimate "$qwen" --gpus 16 --seq 4096 --megatron "$qspec" >"$tmp/q" 2>&1
+grep -q "^  caveat: 16 experts per GPU in each grouped GEMM, the shortest forward GEMM of one 17 us: host (CPU) time is not priced" "$tmp/q" &&
+    ok || bad "the Qwen3 report's caveat: $(grep caveat "$tmp/q")"
+grep -q "read this step as a lower bound$" "$tmp/q" && ok || bad "the caveat says what to read"
+"$bin" estimate "$qwen" --gpus 16 --seq 4096 --megatron "$qspec" --json >"$tmp/qj" 2>/dev/null
+grep -q '"local_experts":[[:space:]]*16,' "$tmp/qj" &&
+    awk -F'[:,]' '/"expert_gemm_s"/ { t = $2 + 0 } END { exit !(t > 16e-6 && t < 18e-6) }' "$tmp/qj" &&
+    grep -q '"caveats":[[:space:]]*\["16 experts per GPU' "$tmp/qj" &&
+    ok || bad "the Qwen3 JSON caveats: $(grep -A2 local_experts "$tmp/qj")"
+
+# Mixtral 8x7B with ep = 8: one expert per GPU, no caveat, but the count.
+"$bin" estimate "$mixtral" --gpus 16 --seq 4096 --megatron "tp=2,ep=8,sp=1,mbs=1,gbs=64,zero=1" \
+    --json >"$tmp/mj" 2>/dev/null
+grep -q '"local_experts":[[:space:]]*1,' "$tmp/mj" && grep -q '"caveats":[[:space:]]*\[\]' "$tmp/mj" &&
+    ok || bad "one expert per GPU: $(grep -A2 local_experts "$tmp/mj")"
+"$bin" estimate "$mixtral" --gpus 16 --seq 4096 --megatron "tp=2,ep=8,sp=1,mbs=1,gbs=64,zero=1" \
+    2>/dev/null | grep -q caveat && bad "a caveat with one expert per GPU" || ok
+
+# A dense model: no expert fields, an empty list.
+"$bin" estimate "$dense" --gpus 8 --megatron "tp=1,mbs=1,gbs=64,zero=1" --json >"$tmp/dj" 2>/dev/null
+! grep -q '"local_experts"' "$tmp/dj" && grep -q '"caveats":[[:space:]]*\[\]' "$tmp/dj" &&
+    ok || bad "a dense model's caveats: $(grep caveats "$tmp/dj")"
+
+# compare names each column's caveat and counts the experts per GPU.
+"$bin" compare "$qwen" --gpus 16 --seq 4096 --megatron "$qspec" --quiet >"$tmp/c" 2>&1 ||
+    bad "compare: $(tail -3 "$tmp/c")"
+grep -q "^  experts per GPU  *16 " "$tmp/c" && ok || bad "compare's experts row: $(grep experts "$tmp/c")"
+grep -q "^  caveat (megatron (yours)): 16 experts per GPU" "$tmp/c" && ok ||
+    bad "compare's caveat for yours: $(grep caveat "$tmp/c")"
+
+finish
