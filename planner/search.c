@@ -321,8 +321,39 @@ static int tensor_parallel(const ap_graph *g, const ap_plan *p)
     return 0;
 }
 
+/* The model states of every parameter, sharded over every GPU, are the
+ * least any plan holds per GPU (each of weights, gradients and optimizer
+ * states at its fewest bytes). Past the limit no candidate can fit, and
+ * the search would price them all, minutes on a large model, to say so. */
+static int states_fit(const ap_search_ctx *ctx, char *err)
+{
+    const ap_plan_opts *o = ctx->o;
+    double params = ctx->g->total_params;
+    ap_model_states one = ap_mem_model_states_opt(params, 1, AP_ZERO_3,
+                                                  o->run.grad_fp32 ? 4 : 2, &o->run.opt);
+    double each = one.total / o->gpus, gib = 1 << 30;
+    if (each <= ctx->limit)
+        return AP_OK;
+    double least = ceil(one.total / ctx->limit);
+    char where[96];
+    if (o->gpus == 1)
+        snprintf(where, sizeof where, "on one GPU");
+    else
+        snprintf(where, sizeof where, "sharded over all %d GPUs, %.1f GiB per GPU",
+                 o->gpus, each / gib);
+    snprintf(err, AP_ERR_LEN,
+             "%s does not fit on %d GPU%s: its %.3g parameters hold %.1f GiB of "
+             "weights, gradients and optimizer states (%.0f bytes each), %s, more "
+             "than the %.1f GiB usable; it needs at least %.0f GPUs before "
+             "activations are counted", ctx->g->name, o->gpus, o->gpus == 1 ? "" : "s",
+             params, one.total / gib, one.total / params, where, ctx->limit / gib, least);
+    return AP_EINPUT;
+}
+
 static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 {
+    if (states_fit(ctx, err))
+        return AP_EINPUT;
     search s;
     memset(&s, 0, sizeof s);
     s.ctx = ctx;

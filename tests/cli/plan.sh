@@ -38,6 +38,14 @@ cmp -s "$tmp/threads1.json" "$tmp/threads2.json" &&
 [ $? -eq 2 ] && grep -q "does not fit" "$tmp/err" && grep -q "GiB" "$tmp/err" && ok ||
     bad "a model that cannot fit says by how much: $(cat "$tmp/err")"
 
+# DeepSeek-V3's 671 B parameters at 16 bytes each are 9,999 GiB of model
+# states: 156 GiB a GPU even over all 64, so no plan can fit, and the
+# planner says so before searching, with the least GPU count that could.
+"$bin" plan "$src/examples/hf/deepseek-v3.json" --gpus 64 --quiet >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] &&
+    grep -q "autopar plan: deepseek-v3.json does not fit on 64 GPUs: its 6.71e+11 parameters hold 9999.1 GiB of weights, gradients and optimizer states (16 bytes each), sharded over all 64 GPUs, 156.2 GiB per GPU, more than the 74.7 GiB usable; it needs at least 134 GPUs" "$tmp/err" &&
+    ok || bad "model states alone over HBM: $(cat "$tmp/err")"
+
 # Out of ILP time is the user's limit, not a crash: the configurations left
 # unsolved are counted, and with none solved the message says what to raise.
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 4 --global-batch 16 --quiet \
