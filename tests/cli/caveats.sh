@@ -36,6 +36,13 @@ grep -q '"local_experts":[[:space:]]*1,' "$tmp/mj" && grep -q '"caveats":[[:spac
 ! grep -q '"local_experts"' "$tmp/dj" && grep -q '"caveats":[[:space:]]*\[\]' "$tmp/dj" &&
     ok || bad "a dense model's caveats: $(grep caveats "$tmp/dj")"
 
+# A searched plan whose ILP splits the experts over the mesh (E@1 on 1x8,
+# not Megatron's folded expert mesh) counts them the same way: 128 / 8.
+"$bin" plan "$qwen" --gpus 8 --seq 1024 --global-batch 64 --quiet >"$tmp/p" 2>&1 &&
+    grep -q "l0.experts.gate\[E@1\]" "$tmp/p" && grep -q "mesh 1x8" "$tmp/p" &&
+    grep -q "^  caveat: 16 experts per GPU" "$tmp/p" &&
+    ok || bad "a searched plan's caveat: $(grep -E "mesh|caveat" "$tmp/p")"
+
 # compare names each column's caveat and counts the experts per GPU.
 "$bin" compare "$qwen" --gpus 16 --seq 4096 --megatron "$qspec" --quiet >"$tmp/c" 2>&1 ||
     bad "compare: $(tail -3 "$tmp/c")"
