@@ -197,7 +197,8 @@ double ap_plan_local_experts(const ap_plan *p, double *gemm_s)
  * Engine's GroupedLinear issues host work per local expert, so a layer of
  * many short expert GEMMs runs at the host's pace. The reader gets the
  * plan's figures and what the published runs measured beside theirs
- * (docs/validation.md, finding 18), not a threshold no measurement gives. */
+ * (docs/validation.md, findings 18 and 36), not a threshold no measurement
+ * gives. */
 int ap_plan_caveat_moe_host(const ap_plan *p, char *buf, size_t len)
 {
     double gemm;

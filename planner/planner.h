@@ -825,7 +825,8 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f);
  * preset, scaled to a published step or not, a profile, a calibration). */
 void ap_plan_print_basis(const ap_plan *p, FILE *f);
 /* The most experts a GPU holds in one expert matmul, over the stages; 0
- * for a model without experts. */
+ * for a model without experts. *gemm_s, when gemm_s is not NULL, gets the
+ * shortest forward GEMM of one expert in seconds (ap_stage.expert_gemm_s). */
 double ap_plan_local_experts(const ap_plan *p, double *gemm_s);
 /* 1, with the caveat's sentence in buf, when the plan holds more than one
  * expert per GPU, where host time the model does not price has made

@@ -325,7 +325,7 @@ static int tensor_parallel(const ap_graph *g, const ap_plan *p)
  * least any plan holds per GPU (each of weights, gradients and optimizer
  * states at its fewest bytes). Past the limit no candidate can fit, and
  * the search would price them all, minutes on a large model, to say so. */
-static int states_fit(const ap_search_ctx *ctx, char *err)
+static int check_model_states(const ap_search_ctx *ctx, char *err)
 {
     const ap_plan_opts *o = ctx->o;
     double params = ctx->g->total_params;
@@ -352,8 +352,9 @@ static int states_fit(const ap_search_ctx *ctx, char *err)
 
 static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 {
-    if (states_fit(ctx, err))
-        return AP_EINPUT;
+    int rc = check_model_states(ctx, err);
+    if (rc)
+        return rc;
     search s;
     memset(&s, 0, sizeof s);
     s.ctx = ctx;
@@ -393,7 +394,7 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
         return AP_EINPUT;
     }
     s.best.ilp_timeouts = s.timeouts;
-    int rc = try_interleaving(ctx->g, ctx->c, &s.best, ctx->limit, err);
+    rc = try_interleaving(ctx->g, ctx->c, &s.best, ctx->limit, err);
     if (!rc && s.best.run.tp_overlap && !tensor_parallel(ctx->g, &s.best)) {
         s.best.run.tp_overlap = 0;
         rc = ap_plan_evaluate(ctx->g, ctx->c, &s.best, err);
