@@ -14,7 +14,7 @@ static const char usage_text[] =
     "usage: autopar compare MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "                       [--sweep] [--json] [--gpus-per-node G] [--cluster NAME|FILE]\n"
     "                       [--global-batch B] [--seq N] [--flash-attention on|off] [--quiet]\n"
-    "                       [--dropout on|off]\n"
+    "                       [--dropout on|off] [--max-experts-per-gpu E]\n"
     "\n"
     "Puts your Megatron-LM configuration and autopar's plan side by side under\n"
     "the same cost model: step time, tokens/s, MFU, TFLOP/s and memory per GPU,\n"
@@ -48,6 +48,10 @@ static const char usage_text[] =
     "                         show the fastest that fits\n"
     "  --global-batch B       sequences per step, when the configuration has no gbs\n"
     "  --json                 print the comparison as JSON\n"
+    "  --max-experts-per-gpu E\n"
+    "                         autopar's plan and the sweep keep at most E experts\n"
+    "                         on a GPU (`autopar plan --help`); yours is priced\n"
+    "                         as given\n"
     "  --quiet                no progress on stderr\n";
 
 typedef struct {
@@ -203,7 +207,7 @@ static char *compare_json(const ap_graph *g, const column *cols, int n,
 typedef struct {
     ap_cli_common cm;
     ap_megatron m;
-    int have_megatron, sweep, json, quiet, batch_given;
+    int have_megatron, sweep, json, quiet, batch_given, max_local_experts;
 } options;
 
 static int parse(int argc, char **argv, options *o)
@@ -226,6 +230,10 @@ static int parse(int argc, char **argv, options *o)
             o->json = 1;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
+        } else if (!strcmp(a, "--max-experts-per-gpu") && v) {
+            if (ap_cli_int("compare", a, v, 1, 1 << 16, &o->max_local_experts))
+                return 2;
+            i++;
         } else if (!strcmp(a, "--megatron") || !strcmp(a, "--megatron-args")) {
             if (!v) {
                 fprintf(stderr, "autopar compare: %s needs a value\n", a);
@@ -292,6 +300,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.global_batch = o->m.gbs;
     po.progress = progress;
     po.run = o->m.run; /* all sides in the configuration's precision */
+    po.max_local_experts = o->max_local_experts;
     rc = ap_plan_search(g, c, &po, &ours, err);
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
@@ -309,6 +318,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
         so.global_batch = o->m.gbs;
         so.progress = progress;
         so.run = o->m.run;
+        so.max_local_experts = o->max_local_experts;
         rc = ap_sweep(g, c, &so, &sw, err);
         if (rc)
             fprintf(stderr, "autopar compare: sweep: %s\n", err);

@@ -15,7 +15,7 @@ static const char usage_text[] =
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
     "                    [--fp8] [--tp-comm-overlap] [--cross-entropy IMPL]\n"
-    "                    [--grad-fp32]\n"
+    "                    [--grad-fp32] [--max-experts-per-gpu E]\n"
     "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
     "\n"
     "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
@@ -69,6 +69,13 @@ static const char usage_text[] =
     "                       (default: bf16 gradients, which the Megatron-LM\n"
     "                       export states with --grad-reduce-in-bf16); Megatron-LM\n"
     "                       only; plan.json records it\n"
+    "  --max-experts-per-gpu E\n"
+    "                       only plans whose expert GEMMs keep at most E experts\n"
+    "                       on a GPU (with --target, only expert-parallel sizes\n"
+    "                       that do): the cost model does not price the host time\n"
+    "                       of many short expert GEMMs, and plans with many\n"
+    "                       experts per GPU carry a caveat (docs/validation.md,\n"
+    "                       findings 18 and 36)\n"
     "  --quiet              no progress on stderr\n";
 
 /* --target: the fastest configuration of the launcher that fits, from the
@@ -83,6 +90,7 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
     so.threads = o->threads;
     so.progress = o->progress;
     so.run = o->run;
+    so.max_local_experts = o->max_local_experts;
     ap_sweep_result r;
     char err[AP_ERR_LEN];
     int rc = ap_sweep(g, c, &so, &r, err);
@@ -161,6 +169,10 @@ int ap_cmd_plan(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--max-stages") && v) {
             if (ap_cli_int("plan", a, v, 1, 1 << 20, &o.max_stages))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--max-experts-per-gpu") && v) {
+            if (ap_cli_int("plan", a, v, 1, 1 << 16, &o.max_local_experts))
                 return 2;
             i++;
         } else if (!strcmp(a, "--ilp-time-limit") && v) {

@@ -27,6 +27,7 @@ typedef struct {
     ap_zero zero;     /* the optimizer-state sharding the points are priced at */
     ap_run_settings run; /* ap_plan_opts.run, less what the search does not
                             price (run_settings_of) */
+    int max_local_experts; /* ap_plan_opts.max_local_experts */
 } config;
 
 typedef struct {
@@ -110,7 +111,8 @@ static ap_price_ctx price_ctx_of(const config *cf, ap_zero zero)
     ap_price_ctx x = {.g = cf->g, .c = cf->c, .mesh = &cf->mesh, .batch = cf->batch,
                       .nmicro = cf->nmicro, .zero = zero, .run = cf->run,
                       .head_apart = cf->p > 1,
-                      .embed_group_nodes = embed_group_nodes(cf)};
+                      .embed_group_nodes = embed_group_nodes(cf),
+                      .max_local_experts = cf->max_local_experts};
     return x;
 }
 
@@ -377,6 +379,7 @@ static void config_init(config *cf, const ap_search_ctx *s, const ap_candidate *
     cf->batch = k->mb;
     cf->limit = s->limit;
     cf->run = run_settings_of(s->o);
+    cf->max_local_experts = s->o->max_local_experts;
     cf->cnt = s->cnt;
     cf->zero = AP_ZERO_1;
     ap_mesh_init(&cf->mesh, k->d0, k->d1, 0, s->c->gpus_per_node);

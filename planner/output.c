@@ -213,7 +213,8 @@ int ap_plan_caveat_moe_host(const ap_plan *p, char *buf, size_t len)
              "and 4 experts per GPU and expert GEMMs of tens of microseconds took 3x "
              "and 1.3x the predicted step, one with 2 of 0.7 ms was within 2%% "
              "(docs/validation.md, findings 18 and 36): where the expert GEMMs are "
-             "short, read this step as a lower bound", e, gemm * 1e6);
+             "short, read this step as a lower bound (`autopar plan "
+             "--max-experts-per-gpu` searches plans with fewer)", e, gemm * 1e6);
     return 1;
 }
 

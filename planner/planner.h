@@ -146,6 +146,10 @@ typedef struct {
      * with those after) spans: 2 when the two stages' first ranks are on
      * different nodes, else 1 (0 reads as 1). */
     int embed_group_nodes;
+    /* The search's --max-experts-per-gpu: ap_strategies leaves out the
+     * strategies of an expert GEMM that keep more experts on a GPU; 0:
+     * any. */
+    int max_local_experts;
 } ap_price_ctx;
 
 /* Megatron-Core's overlap of the MoE all-to-alls across micro-batches
@@ -566,6 +570,7 @@ typedef struct {
     double ilp_time_limit;/* seconds per ILP solve, 0: no limit */
     double ilp_gap;       /* 0: 1e-4 */
     int progress;         /* print progress to stderr when slow */
+    int max_local_experts;/* at most this many experts per GPU, 0: any */
     /* The settings to plan with: fp8 (--fp8), tp_overlap
      * (--tp-comm-overlap), cross_entropy (--cross-entropy), grad_fp32
      * (--grad-fp32; 0: bf16, which the Megatron-LM export states with
@@ -780,6 +785,8 @@ typedef struct {
     int threads;         /* 0: the machine's cores */
     int progress;        /* a progress line on stderr once a second has
                             passed; the caller decides (a tty) */
+    int max_local_experts; /* only ep with at most this many experts per
+                              GPU; 0: any */
     /* Every configuration runs with these settings, where it can: TP
      * overlap leaves out configurations with tp > 1 and no sp; a fused loss
      * and fp32 gradients only for Megatron-LM; the expert all-to-all

@@ -234,7 +234,7 @@ static int run_workers(search *s, int nthreads)
 }
 
 static void explain_no_fit(const ap_graph *g, const search *s, int D,
-                           double limit, char *err)
+                           double limit, int max_local_experts, char *err)
 {
     const ap_shortfall *f = &s->least;
     double gib = 1 << 30;
@@ -253,6 +253,11 @@ static void explain_no_fit(const ap_graph *g, const search *s, int D,
                  f->nstages, f->first_layer, f->end_layer - 1, f->ngpus,
                  f->ngpus == 1 ? "" : "s", f->need / gib,
                  f->bytes / gib, limit / gib);
+    if (max_local_experts > 0) {
+        size_t n = strlen(err);
+        snprintf(err + n, AP_ERR_LEN - n, " (searched with at most %d experts per GPU, "
+                 "--max-experts-per-gpu)", max_local_experts);
+    }
 }
 
 /* Whether every stage's layers split into v equal chunks. */
@@ -350,9 +355,39 @@ static int check_model_states(const ap_search_ctx *ctx, char *err)
     return AP_EINPUT;
 }
 
+/* Under --max-experts-per-gpu: the ILP splits the experts over one mesh
+ * axis, whose size divides their number and is at most the GPUs, so the
+ * fewest experts a GPU can keep is their number over the largest such
+ * divisor. A limit below that admits no plan: say so before searching. */
+static int check_expert_limit(const ap_search_ctx *ctx, char *err)
+{
+    int limit = ctx->o->max_local_experts;
+    char e = ap_graph_label_of(ctx->g, AP_DIM_EXPERTS);
+    if (limit <= 0 || !e)
+        return AP_OK;
+    long experts = (long)ap_graph_dim(ctx->g, e)->size, split = 1;
+    for (long d = 1; d <= experts && d <= ctx->o->gpus; d++)
+        if (experts % d == 0)
+            split = d;
+    if (experts / split <= limit)
+        return AP_OK;
+    long need = experts;
+    for (long d = experts; d >= 1; d--)
+        if (experts % d == 0 && experts / d <= limit)
+            need = d;
+    snprintf(err, AP_ERR_LEN,
+             "--max-experts-per-gpu %d: %s has %ld experts, which split at most %ld "
+             "ways on %d GPUs, leaving %ld on each GPU; allow %ld or plan on at least "
+             "%ld GPUs", limit, ctx->g->name, experts, split, ctx->o->gpus,
+             experts / split, experts / split, need);
+    return AP_EINPUT;
+}
+
 static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 {
     int rc = check_model_states(ctx, err);
+    if (!rc)
+        rc = check_expert_limit(ctx, err);
     if (rc)
         return rc;
     search s;
@@ -390,7 +425,7 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
         return AP_EINPUT;
     }
     if (!s.have) {
-        explain_no_fit(ctx->g, &s, ctx->o->gpus, ctx->limit, err);
+        explain_no_fit(ctx->g, &s, ctx->o->gpus, ctx->limit, ctx->o->max_local_experts, err);
         return AP_EINPUT;
     }
     s.best.ilp_timeouts = s.timeouts;

@@ -355,6 +355,9 @@ int ap_strategies(const ap_price_ctx *x, int opi, ap_strategy *out, int max)
             if (!divides(x, &s, s.axis[0]) || !divides(x, &s, s.axis[1]) ||
                 !kv_heads_divide(x, op, &s))
                 continue;
+            if (x->max_local_experts > 0 &&
+                ap_local_experts(x, opi, &s) > x->max_local_experts)
+                continue;
             if (count >= max)
                 return count;
             out[count++] = s;

@@ -136,6 +136,7 @@ typedef struct {
     int gpus, max_tp, layers;
     long heads, kv_heads, seq, experts;
     double gbs;
+    int max_local_experts;
 } space;
 
 static int tp_ok(const space *s, int tp)
@@ -230,6 +231,8 @@ static void add_cp(const space *s, ap_megatron m, int rest, int cp, list *out)
     m.dp = rest / cp;
     for (int ep = 1; ep <= (cp > 1 ? 1 : m.dp); ep++) {
         if (ep > 1 && (!s->experts || s->experts % ep || m.dp % ep))
+            continue;
+        if (s->max_local_experts > 0 && s->experts / ep > s->max_local_experts)
             continue;
         m.ep = ep;
         add_batching(s, m, out);
@@ -379,7 +382,8 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                o->max_tp > 0 ? o->max_tp : gpn < gpus ? gpn : gpus,
                g->nlayers > 0 ? g->nlayers : 1, dim_size(g, AP_DIM_HEADS),
                dim_size(g, AP_DIM_KV_HEADS), dim_size(g, AP_DIM_SEQ),
-               dim_size(g, AP_DIM_EXPERTS), o->global_batch > 0 ? o->global_batch : 512};
+               dim_size(g, AP_DIM_EXPERTS), o->global_batch > 0 ? o->global_batch : 512,
+               o->max_local_experts};
     if (s.gbs != floor(s.gbs) || s.gbs > 1e9) {
         snprintf(err, AP_ERR_LEN, "sweep: the global batch must be a whole number "
                  "of sequences, not %g", s.gbs);

@@ -16,7 +16,8 @@ qspec="tp=1,pp=2,vpp=24,ep=8,mbs=2,gbs=512,sp=0,zero=1,fp8=1,fp8_param_gather=1,
 "$bin" estimate "$qwen" --gpus 16 --seq 4096 --megatron "$qspec" >"$tmp/q" 2>&1
 grep -q "^  caveat: 16 experts per GPU in each grouped GEMM, the shortest forward GEMM of one 17 us: host (CPU) time is not priced" "$tmp/q" &&
     ok || bad "the Qwen3 report's caveat: $(grep caveat "$tmp/q")"
-grep -q "read this step as a lower bound$" "$tmp/q" && ok || bad "the caveat says what to read"
+grep -q "read this step as a lower bound (\`autopar plan --max-experts-per-gpu\` searches plans with fewer)$" "$tmp/q" &&
+    ok || bad "the caveat says what to read and what to do: $(grep caveat "$tmp/q")"
 "$bin" estimate "$qwen" --gpus 16 --seq 4096 --megatron "$qspec" --json >"$tmp/qj" 2>/dev/null
 grep -q '"local_experts":[[:space:]]*16,' "$tmp/qj" &&
     awk -F'[:,]' '/"expert_gemm_s"/ { t = $2 + 0 } END { exit !(t > 16e-6 && t < 18e-6) }' "$tmp/qj" &&
@@ -49,5 +50,35 @@ grep -q '"local_experts":[[:space:]]*1,' "$tmp/mj" && grep -q '"caveats":[[:spac
 grep -q "^  experts per GPU  *16 " "$tmp/c" && ok || bad "compare's experts row: $(grep experts "$tmp/c")"
 grep -q "^  caveat (megatron (yours)): 16 experts per GPU" "$tmp/c" && ok ||
     bad "compare's caveat for yours: $(grep caveat "$tmp/c")"
+
+# --max-experts-per-gpu keeps the search to plans with at most that many
+# experts on a GPU. On 16 GPUs the unconstrained plan keeps 16 of Qwen3's
+# 128; at most 8 needs the experts split 16 ways, which the cost model
+# prices slower, and the plan takes it anyway.
+"$bin" plan "$qwen" --gpus 16 --seq 1024 --global-batch 64 --quiet --json >"$tmp/u" 2>&1
+"$bin" plan "$qwen" --gpus 16 --seq 1024 --global-batch 64 --quiet --json \
+    --max-experts-per-gpu 8 >"$tmp/l" 2>&1
+grep -q '"local_experts":[[:space:]]*16,' "$tmp/u" && grep -q '"local_experts":[[:space:]]*8,' "$tmp/l" &&
+    ok || bad "the limit's plan: $(grep local_experts "$tmp/u" "$tmp/l")"
+step() { awk -F'[:,]' '/"step_time_s"/ { print $2 + 0; exit }' "$1"; }
+awk -v u="$(step "$tmp/u")" -v l="$(step "$tmp/l")" 'BEGIN { exit !(l > u) }' &&
+    ok || bad "the limited plan is not the slower one: $(step "$tmp/u") s, $(step "$tmp/l") s"
+"$bin" plan "$qwen" --gpus 16 --seq 1024 --global-batch 64 --quiet --target megatron \
+    --max-experts-per-gpu 8 >"$tmp/t" 2>&1
+grep -q "configuration tp=1,pp=1,dp=16,cp=1,ep=16," "$tmp/t" && grep -q "^  caveat: 8 experts per GPU" "$tmp/t" &&
+    ok || bad "--target with the limit: $(grep -E "configuration|caveat" "$tmp/t")"
+"$bin" compare "$qwen" --gpus 16 --seq 4096 --megatron "$qspec" --quiet --max-experts-per-gpu 8 \
+    >"$tmp/cl" 2>&1
+grep -q "^  experts per GPU  *16  *8$" "$tmp/cl" && ok ||
+    bad "compare with the limit: $(grep experts "$tmp/cl")"
+
+# A limit no split reaches is refused before the search, with the least
+# experts per GPU the GPUs allow and the GPUs the limit needs.
+"$bin" plan "$qwen" --gpus 16 --max-experts-per-gpu 4 >"$tmp/e" 2>&1
+code=$?
+[ "$code" -eq 2 ] && grep -q "^autopar plan: --max-experts-per-gpu 4: qwen3-30b-a3b.json has 128 experts, which split at most 16 ways on 16 GPUs, leaving 8 on each GPU; allow 8 or plan on at least 32 GPUs$" "$tmp/e" &&
+    ok || bad "an unreachable limit (exit $code): $(cat "$tmp/e")"
+"$bin" plan "$qwen" --gpus 16 --max-experts-per-gpu 0 >"$tmp/z" 2>&1
+[ $? -eq 2 ] && grep -q "max-experts-per-gpu" "$tmp/z" && ok || bad "a limit of 0: $(cat "$tmp/z")"
 
 finish
