@@ -23,6 +23,7 @@ int ap_cmd_calibrate(int argc, char **argv);
 #define AP_CLI_MAX_GLOBAL_BATCH 65536 /* sequences per step */
 #define AP_CLI_MAX_LAYERS 2048
 #define AP_CLI_MAX_CLASSES 64 /* distinct layers; each is its own ILP */
+#define AP_CLI_MAX_EXPERTS_PER_GPU (1 << 16) /* the most experts a model has */
 
 typedef struct {
     const char *model;

@@ -231,7 +231,8 @@ static int parse(int argc, char **argv, options *o)
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
         } else if (!strcmp(a, "--max-experts-per-gpu") && v) {
-            if (ap_cli_int("compare", a, v, 1, 1 << 16, &o->max_local_experts))
+            if (ap_cli_int("compare", a, v, 1, AP_CLI_MAX_EXPERTS_PER_GPU,
+                           &o->max_local_experts))
                 return 2;
             i++;
         } else if (!strcmp(a, "--megatron") || !strcmp(a, "--megatron-args")) {

@@ -172,7 +172,7 @@ int ap_cmd_plan(int argc, char **argv)
                 return 2;
             i++;
         } else if (!strcmp(a, "--max-experts-per-gpu") && v) {
-            if (ap_cli_int("plan", a, v, 1, 1 << 16, &o.max_local_experts))
+            if (ap_cli_int("plan", a, v, 1, AP_CLI_MAX_EXPERTS_PER_GPU, &o.max_local_experts))
                 return 2;
             i++;
         } else if (!strcmp(a, "--ilp-time-limit") && v) {

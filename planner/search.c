@@ -371,10 +371,9 @@ static int check_expert_limit(const ap_search_ctx *ctx, char *err)
             split = d;
     if (experts / split <= limit)
         return AP_OK;
-    long need = experts;
-    for (long d = experts; d >= 1; d--)
-        if (experts % d == 0 && experts / d <= limit)
-            need = d;
+    long need = 1;
+    while (experts % need || experts / need > limit)
+        need++;
     snprintf(err, AP_ERR_LEN,
              "--max-experts-per-gpu %d: %s has %ld experts, which split at most %ld "
              "ways on %d GPUs, leaving %ld on each GPU; allow %ld or plan on at least "
