@@ -32,7 +32,8 @@ static double gemm_seconds(const ap_cluster *c, const ap_profile_gemm_shape *s)
     return t > c->kernel_floor ? t : c->kernel_floor;
 }
 
-/* The grid a run on c's GPUs measures: FP8 too when they have an FP8 peak. */
+/* The grid a run on c's GPUs measures: FP8 too when they have an FP8 peak.
+ * Each shape is launched a few times alone, then timed in batches (batch.c). */
 static double gemm_total(const ap_profile_options *o, const ap_cluster *c)
 {
     ap_profile_gemm_shape *g;
@@ -41,8 +42,12 @@ static double gemm_total(const ap_profile_options *o, const ap_cluster *c)
     if (ap_profile_gemm_grid(o->quick, c->peak_flops[AP_FP8] > 0, &g, &n, err) != AP_OK)
         return 0;
     double t = 0;
-    for (int i = 0; i < n; i++)
-        t += (o->warmup + o->iters) * (gemm_seconds(c, &g[i]) + SYNC_OVERHEAD);
+    for (int i = 0; i < n; i++) {
+        double one = gemm_seconds(c, &g[i]);
+        int reps = ap_profile_gemm_batch(one, 0, 0).reps;
+        t += AP_PROFILE_SIZING_LAUNCHES * (one + SYNC_OVERHEAD) +
+             (o->warmup + o->iters) * (reps * one + SYNC_OVERHEAD);
+    }
     free(g);
     return t;
 }

@@ -99,6 +99,25 @@ int ap_profile_group_ranks(ap_profile_group g);
 /* Whether global rank `rank` belongs to group g. */
 int ap_profile_group_has(ap_profile_group g, int gpus_per_node, int rank);
 
+/* How a GEMM sample is timed (profiler/batch.c): `reps` launches back to
+ * back between two events, the time per launch their mean, cycling over
+ * `slots` operand sets `stride` bytes apart, so that the GPU's queue never
+ * empties between them and small operands are not read from L2. `single_s`
+ * is one launch's time alone, `operand_bytes` the GEMM's largest operand
+ * and `cap` the bytes of each buffer. A sample lasts about
+ * AP_PROFILE_BATCH_S, with at most AP_PROFILE_MAX_REPS launches; a launch
+ * that long or longer is timed alone. `single_s` is the fastest of
+ * AP_PROFILE_SIZING_LAUNCHES launches alone (the first use of a shape pays
+ * cuBLAS's heuristics). */
+#define AP_PROFILE_SIZING_LAUNCHES 3
+#define AP_PROFILE_BATCH_S 1e-3
+#define AP_PROFILE_MAX_REPS 64
+typedef struct {
+    int reps, slots;
+    size_t stride;
+} ap_profile_batch;
+ap_profile_batch ap_profile_gemm_batch(double single_s, size_t operand_bytes, size_t cap);
+
 /* Statistics over n samples (the input is not modified). The percentile p in
  * [0, 100] interpolates linearly between order statistics (numpy's default);
  * the median is the 50th percentile. NAN when n < 1. */

@@ -567,6 +567,31 @@ static void options_default_and_reject_bad_values(void)
     CHECK(parse("--help", &o, err) == AP_OK && o.help);
 }
 
+/* A GEMM sample is many launches back to back, so that a short GEMM is
+ * timed as a training step runs it (not after an idle queue) and on
+ * operands it has not just read (not from L2). */
+static void short_gemms_are_timed_in_batches_over_fresh_operands(void)
+{
+    /* 37 us: 28 launches make a millisecond; 8 MiB operands, 64 fit a 512 MiB
+     * buffer, so each launch of the batch reads its own. */
+    ap_profile_batch b = ap_profile_gemm_batch(37e-6, 8u << 20, 512u << 20);
+    CHECK(b.reps == 28 && b.slots == 28 && b.stride == (8u << 20));
+    /* Tiny GEMMs stop at 64 launches; a buffer that holds 5 sets cycles over 5. */
+    b = ap_profile_gemm_batch(2e-6, 100u << 20, 512u << 20);
+    CHECK(b.reps == AP_PROFILE_MAX_REPS && b.slots == 5);
+    CHECK(b.stride == (100u << 20));
+    /* Strides keep 256-byte alignment for cuBLAS. */
+    b = ap_profile_gemm_batch(2e-6, 1000, 1u << 20);
+    CHECK(b.stride == 1024 && b.slots == AP_PROFILE_MAX_REPS);
+    /* A millisecond or more is timed alone, as is an operand the buffer holds once. */
+    b = ap_profile_gemm_batch(1.5e-3, 8u << 20, 512u << 20);
+    CHECK(b.reps == 1 && b.slots == 1);
+    b = ap_profile_gemm_batch(37e-6, 512u << 20, 512u << 20);
+    CHECK(b.reps == 28 && b.slots == 1);
+    b = ap_profile_gemm_batch(0, 8u << 20, 512u << 20);
+    CHECK(b.reps == 1 && b.slots == 1);
+}
+
 /* The budgets of the issue: --quick under 2 minutes and a full run under 15
  * on an 8-GPU H100 node, by the roofline and alpha-beta estimate. */
 static void default_grids_fit_their_time_budgets(void)
@@ -654,6 +679,7 @@ int main(void)
     RUN(measured_fp8_samples_price_fp8_gemms_only);
     RUN(unknown_gpu_is_scaled_to_its_measured_peak);
     RUN(options_default_and_reject_bad_values);
+    RUN(short_gemms_are_timed_in_batches_over_fresh_operands);
     RUN(default_grids_fit_their_time_budgets);
 #ifdef AP_HAVE_PROFILER
     RUN(run_reports_a_missing_device_or_profiles_one);
