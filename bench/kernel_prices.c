@@ -118,7 +118,7 @@ static void attention(const ap_cluster *kc, const ap_cluster *sc)
 int main(int argc, char **argv)
 {
     const char *name = argc > 1 ? argv[1] : "h100-sxm";
-    char err[512];
+    char err[AP_ERR_LEN];
     ap_cluster kc, sc;
     if (ap_cluster_resolve(name, 1, 1, &sc, err) != 0 ||
         ap_cluster_resolve(name, 1, 1, &kc, err) != 0) {

@@ -103,12 +103,11 @@ int ap_profile_group_has(ap_profile_group g, int gpus_per_node, int rank);
  * back between two events, the time per launch their mean, cycling over
  * `slots` operand sets `stride` bytes apart, so that the GPU's queue never
  * empties between them and small operands are not read from L2. `single_s`
- * is one launch's time alone, `operand_bytes` the GEMM's largest operand
- * and `cap` the bytes of each buffer. A sample lasts about
+ * is the fastest of AP_PROFILE_SIZING_LAUNCHES launches alone (the first
+ * use of a shape pays cuBLAS's heuristics), `operand_bytes` the GEMM's
+ * largest operand and `cap` the bytes of each buffer. A sample lasts about
  * AP_PROFILE_BATCH_S, with at most AP_PROFILE_MAX_REPS launches; a launch
- * that long or longer is timed alone. `single_s` is the fastest of
- * AP_PROFILE_SIZING_LAUNCHES launches alone (the first use of a shape pays
- * cuBLAS's heuristics). */
+ * that long or longer is timed alone. */
 #define AP_PROFILE_SIZING_LAUNCHES 3
 #define AP_PROFILE_BATCH_S 1e-3
 #define AP_PROFILE_MAX_REPS 64

@@ -24,9 +24,10 @@ while [ $# -gt 0 ]; do
     logs="$logs $1"
     shift
 done
-"$prices" "$cluster" >/tmp/kernel_prices.$$ || exit 2
+tmp=$(mktemp) || exit 2
+"$prices" "$cluster" >"$tmp" || { rm -f "$tmp"; exit 2; }
 # shellcheck disable=SC2086
-cat $logs | awk -v P=/tmp/kernel_prices.$$ '
+cat $logs | awk -v P="$tmp" '
     BEGIN {
         while ((getline line < P) > 0) {
             split(line, f, " ")
@@ -42,5 +43,5 @@ cat $logs | awk -v P=/tmp/kernel_prices.$$ '
         printf "%-44s %10.2f %10.2f %10.2f %7.2f %s\n", $1, $2, kernel[name], step[name], r, $3
     }'
 rc=$?
-rm -f /tmp/kernel_prices.$$
+rm -f "$tmp"
 exit $rc
