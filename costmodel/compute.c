@@ -76,17 +76,31 @@ static double quantisation(const ap_cluster *c, double batch, double m,
     return best;
 }
 
+/* What a GEMM writes per element of its output: the result in its own
+ * dtype, or bf16 for FP8, whose GEMMs Transformer Engine runs with a bf16
+ * output. */
+double ap_gemm_out_bytes(ap_dtype dt)
+{
+    return dt == AP_FP8 ? 2.0 : dtype_bytes(dt);
+}
+
 /* The roofline with the GEMM efficiency times `rate`: 1 for the cluster's
- * own rate, 1 / calib_scale for the kernel figures it was scaled from. */
+ * own rate, 1 / calib_scale for the kernel figures it was scaled from. The
+ * multiply overlaps the loads of its operands, and the output's store
+ * follows it: a tile's accumulator is written once its whole k loop is
+ * done, so a GEMM whose k is short cannot hide its store behind the
+ * multiply (docs/cost-model.md, "GEMMs"). `out` is the bytes moved per
+ * output element: the store, or a read and a store when it accumulates. */
 static double analytic_at(const ap_cluster *c, ap_dtype dt, double rate,
-                          double batch, double m, double n, double k)
+                          double batch, double m, double n, double k,
+                          double out)
 {
     double eff = ap_cluster_gemm_eff(c, dt) * rate;
     double flops = 2 * batch * m * n * k;
     double compute = flops / (peak_for(c, dt) * eff * quantisation(c, batch, m, n));
-    double bytes = dtype_bytes(dt) * batch * (m * k + k * n + m * n);
-    double memory = bytes / ap_cluster_hbm_bw(c);
-    return fmax(compute, memory);
+    double bw = ap_cluster_hbm_bw(c);
+    double in = dtype_bytes(dt) * batch * (m * k + k * n);
+    return fmax(compute, in / bw) + out * batch * m * n / bw;
 }
 
 static double shape_distance(const ap_gemm_sample *s, double m, double n,
@@ -134,7 +148,8 @@ static double measured_ratio(const ap_cluster *c, ap_dtype dt, double m,
     double wsum = 0, lsum = 0;
     for (int j = 0; j < found; j++) {
         const ap_gemm_sample *s = &c->gemm[near[j]];
-        double r = s->seconds / analytic_at(c, dt, kernel, 1, s->m, s->n, s->k);
+        double r = s->seconds / analytic_at(c, dt, kernel, 1, s->m, s->n, s->k,
+                                               ap_gemm_out_bytes(dt));
         if (dist[j] < 1e-9)
             return r;
         double w = 1 / (dist[j] * dist[j]);
@@ -144,17 +159,23 @@ static double measured_ratio(const ap_cluster *c, ap_dtype dt, double m,
     return exp(lsum / wsum);
 }
 
-double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
-                     double n, double k)
+double ap_cost_bgemm_out(const ap_cluster *c, ap_dtype dt, double batch,
+                         double m, double n, double k, double out)
 {
     if (!(batch > 0 && m > 0 && n > 0 && k > 0) ||
         !isfinite(batch * m * n * k))
         return 0;
-    double t = analytic_at(c, dt, 1, batch, m, n, k);
+    double t = analytic_at(c, dt, 1, batch, m, n, k, out);
     double r = c->ngemm ? measured_ratio(c, dt, m, n, k) : 0;
     if (r > 0)
         t *= r;
     return fmax(t, c->kernel_floor);
+}
+
+double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
+                     double n, double k)
+{
+    return ap_cost_bgemm_out(c, dt, batch, m, n, k, ap_gemm_out_bytes(dt));
 }
 
 double ap_cost_gemm(const ap_cluster *c, ap_dtype dt, double m, double n,
@@ -174,16 +195,22 @@ double ap_cost_gemm(const ap_cluster *c, ap_dtype dt, double m, double n,
  * launch costs the host at least what the kernel floor allows for (5-20 us
  * of CPU per launch in PyTorch traces, by HolisticTraceAnalysis's
  * documentation), so tiny experts cost the floor each, not per round. */
+double ap_cost_grouped_gemm_out(const ap_cluster *c, ap_dtype dt, double groups,
+                                double m, double n, double k, double out)
+{
+    if (!(groups >= 1) || !isfinite(groups))
+        return ap_cost_bgemm_out(c, dt, groups, m, n, k, out);
+    double s = AP_GROUPED_GEMM_STREAMS;
+    double full = floor(groups / s), rest = groups - full * s;
+    double t = full > 0 ? full * ap_cost_bgemm_out(c, dt, s, m, n, k, out) : 0;
+    t += rest > 0 ? ap_cost_bgemm_out(c, dt, rest, m, n, k, out) : 0;
+    return fmax(t, groups * c->kernel_floor);
+}
+
 double ap_cost_grouped_gemm(const ap_cluster *c, ap_dtype dt, double groups,
                             double m, double n, double k)
 {
-    if (!(groups >= 1) || !isfinite(groups))
-        return ap_cost_bgemm(c, dt, groups, m, n, k);
-    double s = AP_GROUPED_GEMM_STREAMS;
-    double full = floor(groups / s), rest = groups - full * s;
-    double t = full > 0 ? full * ap_cost_bgemm(c, dt, s, m, n, k) : 0;
-    t += rest > 0 ? ap_cost_bgemm(c, dt, rest, m, n, k) : 0;
-    return fmax(t, groups * c->kernel_floor);
+    return ap_cost_grouped_gemm_out(c, dt, groups, m, n, k, ap_gemm_out_bytes(dt));
 }
 
 /* Memory-bound kernels run on the CUDA cores; the fp32 peak stands in for

@@ -174,12 +174,23 @@ int ap_coll_from_name(const char *s);
 
 /* Compute. A GEMM's time comes from the measured table when it has samples
  * of the dtype (interpolated in log space over FLOPs), else from the
- * roofline with tile-quantisation efficiency; never below kernel_floor. */
+ * roofline with tile-quantisation efficiency, the multiply overlapping the
+ * operands' loads and the output's store after it; never below
+ * kernel_floor. */
 double ap_cost_gemm(const ap_cluster *c, ap_dtype dt, double m, double n,
                     double k);
 /* Batched GEMM (attention scores, experts): `batch` independent GEMMs. */
 double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
                      double n, double k);
+/* Bytes a GEMM of dtype dt stores per output element: its dtype's size,
+ * 2 (bf16) for FP8. */
+double ap_gemm_out_bytes(ap_dtype dt);
+/* ap_cost_bgemm with `out` bytes moved per output element in place of
+ * ap_gemm_out_bytes(dt): twice the output's size for a GEMM that
+ * accumulates into its output (cuBLAS's beta = 1 reads it and writes it),
+ * as a weight gradient into Megatron's main_grad. */
+double ap_cost_bgemm_out(const ap_cluster *c, ap_dtype dt, double batch,
+                         double m, double n, double k, double out);
 /* The GEMMs of `groups` experts, each m x n x k, as Transformer Engine's
  * GroupedLinear runs them: one cuBLAS GEMM per expert over
  * AP_GROUPED_GEMM_STREAMS streams (TE's num_compute_streams), so in rounds
@@ -191,6 +202,9 @@ double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
 #define AP_GROUPED_GEMM_STREAMS 4
 double ap_cost_grouped_gemm(const ap_cluster *c, ap_dtype dt, double groups,
                             double m, double n, double k);
+/* The same with `out` bytes per output element (ap_cost_bgemm_out). */
+double ap_cost_grouped_gemm_out(const ap_cluster *c, ap_dtype dt, double groups,
+                                double m, double n, double k, double out);
 /* A memory-bound kernel: max(flops / peak_fp32, bytes / (hbm_bw*hbm_eff)). */
 double ap_cost_memop(const ap_cluster *c, double flops, double bytes);
 /* Megatron-LM's vocabulary-parallel cross entropy over `logits` elements of

@@ -537,14 +537,49 @@ static int expert_gemm(const ap_price_ctx *x, const ap_op *op)
            has_label(shape_of(x, op->inputs[1]), e);
 }
 
+/* Bytes of one gradient element: Megatron-LM's main_grad buffer is fp32
+ * under grad_reduce_in_fp32 (DistributedDataParallel's grad_dtype), and
+ * every reduction of it moves fp32; else bf16. */
+static double grad_width(const ap_price_ctx *x)
+{
+    return x->run.grad_fp32 ? 4 : 2;
+}
+
+static ap_dtype matmul_dtype(const ap_price_ctx *x, const ap_op *op)
+{
+    return runs_fp8(x, op) ? AP_FP8 : x->g->tensors[op->outputs[0]].dtype;
+}
+
+/* One GEMM of a matmul op, batch x m x n x k, `out` bytes per output
+ * element: the experts' as a grouped GEMM, any other batched. */
+static double op_gemm(const ap_price_ctx *x, const ap_op *op, gemm_dims d,
+                      double out)
+{
+    ap_dtype dt = matmul_dtype(x, op);
+    if (expert_gemm(x, op))
+        return ap_cost_grouped_gemm_out(x->c, dt, d.batch, d.m, d.n, d.k, out);
+    return ap_cost_bgemm_out(x->c, dt, d.batch, d.m, d.n, d.k, out);
+}
+
 static double matmul_time(const ap_price_ctx *x, const ap_op *op,
                           const ap_strategy *s)
 {
+    return op_gemm(x, op, dims_of(x, op, s), ap_gemm_out_bytes(matmul_dtype(x, op)));
+}
+
+/* The backward of C = A.B is two GEMMs of their own shapes: dA = dC.B^T
+ * (m x k, contracting n) and dB = A^T.dC (k x n, contracting the tokens
+ * in m). A weight's gradient accumulates into Megatron's main_grad
+ * (gradient accumulation fusion: cuBLAS with beta = 1 reads and writes it
+ * in the gradient's width), every micro-batch. */
+static double matmul_backward_time(const ap_price_ctx *x, const ap_op *op,
+                                   const ap_strategy *s)
+{
     gemm_dims d = dims_of(x, op, s);
-    ap_dtype dt = runs_fp8(x, op) ? AP_FP8 : x->g->tensors[op->outputs[0]].dtype;
-    if (expert_gemm(x, op))
-        return ap_cost_grouped_gemm(x->c, dt, d.batch, d.m, d.n, d.k);
-    return ap_cost_bgemm(x->c, dt, d.batch, d.m, d.n, d.k);
+    double out = ap_gemm_out_bytes(matmul_dtype(x, op));
+    gemm_dims da = {d.batch, d.m, d.k, d.n}, db = {d.batch, d.k, d.n, d.m};
+    int weight = x->g->tensors[op->inputs[1]].role == AP_TENSOR_PARAM;
+    return op_gemm(x, op, da, out) + op_gemm(x, op, db, weight ? 2 * grad_width(x) : out);
 }
 
 double ap_tp_overlap_exposed(const ap_cluster *c, ap_ub_method m, double comm,
@@ -722,7 +757,7 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
     c->flops = op->flops * scale / shard;
     if (op->kind == AP_OP_MATMUL) {
         c->fwd = matmul_time(x, op, s);
-        c->bwd = 2 * c->fwd; /* dX and dW: one GEMM each of the same size */
+        c->bwd = matmul_backward_time(x, op, s);
         if (runs_fp8(x, op)) {
             double cf, cb;
             fp8_casts(x, op, s, &cf, &cb);
@@ -972,13 +1007,6 @@ static param_use param_use_of(const ap_price_ctx *x, const ap_op *op, int t)
     return PARAM_OWN;
 }
 
-/* Bytes of one gradient element: Megatron-LM's main_grad buffer is fp32
- * under grad_reduce_in_fp32 (DistributedDataParallel's grad_dtype), and
- * every reduction of it moves fp32; else bf16. */
-static double grad_width(const ap_price_ctx *x)
-{
-    return x->run.grad_fp32 ? 4 : 2;
-}
 
 /* Megatron-LM's _allreduce_word_embedding_grads (finalize_model_grads.py):
  * the gradient of each rank's shard (its main_grad, in the gradient

@@ -51,6 +51,23 @@ static inline ap_cluster ap_test_h100(int gpus)
     return ap_test_kernel_preset("h100-sxm", gpus);
 }
 
+/* What a GEMM of c's table measured at `seconds` costs at its own shape
+ * once c runs at a training-step rate (calib_scale): the multiply in it
+ * slows by the factor, the output's store, memory-bound, does not
+ * (costmodel/compute.c). The two parts are the roofline's at c's kernel
+ * figures, without the table. */
+static inline double ap_test_sample_at_rate(const ap_cluster *c, ap_dtype dt, double m,
+                                            double n, double k, double seconds)
+{
+    ap_cluster bare = *c;
+    bare.gemm = NULL;
+    bare.ngemm = 0;
+    ap_cluster_kernel_rate(&bare);
+    double kernel = ap_cost_gemm(&bare, dt, m, n, k);
+    double store = ap_gemm_out_bytes(dt) * m * n / ap_cluster_hbm_bw(c);
+    return seconds * ((kernel - store) / c->calib_scale + store) / kernel;
+}
+
 /* Bytes the ops of layer `layer` save for backward (ap_op.saved_bytes: a
  * tensor saved by several ops counts once, whole, before any sharding). */
 static inline double ap_test_layer_saved(const ap_graph *g, int layer)

@@ -130,7 +130,9 @@ static void tensor_only_mesh_gives_megatron_layout(void)
 }
 
 /* With memory tight, partial sums are reduce-scattered onto the sequence:
- * sequence parallelism keeps norms and residuals split too. */
+ * sequence parallelism keeps norms and residuals split too. The leanest
+ * point of GPT-3's layer on 8 GPUs is that, whether or not a faster,
+ * larger one is kept beside it. */
 static void tight_memory_chooses_sequence_parallelism(void)
 {
     ap_graph *g = ap_test_model("examples/hf/gpt3-175b.json", 2048);
@@ -147,9 +149,11 @@ static void tight_memory_chooses_sequence_parallelism(void)
     int ops[256], n = layer_ops(g, 0, ops);
     ap_block b;
     REQUIRE_OK(ap_block_solve(&x, ops, n, 8, 10, 1e-6, &b, err), err);
-    CHECK(b.npoints >= 2);
+    CHECK(b.npoints >= 1);
     const ap_block_point *lean = &b.points[b.npoints - 1];
-    CHECK(lean->act_bytes < b.points[0].act_bytes || lean->param_bytes < b.points[0].param_bytes);
+    for (int i = 0; i + 1 < b.npoints; i++)
+        CHECK(lean->act_bytes < b.points[i].act_bytes ||
+              lean->param_bytes < b.points[i].param_bytes);
     char seq = kind_label(g, AP_DIM_SEQ);
     int scattered = 0;
     for (int i = 0; i < n; i++)
