@@ -121,6 +121,9 @@ typedef struct {
     int defer_wgrad, wgrad_deferral_limit;
 } ap_run_settings;
 
+/* Bytes of one gradient element under r: 4 with grad_fp32, else 2. */
+double ap_run_grad_bytes(const ap_run_settings *r);
+
 /* The context every price is taken in. */
 typedef struct {
     const ap_graph *g;

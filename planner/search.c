@@ -335,7 +335,7 @@ static int check_model_states(const ap_search_ctx *ctx, char *err)
     const ap_plan_opts *o = ctx->o;
     double params = ctx->g->total_params;
     ap_model_states one = ap_mem_model_states_opt(params, 1, AP_ZERO_3,
-                                                  o->run.grad_fp32 ? 4 : 2, &o->run.opt);
+                                                  ap_run_grad_bytes(&o->run), &o->run.opt);
     double each = one.total / o->gpus, gib = 1 << 30;
     if (each <= ctx->limit)
         return AP_OK;

@@ -537,12 +537,17 @@ static int expert_gemm(const ap_price_ctx *x, const ap_op *op)
            has_label(shape_of(x, op->inputs[1]), e);
 }
 
-/* Bytes of one gradient element: Megatron-LM's main_grad buffer is fp32
- * under grad_reduce_in_fp32 (DistributedDataParallel's grad_dtype), and
- * every reduction of it moves fp32; else bf16. */
+/* Megatron-LM's main_grad buffer is fp32 under grad_reduce_in_fp32
+ * (DistributedDataParallel's grad_dtype), and every reduction of it moves
+ * fp32; else bf16. */
+double ap_run_grad_bytes(const ap_run_settings *r)
+{
+    return r->grad_fp32 ? 4 : 2;
+}
+
 static double grad_width(const ap_price_ctx *x)
 {
-    return x->run.grad_fp32 ? 4 : 2;
+    return ap_run_grad_bytes(&x->run);
 }
 
 static ap_dtype matmul_dtype(const ap_price_ctx *x, const ap_op *op)

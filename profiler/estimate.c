@@ -14,22 +14,15 @@
 #define SYNC_OVERHEAD 50e-6
 #define HBM_BYTES_FULL (1024.0 * 1024.0 * 1024.0)
 
+/* The cost model's own price of the shape (ap_cost_bgemm_out: the
+ * roofline with quantisation and the output's store), at the kernel
+ * figures' rate as c has it; a dtype c has no peak for is not timed long. */
 static double gemm_seconds(const ap_cluster *c, const ap_profile_gemm_shape *s)
 {
-    /* The presets' fp32 peak is the TF32 tensor-core rate, which is what the
-     * fp32 entries of the grid measure. */
-    double peak = c->peak_flops[s->dtype];
-    double flops = ap_profile_gemm_flops(s->m, s->n, s->k);
-    double in = (double)ap_dtype_size(s->dtype);
+    if (!(c->peak_flops[s->dtype] > 0))
+        return c->kernel_floor;
     double out = (double)ap_dtype_size(ap_profile_gemm_result_dtype(s->dtype));
-    double bytes = in * ((double)s->m * s->k + (double)s->k * s->n) +
-                   out * (double)s->m * s->n;
-    double eff = c->gemm_eff > 0 ? ap_cluster_gemm_eff(c, s->dtype) : 0.7;
-    double t = peak > 0 ? flops / (peak * eff) : 0;
-    double hbm = c->hbm_bw * (c->hbm_eff > 0 ? c->hbm_eff : 0.8);
-    if (hbm > 0 && bytes / hbm > t)
-        t = bytes / hbm;
-    return t > c->kernel_floor ? t : c->kernel_floor;
+    return ap_cost_bgemm_out(c, s->dtype, 1, (double)s->m, (double)s->n, (double)s->k, out);
 }
 
 /* The grid a run on c's GPUs measures: FP8 too when they have an FP8 peak.
