@@ -577,14 +577,20 @@ static double matmul_time(const ap_price_ctx *x, const ap_op *op,
  * in m). A weight's gradient accumulates into Megatron's main_grad
  * (gradient accumulation fusion: cuBLAS with beta = 1 reads and writes it
  * in the gradient's width), every micro-batch. */
+static double matmul_dgrad_time(const ap_price_ctx *x, const ap_op *op,
+                                const ap_strategy *s)
+{
+    gemm_dims d = dims_of(x, op, s), da = {d.batch, d.m, d.k, d.n};
+    return op_gemm(x, op, da, ap_gemm_out_bytes(matmul_dtype(x, op)));
+}
+
 static double matmul_backward_time(const ap_price_ctx *x, const ap_op *op,
                                    const ap_strategy *s)
 {
-    gemm_dims d = dims_of(x, op, s);
-    double out = ap_gemm_out_bytes(matmul_dtype(x, op));
-    gemm_dims da = {d.batch, d.m, d.k, d.n}, db = {d.batch, d.k, d.n, d.m};
+    gemm_dims d = dims_of(x, op, s), db = {d.batch, d.k, d.n, d.m};
     int weight = x->g->tensors[op->inputs[1]].role == AP_TENSOR_PARAM;
-    return op_gemm(x, op, da, out) + op_gemm(x, op, db, weight ? 2 * grad_width(x) : out);
+    double out = weight ? 2 * grad_width(x) : ap_gemm_out_bytes(matmul_dtype(x, op));
+    return matmul_dgrad_time(x, op, s) + op_gemm(x, op, db, out);
 }
 
 double ap_tp_overlap_exposed(const ap_cluster *c, ap_ub_method m, double comm,
@@ -928,13 +934,11 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
             /* Row-parallel under --tp-comm-overlap: the reduce-scatter is
              * pipelined with the forward GEMM (proj_fprop, fc2_fprop), the
              * backward's all-gather of the output gradient ring-exchanged
-             * into the data-gradient GEMM, of the same size (proj_dgrad,
-             * fc2_dgrad). */
-            double gemm = matmul_time(x, op, s);
-            c->fwd_comm += ap_tp_overlap_exposed(x->c, AP_UB_PIPELINE, rs, gemm,
-                                                 x->mesh->d[a]);
-            c->bwd_comm += ap_tp_overlap_exposed(x->c, AP_UB_RING, ag, gemm,
-                                                 x->mesh->d[a]);
+             * into the data-gradient GEMM (proj_dgrad, fc2_dgrad). */
+            c->fwd_comm += ap_tp_overlap_exposed(x->c, AP_UB_PIPELINE, rs,
+                                                 matmul_time(x, op, s), x->mesh->d[a]);
+            c->bwd_comm += ap_tp_overlap_exposed(x->c, AP_UB_RING, ag,
+                                                 matmul_dgrad_time(x, op, s), x->mesh->d[a]);
         } else if (s->rs[a]) {
             c->fwd_comm += rs;
             c->bwd_comm += ag;

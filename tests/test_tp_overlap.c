@@ -86,6 +86,10 @@ static void a_gpt_layer_at_tp4_shows_what_its_gemms_cannot_hide(void)
     double proj = ap_cost_gemm(&c, AP_BF16, s, h, h / t);
     double fc1 = ap_cost_gemm(&c, AP_BF16, s, 4 * h / t, h);
     double fc2 = ap_cost_gemm(&c, AP_BF16, s, h, 4 * h / t);
+    /* The data gradients of the row-parallel layers, each at its own
+     * shape: [s, h] x [h, h/t] and [s, h] x [h, 4h/t]. */
+    double proj_dgrad = ap_cost_gemm(&c, AP_BF16, s, h / t, h);
+    double fc2_dgrad = ap_cost_gemm(&c, AP_BF16, s, 4 * h / t, h);
     CHECK(ag > 0 && rs > 0 && qkv > 0);
 
     /* Without overlap: two gathers and two reduce-scatters forward; in
@@ -98,7 +102,7 @@ static void a_gpt_layer_at_tp4_shows_what_its_gemms_cannot_hide(void)
     const ap_block_point *b = ap_test_layer(&on);
     double fwd = ring(ag, qkv, t) + pipelined(rs, proj) + ring(ag, fc1, t) +
                  pipelined(rs, fc2);
-    double bwd = ring(ag, proj, t) + ring(ag, fc2, t) +  /* output gradients */
+    double bwd = ring(ag, proj_dgrad, t) + ring(ag, fc2_dgrad, t) + /* output gradients */
                  bulk(ag, qkv) + bulk(ag, fc1) +         /* re-gathers, dgrad */
                  bulk(rs, qkv) + bulk(rs, fc1);          /* dgrad RS, wgrad */
     CHECK_NEAR(b->comm_fwd, fwd, 1e-9);
