@@ -50,7 +50,7 @@ grep -q '"cluster_rate_scale":[[:space:]]*0.846,' "$tmp/preset" &&
     bad "the report names a profile"
 
 # The profile measured on an H100 (examples/clusters) prices at the rate
-# published steps imply over measured kernels, x0.8715, and says so; a
+# published steps imply over measured kernels, x0.8718, and says so; a
 # step of one's own recalibrates it, its measured GEMMs included, and the
 # file stays a profile.
 prof=$src/examples/clusters/h100-sxm-profile.json
