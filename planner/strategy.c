@@ -1027,11 +1027,27 @@ static double tied_allreduce(const ap_price_ctx *x, double elems)
     return ap_cost_collective(x->c, AP_COLL_ALLREDUCE, 2, nodes, elems * grad_width(x));
 }
 
+/* ZeRO-2/3's per-micro-batch collectives run beside the compute: Megatron
+ * FSDP, torch FSDP2 and DeepSpeed's stage 3 gather a module's weights on a
+ * stream of their own while the module before it computes (prefetching),
+ * and reduce-scatter its gradients while the backward goes on to the next
+ * one. Priced op by op against the op's own pass: the layers of a stack
+ * repeat, so the op before this one in the schedule is this one's twin
+ * in the previous layer. Without overlapping gradient reduction
+ * (serial_grad) the reduce-scatters wait, and so does everything here. */
+static double zero_exposed(const ap_price_ctx *x, double comm, double compute)
+{
+    if (x->serial_grad)
+        return comm;
+    return fmax(0, comm - compute);
+}
+
 /* Parameters: their shard's model states, and their gradient reduction over
  * the axes that split a label the parameter lacks (data parallel). */
 static void price_params(const ap_price_ctx *x, const ap_op *op,
                          const ap_strategy *s, ap_op_cost *c)
 {
+    double zero_fwd = 0, zero_bwd = 0;
     for (int i = 0; i < op->ninputs; i++) {
         int t = op->inputs[i];
         if (!is_param(x, t))
@@ -1080,17 +1096,19 @@ static void price_params(const ap_price_ctx *x, const ap_op *op,
              * micro-batch's are reduce-scattered in its backward (DeepSpeed
              * and FSDP both do); ZeRO-2 then all-gathers the updated
              * parameters, ZeRO-3 gathers them at each use instead. */
-            c->bwd_comm += sync_coll(x, AP_COLL_REDUCESCATTER, mask, gbytes);
+            zero_bwd += sync_coll(x, AP_COLL_REDUCESCATTER, mask, gbytes);
             if (x->zero == AP_ZERO_2)
                 param_gather(x, mask, elems, pwidth, c);
         }
         if (x->zero == AP_ZERO_3) {
             /* Parameters are gathered before forward and again before
              * backward, for every micro-batch. */
-            c->fwd_comm += sync_coll(x, AP_COLL_ALLGATHER, mask, pbytes);
-            c->bwd_comm += sync_coll(x, AP_COLL_ALLGATHER, mask, pbytes);
+            zero_fwd += sync_coll(x, AP_COLL_ALLGATHER, mask, pbytes);
+            zero_bwd += sync_coll(x, AP_COLL_ALLGATHER, mask, pbytes);
         }
     }
+    c->fwd_comm += zero_exposed(x, zero_fwd, c->fwd);
+    c->bwd_comm += zero_exposed(x, zero_bwd, c->bwd);
 }
 
 /* The graph counts the fp32 softmax the loss keeps; Transformer Engine's
