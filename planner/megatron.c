@@ -46,7 +46,8 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "grad_fp32") ? &m->run.grad_fp32
          : !strcmp(k, "moe_a2a_overlap") ? &m->run.moe_a2a_overlap
          : !strcmp(k, "delay_wgrad") ? &m->run.delay_wgrad
-         : !strcmp(k, "defer_wgrad") ? &m->run.defer_wgrad : NULL;
+         : !strcmp(k, "defer_wgrad") ? &m->run.defer_wgrad
+         : !strcmp(k, "no_grad_fusion") ? &m->run.no_grad_fusion : NULL;
 }
 
 /* The spec's recompute_method and recompute_layers: 1 when k was one, 0
@@ -157,7 +158,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
                  "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
                  "cp_comm, main_params, exp_avg, exp_avg_sq, defer_wgrad, "
-                 "wgrad_deferral_limit)", k);
+                 "wgrad_deferral_limit, no_grad_fusion)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -317,6 +318,8 @@ static int schedule_flag(const char *tok, ap_megatron *m)
         return m->run.delay_wgrad = 1;
     if (!strcmp(tok, "--defer-embedding-wgrad-compute"))
         return m->run.defer_wgrad = 1;
+    if (!strcmp(tok, "--no-gradient-accumulation-fusion"))
+        return m->run.no_grad_fusion = 1;
     return 0;
 }
 
@@ -526,9 +529,6 @@ static const struct {
      "autopar cannot see"},
     {"--pipeline-model-parallel-layout", 1, "places the layers by its own "
      "layout; autopar prices even stages or --decoder-first/last-pipeline-num-layers"},
-    {"--no-gradient-accumulation-fusion", 0, "adds each micro-batch's weight "
-     "gradients into the fp32 main gradients in a separate kernel; autopar "
-     "prices the fused accumulation (Megatron-LM's default)"},
     {"--no-bias-swiglu-fusion", 0, "runs SwiGLU unfused, which keeps more for "
      "backward than the fused kernel autopar prices"},
     {"--distribute-saved-activations", 0, "splits the recomputation checkpoints "
@@ -941,9 +941,8 @@ static int settle_fsdp(const audit *a, ap_megatron *m, char *err)
     static const char *const levels[] = {"no_shard", "optim", "optim_grads",
                                          "optim_grads_params"};
     if (a->torch_fsdp2)
-        return refuse("--use-torch-fsdp2", NULL, "Megatron-LM runs torch FSDP2 only "
-                      "with --no-gradient-accumulation-fusion, whose separate gradient "
-                      "accumulation is not priced; --use-megatron-fsdp "
+        return refuse("--use-torch-fsdp2", NULL, "Megatron-LM's torch FSDP2 wrapper "
+                      "is not priced; --use-megatron-fsdp "
                       "--data-parallel-sharding-strategy optim_grads_params is priced "
                       "as zero=3", err);
     if (!a->megatron_fsdp)

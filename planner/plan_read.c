@@ -533,6 +533,18 @@ static int parse_defer_wgrad(const reader *r, const cJSON *root, ap_plan_desc *p
     return AP_OK;
 }
 
+/* "gradient_accumulation_fusion"; absent reads as on, Megatron-LM's
+ * default, as plans were before the field. */
+static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    int fused = 1, rc;
+    if (field(root, "gradient_accumulation_fusion") &&
+        (rc = get_bool(r, root, "gradient_accumulation_fusion", "", &fused)))
+        return rc;
+    p->run.no_grad_fusion = !fused;
+    return AP_OK;
+}
+
 /* "overlap_param_gather": the distributed optimizer's parameter all-gather
  * in the next forward's pre-hooks. Absent reads as "overlap_grad_reduce",
  * which priced both overlaps together before the field existed. true
@@ -685,6 +697,7 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         (rc = parse_grad_fp32(r, root, p)) || (rc = parse_cp_comm(r, root, p)) ||
         (rc = parse_opt_dtypes(r, root, p)) ||
         (rc = parse_moe_overlap(r, root, p)) || (rc = parse_defer_wgrad(r, root, p)) ||
+        (rc = parse_grad_fusion(r, root, p)) ||
         (rc = parse_param_gather(r, root, p)) ||
         (rc = parse_recompute_method(r, root, p)))
         return rc;

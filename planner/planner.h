@@ -119,6 +119,10 @@ typedef struct {
      * wgrad_deferral_limit micro-batches (0: all) after its last pass
      * (ap_pipe_spec.defer; docs/cost-model.md). Only with pp > 1. */
     int defer_wgrad, wgrad_deferral_limit;
+    /* 1: --no-gradient-accumulation-fusion: a weight-gradient GEMM writes
+     * the gradient in its own dtype and a separate kernel adds it into
+     * main_grad. 0, the default: the GEMM accumulates into main_grad. */
+    int no_grad_fusion;
 } ap_run_settings;
 
 /* Bytes of one gradient element under r: 4 with grad_fp32, else 2. */

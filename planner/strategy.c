@@ -576,7 +576,9 @@ static double matmul_time(const ap_price_ctx *x, const ap_op *op,
  * (m x k, contracting n) and dB = A^T.dC (k x n, contracting the tokens
  * in m). A weight's gradient accumulates into Megatron's main_grad
  * (gradient accumulation fusion: cuBLAS with beta = 1 reads and writes it
- * in the gradient's width), every micro-batch. */
+ * in the gradient's width), every micro-batch; without the fusion the GEMM
+ * stores it in its own dtype and an elementwise kernel adds it into
+ * main_grad (reads both, writes main_grad). */
 static double matmul_dgrad_time(const ap_price_ctx *x, const ap_op *op,
                                 const ap_strategy *s)
 {
@@ -589,8 +591,15 @@ static double matmul_backward_time(const ap_price_ctx *x, const ap_op *op,
 {
     gemm_dims d = dims_of(x, op, s), db = {d.batch, d.k, d.n, d.m};
     int weight = x->g->tensors[op->inputs[1]].role == AP_TENSOR_PARAM;
-    double out = weight ? 2 * grad_width(x) : ap_gemm_out_bytes(matmul_dtype(x, op));
-    return matmul_dgrad_time(x, op, s) + op_gemm(x, op, db, out);
+    double store = ap_gemm_out_bytes(matmul_dtype(x, op));
+    double t = matmul_dgrad_time(x, op, s);
+    if (!weight)
+        return t + op_gemm(x, op, db, store);
+    if (!x->run.no_grad_fusion)
+        return t + op_gemm(x, op, db, 2 * grad_width(x));
+    double elems = d.batch * d.k * d.n;
+    return t + op_gemm(x, op, db, store) +
+           ap_cost_memop(x->c, elems, elems * (store + 2 * grad_width(x)));
 }
 
 double ap_tp_overlap_exposed(const ap_cluster *c, ap_ub_method m, double comm,

@@ -109,8 +109,8 @@ refused "--cp-comm-type p2p ... a2a+p2p" "$llama" 16 \
 same "--cp-comm-type at cp=1" "$llama" 16 "$layout --cp-comm-type allgather" "$spec"
 refused "--cp-comm-type: bad value \"ring\"" "$llama" 16 "$layout --cp-comm-type ring"
 
-# FSDP: Megatron FSDP's strategies are ZeRO-0 to 3; torch FSDP2 runs only
-# without gradient accumulation fusion, which is not priced.
+# FSDP: Megatron FSDP's strategies are ZeRO-0 to 3; Megatron-LM's torch FSDP2
+# wrapper is not priced.
 z=0
 for s in no_shard optim optim_grads optim_grads_params; do
     same "Megatron FSDP $s" "$llama" 16 \
@@ -123,10 +123,16 @@ same "--use-custom-fsdp" "$llama" 16 \
     "tp=2,mbs=1,gbs=64,sp=0,zero=2,overlap_grad=0"
 same "a sharding strategy without FSDP" "$llama" 16 \
     "$layout --data-parallel-sharding-strategy optim_grads_params" "$spec"
-refused "--use-torch-fsdp2: Megatron-LM runs torch FSDP2 only with --no-gradient-accumulation-fusion" \
+refused "--use-torch-fsdp2: Megatron-LM's torch FSDP2 wrapper is not priced" \
     "$llama" 16 "$layout --use-torch-fsdp2"
 refused "--use-megatron-fsdp with --use-distributed-optimizer and --data-parallel-sharding-strategy no_shard" \
     "$llama" 16 "$layout --use-megatron-fsdp --use-distributed-optimizer"
+
+# Without gradient accumulation fusion a kernel adds each weight gradient
+# into main_grad (Megatron FSDP requires it).
+same "--no-gradient-accumulation-fusion" "$llama" 16 \
+    "$layout --no-gradient-accumulation-fusion" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,no_grad_fusion=1"
 
 # Selective recomputation is core attention's.
 same "--recompute-modules core_attn" "$llama" 16 \
@@ -143,7 +149,7 @@ same "--recompute-modules under full recomputation" "$llama" 16 \
 # Flags refused whatever their value.
 for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--spec local" "--pipeline-model-parallel-layout Et*16|t*16L" \
-    "--no-gradient-accumulation-fusion" "--no-bias-swiglu-fusion" \
+    "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" \
     "--moe-layer-recompute" "--moe-use-legacy-grouped-gemm" \
     "--moe-expert-capacity-factor 1.0" "--enable-cuda-graph" "--external-cuda-graph" \
