@@ -958,6 +958,19 @@ static int settle_fsdp(const audit *a, ap_megatron *m, char *err)
     for (int z = 0; z < 4; z++)
         if (!strcmp(s, levels[z]))
             m->zero = (ap_zero)z;
+    /* Under Megatron FSDP's sharded strategies --overlap-param-gather
+     * prefetches the per-use gathers, which zero=2 and 3 price beside the
+     * compute whenever the gradient reduction overlaps (Megatron-LM asserts
+     * --overlap-grad-reduce with it); it is not the distributed optimizer's
+     * gather after the step that overlap_param prices. */
+    if (m->zero >= AP_ZERO_2 && m->overlap_param == 1) {
+        if (!m->overlap_grad) {
+            snprintf(err, AP_ERR_LEN, "--megatron-args: --overlap-param-gather needs "
+                     "--overlap-grad-reduce, as Megatron-LM asserts");
+            return -1;
+        }
+        m->overlap_param = 0;
+    }
     return 0;
 }
 

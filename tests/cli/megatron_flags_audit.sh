@@ -123,6 +123,15 @@ same "--use-custom-fsdp" "$llama" 16 \
     "tp=2,mbs=1,gbs=64,sp=0,zero=2,overlap_grad=0"
 same "a sharding strategy without FSDP" "$llama" 16 \
     "$layout --data-parallel-sharding-strategy optim_grads_params" "$spec"
+# NVIDIA's Megatron FSDP user guide's required flags, with the overlaps:
+# --overlap-param-gather prefetches the per-use gathers there, priced
+# beside the compute as zero=3 prices them, not the distributed optimizer's
+# gather after the step.
+same "Megatron FSDP, the user guide's flags" "$llama" 16 \
+    "$layout --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --no-gradient-accumulation-fusion --use-distributed-optimizer --ckpt-format fsdp_dtensor --overlap-grad-reduce --overlap-param-gather" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=3,overlap_grad=1,no_grad_fusion=1"
+refused "--megatron-args: --overlap-param-gather needs --overlap-grad-reduce" "$llama" 16 \
+    "$layout --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --overlap-param-gather"
 refused "--use-torch-fsdp2: Megatron-LM's torch FSDP2 wrapper is not priced" \
     "$llama" 16 "$layout --use-torch-fsdp2"
 refused "--use-megatron-fsdp with --use-distributed-optimizer and --data-parallel-sharding-strategy no_shard" \
