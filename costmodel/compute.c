@@ -76,12 +76,17 @@ static double quantisation(const ap_cluster *c, double batch, double m,
     return best;
 }
 
-/* What a GEMM writes per element of its output: the result in its own
- * dtype, or bf16 for FP8, whose GEMMs Transformer Engine runs with a bf16
- * output. */
+/* The dtype a GEMM writes: its own, or bf16 for FP8, whose GEMMs
+ * Transformer Engine runs with a bf16 output (and the profiler measures
+ * so). */
+ap_dtype ap_gemm_out_dtype(ap_dtype dt)
+{
+    return dt == AP_FP8 ? AP_BF16 : dt;
+}
+
 double ap_gemm_out_bytes(ap_dtype dt)
 {
-    return dt == AP_FP8 ? 2.0 : dtype_bytes(dt);
+    return dtype_bytes(ap_gemm_out_dtype(dt));
 }
 
 /* The roofline with the GEMM efficiency times `rate`: 1 for the cluster's

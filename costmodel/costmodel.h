@@ -182,8 +182,10 @@ double ap_cost_gemm(const ap_cluster *c, ap_dtype dt, double m, double n,
 /* Batched GEMM (attention scores, experts): `batch` independent GEMMs. */
 double ap_cost_bgemm(const ap_cluster *c, ap_dtype dt, double batch, double m,
                      double n, double k);
-/* Bytes a GEMM of dtype dt stores per output element: its dtype's size,
- * 2 (bf16) for FP8. */
+/* The dtype a GEMM of input dtype dt writes: dt, bf16 for FP8. */
+ap_dtype ap_gemm_out_dtype(ap_dtype dt);
+/* Bytes a GEMM of dtype dt stores per output element: the size of
+ * ap_gemm_out_dtype(dt). */
 double ap_gemm_out_bytes(ap_dtype dt);
 /* ap_cost_bgemm with `out` bytes moved per output element in place of
  * ap_gemm_out_bytes(dt): twice the output's size for a GEMM that

@@ -127,8 +127,9 @@ static const training_rate ampere_rate = {
 /* No BF16 step on B200 with a stated configuration has been published.
  * The factor is not one GPU's: the A100's 24 runs and the H100's 19, two
  * generations, clocks, memories and software stacks years apart, give
- * x0.8535 and x0.8460, within 1%. Pricing a B200 at its kernel figures would claim
- * that a training step loses nothing on it, which no measured GPU does, so
+ * x0.8535 and x0.8460, within 1%. Pricing a B200 at its kernel figures
+ * would claim that a training step loses nothing on it, which no measured
+ * GPU does, so
  * it carries the H100's, the nearest generation measured and the one whose
  * runs used the B200's software (NeMo, Megatron-Core, Transformer Engine),
  * and says that it was carried, not measured. */

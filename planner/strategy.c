@@ -579,11 +579,16 @@ static double matmul_time(const ap_price_ctx *x, const ap_op *op,
  * in the gradient's width), every micro-batch; without the fusion the GEMM
  * stores it in its own dtype and an elementwise kernel adds it into
  * main_grad (reads both, writes main_grad). */
+static double dgrad_of(const ap_price_ctx *x, const ap_op *op, gemm_dims d)
+{
+    gemm_dims da = {d.batch, d.m, d.k, d.n};
+    return op_gemm(x, op, da, ap_gemm_out_bytes(matmul_dtype(x, op)));
+}
+
 static double matmul_dgrad_time(const ap_price_ctx *x, const ap_op *op,
                                 const ap_strategy *s)
 {
-    gemm_dims d = dims_of(x, op, s), da = {d.batch, d.m, d.k, d.n};
-    return op_gemm(x, op, da, ap_gemm_out_bytes(matmul_dtype(x, op)));
+    return dgrad_of(x, op, dims_of(x, op, s));
 }
 
 static double matmul_backward_time(const ap_price_ctx *x, const ap_op *op,
@@ -592,7 +597,7 @@ static double matmul_backward_time(const ap_price_ctx *x, const ap_op *op,
     gemm_dims d = dims_of(x, op, s), db = {d.batch, d.k, d.n, d.m};
     int weight = x->g->tensors[op->inputs[1]].role == AP_TENSOR_PARAM;
     double store = ap_gemm_out_bytes(matmul_dtype(x, op));
-    double t = matmul_dgrad_time(x, op, s);
+    double t = dgrad_of(x, op, d);
     if (!weight)
         return t + op_gemm(x, op, db, store);
     if (!x->run.no_grad_fusion)

@@ -14,15 +14,14 @@
 #define SYNC_OVERHEAD 50e-6
 #define HBM_BYTES_FULL (1024.0 * 1024.0 * 1024.0)
 
-/* The cost model's own price of the shape (ap_cost_bgemm_out: the
- * roofline with quantisation and the output's store), at the kernel
- * figures' rate as c has it; a dtype c has no peak for is not timed long. */
+/* The cost model's own price of the shape (ap_cost_gemm: the roofline
+ * with quantisation and the output's store, in the dtype the grid's GEMM
+ * writes), at the rate c has; a dtype c has no peak for is not timed long. */
 static double gemm_seconds(const ap_cluster *c, const ap_profile_gemm_shape *s)
 {
     if (!(c->peak_flops[s->dtype] > 0))
         return c->kernel_floor;
-    double out = (double)ap_dtype_size(ap_profile_gemm_result_dtype(s->dtype));
-    return ap_cost_bgemm_out(c, s->dtype, 1, (double)s->m, (double)s->n, (double)s->k, out);
+    return ap_cost_gemm(c, s->dtype, (double)s->m, (double)s->n, (double)s->k);
 }
 
 /* The grid a run on c's GPUs measures: FP8 too when they have an FP8 peak.

@@ -33,7 +33,7 @@ const char *ap_profile_gemm_dtype_name(ap_dtype dt)
 
 ap_dtype ap_profile_gemm_result_dtype(ap_dtype dt)
 {
-    return dt == AP_FP8 ? AP_BF16 : dt;
+    return ap_gemm_out_dtype(dt);
 }
 
 double ap_profile_gemm_flops(double m, double n, double k)

@@ -79,6 +79,15 @@ static inline double ap_test_layer_saved(const ap_graph *g, int layer)
     return sum;
 }
 
+/* Megatron-LM's flags read into *m from its defaults, as --megatron-args
+ * reads them; the status of ap_megatron_parse_args. */
+static inline int ap_test_megatron_args(const char *flags, ap_megatron *m)
+{
+    char err[AP_ERR_LEN];
+    ap_megatron_default(m);
+    return ap_megatron_parse_args(flags, m, err);
+}
+
 /* Prices the Megatron-LM configuration `spec` of model g on `gpus` H100 SXM
  * GPUs in nodes of 8, as ap_megatron_plan does. spec is ap_megatron_parse's
  * "tp=8,mbs=2,..." or, when it starts with "--", Megatron-LM's own flags

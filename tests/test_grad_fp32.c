@@ -234,11 +234,7 @@ static void fp32_gradients_cost_memory_and_time(void)
 static int grads_of(const char *flags)
 {
     ap_megatron m;
-    char err[AP_ERR_LEN];
-    ap_megatron_default(&m);
-    if (ap_megatron_parse_args(flags, &m, err))
-        return -1;
-    return m.run.grad_fp32;
+    return ap_test_megatron_args(flags, &m) ? -1 : m.run.grad_fp32;
 }
 
 static void flags_follow_megatrons_rule(void)

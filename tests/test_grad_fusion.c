@@ -90,11 +90,7 @@ static void without_the_fusion_a_kernel_adds_the_gradient_into_main_grad(void)
 static int fusion_off(const char *flags)
 {
     ap_megatron m;
-    char err[AP_ERR_LEN];
-    ap_megatron_default(&m);
-    if (ap_megatron_parse_args(flags, &m, err))
-        return -1;
-    return m.run.no_grad_fusion;
+    return ap_test_megatron_args(flags, &m) ? -1 : m.run.no_grad_fusion;
 }
 
 /* Megatron-LM's flag and the spec key say the same; the default is fused,
