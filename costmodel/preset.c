@@ -129,10 +129,9 @@ static const training_rate ampere_rate = {
  * generations, clocks, memories and software stacks years apart, give
  * x0.8535 and x0.8460, within 1%. Pricing a B200 at its kernel figures
  * would claim that a training step loses nothing on it, which no measured
- * GPU does, so
- * it carries the H100's, the nearest generation measured and the one whose
- * runs used the B200's software (NeMo, Megatron-Core, Transformer Engine),
- * and says that it was carried, not measured. */
+ * GPU does, so it carries the H100's, the nearest generation measured and
+ * the one whose runs used the B200's software (NeMo, Megatron-Core,
+ * Transformer Engine), and says that it was carried, not measured. */
 static const training_rate blackwell_rate = {
     HOPPER_SCALE, HOPPER_STEP_S,
     "carried from the H100 SXM, not measured on a B200 (no BF16 B200 step with "
