@@ -546,6 +546,10 @@ typedef struct {
      * while the stages before it drain their backwards. */
     const double *defer;
     int defer_limit;
+    /* [p*v] indexed as fwd, or NULL: the share of a stage's activations
+     * per micro-batch that each of its chunks keeps (a stage's shares add
+     * up to 1), for chunks of unequal layers; NULL is 1/v each. */
+    const double *act_share;
 } ap_pipe_spec;
 
 typedef struct {
@@ -553,7 +557,7 @@ typedef struct {
     double bubble;        /* fraction of stage-time idle: 1 - busy/(p*step) */
     double *inflight;     /* [p] most micro-batches whose activations a stage
                              holds at once; under interleaving a chunk's
-                             micro-batch counts 1/v */
+                             micro-batch counts its act_share (1/v) */
     int nevents;
     ap_pipe_event *events; /* ordered by stage, then start time */
     double *saved;        /* [p] under pair_save, the seconds a stage's

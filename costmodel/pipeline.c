@@ -316,13 +316,16 @@ static int run(sim *s, const pass *order, int per_stage, ap_pipe_event *ev,
     return rc;
 }
 
-/* The most micro-batches whose activations a stage holds: forwards done
- * minus backwards done, a chunk's micro-batch counting 1/v. */
-static double max_inflight(const pass *order, int n, int v)
+/* The most micro-batches whose activations stage i holds: forwards done
+ * minus backwards done, a chunk's micro-batch counting its share of the
+ * stage's activations (1/v unless the spec says). */
+static double max_inflight(const sim *s, const pass *order, int n, int i)
 {
     double cur = 0, best = 0;
+    const double *share = s->spec->act_share;
     for (int k = 0; k < n; k++) {
-        cur += (order[k].backward ? -1.0 : 1.0) / v;
+        double w = share ? share[order[k].chunk * s->p + i] : 1.0 / s->v;
+        cur += order[k].backward ? -w : w;
         best = fmax(best, cur);
     }
     return best;
@@ -344,7 +347,7 @@ static void summarise(const sim *s, const pass *order, int per_stage,
     out->step = step;
     out->bubble = step > 0 ? 1 - busy / (s->p * step) : 0;
     for (int i = 0; i < s->p; i++)
-        out->inflight[i] = max_inflight(order + (size_t)i * per_stage, per_stage, s->v);
+        out->inflight[i] = max_inflight(s, order + (size_t)i * per_stage, per_stage, i);
 }
 
 int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err)

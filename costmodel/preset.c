@@ -104,7 +104,7 @@ static const attn_rates fa3_cudnn_h100 = {
  * clocks and 700 W limit. */
 /* The two measured factors and the Hopper median run, named once because
  * the B200 carries the first and quotes the second. */
-#define HOPPER_SCALE 0.8460
+#define HOPPER_SCALE 0.8484
 #define HOPPER_STEP_S 17.62
 #define HOPPER_RUN "NeMo 24.09 Llama 3.1 405B on 2304 H100 SXM"
 #define AMPERE_SCALE 0.8535
@@ -148,14 +148,14 @@ static const training_rate blackwell_rate = {
  * the presets' factor because the measured GEMMs are already slower than
  * the kernel figures' 75% of peak. No other GPU has been profiled against
  * published runs, so every profile carries the H100's. */
-#define PROFILE_SCALE 0.8718
-#define PROFILE_STEP_S 21.52
+#define PROFILE_SCALE 0.8751
+#define PROFILE_STEP_S 20.83
 
 static const training_rate profile_rate = {
     PROFILE_SCALE, PROFILE_STEP_S,
     "the median of 19 published BF16 runs on H100 SXM priced with a measured "
-    "H100 SXM profile (docs/validation.md): NeMo's Grok-1, 4-layer proxy, on "
-    "16 H100 SXM, tp 4 ep 4 (DGX Cloud benchmarking recipe), "
+    "H100 SXM profile (docs/validation.md): NeMo's Grok-1 on 512 H100 SXM, "
+    "tp 4 pp 8 vpp 8 cp 2 ep 8 (DGX Cloud benchmarking recipe), "
     XSTR(PROFILE_STEP_S) " s per step",
 };
 

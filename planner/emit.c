@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "planner/emit.h"
+#include "planner/layout.h"
 #include "planner/recompute.h"
 
 typedef struct {
@@ -121,21 +122,86 @@ static void torchrun(sbuf *b, const ap_plan_desc *p, const char *entry, const ch
            "    %s $%s\n", nodes_of(p), gpus_per_node(p), entry, var);
 }
 
-/* "Et*10|t*12|t*10L": the embedding, each stage's layers, then the loss. */
+/* The layers of each virtual stage, in a copy the caller frees: the plan's
+ * model chunks where it has its own (chunk_layers, in Megatron's order),
+ * else its stages. */
+static int *virtual_stage_layers(const ap_plan_desc *p, int *n)
+{
+    *n = p->chunk_layers ? p->nstages * p->vchunks : p->nstages;
+    int *layers = malloc(sizeof *layers * (size_t)*n);
+    for (int i = 0; layers && i < *n; i++)
+        layers[i] = p->chunk_layers ? p->chunk_layers[i] : p->stages[i].nlayers;
+    return layers;
+}
+
+/* "Et*10|t*12|t*10L": the embedding, each virtual stage's layers, then the
+ * loss, as ap_layout_format writes it for Megatron-LM to read back. It is
+ * written bare: inside MEGATRON_ARGS's double quotes '|', '*' and the
+ * parentheses are plain characters, and quotes of its own would end that
+ * string early (running "t*7" as a command after a pipe) or, escaped,
+ * reach Megatron-LM as part of the layout. */
 static void megatron_layout(sbuf *b, const ap_plan_desc *p)
 {
-    put(b, "  --pipeline-model-parallel-layout \"");
-    for (int i = 0; i < p->nstages; i++) {
-        int n = p->stages[i].nlayers;
-        put(b, "%s%s", i ? "|" : "", i == 0 ? "E" : "");
-        if (n == 1)
-            put(b, "t");
-        else
-            put(b, "t*%d", n);
-        if (i == p->nstages - 1)
-            put(b, "L");
+    int n;
+    int *layers = virtual_stage_layers(p, &n);
+    /* A virtual stage is at most "Et*2147483647L|", well under 24 bytes. */
+    size_t len = (size_t)n * 24 + 8;
+    char *text = layers ? malloc(len) : NULL;
+    if (!text || ap_layout_format(layers, n, text, len) < 0)
+        b->oom = 1;
+    else
+        put(b, "  --pipeline-model-parallel-layout %s\n", text);
+    free(layers);
+    free(text);
+}
+
+int ap_emit_flags_state_chunks(const ap_plan_desc *p, const ap_degrees *d)
+{
+    if (!p->chunk_layers)
+        return 1;
+    int e = d->account_embedding, l = d->account_loss, v = d->vpp > 1 ? d->vpp : 1;
+    if (!d->even && !d->first && !d->last && !e && !l)
+        return 0;
+    long long n = (long long)p->nstages * v, slots = e + l;
+    for (long long i = 0; i < n; i++)
+        slots += p->chunk_layers[i];
+    for (long long i = 0; i < n; i++) {
+        int stage = p->stages[i % p->nstages].nlayers;
+        long long want = e || l ? slots / n - (i == 0 ? e : 0) - (i == n - 1 ? l : 0)
+                       : stage % v ? -1 : stage / v;
+        if (p->chunk_layers[i] != want)
+            return 0;
     }
-    put(b, "\"\n");
+    return 1;
+}
+
+/* How the layers split over the pipeline. A plan with model chunks that no
+ * split flag places states them in the layout alone: Megatron-LM takes at
+ * most one of the layout and the virtual-stage flags and derives vpp from
+ * the layout's length over pp, and the layout places every layer, the
+ * embedding and the loss, leaving nothing for the decoder first/last or
+ * account-for flags to say. */
+static void megatron_split(sbuf *b, const ap_plan_desc *p, const ap_degrees *d,
+                           const ap_model_shape *s)
+{
+    if (!ap_emit_flags_state_chunks(p, d)) {
+        megatron_layout(b, p);
+        return;
+    }
+    if (d->vpp > 1 && d->even)
+        put(b, "  --num-layers-per-virtual-pipeline-stage %d\n", s->layers / (d->pp * d->vpp));
+    if (d->vpp > 1 && !d->even)
+        put(b, "  --num-virtual-stages-per-pipeline-rank %d\n", d->vpp);
+    if (d->first)
+        put(b, "  --decoder-first-pipeline-num-layers %d\n", d->first);
+    if (d->last)
+        put(b, "  --decoder-last-pipeline-num-layers %d\n", d->last);
+    if (d->account_embedding)
+        put(b, "  --account-for-embedding-in-pipeline-split\n");
+    if (d->account_loss)
+        put(b, "  --account-for-loss-in-pipeline-split\n");
+    if (!d->even && !d->first && !d->last && !d->account_embedding && !d->account_loss)
+        megatron_layout(b, p);
 }
 
 static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *d,
@@ -152,20 +218,7 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --expert-model-parallel-size %d\n", d->ep);
         put(b, "  --expert-tensor-parallel-size %d\n", d->etp);
     }
-    if (d->vpp > 1 && d->even)
-        put(b, "  --num-layers-per-virtual-pipeline-stage %d\n", s->layers / (d->pp * d->vpp));
-    if (d->vpp > 1 && !d->even)
-        put(b, "  --num-virtual-stages-per-pipeline-rank %d\n", d->vpp);
-    if (d->first)
-        put(b, "  --decoder-first-pipeline-num-layers %d\n", d->first);
-    if (d->last)
-        put(b, "  --decoder-last-pipeline-num-layers %d\n", d->last);
-    if (d->account_embedding)
-        put(b, "  --account-for-embedding-in-pipeline-split\n");
-    if (d->account_loss)
-        put(b, "  --account-for-loss-in-pipeline-split\n");
-    if (!d->even && !d->first && !d->last && !d->account_embedding && !d->account_loss)
-        megatron_layout(b, p);
+    megatron_split(b, p, d, s);
     put(b, "  --micro-batch-size %d\n", d->mbs);
     put(b, "  --global-batch-size %.0f\n", d->gbs);
     if (d->recompute == AP_RECOMPUTE_SELECTIVE)

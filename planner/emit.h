@@ -10,6 +10,14 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
 char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s);
 char *ap_emit_deepspeed(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s);
 
+/* Whether a plan's model chunks (chunk_layers) are where the split flags in
+ * d put them: even chunks, each stage's layers cut evenly over its chunks
+ * under the decoder first/last flags, or the split counting the embedding
+ * and the loss as layers. Then the export states those flags, as for a
+ * plan without chunk_layers; otherwise only Megatron-LM's layout string
+ * states the chunks. 1 for a plan without chunk_layers. */
+int ap_emit_flags_state_chunks(const ap_plan_desc *p, const ap_degrees *d);
+
 /* The names plan.json uses. */
 const char *ap_emit_recompute_name(ap_recompute r);
 const char *ap_emit_schedule_name(ap_schedule s);

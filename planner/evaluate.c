@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner/layout.h"
 #include "planner/planner.h"
 #include "planner/recompute.h"
 
@@ -110,13 +111,26 @@ int ap_plan_head_apart(const ap_plan *p, const ap_cluster *c, int *embed_group_n
 
 /* Layers of layer class k in stage st, and under full recomputation how
  * many of them are recomputed and keep their input. */
+static int stage_index(const ap_plan *p, const ap_stage *st)
+{
+    return (int)(st - p->stages);
+}
+
+/* The model layer of the stage's i-th layer. */
+static int layer_of(const ap_plan *p, const ap_stage *st, int i)
+{
+    int chunk, pos, layer;
+    ap_stage_chunk_of(p, stage_index(p, st), i, &chunk, &pos, &layer);
+    return layer;
+}
+
 static double class_layers(const ap_graph *g, const ap_plan *p, const ap_stage *st,
                            int k, rc_count *n)
 {
     double times = 0;
     n->recomputed = n->kept = 0;
     for (int i = 0; i < st->nlayers; i++) {
-        if (class_index(p, g->layer_class[st->first_layer + i]) != k)
+        if (class_index(p, g->layer_class[layer_of(p, st, i)]) != k)
             continue;
         times++;
         if (st->recompute != AP_RECOMPUTE_FULL)
@@ -141,7 +155,7 @@ static double recompute_working_set(const ap_graph *g, const ap_plan *p,
         ap_recompute_layer(p, st, i, &l);
         if (!l.recomputed)
             continue;
-        int b = 2 + class_index(p, g->layer_class[st->first_layer + i]);
+        int b = 2 + class_index(p, g->layer_class[layer_of(p, st, i)]);
         const ap_block *blk = &st->blocks[b];
         double act = blk->nops && blk->npoints ? blk->points[st->point[b]].act_bytes : 0;
         sum = l.group == group ? sum + act : act;
@@ -220,6 +234,86 @@ static void note_experts(const ap_price_ctx *x, int op, const ap_strategy *s,
     st->local_experts = fmax(st->local_experts, n);
 }
 
+/* The block point a stage prices block b with, or NULL where it has none. */
+static const ap_block_point *point_of(const ap_stage *st, int b)
+{
+    const ap_block *blk = &st->blocks[b];
+    return blk->nops && blk->npoints ? &blk->points[st->point[b]] : NULL;
+}
+
+/* One layer's share of its chunk: what accumulate() adds for it. */
+static void add_layer(const ap_price_ctx *x, const ap_plan *p, const ap_stage *st, int i,
+                      int b, int c, double *act)
+{
+    const ap_block_point *bp = point_of(st, b);
+    if (!bp)
+        return;
+    st->chunk_fwd[c] += bp->fwd;
+    st->chunk_bwd[c] += bp->bwd;
+    double a = bp->act_bytes;
+    if (st->recompute == AP_RECOMPUTE_FULL) {
+        ap_rc_layer l;
+        ap_recompute_layer(p, st, i, &l);
+        st->chunk_bwd[c] += l.recomputed ? bp->fwd : 0;
+        a = (l.keeps_input ? bp->input_bytes : 0) + (l.recomputed ? 0 : bp->act_bytes);
+    } else if (st->recompute == AP_RECOMPUTE_SELECTIVE) {
+        st->chunk_bwd[c] += bp->attn_fwd;
+    }
+    act[c] += a;
+    if (p->run.moe_a2a_overlap)
+        st->chunk_save[c] += pair_save(x, p, &st->blocks[b], bp, st->recompute, 1);
+}
+
+/* Fresh zeroed arrays for v chunks: the search prices one plan again at
+ * other chunk counts (search.c), so earlier ones are not reused. */
+static int alloc_chunks(ap_stage *st, int v)
+{
+    double **a[] = {&st->chunk_fwd, &st->chunk_bwd, &st->chunk_save, &st->chunk_act};
+    for (int i = 0; i < 4; i++) {
+        free(*a[i]);
+        *a[i] = calloc((size_t)v, sizeof(double));
+        if (!*a[i])
+            return -1;
+    }
+    return 0;
+}
+
+/* Under interleaving, each model chunk's forward and backward with its own
+ * layers (ap_stage_chunk_of: a layout's, or the stage's span cut into
+ * pieces), the embedding on the first chunk and the head on the last, as
+ * Megatron-Core builds them; its share of the stage's activations (the
+ * pipeline's act_share); and under moe_a2a_overlap what its merged pairs
+ * save. They add up to the stage's fwd, bwd and a2a_save. */
+static int price_chunks(const ap_price_ctx *x, const ap_plan *p, ap_stage *st, char *err)
+{
+    int v = p->vchunks, s = stage_index(p, st);
+    if (alloc_chunks(st, v)) {
+        snprintf(err, AP_ERR_LEN, "out of memory pricing the model chunks");
+        return AP_EINTERNAL;
+    }
+    double *share = st->chunk_act;
+    for (int b = 0; b < 2; b++) {
+        const ap_block_point *bp = point_of(st, b);
+        int c = b == 0 ? 0 : v - 1;
+        if (!bp || !(b == 0 ? st->has_pre : st->has_post))
+            continue;
+        st->chunk_fwd[c] += bp->fwd;
+        st->chunk_bwd[c] += bp->bwd;
+        share[c] += bp->act_bytes;
+    }
+    for (int i = 0; i < st->nlayers; i++) {
+        int chunk, pos, layer;
+        ap_stage_chunk_of(p, s, i, &chunk, &pos, &layer);
+        add_layer(x, p, st, i, 2 + class_index(p, x->g->layer_class[layer]), chunk, share);
+    }
+    double total = 0;
+    for (int c = 0; c < v; c++)
+        total += share[c];
+    for (int c = 0; c < v; c++)
+        share[c] = total > 0 ? share[c] / total : 1.0 / v;
+    return AP_OK;
+}
+
 static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                        ap_stage *st, char *err)
 {
@@ -265,7 +359,13 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
      * set, held once, is spread over them. */
     if (st->recompute == AP_RECOMPUTE_FULL)
         st->act_bytes += recompute_working_set(g, p, st) / fmax(st->inflight, 1);
-    (void)err;
+    if (p->vchunks > 1)
+        return price_chunks(&x, p, st, err);
+    double **a[] = {&st->chunk_fwd, &st->chunk_bwd, &st->chunk_save, &st->chunk_act};
+    for (int i = 0; i < 4; i++) {
+        free(*a[i]);
+        *a[i] = NULL;
+    }
     return AP_OK;
 }
 
@@ -298,8 +398,13 @@ static void price_p2p(const ap_cluster *c, const ap_plan *p)
 
 int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
 {
-    /* Under interleaving each stage runs v chunks of 1/v of its layers. */
+    /* Under interleaving each stage runs the chunks price_chunks priced:
+     * its span cut into v pieces, or a layout's chunk_layers. */
     int v = p->vchunks > 1 ? p->vchunks : 1;
+    if (v > 1 && p->nstages > 0 && !p->stages[0].chunk_fwd) {
+        snprintf(err, AP_ERR_LEN, "pipeline: the plan's chunks are not priced (a bug)");
+        return AP_EINTERNAL;
+    }
     size_t n = p->nstages > 0 ? (size_t)p->nstages * (size_t)v : 1;
     double *fwd = calloc(n, sizeof *fwd);
     double *bwd = calloc(n, sizeof *bwd);
@@ -307,34 +412,47 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
     double *save = p->run.moe_a2a_overlap ? calloc(n, sizeof *save) : NULL;
     int deferring = p->run.defer_wgrad && p->nstages > 1;
     double *defer = deferring ? calloc(n, sizeof *defer) : NULL;
-    if (!fwd || !bwd || !p2p || (p->run.moe_a2a_overlap && !save) || (deferring && !defer)) {
+    int chunked = v > 1;
+    double *share = chunked ? calloc(n, sizeof *share) : NULL;
+    if (!fwd || !bwd || !p2p || (p->run.moe_a2a_overlap && !save) || (deferring && !defer) ||
+        (chunked && !share)) {
         free(fwd);
         free(bwd);
         free(p2p);
         free(save);
         free(defer);
+        free(share);
         snprintf(err, AP_ERR_LEN, "out of memory simulating the pipeline");
         return AP_EINTERNAL;
     }
     for (int c = 0; c < v; c++)
         for (int i = 0; i < p->nstages; i++) {
-            fwd[c * p->nstages + i] = p->stages[i].fwd / v;
-            bwd[c * p->nstages + i] = p->stages[i].bwd / v;
-            p2p[i] = p->stages[i].p2p;
+            const ap_stage *st = &p->stages[i];
+            size_t k = (size_t)c * p->nstages + i;
+            fwd[k] = chunked ? st->chunk_fwd[c] : st->fwd / v;
+            bwd[k] = chunked ? st->chunk_bwd[c] : st->bwd / v;
+            p2p[i] = st->p2p;
             if (save)
-                save[c * p->nstages + i] = p->stages[i].a2a_save / v;
+                save[k] = chunked ? st->chunk_save[c] : st->a2a_save / v;
+            if (share)
+                share[k] = st->chunk_act[c];
+            /* The output layer's deferred weight gradient is the head's,
+             * on the last chunk where chunks have their own sizes. */
             if (defer)
-                defer[c * p->nstages + i] = p->stages[i].defer_wgrad / v;
+                defer[k] = !chunked ? st->defer_wgrad / v
+                         : c == v - 1 ? st->defer_wgrad : 0;
         }
     ap_pipe_spec spec = {.schedule = p->schedule, .nstages = p->nstages, .nmicro = p->nmicro,
                          .vchunks = v, .fwd = fwd, .bwd = bwd, .p2p = p2p, .pair_save = save,
-                         .defer = defer, .defer_limit = p->run.wgrad_deferral_limit};
+                         .defer = defer, .defer_limit = p->run.wgrad_deferral_limit,
+                         .act_share = share};
     int rc = ap_pipe_simulate(&spec, r, err);
     free(fwd);
     free(bwd);
     free(p2p);
     free(save);
     free(defer);
+    free(share);
     return rc;
 }
 
@@ -507,8 +625,13 @@ void ap_plan_free(ap_plan *p)
                 ap_block_free(&st->blocks[b]);
         free(st->blocks);
         free(st->point);
+        free(st->chunk_fwd);
+        free(st->chunk_bwd);
+        free(st->chunk_save);
+        free(st->chunk_act);
     }
     free(p->stages);
     free(p->classes);
+    free(p->chunk_layers);
     memset(p, 0, sizeof *p);
 }

@@ -148,6 +148,24 @@ static void mesh_text(const ap_plan_desc_stage *st, char *buf, size_t len)
         snprintf(buf, len, "[%d, %d]", st->mesh[0], st->mesh[1]);
 }
 
+/* The layers of a chunked plan's model chunks, all of them. */
+static long long chunk_total(const ap_plan_desc *p)
+{
+    long long n = 0;
+    for (long long i = 0; i < (long long)p->nstages * p->vchunks; i++)
+        n += p->chunk_layers[i];
+    return n;
+}
+
+/* Layers of model chunk c of stage s: the plan's own counts, or the
+ * stage's layers cut into vpp pieces (rounded up). */
+static int chunk_size(const ap_plan_desc *p, int v, int s, int c)
+{
+    if (p->chunk_layers)
+        return p->chunk_layers[(long long)c * p->nstages + s];
+    return (p->stages[s].nlayers + v - 1) / v;
+}
+
 static int check_stages(const ap_graph *g, const ap_plan_desc *p,
                         const char *who, char *err)
 {
@@ -183,9 +201,10 @@ static int check_stages(const ap_graph *g, const ap_plan_desc *p,
         }
     }
     const ap_plan_desc_stage *last = &p->stages[p->nstages - 1];
-    if (last->first_layer + last->nlayers != g->nlayers) {
-        errf(err, "%s: the stages hold %d layers but the model %s has %d",
-                 p->source, last->first_layer + last->nlayers, g->source, g->nlayers);
+    long long held = p->chunk_layers ? chunk_total(p) : last->first_layer + last->nlayers;
+    if (held != g->nlayers) {
+        errf(err, "%s: the stages hold %lld layers but the model %s has %d",
+                 p->source, held, g->source, g->nlayers);
         return AP_EINPUT;
     }
     return AP_OK;
@@ -376,14 +395,21 @@ static int check_pipeline(const ap_graph *g, const ap_plan_desc *p, ap_degrees *
     d->even = g->nlayers % d->pp == 0;
     for (int i = 0; i < p->nstages; i++)
         d->even &= p->stages[i].nlayers == g->nlayers / d->pp;
-    if (!d->even)
-        first_last(p, d);
     if ((d->vpp > 1) != (d->schedule == AP_SCHED_INTERLEAVED)) {
         errf(err, "%s: virtual_stages %d does not match the %s schedule",
                  p->source, d->vpp, ap_emit_schedule_name(d->schedule));
         return AP_EINPUT;
     }
-    if (d->vpp > 1 && !chunks_divide(g, p, d) && !accounted_split(g, p, d)) {
+    if (!d->even)
+        first_last(p, d);
+    int stated = d->vpp == 1 || chunks_divide(g, p, d) || accounted_split(g, p, d);
+    /* Model chunks that no split flag places are Megatron-LM's layout
+     * string, which states any split and takes no flag beside it. */
+    if (p->chunk_layers && !(stated && ap_emit_flags_state_chunks(p, d))) {
+        d->even = d->first = d->last = d->account_embedding = d->account_loss = 0;
+        return AP_OK;
+    }
+    if (!stated) {
         errf(err, "%s: %d virtual stages per stage need the %d layers "
                  "split evenly into pp*vpp = %d chunks", p->source, d->vpp,
                  g->nlayers, d->pp * d->vpp);
@@ -484,6 +510,15 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                           ? "ZeRO-2" : "ZeRO-3");
         return AP_OK;
     }
+    /* Only Megatron-LM's --pipeline-model-parallel-layout gives each model
+     * chunk its own layers; torchtitan's split points and DeepSpeed's
+     * uniform partition cut the layers into stages in order. */
+    if (!ap_emit_flags_state_chunks(p, d))
+        return refuse(p, err, "%s cuts the layers into pipeline stages in order and "
+                      "has no layout for interleaved chunks of their own; the plan's "
+                      "model chunks hold %s: export it to Megatron-LM", who,
+                      "uneven layer counts (chunk_layers, Megatron-LM's "
+                      "--pipeline-model-parallel-layout)");
     if (to == AP_LAUNCHER_TORCHTITAN) {
         if (p->stages[0].expert_mesh[0])
             return refuse(p, err, "%s's export states expert parallelism over the "
@@ -564,9 +599,31 @@ static int recomputes_each_layer(const ap_plan_desc *p, const ap_degrees *d)
         return d->recompute_layers <= 1;
     int v = d->vpp > 1 ? d->vpp : 1;
     for (int i = 0; i < p->nstages; i++)
-        if ((p->stages[i].nlayers + v - 1) / v > d->recompute_layers)
-            return 0;
+        for (int c = 0; c < v; c++)
+            if (chunk_size(p, v, i, c) > d->recompute_layers)
+                return 0;
     return 1;
+}
+
+/* Megatron-LM's uniform groups of N must divide every model chunk's
+ * layers: its last group would otherwise run past the chunk. */
+static int check_uniform_groups(const ap_plan_desc *p, const ap_degrees *d,
+                                const char *who, char *err)
+{
+    int v = d->vpp > 1 ? d->vpp : 1, n = d->recompute_layers;
+    for (int i = 0; i < p->nstages; i++) {
+        if (!p->chunk_layers && (p->stages[i].nlayers % v || p->stages[i].nlayers / v % n))
+            return errf(err, "%s: stage %d's model chunks hold %d layers, which %s's "
+                        "uniform groups of %d do not divide (its last group would run "
+                        "past them)", p->source, i, p->stages[i].nlayers / v, who, n);
+        for (int c = 0; p->chunk_layers && c < v; c++)
+            if (chunk_size(p, v, i, c) % n)
+                return errf(err, "%s: stage %d's model chunk %d holds %d layers, which "
+                            "%s's uniform groups of %d do not divide (its last group "
+                            "would run past them)", p->source, i, c,
+                            chunk_size(p, v, i, c), who, n);
+    }
+    return AP_OK;
 }
 
 /* The recompute method each launcher runs. Megatron-LM runs both, but its
@@ -595,14 +652,7 @@ static int check_recompute_method(const ap_plan_desc *p, const ap_degrees *d,
                       "method; the plan uses %s (export it to Megatron-LM)", who, what);
     if (to != AP_LAUNCHER_MEGATRON || d->recompute_method != AP_RECOMPUTE_UNIFORM)
         return AP_OK;
-    int v = d->vpp > 1 ? d->vpp : 1;
-    for (int i = 0; i < p->nstages; i++)
-        if (p->stages[i].nlayers % v || p->stages[i].nlayers / v % d->recompute_layers)
-            return errf(err, "%s: stage %d's model chunks hold %d layers, which %s's "
-                        "uniform groups of %d do not divide (its last group would run "
-                        "past them)", p->source, i, p->stages[i].nlayers / v, who,
-                        d->recompute_layers);
-    return AP_OK;
+    return check_uniform_groups(p, d, who, err);
 }
 
 int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,

@@ -8,10 +8,12 @@
  * labels, or the sequence under sequence parallelism. The data-parallel axis
  * splits the batch (experts, for expert ops under expert parallelism). */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner/layout.h"
 #include "planner/parts.h"
 #include "planner/planner.h"
 
@@ -110,6 +112,26 @@ static int zero_ok(const char *k)
     return !strcmp(k, "sp") || !strcmp(k, "dp") || !strcmp(k, "wgrad_deferral_limit");
 }
 
+/* The layout string as written, one pair of quotes round it dropped (a
+ * command line pasted whole keeps them); its syntax is checked against
+ * pp and the model in check(). */
+static int layout_key(ap_megatron *m, const char *v, const char *who, char *err)
+{
+    size_t n = strlen(v);
+    if (n >= 2 && (v[0] == '"' || v[0] == '\'') && v[n - 1] == v[0]) {
+        v++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof m->layout) {
+        snprintf(err, AP_ERR_LEN, "%s: %s", who, n ? "longer than the 1023 characters "
+                 "autopar reads" : "empty; give the virtual stages, e.g. \"Et*4|t*4|t*4|t*4L\"");
+        return AP_EINPUT;
+    }
+    memcpy(m->layout, v, n);
+    m->layout[n] = 0;
+    return AP_OK;
+}
+
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
  * for the spec, "--megatron-args: --tensor-model-parallel-size" for flags.
  * Sizes stop at 2^30 so that the products of check() fit a long. */
@@ -132,6 +154,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
             goto bad;
         return AP_OK;
     }
+    if (!strcmp(k, "layout"))
+        return layout_key(m, v, who, err);
     if (!strcmp(k, "recompute")) {
         if (!strcmp(v, "none"))
             m->recompute = AP_RECOMPUTE_NONE;
@@ -158,7 +182,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
                  "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
                  "cp_comm, main_params, exp_avg, exp_avg_sq, defer_wgrad, "
-                 "wgrad_deferral_limit, no_grad_fusion)", k);
+                 "wgrad_deferral_limit, no_grad_fusion, layout)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -196,7 +220,7 @@ bad:
 
 int ap_megatron_parse(const char *spec, ap_megatron *m, char *err)
 {
-    char buf[1024], who[80];
+    char buf[2048], who[80];
     if (strlen(spec) >= sizeof buf) {
         snprintf(err, AP_ERR_LEN, "--megatron: specification too long");
         return AP_EINPUT;
@@ -233,6 +257,7 @@ static const struct {
     {"--decoder-last-pipeline-num-layers", "last"},
     {"--num-virtual-stages-per-pipeline-rank", "vpp"},
     {"--wgrad-deferral-limit", "wgrad_deferral_limit"},
+    {"--pipeline-model-parallel-layout", "layout"},
 };
 
 /* The value after a flag that takes one; NULL with err set when missing. */
@@ -527,8 +552,6 @@ static const struct {
      "Megatron-Core's"},
     {"--spec", -1, "replaces the layer's modules with a custom spec that "
      "autopar cannot see"},
-    {"--pipeline-model-parallel-layout", 1, "places the layers by its own "
-     "layout; autopar prices even stages or --decoder-first/last-pipeline-num-layers"},
     {"--no-bias-swiglu-fusion", 0, "runs SwiGLU unfused, which keeps more for "
      "backward than the fused kernel autopar prices"},
     {"--distribute-saved-activations", 0, "splits the recomputation checkpoints "
@@ -1030,7 +1053,7 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
 
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
-    char buf[4096], who[80];
+    char buf[8192], who[80];
     if (strlen(args) >= sizeof buf) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: too long");
         return AP_EINPUT;
@@ -1041,7 +1064,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     m->overlap_grad = 0;
     m->overlap_param = 0;
     long layers_per_chunk = 0;
-    int groups = 0, gqa = 0, *shape;
+    int groups = 0, gqa = 0, vpp_flag = 0, *shape;
     rc_flags rcf = {0, 0, 0};
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
@@ -1062,6 +1085,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             int rc = set_key(m, flags[i].key, v, who, err);
             if (rc)
                 return rc;
+            vpp_flag |= !strcmp(flags[i].key, "vpp");
             known = 1;
         }
         if (!known && (known = fp8_flag(tok, &save, m, err)) < 0)
@@ -1127,6 +1151,16 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
                            (drop[1] < 0 ? 0.1 : drop[1]) > 0 ? 1 : -1;
     if (recompute_rules(m, &rcf, err))
         return AP_EINPUT;
+    /* Megatron-LM asserts this in validate_args: the layout says how many
+     * virtual stages there are. */
+    if (m->layout[0] && (layers_per_chunk || vpp_flag)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --pipeline-model-parallel-layout "
+                 "with %s: Megatron-LM takes no more than one of them (the layout "
+                 "gives the virtual stages)", layers_per_chunk
+                 ? "--num-layers-per-virtual-pipeline-stage"
+                 : "--num-virtual-stages-per-pipeline-rank");
+        return AP_EINPUT;
+    }
     if (layers_per_chunk && (m->first || m->last || m->account_embedding ||
                              m->account_loss)) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --num-layers-per-virtual-pipeline-stage "
@@ -1248,6 +1282,8 @@ static int accounted(const ap_megatron *m)
 
 static int check_split(const ap_megatron *m, int L, char *err)
 {
+    if (m->layout[0]) /* check_layout's */
+        return AP_OK;
     if (accounted(m))
         return check_accounted(m, L, err);
     if (m->first || m->last)
@@ -1275,6 +1311,113 @@ static int stage_layers(const ap_megatron *m, int L, int s)
     if (s == m->pp - 1 && m->last)
         return m->last;
     return m->first || m->last ? middle_layers(m, L) : L / m->pp;
+}
+
+#define LAYOUT_WHO "layout (--pipeline-model-parallel-layout)"
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static int layout_fault(char *err, const ap_megatron *m, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(err, AP_ERR_LEN, "%s \"%.64s\": %s", LAYOUT_WHO, m->layout, msg);
+    return AP_EINPUT;
+}
+
+/* What Megatron-Core's validate_layer_layout asserts (the embedding first
+ * and the loss last, once each; the model's layer count), and what autopar
+ * models: the embedding on the first virtual stage and the loss on the
+ * last (a plan's first stage carries the embedding's ops, its last the
+ * head's), a layer or more on every pipeline rank, no MTP layer. */
+static int check_layout_places(const ap_megatron *m, const ap_pipe_layout *lay, int L,
+                               char *err)
+{
+    if (lay->embeddings != 1)
+        return layout_fault(err, m, "needs the embedding 'E' exactly once, not %d times",
+                            lay->embeddings);
+    if (lay->losses != 1)
+        return layout_fault(err, m, "needs the loss 'L' exactly once, not %d times",
+                            lay->losses);
+    if (!lay->embedding_first)
+        return layout_fault(err, m, "its first layer must be the embedding 'E'");
+    if (!lay->loss_last)
+        return layout_fault(err, m, "its last layer must be the loss 'L'");
+    if (lay->mtp)
+        return layout_fault(err, m, "places %d multi-token-prediction layers ('m'), "
+                            "which the model does not have", lay->mtp);
+    if (lay->total != L)
+        return layout_fault(err, m, "places %d transformer layers ('t'); the model "
+                            "has %d", lay->total, L);
+    if (lay->embedding_at != 0)
+        return layout_fault(err, m, "puts the embedding on virtual stage %d, after "
+                            "empty ones; autopar prices it on the first stage's first "
+                            "chunk", lay->embedding_at);
+    if (lay->loss_at != lay->nstages - 1)
+        return layout_fault(err, m, "puts the loss on virtual stage %d of %d, before "
+                            "empty ones; autopar prices it on the last stage's last chunk",
+                            lay->loss_at, lay->nstages);
+    return AP_OK;
+}
+
+/* m's layout, parsed and checked for pp and the model's L layers; on
+ * AP_OK the caller frees *lay (ap_layout_free). */
+static int pipeline_layout(const ap_megatron *m, int L, ap_pipe_layout *lay, char *err)
+{
+    int rc = ap_layout_parse(m->layout, LAYOUT_WHO, lay, err);
+    if (rc)
+        return rc;
+    if (lay->nstages % m->pp)
+        rc = layout_fault(err, m, "its %d virtual stages do not divide over pp=%d",
+                          lay->nstages, m->pp);
+    if (!rc)
+        rc = check_layout_places(m, lay, L, err);
+    for (int r = 0; !rc && r < m->pp; r++) {
+        long n = 0;
+        for (int i = r; i < lay->nstages; i += m->pp)
+            n += lay->layers[i];
+        if (!n)
+            rc = layout_fault(err, m, "pipeline rank %d holds no transformer layer, "
+                              "which autopar does not model", r);
+    }
+    if (rc)
+        ap_layout_free(lay);
+    return rc;
+}
+
+/* The layout against the other ways of splitting the layers, which
+ * Megatron-LM refuses beside it, and vpp: from the layout, m->vpp set. */
+static int check_layout(ap_megatron *m, int L, char *err)
+{
+    if (m->first || m->last || m->account_embedding || m->account_loss) {
+        snprintf(err, AP_ERR_LEN, "%s: cannot be combined with %s; the layout places "
+                 "every layer itself", LAYOUT_WHO, m->first || m->last
+                 ? "first=N,last=N (--decoder-first/last-pipeline-num-layers)"
+                 : "account_embedding/account_loss (--account-for-embedding/"
+                   "loss-in-pipeline-split)");
+        return AP_EINPUT;
+    }
+    ap_pipe_layout lay;
+    int rc = pipeline_layout(m, L, &lay, err);
+    if (rc)
+        return rc;
+    int v = lay.nstages / m->pp;
+    ap_layout_free(&lay);
+    if (m->vpp < 0 || (m->vpp > 1 && m->vpp != v)) {
+        if (m->vpp < 0)
+            snprintf(err, AP_ERR_LEN, "%s: cannot be combined with "
+                     "--num-layers-per-virtual-pipeline-stage", LAYOUT_WHO);
+        else
+            snprintf(err, AP_ERR_LEN, "%s: vpp=%d contradicts the layout's %d virtual "
+                     "stages per pipeline rank", LAYOUT_WHO, m->vpp, v);
+        return AP_EINPUT;
+    }
+    m->vpp = v;
+    return AP_OK;
 }
 
 /* Whether the experts need a mesh of their own (MoE parallel folding):
@@ -1548,10 +1691,18 @@ static int check_recompute(const ap_megatron *m, int L, char *err)
     if (m->recompute_method != AP_RECOMPUTE_UNIFORM)
         return AP_OK;
     int n = m->recompute_layers;
-    for (int s = 0; s < m->pp; s++) {
-        int chunk = stage_layers(m, L, s) / m->vpp;
-        if (n >= 1 && chunk % n == 0)
+    ap_pipe_layout lay = {0};
+    int rc = m->layout[0] ? pipeline_layout(m, L, &lay, err) : AP_OK;
+    if (rc)
+        return rc;
+    /* Every model chunk, or under a layout every virtual stage with layers. */
+    int chunks = lay.layers ? lay.nstages : m->pp;
+    for (int i = 0; i < chunks; i++) {
+        int s = i % m->pp;
+        int chunk = lay.layers ? lay.layers[i] : stage_layers(m, L, s) / m->vpp;
+        if ((n >= 1 && chunk % n == 0) || (lay.layers && chunk == 0))
             continue;
+        ap_layout_free(&lay);
         if (n < 1)
             snprintf(err, AP_ERR_LEN, "recompute_layers=0 (--recompute-num-layers) with "
                      "recompute_method=uniform: Megatron-LM's groups of no layers never "
@@ -1563,6 +1714,7 @@ static int check_recompute(const ap_megatron *m, int L, char *err)
                      m->vpp > 1 ? "virtual stages" : "model chunk");
         return AP_EINPUT;
     }
+    ap_layout_free(&lay);
     return AP_OK;
 }
 
@@ -1619,6 +1771,8 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                      m->tp, m->pp, m->cp, p, gpus);
         return AP_EINPUT;
     }
+    if (m->layout[0] && (rc = check_layout(m, L, err)))
+        return rc;
     if (m->vpp < 0) { /* layers per virtual stage, from --megatron-args */
         long chunk = (long)m->pp * -m->vpp;
         m->vpp = L % chunk ? 0 : (int)(L / chunk);
@@ -1809,6 +1963,41 @@ void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m)
         memset(&m->run.opt, 0, sizeof m->run.opt);
 }
 
+/* Megatron-LM's chunks without a layout: each stage's layers split evenly
+ * over its vpp chunks, or under the split that counts the embedding and
+ * the loss as layers, every chunk the same slots, the embedding's taken
+ * from the first and the loss's from the last
+ * (get_transformer_layer_offset with account_for_*_in_pipeline_split). */
+static int megatron_chunks(const ap_megatron *m, int L, ap_pipe_layout *lay)
+{
+    int n = m->pp * m->vpp;
+    lay->layers = calloc((size_t)n, sizeof(int));
+    if (!lay->layers)
+        return -1;
+    lay->nstages = n;
+    if (accounted(m)) {
+        int per = (L + m->account_embedding + m->account_loss) / n;
+        for (int i = 0; i < n; i++)
+            lay->layers[i] = per;
+        lay->layers[0] -= m->account_embedding;
+        lay->layers[n - 1] -= m->account_loss;
+        return 0;
+    }
+    for (int i = 0; i < n; i++)
+        lay->layers[i] = stage_layers(m, L, i % m->pp) / m->vpp;
+    return 0;
+}
+
+/* The model's layers before stage s's first chunk: every virtual stage
+ * before it in Megatron's order. */
+static int layers_before(const ap_pipe_layout *lay, int s)
+{
+    int n = 0;
+    for (int i = 0; i < s; i++)
+        n += lay->layers[i];
+    return n;
+}
+
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
                      const ap_megatron *cfg, ap_plan *p, char *err)
 {
@@ -1817,9 +2006,14 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     int rc = check(g, c, &m, err);
     if (rc)
         return rc;
-    ap_parts pt;
-    if ((rc = ap_parts_build(g, &pt, err)))
+    ap_pipe_layout lay = {0};
+    if (m.layout[0] && (rc = pipeline_layout(&m, g->nlayers, &lay, err)))
         return rc;
+    ap_parts pt;
+    if ((rc = ap_parts_build(g, &pt, err))) {
+        ap_layout_free(&lay);
+        return rc;
+    }
     snprintf(p->model, sizeof p->model, "%s", g->name);
     p->gpus = ap_cluster_gpus(c);
     p->gpus_per_node = c->gpus_per_node;
@@ -1846,11 +2040,27 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     if (!p->stages || !p->classes)
         goto oom;
     memcpy(p->classes, pt.classes, sizeof(int) * (size_t)pt.nclasses);
+    /* Under interleaving every chunk is the plan's, a layout's or
+     * Megatron-LM's own split, so that each is priced with its layers, the
+     * embedding on the first and the head on the last. Without it a stage
+     * is one chunk and its layers one span, as any uneven stage. */
+    if (!lay.layers && m.vpp > 1 && megatron_chunks(&m, g->nlayers, &lay))
+        goto oom;
+    if (lay.layers && m.vpp > 1) {
+        p->chunk_layers = malloc(sizeof(int) * (size_t)lay.nstages);
+        if (!p->chunk_layers)
+            goto oom;
+        memcpy(p->chunk_layers, lay.layers, sizeof(int) * (size_t)lay.nstages);
+    }
     int per = p->gpus / m.pp, next = 0;
     for (int s = 0; s < m.pp; s++) {
         ap_stage *st = &p->stages[s];
         st->first_layer = next;
-        st->nlayers = stage_layers(&m, g->nlayers, s);
+        st->nlayers = lay.layers ? 0 : stage_layers(&m, g->nlayers, s);
+        for (int c = 0; lay.layers && c < m.vpp; c++)
+            st->nlayers += lay.layers[c * m.pp + s];
+        if (lay.layers)
+            st->first_layer = layers_before(&lay, s);
         next += st->nlayers;
         st->has_pre = s == 0;
         st->has_post = s == m.pp - 1;
@@ -1878,12 +2088,14 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
                 goto oom;
     }
     ap_parts_free(&pt);
+    ap_layout_free(&lay);
     rc = ap_plan_evaluate(g, c, p, err);
     if (rc)
         ap_plan_free(p);
     return rc;
 oom:
     ap_parts_free(&pt);
+    ap_layout_free(&lay);
     ap_plan_free(p);
     snprintf(err, AP_ERR_LEN, "out of memory building the Megatron plan");
     return AP_EINTERNAL;

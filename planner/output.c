@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner/layout.h"
 #include "planner/planner.h"
 #include "planner/recompute.h"
 
@@ -43,13 +44,18 @@ static const char *block_name(const ap_graph *g, const ap_plan *p, int b,
 }
 
 /* Whether stage st runs block b: the pieces before and after the layers, or
- * a layer class. */
+ * a layer class. Under chunk_layers the stage's layers are its chunks',
+ * not a span from first_layer. */
 static int stage_has_block(const ap_graph *g, const ap_plan *p,
                            const ap_stage *st, int b)
 {
     int used = b == 0 ? st->has_pre : b == 1 ? st->has_post : 0;
-    for (int l = st->first_layer; b >= 2 && l < st->first_layer + st->nlayers; l++)
+    for (int k = 0; b >= 2 && k < st->nlayers; k++) {
+        int chunk, pos, l = st->first_layer + k;
+        if (p->chunk_layers)
+            ap_stage_chunk_of(p, (int)(st - p->stages), k, &chunk, &pos, &l);
         used |= g->layer_class[l] == p->classes[b - 2];
+    }
     return used && st->blocks[b].npoints;
 }
 
@@ -358,6 +364,9 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON_AddNumberToObject(o, "seq_length", p->seq);
     cJSON_AddStringToObject(o, "schedule", schedule_name(p->schedule));
     cJSON_AddNumberToObject(o, "virtual_stages", p->vchunks);
+    if (p->chunk_layers)
+        cJSON_AddItemToObject(o, "chunk_layers",
+                              cJSON_CreateIntArray(p->chunk_layers, p->nstages * p->vchunks));
     cJSON_AddNumberToObject(o, "zero", p->zero);
     cJSON_AddBoolToObject(o, "overlap_grad_reduce", !p->serial_grad_sync);
     /* What was priced: only ZeRO-1's gather overlaps the forward. */
@@ -522,6 +531,34 @@ static void mesh_copies(const ap_mesh *m, char *buf, size_t len)
         snprintf(buf + n, len - n, " x%d replicas", m->experts[2]);
 }
 
+/* A stage's layers for the report: "0-11", or under chunk_layers each
+ * model chunk's, "0-4,12-18", leaving out chunks that hold none; a list
+ * too long for buf ends in "..." after its last whole range. len >= 8. */
+static void format_layers(const ap_plan *p, int s, char *buf, size_t len)
+{
+    const ap_stage *st = &p->stages[s];
+    if (!p->chunk_layers) {
+        snprintf(buf, len, "%d-%d", st->first_layer, st->first_layer + st->nlayers - 1);
+        return;
+    }
+    snprintf(buf, len, "none");
+    size_t n = 0, room = len - 4; /* room for "..." after the ranges */
+    for (int k = 0; k < st->nlayers;) {
+        int chunk, pos, first;
+        ap_stage_chunk_of(p, s, k, &chunk, &pos, &first);
+        int held = p->chunk_layers[chunk * p->nstages + s];
+        if (held < 1) /* chunks that do not hold the stage's layers */
+            break;
+        int w = snprintf(buf + n, room - n, "%s%d-%d", n ? "," : "", first, first + held - 1);
+        if (w < 0 || (size_t)w >= room - n) {
+            snprintf(buf + n, len - n, "...");
+            return;
+        }
+        n += (size_t)w;
+        k += held;
+    }
+}
+
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
 {
     char micro[160];
@@ -551,13 +588,13 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                    "sequence and heads (--cp-comm-type a2a)\n");
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
-        char copies[96], rc[64];
+        char copies[96], rc[64], layers[128];
         mesh_copies(&st->mesh, copies, sizeof copies);
         format_recompute(p, st, rc, sizeof rc);
-        fprintf(f, "  stage %d: layers %d-%d%s%s  GPUs %d-%d  mesh %dx%d%s  "
+        format_layers(p, i, layers, sizeof layers);
+        fprintf(f, "  stage %d: layers %s%s%s  GPUs %d-%d  mesh %dx%d%s  "
                    "recompute %s  memory %.1f GiB\n",
-                i, st->first_layer, st->first_layer + st->nlayers - 1,
-                st->has_pre ? " +embedding" : "", st->has_post ? " +head" : "",
+                i, layers, st->has_pre ? " +embedding" : "", st->has_post ? " +head" : "",
                 st->first_rank, st->first_rank + st->ngpus - 1, st->mesh.d[0],
                 st->mesh.d[1], copies, rc, gib(st->mem_bytes));
         if (i > 0 && p->stages[i].mesh.d[0] == p->stages[0].mesh.d[0] &&

@@ -350,7 +350,9 @@ static int parse_stage(const reader *r, const cJSON *o, int i, ap_plan_desc *p)
 }
 
 /* Stages follow each other: layers and ranks continue where the previous
- * stage ended, the first starts at 0, and the last ends at the GPU count. */
+ * stage ended, the first starts at 0, and the last ends at the GPU count.
+ * Under chunk_layers the stages' layers are their chunks', which
+ * check_chunks checks instead. */
 static int check_cover(const reader *r, const ap_plan_desc *p)
 {
     char at[64];
@@ -358,7 +360,7 @@ static int check_cover(const reader *r, const ap_plan_desc *p)
         const ap_plan_desc_stage *st = &p->stages[i], *prev = i ? st - 1 : NULL;
         int want_layer = prev ? prev->first_layer + prev->nlayers : 0;
         int want_rank = prev ? prev->first_rank + prev->ngpus : 0;
-        if (st->first_layer != want_layer) {
+        if (!p->chunk_layers && st->first_layer != want_layer) {
             snprintf(at, sizeof at, "stages[%d].layers", i);
             return fail(r, at, "starts at layer %d, expected %d", st->first_layer, want_layer);
         }
@@ -713,6 +715,73 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
     return get_number(r, pred, "step_time_s", "prediction", 0, 1e30, &p->step_time);
 }
 
+/* "chunk_layers": nstages * virtual_stages layer counts, chunk c of stage
+ * s at c * nstages + s, read once the stage count is known. A chunk may
+ * hold no layer; a stage holds at least one (parse_stage). */
+static int parse_chunk_layers(const reader *r, const cJSON *root, int nstages,
+                              ap_plan_desc *p)
+{
+    const cJSON *v = field(root, "chunk_layers");
+    if (!v)
+        return AP_OK;
+    if (p->vchunks < 2)
+        return fail(r, "chunk_layers", "given with virtual_stages %d; model chunks "
+                    "of their own need virtual_stages 2 or more", p->vchunks);
+    long long want = (long long)nstages * p->vchunks;
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != want)
+        return fail(r, "chunk_layers", "expected an array of %lld layer counts "
+                    "(%d stages x %d virtual_stages)", want, nstages, p->vchunks);
+    p->chunk_layers = calloc((size_t)want, sizeof *p->chunk_layers);
+    if (!p->chunk_layers) {
+        snprintf(r->err, AP_ERR_LEN, "%s: out of memory", r->source);
+        return AP_EINTERNAL;
+    }
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+            e->valuedouble < 0 || e->valuedouble > 1 << 20) {
+            char at[48];
+            snprintf(at, sizeof at, "chunk_layers[%d]", i);
+            return fail(r, at, "expected an integer from 0 to %d", 1 << 20);
+        }
+        p->chunk_layers[i++] = (int)e->valuedouble;
+    }
+    return AP_OK;
+}
+
+/* Each stage's chunks hold its layers, its first chunk starts at its first
+ * layer, and all of them hold the model's layers where the plan says how
+ * many that is. The model's layers run through the chunks in index order,
+ * so stage s's first chunk starts after the entries before index s. */
+static int check_chunks(const reader *r, const ap_plan_desc *p)
+{
+    char at[64];
+    int n = p->nstages;
+    long long first = 0, total = 0;
+    for (int s = 0; s < n; s++) {
+        const ap_plan_desc_stage *st = &p->stages[s];
+        long long held = 0;
+        for (int c = 0; c < p->vchunks; c++)
+            held += p->chunk_layers[(long long)c * n + s];
+        snprintf(at, sizeof at, "stages[%d].layers", s);
+        if (held != st->nlayers)
+            return fail(r, at, "holds %d layer%s, but its chunks in chunk_layers hold "
+                        "%lld", st->nlayers, st->nlayers == 1 ? "" : "s", held);
+        if (st->first_layer != first)
+            return fail(r, at, "starts at layer %d, but its first model chunk "
+                        "(chunk_layers[%d]) starts at layer %lld", st->first_layer, s,
+                        first);
+        first += p->chunk_layers[s];
+    }
+    for (long long i = 0; i < (long long)n * p->vchunks; i++)
+        total += p->chunk_layers[i];
+    if (p->has_shape && total != p->shape.layers)
+        return fail(r, "chunk_layers", "holds %lld layers, but model_shape.layers is %d",
+                    total, p->shape.layers);
+    return AP_OK;
+}
+
 static int parse_root(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     if (!cJSON_IsObject(root))
@@ -730,13 +799,17 @@ static int parse_root(const reader *r, const cJSON *root, ap_plan_desc *p)
         return AP_EINTERNAL;
     }
     p->nstages = n;
+    if ((rc = parse_chunk_layers(r, root, n, p)))
+        return rc;
     int i = 0;
     const cJSON *s;
     cJSON_ArrayForEach(s, stages) {
         if ((rc = parse_stage(r, s, i++, p)))
             return rc;
     }
-    return check_cover(r, p);
+    if ((rc = check_cover(r, p)))
+        return rc;
+    return p->chunk_layers ? check_chunks(r, p) : AP_OK;
 }
 
 void ap_plan_desc_free(ap_plan_desc *d)
@@ -746,7 +819,9 @@ void ap_plan_desc_free(ap_plan_desc *d)
     for (int i = 0; i < d->nstages; i++)
         free(d->stages[i].ops);
     free(d->stages);
+    free(d->chunk_layers);
     d->stages = NULL;
+    d->chunk_layers = NULL;
     d->nstages = 0;
 }
 

@@ -436,8 +436,10 @@ const char *ap_recompute_method_name(ap_recompute_method m);
 /* AP_EINPUT unless s is one of those names. */
 int ap_recompute_method_parse(const char *s, ap_recompute_method *out);
 
-/* A pipeline stage of a plan. Layers [first_layer, first_layer + nlayers);
- * the pieces before the layers (embedding) ride on the first stage and those
+/* A pipeline stage of a plan. Layers [first_layer, first_layer + nlayers),
+ * or under the plan's chunk_layers those of its model chunks, first_layer
+ * the first chunk's first (ap_stage_chunk_of in planner/layout.h); the
+ * pieces before the layers (embedding) ride on the first stage and those
  * after (final norm, head, loss) on the last. */
 typedef struct {
     int first_layer, nlayers;
@@ -493,6 +495,14 @@ typedef struct {
      * expert's GEMM in such a matmul (its time over its groups); 0
      * without experts. */
     double local_experts, expert_gemm_s;
+    /* Under interleaving (vchunks > 1), once evaluated: the forward and
+     * backward of one micro-batch on each of the stage's model chunks
+     * (ap_stage_chunk_of's layers; the embedding on the first stage's
+     * first chunk, the head on the last stage's last), under
+     * moe_a2a_overlap what a merged pair saves on each, and each chunk's
+     * share of the stage's activations (adding up to 1); NULL without
+     * interleaving. Owned by the plan. */
+    double *chunk_fwd, *chunk_bwd, *chunk_save, *chunk_act;
 } ap_stage;
 
 typedef struct {
@@ -510,6 +520,13 @@ typedef struct {
     int seq;
     ap_schedule schedule;
     int vchunks;
+    /* Under a Megatron-LM pipeline layout with interleaving
+     * (--pipeline-model-parallel-layout): the transformer layers of each
+     * model chunk, nstages * vchunks of them in Megatron's order (chunk c
+     * of stage s at c * nstages + s; the model's layers run through them
+     * in that order, and a chunk may hold none). NULL: each stage's layers
+     * are its span cut into vchunks even pieces. Owned by the plan. */
+    int *chunk_layers;
     ap_zero zero;
     /* 1: the gradient synchronisation starts after the last backward, all
      * of it exposed (Megatron-LM without --overlap-grad-reduce); 0: it
@@ -622,6 +639,9 @@ void ap_plan_free(ap_plan *p);
  * (ap_plan_evaluate keeps only the summary); the caller frees *r with
  * ap_pipe_result_free(). */
 int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err);
+/* The longest --pipeline-model-parallel-layout string read. */
+#define AP_LAYOUT_LEN 1024
+
 /* A hand-tuned Megatron-LM configuration, priced as a plan with the
  * planner's own code. dp 0 means GPUs / (tp * pp * cp). first and last,
  * when not 0, are the layers of the first and last pipeline stage
@@ -645,6 +665,11 @@ typedef struct {
     int first, last;
     int account_embedding, account_loss;
     int etp;          /* --expert-tensor-parallel-size; 0 reads as tp */
+    /* --pipeline-model-parallel-layout (the spec's layout=), as written;
+     * "" for none. It places every layer, the embedding and the loss on a
+     * virtual stage of its own choosing, and sets vpp to its virtual
+     * stages over pp (planner/layout.h). */
+    char layout[AP_LAYOUT_LEN];
     /* The launcher settings, each the spec's key of the same name (opt's:
      * main_params, exp_avg and exp_avg_sq), off, unfused, p2p or fp32 by
      * default. fp8: --fp8-format hybrid or e4m3, linear layers in FP8.
@@ -926,6 +951,9 @@ typedef struct {
     int nmicro, seq;
     ap_schedule schedule;
     int vchunks;
+    /* "chunk_layers": each model chunk's layers, nstages * vchunks of them
+     * in ap_plan.chunk_layers' order; NULL when absent (even chunks). */
+    int *chunk_layers;
     ap_zero zero;
     int serial_grad_sync; /* "overlap_grad_reduce": false; absent reads as
                              overlapped (plans written before the field) */

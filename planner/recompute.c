@@ -4,11 +4,13 @@
  * Megatron-Core checkpoints inside each TransformerBlock, which is one
  * model chunk: a stage, or each of its virtual stages under interleaving.
  * A plan holds a stage's layers as one span, so its chunks are taken as
- * that span cut into vchunks consecutive pieces; for a model whose layers
- * are all alike this is exact, and with several layer classes each layer
- * is decided by its position within its piece. */
+ * that span cut into vchunks consecutive pieces, or as the plan's
+ * chunk_layers say under a pipeline layout (ap_stage_chunk_of); for a
+ * model whose layers are all alike this is exact, and with several layer
+ * classes each layer is decided by its position within its piece. */
 #include <string.h>
 
+#include "planner/layout.h"
 #include "planner/planner.h"
 #include "planner/recompute.h"
 
@@ -35,17 +37,11 @@ int ap_recompute_group(ap_recompute_method m, int layers)
     return layers > 1 ? layers : 1;
 }
 
-/* Layers in each of the stage's chunks but perhaps the last. */
-static int chunk_size(const ap_plan *p, const ap_stage *st)
-{
-    int v = p->vchunks > 1 ? p->vchunks : 1;
-    return (st->nlayers + v - 1) / v;
-}
-
 void ap_recompute_layer(const ap_plan *p, const ap_stage *st, int k, ap_rc_layer *out)
 {
-    int cs = chunk_size(p, st), n = ap_recompute_group(p->recompute_method, p->recompute_layers);
-    int chunk = k / cs, pos = k % cs;
+    int n = ap_recompute_group(p->recompute_method, p->recompute_layers);
+    int chunk, pos, layer;
+    ap_stage_chunk_of(p, (int)(st - p->stages), k, &chunk, &pos, &layer);
     if (p->recompute_method == AP_RECOMPUTE_BLOCK) {
         out->recomputed = out->keeps_input = pos < n;
         out->group = k; /* each recomputed alone */
@@ -53,5 +49,5 @@ void ap_recompute_layer(const ap_plan *p, const ap_stage *st, int k, ap_rc_layer
     }
     out->recomputed = 1;
     out->keeps_input = pos % n == 0;
-    out->group = chunk * cs + pos / n * n; /* the group's first layer */
+    out->group = k - pos + pos / n * n; /* the group's first layer */
 }

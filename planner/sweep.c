@@ -60,6 +60,14 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         append(buf, len, &n, ",first=%d", m->first);
     if (m->last)
         append(buf, len, &n, ",last=%d", m->last);
+    /* The layout's commas are cosmetic to Megatron-LM and separate keys
+     * here, so they are left out. */
+    if (m->layout[0]) {
+        append(buf, len, &n, ",layout=");
+        for (const char *c = m->layout; *c; c++)
+            if (*c != ',')
+                append(buf, len, &n, "%c", *c);
+    }
     if (m->run.fp8)
         append(buf, len, &n, ",fp8=1");
     if (m->account_embedding)

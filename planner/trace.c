@@ -112,14 +112,32 @@ static void pass_send(const ap_plan *p, track_set *ts, const ap_pipe_event *ev,
     add_send(ts, i, name, ev->end, t);
 }
 
+/* Under chunk_layers, " of 5+7": each model chunk's layers, when they
+ * fit in len; else nothing. */
+static void chunk_counts(const ap_plan *p, int i, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int c = 0; p->chunk_layers && c < p->vchunks; c++) {
+        int w = snprintf(buf + n, len - n, "%s%d", c ? "+" : " of ",
+                         p->chunk_layers[c * p->nstages + i]);
+        if (w < 0 || (size_t)w >= len - n) {
+            buf[0] = 0;
+            return;
+        }
+        n += (size_t)w;
+    }
+}
+
 static void stage_names(const ap_plan *p, cJSON *events, int i)
 {
     const ap_stage *st = &p->stages[i];
-    char buf[128];
+    char buf[192], counts[64];
+    chunk_counts(p, i, counts, sizeof counts);
     if (p->vchunks > 1) /* a stage's chunks are not contiguous layers */
-        snprintf(buf, sizeof buf, "stage %d: GPUs %d-%d, %d layers in %d chunks", i,
+        snprintf(buf, sizeof buf, "stage %d: GPUs %d-%d, %d layers in %d chunks%s", i,
                  st->first_rank, st->first_rank + st->ngpus - 1, st->nlayers,
-                 p->vchunks);
+                 p->vchunks, counts);
     else
         snprintf(buf, sizeof buf, "stage %d: GPUs %d-%d, layers %d-%d", i,
                  st->first_rank, st->first_rank + st->ngpus - 1, st->first_layer,

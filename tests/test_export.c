@@ -368,7 +368,9 @@ static void uneven_stages_need_a_layout_flag(void)
     d.stages[2].first_layer = 11;
     d.stages[2].nlayers = 7;
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
-    CHECK_STR_HAS(text, "--pipeline-model-parallel-layout \"Et*5|t*6|t*7|t*6L\"\n");
+    /* Bare: inside MEGATRON_ARGS's double quotes, quotes of its own would
+     * end the string at the layout and run "t*6" after a pipe. */
+    CHECK_STR_HAS(text, "--pipeline-model-parallel-layout Et*5|t*6|t*7|t*6L\n");
     CHECK(text && !strstr(text, "--decoder-first-pipeline-num-layers"));
     free(text);
     ap_plan_desc_free(&d);
@@ -449,6 +451,248 @@ static void reader_names_the_field_at_fault(void)
     CHECK_STR_HAS(err, "/nonexistent/plan.json");
 }
 
+/* Sets d's model chunks to `layers` (pp * vpp of them, chunk c of stage s
+ * at c * pp + s) and each stage's layers to its chunks', first_layer its
+ * first chunk's first layer, as plan.json states them. */
+static void set_chunks(ap_plan_desc *d, const int *layers)
+{
+    int n = d->nstages * d->vchunks;
+    free(d->chunk_layers);
+    d->chunk_layers = malloc(sizeof *layers * (size_t)n);
+    memcpy(d->chunk_layers, layers, sizeof *layers * (size_t)n);
+    for (int s = 0; s < d->nstages; s++) {
+        d->stages[s].first_layer = d->stages[s].nlayers = 0;
+        for (int i = 0; i < s; i++)
+            d->stages[s].first_layer += layers[i];
+        for (int c = 0; c < d->vchunks; c++)
+            d->stages[s].nlayers += layers[c * d->nstages + s];
+    }
+}
+
+static const char *const vpp_flags[] = {
+    "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"};
+
+static void check_no_vpp_flags(const char *text)
+{
+    for (int i = 0; i < 6; i++)
+        if (text && strstr(text, vpp_flags[i])) {
+            CHECK(!"a chunked plan's export states vpp beside its layout");
+            fprintf(stderr, "  it has %s\n", vpp_flags[i]);
+        }
+}
+
+/* Model chunks of their own (chunk_layers) export as Megatron-LM's layout
+ * string of the virtual stages in Megatron's order, and nothing else about
+ * the split: Megatron-LM takes at most one of the layout and the vpp
+ * flags. pp 4, vpp 2: rank 0 holds virtual stages 0 and 4 (2 + 3 layers),
+ * rank 3 stages 3 and 7 (1 + 3), a 1-layer chunk written "t". */
+static void chunked_plan_exports_its_layout_alone(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    ap_degrees k;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=4,sp=1,vpp=2,mbs=1,gbs=64", &d, NULL),
+               "see above");
+    const int layers[] = {2, 4, 5, 1, 3, 4, 2, 3};
+    set_chunks(&d, layers);
+    CHECK(d.stages[1].first_layer == 2 && d.stages[1].nlayers == 8);
+    CHECK(d.stages[3].first_layer == 11 && d.stages[3].nlayers == 4);
+    REQUIRE_OK(ap_plan_classify(g, &d, AP_LAUNCHER_MEGATRON, &k, err), err);
+    CHECK(k.pp == 4 && k.vpp == 2 && !k.even && !k.first && !k.last);
+    CHECK(!k.account_embedding && !k.account_loss);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "  --pipeline-model-parallel-size 4\n");
+    CHECK_STR_HAS(text, "\n  --pipeline-model-parallel-layout Et*2|t*4|t*5|t|t*3|t*4|t*2|t*3L\n");
+    check_no_vpp_flags(text);
+    free(text);
+    /* The launchers that cut the layers into stages in order cannot. */
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: torchtitan cuts the layers into pipeline stages in order");
+    CHECK_STR_HAS(err, "uneven layer counts (chunk_layers");
+    /* A chunk split that no even vpp, first/last or counted split states,
+     * which the unchunked check refuses, passes under chunk_layers. */
+    const int lopsided[] = {1, 1, 1, 1, 5, 5, 5, 5};
+    set_chunks(&d, lopsided);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--pipeline-model-parallel-layout Et|t|t|t|(t*5|)*3t*5L\n");
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* A layout priced by estimate (layout=) is written with its chunks, read
+ * back, exported as the same layout, and the exported flags price to the
+ * same step. */
+static void estimated_layout_round_trips_through_the_export(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    double step = 0;
+    char err[AP_ERR_LEN], *text = NULL, args[4096];
+    const char *spec = "tp=1,pp=2,mbs=1,gbs=64,layout=Et*5|t*7|t*7|t*5L";
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, spec, &d, &step), "see above");
+    CHECK(d.vchunks == 2 && d.chunk_layers);
+    if (!d.chunk_layers) {
+        ap_plan_desc_free(&d);
+        ap_graph_free(g);
+        return;
+    }
+    CHECK(d.chunk_layers[0] == 5 && d.chunk_layers[1] == 7 && d.chunk_layers[2] == 7 &&
+          d.chunk_layers[3] == 5);
+    /* Stage 1 holds layers 5-11 and 19-23: its first chunk's first layer
+     * and its 12 layers, though stage 0 ends at 12. */
+    CHECK(d.stages[0].first_layer == 0 && d.stages[0].nlayers == 12);
+    CHECK(d.stages[1].first_layer == 5 && d.stages[1].nlayers == 12);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--pipeline-model-parallel-layout Et*5|t*7|t*7|t*5L\n");
+    check_no_vpp_flags(text);
+    args_of(text ? text : "", args, sizeof args);
+    ap_megatron m;
+    ap_megatron_default(&m);
+    ap_cluster c;
+    ap_plan p;
+    REQUIRE_OK(ap_megatron_parse_args(args, &m, err), err);
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 0, &c, err), err);
+    REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
+    CHECK(p.vchunks == 2);
+    CHECK_NEAR(p.step_time, step, 1e-12);
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* Chunks where the split flags put them are stated with those flags, as
+ * for a plan without chunk_layers: even chunks as layers per virtual stage
+ * (to torchtitan too), each stage's layers cut evenly under the decoder
+ * first/last flags. */
+static void chunks_the_flags_place_export_as_before(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=4,sp=1,vpp=2,mbs=1,gbs=64", &d, NULL),
+               "see above");
+    const int even[] = {3, 3, 3, 3, 3, 3, 3, 3};
+    set_chunks(&d, even);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_layers_per_stage 3\n");
+    free(text);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--num-layers-per-virtual-pipeline-stage 3\n");
+    CHECK(text && !strstr(text, "--pipeline-model-parallel-layout"));
+    free(text);
+    /* 4 + 8 + 8 + 4 layers, each stage's cut in two. */
+    const int first_last[] = {2, 4, 4, 2, 2, 4, 4, 2};
+    set_chunks(&d, first_last);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--num-virtual-stages-per-pipeline-rank 2\n"
+                        "  --decoder-first-pipeline-num-layers 4\n"
+                        "  --decoder-last-pipeline-num-layers 4\n");
+    CHECK(text && !strstr(text, "--pipeline-model-parallel-layout"));
+    free(text);
+    /* The same stages with stage 0's chunks 1 + 3: only the layout. */
+    const int skewed[] = {1, 4, 4, 2, 3, 4, 4, 2};
+    set_chunks(&d, skewed);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--pipeline-model-parallel-layout Et|t*4|t*4|t*2|t*3|t*4|t*4|t*2L\n");
+    check_no_vpp_flags(text);
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* Megatron-LM's uniform recomputation groups must divide each chunk. */
+static void uniform_groups_must_divide_each_chunk(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=2,sp=1,vpp=2,mbs=1,gbs=64,"
+                                     "recompute=full", &d, NULL), "see above");
+    const int layers[] = {4, 8, 6, 6};
+    set_chunks(&d, layers);
+    d.recompute_layers = 2;
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    free(text);
+    d.recompute_layers = 4;
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: stage 0's model chunk 1 holds 6 layers, which "
+                       "Megatron-LM's uniform groups of 4 do not divide");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* plan.json of the estimate above, its "chunk_layers" and stages[s].layers
+ * replaced, read back; returns the reader's status, its message in err. */
+static int read_with_chunks(const ap_graph *g, const char *spec, const char *chunks,
+                            const int *layers1, char *err)
+{
+    ap_plan p;
+    if (ap_test_megatron_plan_ok(g, 16, spec, NULL, &p))
+        return -1;
+    char *json = ap_plan_to_json(g, &p);
+    ap_plan_free(&p);
+    cJSON *o = cJSON_Parse(json);
+    free(json);
+    if (chunks && cJSON_GetObjectItem(o, "chunk_layers"))
+        cJSON_ReplaceItemInObject(o, "chunk_layers", cJSON_Parse(chunks));
+    else if (chunks)
+        cJSON_AddItemToObject(o, "chunk_layers", cJSON_Parse(chunks));
+    cJSON *st1 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), 1);
+    if (layers1)
+        cJSON_ReplaceItemInObject(st1, "layers", cJSON_CreateIntArray(layers1, 2));
+    json = cJSON_Print(o);
+    cJSON_Delete(o);
+    ap_plan_desc d;
+    int rc = ap_plan_desc_parse(json, strlen(json), "plan.json", &d, err);
+    free(json);
+    if (!rc)
+        ap_plan_desc_free(&d);
+    return rc;
+}
+
+/* The reader takes chunk_layers only as nstages * virtual_stages counts
+ * that hold each stage's layers and start each stage at its first layer,
+ * and says which field is wrong. */
+static void reader_checks_chunk_layers(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    char err[AP_ERR_LEN];
+    const char *spec = "tp=1,pp=2,mbs=1,gbs=64,layout=Et*5|t*7|t*7|t*5L";
+    /* As written: stage 1 starts at 5, inside stage 0's [0, 12). */
+    CHECK(read_with_chunks(g, spec, NULL, NULL, err) == AP_OK);
+    CHECK(read_with_chunks(g, spec, "[5, 7, 7]", NULL, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: chunk_layers: expected an array of 4 layer counts "
+                       "(2 stages x 2 virtual_stages)");
+    CHECK(read_with_chunks(g, spec, "[5, 7, 7, 6]", NULL, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: stages[1].layers: holds 12 layers, but its chunks in "
+                       "chunk_layers hold 13");
+    const int wide[2] = {5, 18};
+    CHECK(read_with_chunks(g, spec, "[5, 7, 7, 6]", wide, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: chunk_layers: holds 25 layers, but model_shape.layers "
+                       "is 24");
+    CHECK(read_with_chunks(g, spec, "[6, 6, 6, 6]", NULL, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: stages[1].layers: starts at layer 5, but its first "
+                       "model chunk (chunk_layers[1]) starts at layer 6");
+    CHECK(read_with_chunks(g, spec, "[5, 7, -7, 5]", NULL, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: chunk_layers[2]: expected an integer from 0 to");
+    CHECK(read_with_chunks(g, spec, "{\"a\": 1}", NULL, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: chunk_layers: expected an array of 4");
+    /* Without interleaving there are no chunks to give layers to. */
+    CHECK(read_with_chunks(g, "tp=1,pp=2,mbs=1,gbs=64", "[12, 12]", NULL, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: chunk_layers: given with virtual_stages 1");
+    /* Without chunk_layers the stages must still follow each other. */
+    const int overlap[2] = {11, 23};
+    CHECK(read_with_chunks(g, "tp=1,pp=2,mbs=1,gbs=64", NULL, overlap, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: stages[1].layers: starts at layer 11, expected 12");
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(megatron_plan_classifies_back_to_its_degrees);
@@ -465,5 +709,10 @@ int main(void)
     RUN(parallel_residual_is_refused_by_megatron_only);
     RUN(relu_mlp_is_refused_by_megatron_only);
     RUN(model_without_positions_is_stated_as_none);
+    RUN(chunked_plan_exports_its_layout_alone);
+    RUN(estimated_layout_round_trips_through_the_export);
+    RUN(chunks_the_flags_place_export_as_before);
+    RUN(uniform_groups_must_divide_each_chunk);
+    RUN(reader_checks_chunk_layers);
     return DONE();
 }

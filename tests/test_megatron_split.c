@@ -276,11 +276,20 @@ static void embedding_and_loss_counted_as_layers(void)
     CHECK(p.vchunks == 8 && p.nstages == 16);
     int next = 0;
     for (int i = 0; i < p.nstages; i++) {
-        CHECK(p.stages[i].first_layer == next);
         CHECK(p.stages[i].nlayers == (i == 0 || i == 15 ? 7 : 8));
         next += p.stages[i].nlayers;
     }
     CHECK(next == 126);
+    /* Each of the 128 chunks is one slot: the first chunk of all holds the
+     * embedding alone and the last the loss alone, so the layers run from
+     * stage 1's first chunk: stage i's first chunk starts at layer i - 1. */
+    CHECK(p.chunk_layers != NULL);
+    int ones = 0;
+    for (int k = 1; p.chunk_layers && k < 127; k++)
+        ones += p.chunk_layers[k] == 1;
+    CHECK(p.chunk_layers && p.chunk_layers[0] == 0 && p.chunk_layers[127] == 0 && ones == 126);
+    for (int i = 0; i < p.nstages; i++)
+        CHECK(p.stages[i].first_layer == (i ? i - 1 : 0));
     /* 8 micro-batches over 16 stages of 8 chunks: the interleaved bubble is
      * well below plain 1F1B's (p - 1) / m. */
     CHECK(p.bubble < 15.0 / 8 / (1 + 15.0 / 8));

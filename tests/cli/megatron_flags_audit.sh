@@ -157,7 +157,7 @@ same "--recompute-modules under full recomputation" "$llama" 16 \
 
 # Flags refused whatever their value.
 for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
-    "--spec local" "--pipeline-model-parallel-layout Et*16|t*16L" \
+    "--spec local" \
     "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" \
     "--moe-layer-recompute" "--moe-use-legacy-grouped-gemm" \
@@ -182,5 +182,16 @@ same "groups of pp micro-batches" "$llama" 16 \
     "tp=2,pp=4,vpp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0"
 refused "--megatron-args: --pipeline-model-parallel-layout needs a value" "$llama" 16 \
     "$layout --pipeline-model-parallel-layout"
+# A layout places the layers itself (tests/test_megatron_layout.c): with
+# pp=2 and 16 layers a stage each, it is the even split, and with four
+# virtual stages the interleaved schedule it states.
+same "a layout of even stages" "$llama" 16 \
+    "$layout --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*16|t*16L" \
+    "tp=2,pp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0"
+same "a layout of even chunks" "$llama" 16 \
+    "$layout --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*8|(t*8|)*2t*8L" \
+    "tp=2,pp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,layout=Et*8|t*8|t*8|t*8L"
+refused "layout (--pipeline-model-parallel-layout) \"Et*16|t*15L\": places 31 transformer layers" \
+    "$llama" 16 "$layout --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*16|t*15L"
 
 finish

@@ -1,0 +1,51 @@
+/* layout.h -- private to planner/: Megatron-LM's pipeline layout string
+ * (--pipeline-model-parallel-layout) and the model chunks of a stage. */
+#ifndef AP_PLANNER_LAYOUT_H
+#define AP_PLANNER_LAYOUT_H
+
+#include <stddef.h>
+
+#include "planner/planner.h"
+
+/* The most virtual stages a layout may unroll to (its longest string is
+ * AP_LAYOUT_LEN, planner.h). */
+#define AP_LAYOUT_MAX_STAGES 65536
+
+/* A parsed layout: nstages virtual stages in Megatron-LM's order (virtual
+ * stage c*pp + r is model chunk c of pipeline rank r), each with its
+ * transformer layers ('t') in layers[], and where the embedding ('E'), the
+ * loss ('L') and any multi-token-prediction layers ('m') are. The caller
+ * frees layers with ap_layout_free. */
+typedef struct {
+    int nstages;
+    int *layers;
+    int total;          /* sum of layers[] */
+    int embedding_at;   /* virtual stage of 'E'; -1 if none */
+    int loss_at;        /* virtual stage of 'L'; -1 if none */
+    int embeddings, losses, mtp; /* how many of each the string holds */
+    int embedding_first, loss_last; /* 'E' is the string's first layer
+                                       symbol, 'L' its last */
+} ap_pipe_layout;
+
+/* Parses s as Megatron-Core's PipelineParallelLayerLayout.parse_str_to_list
+ * does: commas dropped, "(...)*n" unrolled (its content without
+ * parentheses), then "x*n" for any one character, then '|' between
+ * virtual stages. AP_EINPUT naming `who` and the fault on a character it
+ * does not know, unbalanced parentheses, a count of 0 or a string that
+ * unrolls past AP_LAYOUT_MAX_STAGES virtual stages. */
+int ap_layout_parse(const char *s, const char *who, ap_pipe_layout *out, char *err);
+void ap_layout_free(ap_pipe_layout *l);
+
+/* Writes the layout of n virtual stages with layers[i] transformer layers
+ * each, the embedding on the first and the loss on the last, runs of equal
+ * stages folded as "(t*4|)*7" where that is shorter: what Megatron-LM reads
+ * back. Returns the length written, or -1 when it does not fit in len. */
+int ap_layout_format(const int *layers, int n, char *buf, size_t len);
+
+/* Where layer k (0-based, of st->nlayers) of stage s of plan p sits: its
+ * model chunk, its position in that chunk, and its layer in the model. A
+ * plan with chunk_layers gives each chunk its own count; otherwise the
+ * stage's span is cut into vchunks pieces of ceil(nlayers / vchunks). */
+void ap_stage_chunk_of(const ap_plan *p, int s, int k, int *chunk, int *pos, int *layer);
+
+#endif
