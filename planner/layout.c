@@ -253,7 +253,7 @@ void ap_stage_chunk_of(const ap_plan *p, int s, int k, int *chunk, int *pos, int
 {
     const ap_stage *st = &p->stages[s];
     int v = p->vchunks > 1 ? p->vchunks : 1;
-    if (!p->chunk_layers) {
+    if (!p->chunk_layers || v == 1) {
         int cs = (st->nlayers + v - 1) / v;
         *chunk = cs ? k / cs : 0;
         *pos = cs ? k % cs : k;

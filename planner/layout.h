@@ -48,4 +48,23 @@ int ap_layout_format(const int *layers, int n, char *buf, size_t len);
  * stage's span is cut into vchunks pieces of ceil(nlayers / vchunks). */
 void ap_stage_chunk_of(const ap_plan *p, int s, int k, int *chunk, int *pos, int *layer);
 
+/* For an interleaved plan the search has priced (its chunks even, or
+ * chunk_layers): moves layers, one at a time, out of the first and the
+ * last virtual stage (which carry the embedding and the head) into the
+ * chunk where that shortens the step most, while one does and the plan
+ * fits in `limit` bytes per GPU, up to a bound. The moved plan keeps its
+ * chunks as chunk_layers (exported as Megatron-LM's layout); an unmoved
+ * one stays as it was, priced. Models of one layer class only
+ * (planner/balance.c). */
+int ap_plan_balance_chunks(const ap_graph *g, const ap_cluster *c, ap_plan *p,
+                           double limit, char *err);
+/* Gives p the chunks `chunks` (nstages * vchunks, owned by p from now on)
+ * and each stage the layers and first layer they make; p is to be priced
+ * again. */
+void ap_plan_set_chunks(ap_plan *p, int *chunks);
+/* Gives each stage of p vchunks chunks of its own span's layers, the
+ * first ones a layer longer where they do not divide (ap_plan_set_chunks):
+ * interleaving for stages of uneven layers. -1 when out of memory. */
+int ap_plan_split_chunks(ap_plan *p);
+
 #endif

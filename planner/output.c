@@ -532,7 +532,8 @@ static void mesh_copies(const ap_mesh *m, char *buf, size_t len)
 }
 
 /* A stage's layers for the report: "0-11", or under chunk_layers each
- * model chunk's, "0-4,12-18", leaving out chunks that hold none; a list
+ * model chunk's, "0-4,12-18" ("7" for a chunk of one), leaving out chunks
+ * that hold none; a list
  * too long for buf ends in "..." after its last whole range. len >= 8. */
 static void format_layers(const ap_plan *p, int s, char *buf, size_t len)
 {
@@ -549,7 +550,9 @@ static void format_layers(const ap_plan *p, int s, char *buf, size_t len)
         int held = p->chunk_layers[chunk * p->nstages + s];
         if (held < 1) /* chunks that do not hold the stage's layers */
             break;
-        int w = snprintf(buf + n, room - n, "%s%d-%d", n ? "," : "", first, first + held - 1);
+        int w = held == 1 ? snprintf(buf + n, room - n, "%s%d", n ? "," : "", first)
+                          : snprintf(buf + n, room - n, "%s%d-%d", n ? "," : "", first,
+                                     first + held - 1);
         if (w < 0 || (size_t)w >= room - n) {
             snprintf(buf + n, len - n, "...");
             return;

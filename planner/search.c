@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "planner/candidate.h"
+#include "planner/layout.h"
 
 void ap_plan_opts_default(ap_plan_opts *o)
 {
@@ -271,33 +272,68 @@ static int chunks_divide(const ap_plan *p, int v)
 
 /* Interleaved 1F1B on the chosen cuts: each stage runs v chunks of its
  * layers, which shrinks the bubble by v at the price of v times the sends
- * and more micro-batches in flight; the simulation prices both. Kept only
- * when it is faster and fits. */
+ * and more micro-batches in flight; the simulation prices both. Each v is
+ * tried with its chunks even (or as even as a stage's layers allow) and
+ * then with layers moved off the chunks that carry the embedding and the
+ * head (ap_plan_balance_chunks). Kept only when it is faster and fits. */
 static int try_interleaving(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                             double limit, char *err)
 {
     if (p->nstages < 2)
         return AP_OK;
     double best = p->step_time;
-    int best_v = 1, most = p->stages[0].nlayers;
-    for (int i = 1; i < p->nstages; i++)
+    int best_v = 1, most = p->stages[0].nlayers, rc = AP_OK;
+    int *span = malloc(sizeof(int) * 2 * (size_t)p->nstages), *best_chunks = NULL;
+    if (!span) {
+        snprintf(err, AP_ERR_LEN, "out of memory trying interleaving");
+        return AP_EINTERNAL;
+    }
+    for (int i = 0; i < p->nstages; i++) {
+        span[2 * i] = p->stages[i].first_layer;
+        span[2 * i + 1] = p->stages[i].nlayers;
         if (p->stages[i].nlayers < most)
             most = p->stages[i].nlayers;
-    for (int v = 2; v <= most; v++) {
-        if (!chunks_divide(p, v))
+    }
+    for (int v = 2; v <= most && !rc; v++) {
+        /* Stages whose layers do not divide into v get chunks of their
+         * own sizes, which a layout states; only for one layer class,
+         * whose block every stage has solved. */
+        int even = chunks_divide(p, v);
+        if (!even && (p->nclasses != 1 || p->nmicro % p->nstages))
             continue;
         p->schedule = AP_SCHED_INTERLEAVED;
         p->vchunks = v;
-        int rc = ap_plan_evaluate(g, c, p, err);
-        if (rc)
-            return rc;
-        if (p->max_mem_bytes <= limit && p->step_time < best) {
+        if (!even && ap_plan_split_chunks(p)) {
+            rc = AP_EINTERNAL;
+            snprintf(err, AP_ERR_LEN, "out of memory trying interleaving");
+            break;
+        }
+        rc = ap_plan_evaluate(g, c, p, err);
+        if (!rc)
+            rc = ap_plan_balance_chunks(g, c, p, limit, err);
+        if (!rc && p->max_mem_bytes <= limit && p->step_time < best) {
             best = p->step_time;
             best_v = v;
+            free(best_chunks);
+            best_chunks = p->chunk_layers;
+            p->chunk_layers = NULL;
         }
+        free(p->chunk_layers);
+        p->chunk_layers = NULL;
+        for (int i = 0; i < p->nstages; i++) {
+            p->stages[i].first_layer = span[2 * i];
+            p->stages[i].nlayers = span[2 * i + 1];
+        }
+    }
+    free(span);
+    if (rc) {
+        free(best_chunks);
+        return rc;
     }
     p->schedule = best_v > 1 ? AP_SCHED_INTERLEAVED : AP_SCHED_1F1B;
     p->vchunks = best_v;
+    if (best_chunks)
+        ap_plan_set_chunks(p, best_chunks);
     return ap_plan_evaluate(g, c, p, err);
 }
 
