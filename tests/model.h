@@ -171,6 +171,21 @@ static inline int ap_test_layer_op(const ap_graph *g, const ap_plan *p, const ch
     return -1;
 }
 
+/* Search options for tests of ap_plan_search: `gpus` GPUs, `global_batch`
+ * sequences, no progress line and no ILP time limit, so that the plan
+ * asserted never depends on how busy the machine is (valgrind runs every
+ * thread on one core, fifty times slower). */
+static inline ap_plan_opts ap_test_search_opts(int gpus, double global_batch)
+{
+    ap_plan_opts o;
+    ap_plan_opts_default(&o);
+    o.gpus = gpus;
+    o.global_batch = global_batch;
+    o.progress = 0;
+    o.ilp_time_limit = 0;
+    return o;
+}
+
 /* Prices spec on `gpus` H100s (ap_test_megatron_plan) and reads its
  * plan.json back into *d, which the caller frees (ap_plan_desc_free); the
  * step time into *step when step is not NULL. Prints the error and returns

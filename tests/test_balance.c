@@ -23,12 +23,7 @@ static void uneven_stages_interleave_with_the_head_chunk_lightened(void)
     CHECK(g != NULL);
     if (!g)
         return;
-    ap_plan_opts o;
-    ap_plan_opts_default(&o);
-    o.gpus = 512;
-    o.global_batch = 32;
-    o.progress = 0;
-    o.ilp_time_limit = 0;
+    ap_plan_opts o = ap_test_search_opts(512, 32);
     REQUIRE_OK(ap_cluster_preset("h100-sxm", 512, 8, &c, err), err);
     REQUIRE_OK(ap_plan_search(g, &c, &o, &p, err), err);
     CHECK(p.nstages == 16 && p.vchunks == 4 && p.schedule == AP_SCHED_INTERLEAVED);

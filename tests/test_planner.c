@@ -338,20 +338,6 @@ static void an_ilp_out_of_time_leaves_the_block_unsolved(void)
     ap_block_free(&b);
 }
 
-/* Search options for the tests below: no progress line and no ILP time
- * limit, so that the plan asserted never depends on how busy the machine is
- * (valgrind runs every thread on one core, fifty times slower). */
-static ap_plan_opts search_opts(int gpus, double global_batch)
-{
-    ap_plan_opts o;
-    ap_plan_opts_default(&o);
-    o.gpus = gpus;
-    o.global_batch = global_batch;
-    o.progress = 0;
-    o.ilp_time_limit = 0;
-    return o;
-}
-
 static void plans_cover_every_layer_and_gpu_once_and_repeat_exactly(void)
 {
     ap_graph *g = ap_test_model("examples/gpt-tiny.json", 0);
@@ -363,7 +349,7 @@ static void plans_cover_every_layer_and_gpu_once_and_repeat_exactly(void)
     char err[AP_ERR_LEN];
     ap_cluster_preset("h100-sxm", 4, 4, &c, err);
     for (int stages = 1; stages <= 2; stages++) {
-        ap_plan_opts o = search_opts(4, 16);
+        ap_plan_opts o = ap_test_search_opts(4, 16);
         o.max_stages = stages;
         ap_plan p, q;
         REQUIRE_OK(ap_plan_search(g, &c, &o, &p, err), err);
@@ -402,7 +388,7 @@ static void deep_pipelines_interleave_when_it_pays(void)
     ap_cluster c;
     char err[AP_ERR_LEN];
     ap_cluster_preset("h100-sxm", 128, 8, &c, err);
-    ap_plan_opts o = search_opts(128, 64);
+    ap_plan_opts o = ap_test_search_opts(128, 64);
     ap_plan p;
     REQUIRE_OK(ap_plan_search(g, &c, &o, &p, err), err);
     CHECK(p.nstages > 1);
@@ -437,7 +423,7 @@ static void tight_memory_searches_zero_levels(void)
     ap_cluster_preset("h100-sxm", 4, 8, &c, err);
     c.hbm_bytes = 6.3 * (1 << 30);
     c.mem_reserved = 0;
-    ap_plan_opts o = search_opts(4, 32);
+    ap_plan_opts o = ap_test_search_opts(4, 32);
     o.no_pipeline = 1;
     ap_plan p;
     REQUIRE_OK(ap_plan_search(g, &c, &o, &p, err), err);
