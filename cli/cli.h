@@ -33,6 +33,7 @@ typedef struct {
     ap_build_opts build;
     int dropout_given; /* --dropout on|off was on the command line */
     int flash_given;   /* --flash-attention on|off was on the command line */
+    int mtp_given;     /* --mtp-layers N was */
 } ap_cli_common;
 
 void ap_cli_common_default(ap_cli_common *c);

@@ -11,7 +11,7 @@ static const char usage_text[] =
     "usage: autopar calibrate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "                         --measured-step SECONDS -o cluster.json\n"
     "                         [--gpus-per-node G] [--cluster NAME|FILE] [--seq N]\n"
-    "                         [--flash-attention on|off] [--dropout on|off]\n"
+    "                         [--flash-attention on|off] [--dropout on|off] [--mtp-layers N]\n"
     "\n"
     "Derives your cluster's sustained tensor-core rate from one training run you\n"
     "measured: the GEMM and attention efficiencies of the cluster (a preset or a\n"

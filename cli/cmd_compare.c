@@ -13,7 +13,8 @@
 static const char usage_text[] =
     "usage: autopar compare MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "                       [--sweep] [--json] [--gpus-per-node G] [--cluster NAME|FILE]\n"
-    "                       [--global-batch B] [--seq N] [--flash-attention on|off] [--quiet]\n"
+    "                       [--global-batch B] [--seq N] [--mtp-layers N]\n"
+    "                       [--flash-attention on|off] [--quiet]\n"
     "                       [--dropout on|off] [--max-experts-per-gpu E]\n"
     "\n"
     "Puts your Megatron-LM configuration and autopar's plan side by side under\n"

@@ -95,6 +95,7 @@ static int load_model(const ap_plan_desc *p, const char *model, ap_graph **g)
     if (p->has_shape) {
         o.flash = p->shape.flash;
         o.dropout = p->shape.hidden_dropout > 0 || p->shape.attention_dropout > 0;
+        o.mtp_layers = p->shape.mtp_layers;
     }
     int rc = ap_graph_load(model ? model : p->model_path, &o, g, err);
     if (rc)

@@ -12,7 +12,7 @@
 static const char usage_text[] =
     "usage: autopar graph MODEL [--json] [--seq N] [--batch N]\n"
     "                     [--flash-attention on|off] [--dropout on|off]\n"
-    "                     [-o OUT.json]\n"
+    "                     [--mtp-layers N] [-o OUT.json]\n"
     "\n"
     "Summarises a model's operator graph: dimensions, layers and layer\n"
     "classes, ops by kind, parameters, activation bytes saved for backward\n"
@@ -26,6 +26,9 @@ static const char usage_text[] =
     "  --flash-attention on|off  use (or not) a fused attention kernel, which\n"
     "                         saves no s x s matrix; applies to both formats\n"
     "  --dropout on|off       dropout after attention and MLP (HF configs only)\n"
+    "  --mtp-layers N         N multi-token-prediction modules after the head,\n"
+    "                         as Megatron-LM's --mtp-num-layers (HF configs;\n"
+    "                         default none, whatever the config says)\n"
     "  -o OUT.json            write the graph in the project format\n";
 
 typedef struct {
@@ -77,6 +80,10 @@ static int parse_args(int argc, char **argv, options *o)
             rc = parse_count(a, v, AP_MAX_SEQ, &o->build.seq);
         } else if (!strcmp(a, "--batch")) {
             rc = parse_count(a, v, AP_MAX_BATCH, &o->build.batch);
+        } else if (!strcmp(a, "--mtp-layers")) {
+            int64_t n = 0;
+            rc = v && !strcmp(v, "0") ? 0 : parse_count(a, v, AP_MAX_MTP, &n);
+            o->build.mtp_layers = (int)n;
         } else if (!strcmp(a, "--flash-attention")) {
             rc = parse_switch(a, v, &o->build.flash);
             o->flash_set = 1;

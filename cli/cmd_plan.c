@@ -11,7 +11,7 @@
 static const char usage_text[] =
     "usage: autopar plan MODEL --gpus N [--gpus-per-node G] [--cluster NAME|FILE]\n"
     "                    [--global-batch B] [--seq N] [--flash-attention on|off]\n"
-    "                    [--dropout on|off]\n"
+    "                    [--dropout on|off] [--mtp-layers N]\n"
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
     "                    [--fp8] [--tp-comm-overlap] [--cross-entropy IMPL]\n"
@@ -29,6 +29,8 @@ static const char usage_text[] =
     "                       (default h100-sxm)\n"
     "  --global-batch B     sequences per step (default 512)\n"
     "  --seq N              sequence length (Hugging Face configs)\n"
+    "  --mtp-layers N       N multi-token-prediction modules after the head, run\n"
+    "                       on the last stage (Hugging Face configs; default 0)\n"
     "  --flash-attention on|off, --dropout on|off\n"
     "                       a fused attention kernel (default on), dropout\n"
     "                       after attention and MLP (default off); Hugging\n"

@@ -53,7 +53,7 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
     if (!strcmp(a, "--gpus") || !strcmp(a, "--gpus-per-node") ||
         !strcmp(a, "--cluster") || !strcmp(a, "--global-batch") ||
         !strcmp(a, "--seq") || !strcmp(a, "--flash-attention") ||
-        !strcmp(a, "--dropout")) {
+        !strcmp(a, "--dropout") || !strcmp(a, "--mtp-layers")) {
         if (!v) {
             fprintf(stderr, "autopar %s: %s needs a value\n", cmd, a);
             return -1;
@@ -73,6 +73,12 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
         if (ap_cli_int(cmd, a, v, 1, AP_MAX_SEQ, &n))
             return -1;
         c->build.seq = n;
+        return 2;
+    }
+    if (!strcmp(a, "--mtp-layers")) {
+        if (ap_cli_int(cmd, a, v, 0, AP_MAX_MTP, &c->build.mtp_layers))
+            return -1;
+        c->mtp_given = 1;
         return 2;
     }
     if (!strcmp(a, "--cluster")) {
@@ -161,10 +167,26 @@ static int megatron_flash(ap_cli_common *cm, const ap_megatron *m, const char *c
     return 0;
 }
 
+/* --mtp-num-layers builds a Hugging Face config with that many MTP modules
+ * (a model file must have them already: ap_graph_load checks). */
+static int megatron_mtp(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
+{
+    if (!m->shape.mtp)
+        return 0;
+    if (cm->mtp_given && cm->build.mtp_layers != m->shape.mtp) {
+        fprintf(stderr, "autopar %s: --mtp-layers %d and --megatron-args "
+                "--mtp-num-layers %d disagree\n", cmd, cm->build.mtp_layers, m->shape.mtp);
+        return 2;
+    }
+    cm->build.mtp_layers = m->shape.mtp;
+    return 0;
+}
+
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
 {
     int seq = m->shape.seq;
-    if (megatron_dropout(cm, m, cmd) || megatron_flash(cm, m, cmd))
+    if (megatron_dropout(cm, m, cmd) || megatron_flash(cm, m, cmd) ||
+        megatron_mtp(cm, m, cmd))
         return 2;
     if (!seq)
         return 0;

@@ -176,6 +176,12 @@ typedef struct {
     int *layer_class;/* per layer: the smallest layer index with an identical
                         block (same kinds, shapes, attributes and wiring) */
     double total_flops, total_params, total_param_bytes, total_saved_bytes;
+    /* Multi-token-prediction modules (Megatron-Core's MTP, DeepSeek-V3's
+     * next-n predictors) after the head: ops outside the layers, named
+     * "mtp<k>.", each a norm of the hidden state and of the next token's
+     * embedding, a projection of the two, a transformer layer, a norm, the
+     * output layer and a loss. 0 without (docs/hf-models.md). */
+    int mtp_layers;
 
     struct ap_graph_index *index; /* private to graph.c: names to indices */
 } ap_graph;
@@ -206,7 +212,14 @@ typedef struct {
     int64_t batch;      /* batch size the graph is built at; 0 = 1 */
     int flash;          /* 1 (default) or 0 */
     int dropout;        /* 1: dropout after attention and MLP (p = 0.1) */
+    int mtp_layers;     /* Hugging Face configs: that many MTP modules after
+                           the head (--mtp-num-layers); 0 (default) none. A
+                           model file states its own ("mtp_layers"), which
+                           this must then match or leave 0. */
 } ap_build_opts;
+
+/* The most MTP modules a model may have. */
+#define AP_MAX_MTP 16
 void ap_build_opts_default(ap_build_opts *o);
 int ap_graph_load(const char *path, const ap_build_opts *opt, ap_graph **out,
                   char *err);

@@ -421,6 +421,7 @@ typedef struct {
     char *err;
     int status;
     int layer;                /* -1 outside the blocks */
+    char scope[16];           /* prefix of local names: "l3.", "mtp0.", "" */
     char in[AP_NAME_LEN];     /* the residual stream entering this block */
 } bld;
 
@@ -432,8 +433,8 @@ static void full_name(const bld *b, const char *tok, size_t len, char *out)
         snprintf(out, AP_NAME_LEN, "%s", b->in);
     else if (tok[0] == '=')
         snprintf(out, AP_NAME_LEN, "%.*s", (int)len - 1, tok + 1);
-    else if (b->layer >= 0)
-        snprintf(out, AP_NAME_LEN, "l%d.%.*s", b->layer, (int)len, tok);
+    else if (b->scope[0])
+        snprintf(out, AP_NAME_LEN, "%s%.*s", b->scope, (int)len, tok);
     else
         snprintf(out, AP_NAME_LEN, "%.*s", (int)len, tok);
 }
@@ -734,14 +735,14 @@ static void residual2(bld *b, const char *x)
     op(b, "res2", AP_OP_BINARY, AP_BINARY_ADD, ins, "out:bsh");
 }
 
-/* Block i: attention and feed-forward sublayers, each with an optional
- * dropout and a residual add. GPT-NeoX's parallel residual computes
- * x + attn(ln1(x)) + mlp(ln2(x)) instead. */
-static void block(bld *b, const hf_model *m, const ap_build_opts *opt, int i)
+/* The sublayers of block i in the current scope: attention and
+ * feed-forward, each with an optional dropout and a residual add, writing
+ * "out". GPT-NeoX's parallel residual computes x + attn(ln1(x)) +
+ * mlp(ln2(x)) instead. */
+static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i)
 {
     const char *a = opt->dropout ? "attn_drop.y" : "o.y";
     const char *f = opt->dropout ? "mlp_drop.y" : "mlp.y";
-    b->layer = i;
     norm(b, m, "ln1", "^", 'h', "ln1.y:bsh");
     if (m->mla)
         latent_attention(b, m, opt, "ln1.y");
@@ -758,8 +759,16 @@ static void block(bld *b, const hf_model *m, const ap_build_opts *opt, int i)
     if (m->parallel_residual)
         residual1(b, a);
     residual2(b, f);
+}
+
+static void block(bld *b, const hf_model *m, const ap_build_opts *opt, int i)
+{
+    b->layer = i;
+    snprintf(b->scope, sizeof b->scope, "l%d.", i);
+    sublayers(b, m, opt, i);
     snprintf(b->in, sizeof b->in, "l%d.out", i);
     b->layer = -1;
+    b->scope[0] = 0;
 }
 
 /* The angle table: per position, one fp32 angle per rotated element (as
@@ -797,13 +806,40 @@ static void head(bld *b, const hf_model *m)
     op(b, "loss", AP_OP_LOSS, 0, "logits labels", "loss:");
 }
 
+/* Multi-token-prediction module k, as Megatron-Core's
+ * MultiTokenPredictionLayer runs it after the head: the next token's
+ * embedding (the input table, shared) and the hidden state each normed,
+ * projected together from 2h back to h (eh_proj over their concatenation),
+ * one transformer layer like the model's last, its own final norm, the
+ * output layer (shared) and a loss. Its ops are outside the layers, so a
+ * plan runs them with the head; the hidden state is the decoder's output
+ * for the first module and the previous module's after. */
+static void mtp_module(bld *b, const hf_model *m, const ap_build_opts *opt, int k)
+{
+    char ins[2 * AP_NAME_LEN + 2];
+    snprintf(b->scope, sizeof b->scope, "mtp%d.", k);
+    op(b, "embed", AP_OP_EMBEDDING, 0, "=tokens =wte", "embed.y:bsh");
+    norm(b, m, "enorm", "embed.y", 'h', "enorm.y:bsh");
+    norm(b, m, "hnorm", "^", 'h', "hnorm.y:bsh");
+    op(b, "cat", AP_OP_RESHAPE, AP_LAYOUT_CONCAT, "enorm.y hnorm.y", "cat.y:bsH");
+    linear(b, "eh_proj", "cat.y", "Hh", NULL, "eh_proj.y:bsh");
+    snprintf(b->in, sizeof b->in, "mtp%d.eh_proj.y", k);
+    sublayers(b, m, opt, (int)m->layers - 1);
+    snprintf(b->in, sizeof b->in, "mtp%d.out", k);
+    norm(b, m, "final_norm", "^", 'h', "final_norm.y:bsh");
+    snprintf(ins, sizeof ins, "final_norm.y %s", m->tie ? "=wte" : "=lm_head.w");
+    op(b, "lm_head", AP_OP_MATMUL, 0, ins, "logits:bsv");
+    op(b, "loss", AP_OP_LOSS, 0, "logits =labels", "loss:");
+    b->scope[0] = 0;
+}
+
 static void dim(bld *b, char label, const char *name, ap_dim_kind kind, int64_t size)
 {
     if (!b->status && ap_graph_add_dim(b->g, label, name, kind, size, b->err) < 0)
         build_fail(b);
 }
 
-static void dims(bld *b, const hf_model *m, int64_t batch, int64_t seq)
+static void dims(bld *b, const hf_model *m, int64_t batch, int64_t seq, int mtp)
 {
     dim(b, 'b', "batch", AP_DIM_BATCH, batch);
     dim(b, 's', "seq", AP_DIM_SEQ, seq);
@@ -820,6 +856,8 @@ static void dims(bld *b, const hf_model *m, int64_t batch, int64_t seq)
             dim(b, 'q', "q_lora_rank", AP_DIM_OTHER, m->q_lora);
     }
     dim(b, 'v', "vocab", AP_DIM_VOCAB, m->vocab);
+    if (mtp)
+        dim(b, 'H', "mtp_concat", AP_DIM_OTHER, 2 * m->hidden);
     if (m->positions)
         dim(b, 'p', "positions", AP_DIM_OTHER, m->positions);
     if (m->rot && m->rot != m->head_dim && !m->mla)
@@ -911,11 +949,14 @@ static int build(const hf_model *m, const ap_build_opts *opt, const char *source
     snprintf(b.g->source, sizeof b.g->source, "%s", source);
     b.err = err;
     b.layer = -1;
-    dims(&b, m, batch, seq);
+    dims(&b, m, batch, seq, opt->mtp_layers);
     embedding(&b, m);
     for (i = 0; i < m->layers && !b.status; i++)
         block(&b, m, opt, (int)i);
     head(&b, m);
+    for (i = 0; i < opt->mtp_layers && !b.status; i++)
+        mtp_module(&b, m, opt, (int)i);
+    b.g->mtp_layers = opt->mtp_layers;
     rc = b.status ? b.status : ap_graph_finalize(b.g, err);
     if (rc != AP_OK) {
         ap_graph_free(b.g);
@@ -952,6 +993,11 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
         rc = pick_seq(&c, &m, opt, &seq);
     if (rc == AP_OK && batch > MAX_BATCH) {
         cfg_fail(&c, "batch size %lld is above the limit %d", (long long)batch, MAX_BATCH);
+        rc = AP_EINPUT;
+    }
+    if (rc == AP_OK && (opt->mtp_layers < 0 || opt->mtp_layers > AP_MAX_MTP)) {
+        cfg_fail(&c, "%d multi-token-prediction modules asked for; 0 to %d are built",
+                 opt->mtp_layers, AP_MAX_MTP);
         rc = AP_EINPUT;
     }
     cJSON_Delete((cJSON *)c.root);

@@ -412,7 +412,7 @@ static int load_header(const ctx *c, const cJSON *root, const char **name,
 {
     static const char *const known[] = {"format", "name",    "description",
                                         "dtype",  "dims",    "tensors",
-                                        "ops",    NULL};
+                                        "ops",    "mtp_layers", NULL};
     const char *format = NULL, *dt = NULL, *desc = NULL;
     if (check_fields(c, root, "", known) ||
         get_string(c, root, "", "format", 1, &format))
@@ -434,6 +434,22 @@ static int load_header(const ctx *c, const cJSON *root, const char **name,
          *k; k++)
         if (!field(root, *k))
             return fail(c, "missing field \"%s\"", *k);
+    return AP_OK;
+}
+
+/* "mtp_layers": how many of the ops after the layers are MTP modules
+ * (written by `autopar graph -o` from a config built with them); build
+ * options can only ask for the count the file has. */
+static int load_mtp(const ctx *c, const cJSON *root, ap_graph *g, const ap_build_opts *opt)
+{
+    int64_t n = 0;
+    if (field(root, "mtp_layers") && get_int(c, root, "", "mtp_layers", 0, AP_MAX_MTP, &n))
+        return AP_EINPUT;
+    g->mtp_layers = (int)n;
+    if (opt && opt->mtp_layers && opt->mtp_layers != n)
+        return fail(c, "mtp_layers: the model has %d multi-token-prediction modules, "
+                    "not the %d asked for (they are built from a Hugging Face "
+                    "config.json)", (int)n, opt->mtp_layers);
     return AP_OK;
 }
 
@@ -460,6 +476,8 @@ static int from_json(const cJSON *root, const char *source,
         rc = load_tensors(&c, field(root, "tensors"), g);
     if (!rc)
         rc = load_ops(&c, field(root, "ops"), g);
+    if (!rc)
+        rc = load_mtp(&c, root, g, opt);
     if (!rc)
         rc = ap_graph_finalize(g, err);
     if (rc) {

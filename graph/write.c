@@ -120,7 +120,8 @@ char *ap_graph_to_json(const ap_graph *g)
         cJSON_AddStringToObject(root, "dtype", ap_dtype_name(g->dtype)) &&
         cJSON_AddItemToObject(root, "dims", dims)) {
         dims = NULL;
-        if (add_items(root, "tensors", g, 1) && add_items(root, "ops", g, 0))
+        if ((!g->mtp_layers || cJSON_AddNumberToObject(root, "mtp_layers", g->mtp_layers)) &&
+            add_items(root, "tensors", g, 1) && add_items(root, "ops", g, 0))
             text = cJSON_Print(root);
     }
     cJSON_Delete(dims);

@@ -147,7 +147,8 @@ static void megatron_layout(sbuf *b, const ap_plan_desc *p)
     /* A virtual stage is at most "Et*2147483647L|", well under 24 bytes. */
     size_t len = (size_t)n * 24 + 8;
     char *text = layers ? malloc(len) : NULL;
-    if (!text || ap_layout_format(layers, n, text, len) < 0)
+    if (!text || ap_layout_format(layers, n, p->has_shape ? p->shape.mtp_layers : 0, text,
+                                  len) < 0)
         b->oom = 1;
     else
         put(b, "  --pipeline-model-parallel-layout %s\n", text);
@@ -307,6 +308,8 @@ static void megatron_model(sbuf *b, const ap_model_shape *s)
         put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n"
             "  --moe-token-dispatcher-type alltoall\n  --moe-grouped-gemm\n",
             s->experts, s->top_k, s->ffn);
+    if (s->mtp_layers)
+        put(b, "  --mtp-num-layers %d\n", s->mtp_layers);
     put(b, "  --seq-length %lld\n  --max-position-embeddings %lld\n", s->seq, s->seq);
     put(b, "  --position-embedding-type %s\n", s->learned_positions ? "learned_absolute"
         : s->rotary_percent > 0 ? "rope" : "none");

@@ -119,11 +119,14 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
     }
     if (!p->has_shape)
         return AP_OK;
-    const char *names[] = {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "experts"};
+    const char *names[] = {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "experts",
+                           "mtp_layers"};
     long long want[] = {p->shape.layers, p->shape.hidden, p->shape.heads,
-                        p->shape.kv_heads, p->shape.ffn, p->shape.vocab, p->shape.experts};
-    long long have[] = {m->layers, m->hidden, m->heads, m->kv_heads, m->ffn, m->vocab, m->experts};
-    for (int i = 0; i < 7; i++)
+                        p->shape.kv_heads, p->shape.ffn, p->shape.vocab, p->shape.experts,
+                        p->shape.mtp_layers};
+    long long have[] = {m->layers, m->hidden, m->heads, m->kv_heads, m->ffn, m->vocab, m->experts,
+                        m->mtp_layers};
+    for (int i = 0; i < 8; i++)
         if (want[i] != have[i]) {
             errf(err, "%s: model_shape.%s is %lld but the model %s "
                      "has %lld; pass the plan's model with --model", p->source,
@@ -582,6 +585,11 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
                       "a parallel residual, as GPT-NeoX's use_parallel_residual");
     /* Without a flag Megatron-LM builds gelu; its others are --swiglu,
      * --squared-relu and --quick-geglu (x*sigmoid(1.702x) gated, not GeGLU). */
+    /* torchtitan's and DeepSpeed's models have no MTP module. */
+    if (to != AP_LAUNCHER_MEGATRON && s->mtp_layers)
+        return refuse(p, err, "%s's models have no %s; export the plan to Megatron-LM "
+                      "(--mtp-num-layers)", ap_launcher_name(to),
+                      "multi-token-prediction module");
     if (to == AP_LAUNCHER_MEGATRON && !s->swiglu && (s->relu || s->gated))
         return refuse(p, err, "%s's MLP activations are gelu, --swiglu, --squared-relu "
                       "and --quick-geglu; the model's MLP is %s, which no Megatron-LM "

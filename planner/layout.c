@@ -166,7 +166,9 @@ static int count_stages(const char *s, const char *who, const char *u, ap_pipe_l
             out->loss_at = stage;
         } else {
             out->mtp++;
+            out->mtp_last += stage == n - 1;
         }
+        out->t_after_m |= *p == 't' && out->mtp > 0;
     }
     out->embedding_first = first == 'E';
     out->loss_last = last == 'L';
@@ -197,16 +199,20 @@ void ap_layout_free(ap_pipe_layout *l)
     memset(l, 0, sizeof *l);
 }
 
-/* One virtual stage: "E" on the first, "L" on the last, its layers as "t"
- * or "t*n". */
-static int stage_text(const int *layers, int n, int i, char *out, size_t len)
+/* One virtual stage: "E" on the first, its layers as "t" or "t*n", and on
+ * the last the MTP layers and "L". */
+static int stage_text(const int *layers, int n, int mtp, int i, char *out, size_t len)
 {
-    char t[32] = "";
+    char t[32] = "", m[32] = "";
     if (layers[i] == 1)
         snprintf(t, sizeof t, "t");
     else if (layers[i] > 1)
         snprintf(t, sizeof t, "t*%d", layers[i]);
-    return snprintf(out, len, "%s%s%s", i == 0 ? "E" : "", t, i == n - 1 ? "L" : "");
+    if (i == n - 1 && mtp == 1)
+        snprintf(m, sizeof m, "m");
+    else if (i == n - 1 && mtp > 1)
+        snprintf(m, sizeof m, "m*%d", mtp);
+    return snprintf(out, len, "%s%s%s%s", i == 0 ? "E" : "", t, m, i == n - 1 ? "L" : "");
 }
 
 static int append(char *buf, size_t len, size_t *at, const char *s)
@@ -219,7 +225,7 @@ static int append(char *buf, size_t len, size_t *at, const char *s)
     return 0;
 }
 
-int ap_layout_format(const int *layers, int n, char *out, size_t len)
+int ap_layout_format(const int *layers, int n, int mtp, char *out, size_t len)
 {
     size_t at = 0;
     if (len == 0)
@@ -227,7 +233,7 @@ int ap_layout_format(const int *layers, int n, char *out, size_t len)
     out[0] = 0;
     for (int i = 0; i < n;) {
         char one[64];
-        stage_text(layers, n, i, one, sizeof one);
+        stage_text(layers, n, mtp, i, one, sizeof one);
         /* A run of equal middle stages, each followed by '|', folds into
          * "(t*4|)*k" when that is shorter than writing them out. */
         int j = i;

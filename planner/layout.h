@@ -25,6 +25,8 @@ typedef struct {
     int embeddings, losses, mtp; /* how many of each the string holds */
     int embedding_first, loss_last; /* 'E' is the string's first layer
                                        symbol, 'L' its last */
+    int mtp_last;       /* the 'm' in the last virtual stage */
+    int t_after_m;      /* a 't' comes after an 'm' */
 } ap_pipe_layout;
 
 /* Parses s as Megatron-Core's PipelineParallelLayerLayout.parse_str_to_list
@@ -37,10 +39,11 @@ int ap_layout_parse(const char *s, const char *who, ap_pipe_layout *out, char *e
 void ap_layout_free(ap_pipe_layout *l);
 
 /* Writes the layout of n virtual stages with layers[i] transformer layers
- * each, the embedding on the first and the loss on the last, runs of equal
- * stages folded as "(t*4|)*7" where that is shorter: what Megatron-LM reads
- * back. Returns the length written, or -1 when it does not fit in len. */
-int ap_layout_format(const int *layers, int n, char *buf, size_t len);
+ * each, the embedding on the first and `mtp` MTP layers and the loss on
+ * the last, runs of equal stages folded as "(t*4|)*7" where that is
+ * shorter: what Megatron-LM reads back. Returns the length written, or -1
+ * when it does not fit in len. */
+int ap_layout_format(const int *layers, int n, int mtp, char *buf, size_t len);
 
 /* Where layer k (0-based, of st->nlayers) of stage s of plan p sits: its
  * model chunk, its position in that chunk, and its layer in the model. A

@@ -585,8 +585,6 @@ static const struct {
      "data-parallel group"},
     {"--cuda-graph-impl", "none", "captures CUDA graphs, whose launch savings "
      "and static buffers are not priced"},
-    {"--mtp-num-layers", "0", "adds multi-token-prediction layers and losses "
-     "that the model does not have"},
     {"--fp8-recipe", "delayed", "scales FP8 tensors by another recipe than "
      "the delayed scaling priced (tensorwise adds an amax pass, mxfp8 and "
      "blockwise other GEMM kernels)"},
@@ -622,6 +620,27 @@ static int refused_flag(const char *tok, char **save, char *err)
                                                : 1;
     }
     return 0;
+}
+
+/* --mtp-num-layers N: the model's MTP modules (check_shape), 0 their
+ * absence, Megatron-LM's default. */
+static int mtp_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    if (strcmp(tok, "--mtp-num-layers"))
+        return 0;
+    char *v = save && *save ? *save + strspn(*save, " \t\n") : NULL;
+    if (v && !strncmp(v, "0", 1) && (v[1] == 0 || strchr(" \t\n", v[1]))) {
+        flag_value(tok, save, err);
+        m->shape.mtp = 0;
+        return 1;
+    }
+    int rc = count_value(tok, save, &m->shape.mtp, err);
+    if (rc > 0 && m->shape.mtp > AP_MAX_MTP) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --mtp-num-layers %d: autopar builds "
+                 "at most %d", m->shape.mtp, AP_MAX_MTP);
+        return -1;
+    }
+    return rc;
 }
 
 /* A flag whose value settle_audit judges: into *slot. */
@@ -1111,6 +1130,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (shape = shape_slot(m, tok, &groups)) &&
             (known = count_value(tok, &save, shape, err)) < 0)
             return AP_EINPUT;
+        if (!known && (known = mtp_flag(tok, &save, m, err)) < 0)
+            return AP_EINPUT;
         if (known)
             continue;
         if (!strcmp(tok, "--sequence-parallel")) {
@@ -1335,7 +1356,7 @@ static int layout_fault(char *err, const ap_megatron *m, const char *fmt, ...)
  * last (a plan's first stage carries the embedding's ops, its last the
  * head's), a layer or more on every pipeline rank, no MTP layer. */
 static int check_layout_places(const ap_megatron *m, const ap_pipe_layout *lay, int L,
-                               char *err)
+                               int mtp, char *err)
 {
     if (lay->embeddings != 1)
         return layout_fault(err, m, "needs the embedding 'E' exactly once, not %d times",
@@ -1347,9 +1368,17 @@ static int check_layout_places(const ap_megatron *m, const ap_pipe_layout *lay, 
         return layout_fault(err, m, "its first layer must be the embedding 'E'");
     if (!lay->loss_last)
         return layout_fault(err, m, "its last layer must be the loss 'L'");
-    if (lay->mtp)
-        return layout_fault(err, m, "places %d multi-token-prediction layers ('m'), "
-                            "which the model does not have", lay->mtp);
+    if (lay->mtp != mtp)
+        return layout_fault(err, m, "places %d multi-token-prediction layers ('m'); "
+                            "the model has %d (--mtp-num-layers or --mtp-layers builds "
+                            "them)", lay->mtp, mtp);
+    if (lay->t_after_m)
+        return layout_fault(err, m, "places a transformer layer after an MTP layer "
+                            "('m'), which Megatron-LM refuses");
+    if (lay->mtp_last != lay->mtp)
+        return layout_fault(err, m, "puts MTP layers ('m') before the last virtual "
+                            "stage; autopar runs them with the head, on the last "
+                            "stage's last chunk");
     if (lay->total != L)
         return layout_fault(err, m, "places %d transformer layers ('t'); the model "
                             "has %d", lay->total, L);
@@ -1366,7 +1395,8 @@ static int check_layout_places(const ap_megatron *m, const ap_pipe_layout *lay, 
 
 /* m's layout, parsed and checked for pp and the model's L layers; on
  * AP_OK the caller frees *lay (ap_layout_free). */
-static int pipeline_layout(const ap_megatron *m, int L, ap_pipe_layout *lay, char *err)
+static int pipeline_layout(const ap_megatron *m, int L, int mtp, ap_pipe_layout *lay,
+                           char *err)
 {
     int rc = ap_layout_parse(m->layout, LAYOUT_WHO, lay, err);
     if (rc)
@@ -1375,7 +1405,7 @@ static int pipeline_layout(const ap_megatron *m, int L, ap_pipe_layout *lay, cha
         rc = layout_fault(err, m, "its %d virtual stages do not divide over pp=%d",
                           lay->nstages, m->pp);
     if (!rc)
-        rc = check_layout_places(m, lay, L, err);
+        rc = check_layout_places(m, lay, L, mtp, err);
     for (int r = 0; !rc && r < m->pp; r++) {
         long n = 0;
         for (int i = r; i < lay->nstages; i += m->pp)
@@ -1391,7 +1421,7 @@ static int pipeline_layout(const ap_megatron *m, int L, ap_pipe_layout *lay, cha
 
 /* The layout against the other ways of splitting the layers, which
  * Megatron-LM refuses beside it, and vpp: from the layout, m->vpp set. */
-static int check_layout(ap_megatron *m, int L, char *err)
+static int check_layout(ap_megatron *m, int L, int mtp, char *err)
 {
     if (m->first || m->last || m->account_embedding || m->account_loss) {
         snprintf(err, AP_ERR_LEN, "%s: cannot be combined with %s; the layout places "
@@ -1402,7 +1432,7 @@ static int check_layout(ap_megatron *m, int L, char *err)
         return AP_EINPUT;
     }
     ap_pipe_layout lay;
-    int rc = pipeline_layout(m, L, &lay, err);
+    int rc = pipeline_layout(m, L, mtp, &lay, err);
     if (rc)
         return rc;
     int v = lay.nstages / m->pp;
@@ -1617,6 +1647,9 @@ static int check_shape(const ap_graph *g, const ap_megatron *m, char *err)
          " (a graph is built at one length: --seq, or `autopar graph --seq`)",
          m->shape.seq, s.seq},
         {"--num-experts", "experts", "", m->shape.experts, s.experts},
+        {"--mtp-num-layers", "multi-token-prediction modules",
+         " (a Hugging Face config is built with them: --mtp-layers, or "
+         "--megatron-args itself)", m->shape.mtp, s.mtp_layers},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (!f[i].given || f[i].given == f[i].model)
@@ -1677,7 +1710,7 @@ static int check_cp_comm(const ap_graph *g, const ap_megatron *m, char *err)
  * groups run past a chunk's last layer when N does not divide the chunk's
  * layers (an IndexError), and N = 0 never leaves the first group. The spec
  * states them with recompute=full only, as Megatron-LM reads them. */
-static int check_recompute(const ap_megatron *m, int L, char *err)
+static int check_recompute(const ap_megatron *m, int L, int mtp, char *err)
 {
     if (m->recompute != AP_RECOMPUTE_FULL) {
         if (m->recompute_method == AP_RECOMPUTE_UNIFORM && m->recompute_layers == 1)
@@ -1692,7 +1725,7 @@ static int check_recompute(const ap_megatron *m, int L, char *err)
         return AP_OK;
     int n = m->recompute_layers;
     ap_pipe_layout lay = {0};
-    int rc = m->layout[0] ? pipeline_layout(m, L, &lay, err) : AP_OK;
+    int rc = m->layout[0] ? pipeline_layout(m, L, mtp, &lay, err) : AP_OK;
     if (rc)
         return rc;
     /* Every model chunk, or under a layout every virtual stage with layers. */
@@ -1771,7 +1804,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                      m->tp, m->pp, m->cp, p, gpus);
         return AP_EINPUT;
     }
-    if (m->layout[0] && (rc = check_layout(m, L, err)))
+    if (m->layout[0] && (rc = check_layout(m, L, g->mtp_layers, err)))
         return rc;
     if (m->vpp < 0) { /* layers per virtual stage, from --megatron-args */
         long chunk = (long)m->pp * -m->vpp;
@@ -1807,7 +1840,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     if (rc || (rc = check_opt_dtypes(m, err)) || (rc = check_cp_comm(g, m, err)) || (rc = check_param_gather(m, err)) ||
         (rc = check_split(m, L, err)))
         return rc;
-    if ((rc = check_recompute(m, L, err)))
+    if ((rc = check_recompute(m, L, g->mtp_layers, err)))
         return rc;
     double micro = (double)m->mbs * m->dp;
     if (fmod(m->gbs, micro)) {
@@ -2007,7 +2040,7 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
     if (rc)
         return rc;
     ap_pipe_layout lay = {0};
-    if (m.layout[0] && (rc = pipeline_layout(&m, g->nlayers, &lay, err)))
+    if (m.layout[0] && (rc = pipeline_layout(&m, g->nlayers, g->mtp_layers, &lay, err)))
         return rc;
     ap_parts pt;
     if ((rc = ap_parts_build(g, &pt, err))) {

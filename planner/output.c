@@ -328,6 +328,8 @@ static cJSON *shape_json(const ap_graph *g)
         cJSON_AddNumberToObject(o, "rotary_percent", s.rotary_percent);
     cJSON_AddBoolToObject(o, "parallel_residual", s.parallel_residual);
     cJSON_AddBoolToObject(o, "tied_embeddings", s.tied_embeddings);
+    if (s.mtp_layers)
+        cJSON_AddNumberToObject(o, "mtp_layers", s.mtp_layers);
     cJSON_AddBoolToObject(o, "linear_bias", s.linear_bias);
     cJSON_AddBoolToObject(o, "flash_attention", s.flash);
     cJSON_AddNumberToObject(o, "hidden_dropout", s.hidden_dropout);

@@ -394,6 +394,9 @@ static int parse_rotary(const reader *r, const cJSON *o, int rotary, ap_model_sh
     }
     if (!rc && field(o, "parallel_residual"))
         rc = get_bool(r, o, "parallel_residual", "model_shape", &s->parallel_residual);
+    /* Absent without MTP modules, as plans before them. */
+    if (!rc && field(o, "mtp_layers"))
+        rc = get_small(r, o, "mtp_layers", "model_shape", 0, AP_MAX_MTP, &s->mtp_layers);
     return rc;
 }
 

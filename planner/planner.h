@@ -717,6 +717,7 @@ typedef struct {
         int top_k;   /* --moe-router-topk under --num-experts (2,
                         Megatron-LM's default, where left out); else 0 */
         int moe_ffn; /* --moe-ffn-hidden-size; 0 where not given */
+        int mtp;     /* --mtp-num-layers above 0; 0 where not given or 0 */
     } shape;
 } ap_megatron;
 
@@ -908,6 +909,8 @@ typedef struct {
     int parallel_residual; /* attention and MLP both read the layer's input
                               (GPT-NeoX's use_parallel_residual) */
     int tied_embeddings;   /* the LM head reads the embedding table */
+    int mtp_layers;        /* multi-token-prediction modules after the head
+                              (ap_graph.mtp_layers; --mtp-num-layers) */
     int linear_bias;       /* matmuls carry biases */
     int flash;             /* fused attention */
     double hidden_dropout;    /* dropout after attention and MLP, and */

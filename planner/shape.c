@@ -23,8 +23,8 @@ static int has_position_table(const ap_graph *g)
     int embeddings = 0;
     for (int i = 0; i < g->nops; i++) {
         const ap_op *op = &g->ops[i];
-        if (op->layer >= 0)
-            continue;
+        if (op->layer >= 0) /* past them: the MTP modules embed again */
+            break;
         if (op->kind == AP_OP_EMBEDDING && ++embeddings > 1)
             return 1;
         if (op->kind == AP_OP_BINARY && op->sub == AP_BINARY_ADD)
@@ -133,4 +133,5 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     s->rotary_percent = rotary_percent(g);
     s->parallel_residual = has_parallel_residual(g);
     s->tied_embeddings = head_is_tied(g);
+    s->mtp_layers = g->mtp_layers;
 }

@@ -53,7 +53,7 @@ static void uneven_stages_interleave_with_the_head_chunk_lightened(void)
     CHECK(once);
     free(seen);
     char layout[1024];
-    CHECK(ap_layout_format(p.chunk_layers, n, layout, sizeof layout) > 0);
+    CHECK(ap_layout_format(p.chunk_layers, n, 0, layout, sizeof layout) > 0);
     CHECK(!strcmp(layout, "Et|(t*2|)*62tL"));
     double balanced = p.step_time;
     int *even = malloc(sizeof(int) * (size_t)n);

@@ -58,7 +58,7 @@ static void a_written_layout_reads_back(void)
     const int layers[] = {3, 4, 4, 4, 4, 3};
     char buf[128];
     char err[AP_ERR_LEN];
-    CHECK(ap_layout_format(layers, 6, buf, sizeof buf) > 0);
+    CHECK(ap_layout_format(layers, 6, 0, buf, sizeof buf) > 0);
     CHECK(!strcmp(buf, "Et*3|(t*4|)*4t*3L"));
     ap_pipe_layout l;
     REQUIRE_OK(ap_layout_parse(buf, "layout", &l, err), err);
@@ -67,8 +67,8 @@ static void a_written_layout_reads_back(void)
         CHECK(l.layers[i] == layers[i]);
     ap_layout_free(&l);
     const int two[] = {1, 0};
-    CHECK(ap_layout_format(two, 2, buf, sizeof buf) > 0 && !strcmp(buf, "Et|L"));
-    CHECK(ap_layout_format(layers, 6, buf, 8) == -1);
+    CHECK(ap_layout_format(two, 2, 0, buf, sizeof buf) > 0 && !strcmp(buf, "Et|L"));
+    CHECK(ap_layout_format(layers, 6, 0, buf, 8) == -1);
 }
 
 /* Without interleaving a layout is uneven stages: "Et*12|t*12L" is the

@@ -168,7 +168,7 @@ done
 # ... and unless they are Megatron-LM's default, which prices as before.
 for f in "--optimizer sgd" "--cpu-offloading-num-layers 2" \
     "--num-distributed-optimizer-instances 2" "--cuda-graph-impl transformer_engine" \
-    "--mtp-num-layers 1" "--fp8-recipe mxfp8"; do
+    "--fp8-recipe mxfp8"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
 same "the defaults" "$llama" 16 "$layout --optimizer adam --cpu-offloading-num-layers 0 \
@@ -185,6 +185,11 @@ refused "--megatron-args: --pipeline-model-parallel-layout needs a value" "$llam
 # A layout places the layers itself (tests/test_megatron_layout.c): with
 # pp=2 and 16 layers a stage each, it is the even split, and with four
 # virtual stages the interleaved schedule it states.
+# --mtp-num-layers builds the config with its MTP modules, as --mtp-layers
+# does (tests/test_mtp.c).
+same "--mtp-num-layers" "$llama" 16 "$layout --mtp-num-layers 1" "$spec" --mtp-layers 1
+refused "--mtp-layers 2 and --megatron-args --mtp-num-layers 1 disagree" "$llama" 16 \
+    "$layout --mtp-num-layers 1" --mtp-layers 2
 same "a layout of even stages" "$llama" 16 \
     "$layout --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*16|t*16L" \
     "tp=2,pp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0"
