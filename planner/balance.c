@@ -7,9 +7,10 @@
  * --account-for-*-in-pipeline-split takes a layer from each of the two for
  * that reason; its --pipeline-model-parallel-layout states any split. The
  * search's stages are cut by the stage DP, which prices a stage as a whole,
- * so this pass tries, once the chunk count is chosen, moving a layer at a
+ * so for each chunk count the search tries this pass moves a layer at a
  * time out of those two chunks into another, and keeps each move that
- * shortens the priced step and fits. */
+ * shortens the priced step and fits. It also cuts stages whose layers do
+ * not divide into the chunks (ap_plan_split_chunks). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,15 +20,6 @@
 
 /* Moves tried in all, so that planning time stays bounded. */
 #define MAX_MOVES 4
-
-static void set_stages(ap_plan *p);
-
-void ap_plan_set_chunks(ap_plan *p, int *chunks)
-{
-    free(p->chunk_layers);
-    p->chunk_layers = chunks;
-    set_stages(p);
-}
 
 /* Stage s's layers and first layer from the plan's chunk_layers. */
 static void set_stages(ap_plan *p)
@@ -42,6 +34,13 @@ static void set_stages(ap_plan *p)
         for (int i = 0; i < s; i++)
             st->first_layer += p->chunk_layers[i];
     }
+}
+
+void ap_plan_set_chunks(ap_plan *p, int *chunks)
+{
+    free(p->chunk_layers);
+    p->chunk_layers = chunks;
+    set_stages(p);
 }
 
 /* The step of the plan with chunks `counts`, or INFINITY when it does not
