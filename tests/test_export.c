@@ -59,6 +59,26 @@ static void args_of(const char *text, char *out, size_t cap)
     out[n] = 0;
 }
 
+/* The Megatron-LM flags of export `text` priced on `gpus` H100s into *p,
+ * which the caller frees whatever it returns; the status, the message in
+ * err. */
+static int price_exported(const ap_graph *g, const char *text, int gpus, ap_plan *p,
+                          char *err)
+{
+    char args[4096];
+    ap_megatron m;
+    ap_cluster c;
+    memset(p, 0, sizeof *p);
+    args_of(text ? text : "", args, sizeof args);
+    ap_megatron_default(&m);
+    int rc = ap_megatron_parse_args(args, &m, err);
+    if (!rc && !(rc = ap_cluster_preset("h100-sxm", gpus, 0, &c, err))) {
+        rc = ap_megatron_plan(g, &c, &m, p, err);
+        ap_cluster_free(&c);
+    }
+    return rc;
+}
+
 static void exported_megatron_flags_price_to_the_same_step(void)
 {
     ap_graph *g = load("examples/gpt-1.3b.json");
@@ -72,22 +92,15 @@ static void exported_megatron_flags_price_to_the_same_step(void)
     for (int i = 0; i < 7; i++) {
         ap_plan_desc d;
         double step = 0;
-        char err[AP_ERR_LEN], *text = NULL, args[4096];
+        char err[AP_ERR_LEN], *text = NULL;
         REQUIRE_OK(ap_test_megatron_desc(g, 16, specs[i], &d, &step), "see above");
         REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
-        args_of(text ? text : "", args, sizeof args);
-        CHECK_STR_HAS(args, "--tensor-model-parallel-size");
-        ap_megatron m;
-        ap_megatron_default(&m);
-        ap_cluster c;
+        CHECK_STR_HAS(text, "--tensor-model-parallel-size");
         ap_plan p;
-        REQUIRE_OK(ap_megatron_parse_args(args, &m, err), err);
-        REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 0, &c, err), err);
-        REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
+        REQUIRE_OK(price_exported(g, text, 16, &p, err), err);
         CHECK_NEAR(p.step_time, step, 1e-12);
         CHECK_NEAR(p.step_time, d.step_time, 1e-12);
         ap_plan_free(&p);
-        ap_cluster_free(&c);
         free(text);
         ap_plan_desc_free(&d);
     }
@@ -531,7 +544,7 @@ static void estimated_layout_round_trips_through_the_export(void)
     ap_graph *g = load("examples/gpt-1.3b.json");
     ap_plan_desc d;
     double step = 0;
-    char err[AP_ERR_LEN], *text = NULL, args[4096];
+    char err[AP_ERR_LEN], *text = NULL;
     const char *spec = "tp=1,pp=2,mbs=1,gbs=64,layout=Et*5|t*7|t*7|t*5L";
     REQUIRE_OK(ap_test_megatron_desc(g, 16, spec, &d, &step), "see above");
     CHECK(d.vchunks == 2 && d.chunk_layers);
@@ -549,18 +562,11 @@ static void estimated_layout_round_trips_through_the_export(void)
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "--pipeline-model-parallel-layout Et*5|t*7|t*7|t*5L\n");
     check_no_vpp_flags(text);
-    args_of(text ? text : "", args, sizeof args);
-    ap_megatron m;
-    ap_megatron_default(&m);
-    ap_cluster c;
     ap_plan p;
-    REQUIRE_OK(ap_megatron_parse_args(args, &m, err), err);
-    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 0, &c, err), err);
-    REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
+    REQUIRE_OK(price_exported(g, text, 16, &p, err), err);
     CHECK(p.vchunks == 2);
     CHECK_NEAR(p.step_time, step, 1e-12);
     ap_plan_free(&p);
-    ap_cluster_free(&c);
     free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
