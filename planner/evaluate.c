@@ -40,6 +40,31 @@ typedef struct {
     double recomputed, kept;
 } rc_count;
 
+/* What recomputation adds to the backward of `times` layers of a block:
+ * the forward of those full recomputation redoes, or core attention's
+ * under selective recomputation. */
+static double recompute_bwd(const ap_block_point *bp, ap_recompute rc, const rc_count *n,
+                            double times)
+{
+    return rc == AP_RECOMPUTE_FULL ? bp->fwd * n->recomputed
+         : rc == AP_RECOMPUTE_SELECTIVE ? bp->attn_fwd * times : 0;
+}
+
+/* Adds to *act what `times` layers of a block keep for backward: under full
+ * recomputation a group keeps only its first layer's input, and a layer
+ * left out of it everything; otherwise everything. */
+static void add_kept(double *act, const ap_block_point *bp, ap_recompute rc,
+                     const rc_count *n, double times)
+{
+    if (rc != AP_RECOMPUTE_FULL) {
+        *act += bp->act_bytes * times;
+        return;
+    }
+    *act += bp->input_bytes * n->kept;
+    if (times > n->recomputed)
+        *act += bp->act_bytes * (times - n->recomputed);
+}
+
 static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
                        ap_recompute rc, const rc_count *n)
 {
@@ -58,23 +83,15 @@ static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
     st->grad_bytes += bp->grad_bytes * times;
     st->opt_bytes += bp->opt_bytes * times;
     st->flops += bp->flops * times;
+    /* Backward first redoes the forward of a recomputed layer,
+     * collectives included. */
+    st->bwd += recompute_bwd(bp, rc, n, times);
+    add_kept(&st->act_bytes, bp, rc, n, times);
     if (rc == AP_RECOMPUTE_FULL) {
-        /* Backward first redoes the forward of a recomputed layer,
-         * collectives included; a group keeps only its first layer's
-         * input. A layer left out of recomputation keeps everything. */
-        st->bwd += bp->fwd * n->recomputed;
         st->comm_bwd += bp->comm_fwd * n->recomputed;
         add_kinds(&st->kinds, &bp->kfwd, n->recomputed);
-        st->act_bytes += bp->input_bytes * n->kept;
-        if (times > n->recomputed)
-            st->act_bytes += bp->act_bytes * (times - n->recomputed);
         st->recompute_flops += bp->flops * n->recomputed;
         st->recomputed_layers += (int)n->recomputed;
-    } else if (rc == AP_RECOMPUTE_SELECTIVE) {
-        st->bwd += bp->attn_fwd * times;
-        st->act_bytes += bp->act_bytes * times;
-    } else {
-        st->act_bytes += bp->act_bytes * times;
     }
 }
 
@@ -109,8 +126,6 @@ int ap_plan_head_apart(const ap_plan *p, const ap_cluster *c, int *embed_group_n
     return 1;
 }
 
-/* Layers of layer class k in stage st, and under full recomputation how
- * many of them are recomputed and keep their input. */
 static int stage_index(const ap_plan *p, const ap_stage *st)
 {
     return (int)(st - p->stages);
@@ -124,6 +139,8 @@ static int layer_of(const ap_plan *p, const ap_stage *st, int i)
     return layer;
 }
 
+/* Layers of layer class k in stage st, and under full recomputation how
+ * many of them are recomputed and keep their input. */
 static double class_layers(const ap_graph *g, const ap_plan *p, const ap_stage *st,
                            int k, rc_count *n)
 {
@@ -248,34 +265,40 @@ static void add_layer(const ap_price_ctx *x, const ap_plan *p, const ap_stage *s
     const ap_block_point *bp = point_of(st, b);
     if (!bp)
         return;
-    st->chunk_fwd[c] += bp->fwd;
-    st->chunk_bwd[c] += bp->bwd;
-    double a = bp->act_bytes;
+    rc_count n = {0, 0};
     if (st->recompute == AP_RECOMPUTE_FULL) {
         ap_rc_layer l;
         ap_recompute_layer(p, st, i, &l);
-        st->chunk_bwd[c] += l.recomputed ? bp->fwd : 0;
-        a = (l.keeps_input ? bp->input_bytes : 0) + (l.recomputed ? 0 : bp->act_bytes);
-    } else if (st->recompute == AP_RECOMPUTE_SELECTIVE) {
-        st->chunk_bwd[c] += bp->attn_fwd;
+        n.recomputed = l.recomputed;
+        n.kept = l.keeps_input;
     }
-    act[c] += a;
+    st->chunk_fwd[c] += bp->fwd;
+    st->chunk_bwd[c] += bp->bwd;
+    st->chunk_bwd[c] += recompute_bwd(bp, st->recompute, &n, 1);
+    add_kept(&act[c], bp, st->recompute, &n, 1);
     if (p->run.moe_a2a_overlap)
         st->chunk_save[c] += pair_save(x, p, &st->blocks[b], bp, st->recompute, 1);
+}
+
+static void free_chunks(ap_stage *st)
+{
+    double **a[] = {&st->chunk_fwd, &st->chunk_bwd, &st->chunk_save, &st->chunk_act};
+    for (int i = 0; i < 4; i++) {
+        free(*a[i]);
+        *a[i] = NULL;
+    }
 }
 
 /* Fresh zeroed arrays for v chunks: the search prices one plan again at
  * other chunk counts (search.c), so earlier ones are not reused. */
 static int alloc_chunks(ap_stage *st, int v)
 {
-    double **a[] = {&st->chunk_fwd, &st->chunk_bwd, &st->chunk_save, &st->chunk_act};
-    for (int i = 0; i < 4; i++) {
-        free(*a[i]);
-        *a[i] = calloc((size_t)v, sizeof(double));
-        if (!*a[i])
-            return -1;
-    }
-    return 0;
+    free_chunks(st);
+    st->chunk_fwd = calloc((size_t)v, sizeof(double));
+    st->chunk_bwd = calloc((size_t)v, sizeof(double));
+    st->chunk_save = calloc((size_t)v, sizeof(double));
+    st->chunk_act = calloc((size_t)v, sizeof(double));
+    return st->chunk_fwd && st->chunk_bwd && st->chunk_save && st->chunk_act ? 0 : -1;
 }
 
 /* Under interleaving, each model chunk's forward and backward with its own
@@ -361,11 +384,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
         st->act_bytes += recompute_working_set(g, p, st) / fmax(st->inflight, 1);
     if (p->vchunks > 1)
         return price_chunks(&x, p, st, err);
-    double **a[] = {&st->chunk_fwd, &st->chunk_bwd, &st->chunk_save, &st->chunk_act};
-    for (int i = 0; i < 4; i++) {
-        free(*a[i]);
-        *a[i] = NULL;
-    }
+    free_chunks(st);
     return AP_OK;
 }
 
@@ -429,18 +448,17 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
         for (int i = 0; i < p->nstages; i++) {
             const ap_stage *st = &p->stages[i];
             size_t k = (size_t)c * p->nstages + i;
-            fwd[k] = chunked ? st->chunk_fwd[c] : st->fwd / v;
-            bwd[k] = chunked ? st->chunk_bwd[c] : st->bwd / v;
+            fwd[k] = chunked ? st->chunk_fwd[c] : st->fwd;
+            bwd[k] = chunked ? st->chunk_bwd[c] : st->bwd;
             p2p[i] = st->p2p;
             if (save)
-                save[k] = chunked ? st->chunk_save[c] : st->a2a_save / v;
+                save[k] = chunked ? st->chunk_save[c] : st->a2a_save;
             if (share)
                 share[k] = st->chunk_act[c];
             /* The output layer's deferred weight gradient is the head's,
-             * on the last chunk where chunks have their own sizes. */
+             * on the last chunk. */
             if (defer)
-                defer[k] = !chunked ? st->defer_wgrad / v
-                         : c == v - 1 ? st->defer_wgrad : 0;
+                defer[k] = c == v - 1 ? st->defer_wgrad : 0;
         }
     ap_pipe_spec spec = {.schedule = p->schedule, .nstages = p->nstages, .nmicro = p->nmicro,
                          .vchunks = v, .fwd = fwd, .bwd = bwd, .p2p = p2p, .pair_save = save,
@@ -625,10 +643,7 @@ void ap_plan_free(ap_plan *p)
                 ap_block_free(&st->blocks[b]);
         free(st->blocks);
         free(st->point);
-        free(st->chunk_fwd);
-        free(st->chunk_bwd);
-        free(st->chunk_save);
-        free(st->chunk_act);
+        free_chunks(st);
     }
     free(p->stages);
     free(p->classes);
