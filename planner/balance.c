@@ -21,28 +21,6 @@
 /* Moves tried in all, so that planning time stays bounded. */
 #define MAX_MOVES 4
 
-/* Stage s's layers and first layer from the plan's chunk_layers. */
-static void set_stages(ap_plan *p)
-{
-    int v = p->vchunks;
-    for (int s = 0; s < p->nstages; s++) {
-        ap_stage *st = &p->stages[s];
-        st->nlayers = 0;
-        st->first_layer = 0;
-        for (int c = 0; c < v; c++)
-            st->nlayers += p->chunk_layers[c * p->nstages + s];
-        for (int i = 0; i < s; i++)
-            st->first_layer += p->chunk_layers[i];
-    }
-}
-
-void ap_plan_set_chunks(ap_plan *p, int *chunks)
-{
-    free(p->chunk_layers);
-    p->chunk_layers = chunks;
-    set_stages(p);
-}
-
 /* The step of the plan with chunks `counts`, or INFINITY when it does not
  * fit in `limit`; p is left priced with them. */
 static double price_with(const ap_graph *g, const ap_cluster *c, ap_plan *p,
@@ -50,7 +28,7 @@ static double price_with(const ap_graph *g, const ap_cluster *c, ap_plan *p,
 {
     int n = p->nstages * p->vchunks;
     memcpy(p->chunk_layers, counts, sizeof(int) * (size_t)n);
-    set_stages(p);
+    ap_plan_set_chunks(p, p->chunk_layers);
     *rc = ap_plan_evaluate(g, c, p, err);
     if (*rc)
         return INFINITY;
@@ -107,16 +85,11 @@ static double best_move(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     return step;
 }
 
-/* Back to the plan's own stage spans and even chunks. */
+/* Back to the plan's own stage spans and even chunks, priced. */
 static int restore(const ap_graph *g, const ap_cluster *c, ap_plan *p, const int *span,
                    char *err)
 {
-    free(p->chunk_layers);
-    p->chunk_layers = NULL;
-    for (int s = 0; s < p->nstages; s++) {
-        p->stages[s].first_layer = span[2 * s];
-        p->stages[s].nlayers = span[2 * s + 1];
-    }
+    ap_plan_restore_spans(p, span);
     return ap_plan_evaluate(g, c, p, err);
 }
 
@@ -148,7 +121,7 @@ int ap_plan_balance_chunks(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     int *counts = malloc(sizeof(int) * (size_t)n);
     int *best = malloc(sizeof(int) * (size_t)n);
     int *trial = malloc(sizeof(int) * (size_t)n);
-    int *span = malloc(sizeof(int) * 2 * (size_t)p->nstages);
+    int *span = ap_plan_spans(p);
     if (!had)
         p->chunk_layers = malloc(sizeof(int) * (size_t)n);
     if (!counts || !best || !trial || !span || !p->chunk_layers) {
@@ -159,10 +132,6 @@ int ap_plan_balance_chunks(const ap_graph *g, const ap_cluster *c, ap_plan *p,
         rc = AP_EINTERNAL;
         snprintf(err, AP_ERR_LEN, "out of memory balancing the model chunks");
         goto done;
-    }
-    for (int s = 0; s < p->nstages; s++) {
-        span[2 * s] = p->stages[s].first_layer;
-        span[2 * s + 1] = p->stages[s].nlayers;
     }
     for (int i = 0; i < n; i++)
         counts[i] = had ? p->chunk_layers[i] : p->stages[i % p->nstages].nlayers / v;

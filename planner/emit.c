@@ -163,17 +163,20 @@ int ap_emit_flags_state_chunks(const ap_plan_desc *p, const ap_degrees *d)
     int e = d->account_embedding, l = d->account_loss, v = d->vpp > 1 ? d->vpp : 1;
     if (!d->even && !d->first && !d->last && !e && !l)
         return 0;
-    long long n = (long long)p->nstages * v, slots = e + l;
-    for (long long i = 0; i < n; i++)
-        slots += p->chunk_layers[i];
-    for (long long i = 0; i < n; i++) {
-        int stage = p->stages[i % p->nstages].nlayers;
-        long long want = e || l ? slots / n - (i == 0 ? e : 0) - (i == n - 1 ? l : 0)
-                       : stage % v ? -1 : stage / v;
-        if (p->chunk_layers[i] != want)
-            return 0;
+    /* The chunks each stage's layers add up to (plan_read checks it) are
+     * the flags' when they are Megatron-LM's split of those layers. */
+    size_t n = (size_t)p->nstages * (size_t)v;
+    int *stages = malloc(sizeof(int) * (size_t)p->nstages), *want = malloc(sizeof(int) * n);
+    int same = stages && want;
+    for (int s = 0; same && s < p->nstages; s++)
+        stages[s] = p->stages[s].nlayers;
+    if (same) {
+        ap_layout_megatron_split(stages, p->nstages, v, e, l, want);
+        same = !memcmp(want, p->chunk_layers, sizeof(int) * n);
     }
-    return 1;
+    free(stages);
+    free(want);
+    return same;
 }
 
 /* How the layers split over the pipeline. A plan with model chunks that no

@@ -255,6 +255,61 @@ int ap_layout_format(const int *layers, int n, int mtp, char *out, size_t len)
     return (int)at;
 }
 
+/* Stage s's layers and first layer from the plan's chunk_layers. */
+static void set_stages(ap_plan *p)
+{
+    int v = p->vchunks;
+    for (int s = 0; s < p->nstages; s++) {
+        ap_stage *st = &p->stages[s];
+        st->nlayers = 0;
+        st->first_layer = 0;
+        for (int c = 0; c < v; c++)
+            st->nlayers += p->chunk_layers[c * p->nstages + s];
+        for (int i = 0; i < s; i++)
+            st->first_layer += p->chunk_layers[i];
+    }
+}
+
+
+void ap_plan_set_chunks(ap_plan *p, int *chunks)
+{
+    if (p->chunk_layers != chunks)
+        free(p->chunk_layers);
+    p->chunk_layers = chunks;
+    set_stages(p);
+}
+
+void ap_layout_megatron_split(const int *stage_layers, int pp, int v, int e, int l, int *out)
+{
+    int n = pp * v;
+    long total = e + l;
+    for (int s = 0; s < pp; s++)
+        total += stage_layers[s];
+    for (int i = 0; i < n; i++)
+        out[i] = e || l ? (int)(total / n) - (i == 0 ? e : 0) - (i == n - 1 ? l : 0)
+                        : stage_layers[i % pp] / v;
+}
+
+int *ap_plan_spans(const ap_plan *p)
+{
+    int *span = malloc(sizeof(int) * 2 * (size_t)p->nstages);
+    for (int s = 0; span && s < p->nstages; s++) {
+        span[2 * s] = p->stages[s].first_layer;
+        span[2 * s + 1] = p->stages[s].nlayers;
+    }
+    return span;
+}
+
+void ap_plan_restore_spans(ap_plan *p, const int *span)
+{
+    free(p->chunk_layers);
+    p->chunk_layers = NULL;
+    for (int s = 0; s < p->nstages; s++) {
+        p->stages[s].first_layer = span[2 * s];
+        p->stages[s].nlayers = span[2 * s + 1];
+    }
+}
+
 void ap_stage_chunk_of(const ap_plan *p, int s, int k, int *chunk, int *pos, int *layer)
 {
     const ap_stage *st = &p->stages[s];

@@ -61,10 +61,21 @@ void ap_stage_chunk_of(const ap_plan *p, int s, int k, int *chunk, int *pos, int
  * (planner/balance.c). */
 int ap_plan_balance_chunks(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                            double limit, char *err);
-/* Gives p the chunks `chunks` (nstages * vchunks, owned by p from now on)
- * and each stage the layers and first layer they make; p is to be priced
- * again. */
+/* Gives p the chunks `chunks` (nstages * vchunks, owned by p from now on;
+ * may be p's own) and each stage the layers and first layer they make; p
+ * is to be priced again. */
 void ap_plan_set_chunks(ap_plan *p, int *chunks);
+/* Megatron-LM's transformer layers per virtual stage without a layout,
+ * pp * v of them into out: each stage's stage_layers[s] cut evenly into
+ * its v chunks, or where e or l is 1 (--account-for-embedding/loss-in-
+ * pipeline-split) the same slots in every chunk, the embedding's taken
+ * from the very first and the loss's from the very last. */
+void ap_layout_megatron_split(const int *stage_layers, int pp, int v, int e, int l, int *out);
+/* Each stage's first layer and layer count, 2 * nstages ints the caller
+ * frees; NULL when out of memory. */
+int *ap_plan_spans(const ap_plan *p);
+/* p's stages back to those spans, its chunk_layers dropped. */
+void ap_plan_restore_spans(ap_plan *p, const int *span);
 /* Gives each stage of p vchunks chunks of its own span's layers, the
  * first ones a layer longer where they do not divide (ap_plan_set_chunks):
  * interleaving for stages of uneven layers. -1 when out of memory. */

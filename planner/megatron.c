@@ -2003,32 +2003,19 @@ void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m)
  * (get_transformer_layer_offset with account_for_*_in_pipeline_split). */
 static int megatron_chunks(const ap_megatron *m, int L, ap_pipe_layout *lay)
 {
-    int n = m->pp * m->vpp;
+    int n = m->pp * m->vpp, *stages = malloc(sizeof(int) * (size_t)m->pp);
     lay->layers = calloc((size_t)n, sizeof(int));
-    if (!lay->layers)
+    if (!lay->layers || !stages) {
+        free(stages);
         return -1;
-    lay->nstages = n;
-    if (accounted(m)) {
-        int per = (L + m->account_embedding + m->account_loss) / n;
-        for (int i = 0; i < n; i++)
-            lay->layers[i] = per;
-        lay->layers[0] -= m->account_embedding;
-        lay->layers[n - 1] -= m->account_loss;
-        return 0;
     }
-    for (int i = 0; i < n; i++)
-        lay->layers[i] = stage_layers(m, L, i % m->pp) / m->vpp;
+    lay->nstages = n;
+    for (int s = 0; s < m->pp; s++)
+        stages[s] = stage_layers(m, L, s);
+    int e = accounted(m) && m->account_embedding, l = accounted(m) && m->account_loss;
+    ap_layout_megatron_split(stages, m->pp, m->vpp, e, l, lay->layers);
+    free(stages);
     return 0;
-}
-
-/* The model's layers before stage s's first chunk: every virtual stage
- * before it in Megatron's order. */
-static int layers_before(const ap_pipe_layout *lay, int s)
-{
-    int n = 0;
-    for (int i = 0; i < s; i++)
-        n += lay->layers[i];
-    return n;
 }
 
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
@@ -2079,21 +2066,11 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
      * is one chunk and its layers one span, as any uneven stage. */
     if (!lay.layers && m.vpp > 1 && megatron_chunks(&m, g->nlayers, &lay))
         goto oom;
-    if (lay.layers && m.vpp > 1) {
-        p->chunk_layers = malloc(sizeof(int) * (size_t)lay.nstages);
-        if (!p->chunk_layers)
-            goto oom;
-        memcpy(p->chunk_layers, lay.layers, sizeof(int) * (size_t)lay.nstages);
-    }
     int per = p->gpus / m.pp, next = 0;
     for (int s = 0; s < m.pp; s++) {
         ap_stage *st = &p->stages[s];
         st->first_layer = next;
-        st->nlayers = lay.layers ? 0 : stage_layers(&m, g->nlayers, s);
-        for (int c = 0; lay.layers && c < m.vpp; c++)
-            st->nlayers += lay.layers[c * m.pp + s];
-        if (lay.layers)
-            st->first_layer = layers_before(&lay, s);
+        st->nlayers = lay.layers ? lay.layers[s] : stage_layers(&m, g->nlayers, s);
         next += st->nlayers;
         st->has_pre = s == 0;
         st->has_post = s == m.pp - 1;
@@ -2119,6 +2096,11 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
         for (int b = 0; b < pt.nblocks; b++)
             if (fill_block(g, &m, &pt, b, &st->blocks[b]))
                 goto oom;
+    }
+    /* The chunks give each stage its layers and first layer. */
+    if (lay.layers && m.vpp > 1) {
+        ap_plan_set_chunks(p, lay.layers);
+        lay.layers = NULL;
     }
     ap_parts_free(&pt);
     ap_layout_free(&lay);

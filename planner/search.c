@@ -283,17 +283,14 @@ static int try_interleaving(const ap_graph *g, const ap_cluster *c, ap_plan *p,
         return AP_OK;
     double best = p->step_time;
     int best_v = 1, most = p->stages[0].nlayers, rc = AP_OK;
-    int *span = malloc(sizeof(int) * 2 * (size_t)p->nstages), *best_chunks = NULL;
+    int *span = ap_plan_spans(p), *best_chunks = NULL;
     if (!span) {
         snprintf(err, AP_ERR_LEN, "out of memory trying interleaving");
         return AP_EINTERNAL;
     }
-    for (int i = 0; i < p->nstages; i++) {
-        span[2 * i] = p->stages[i].first_layer;
-        span[2 * i + 1] = p->stages[i].nlayers;
+    for (int i = 1; i < p->nstages; i++)
         if (p->stages[i].nlayers < most)
             most = p->stages[i].nlayers;
-    }
     for (int v = 2; v <= most && !rc; v++) {
         /* Stages whose layers do not divide into v get chunks of their
          * own sizes, which a layout states; only for one layer class,
@@ -318,12 +315,7 @@ static int try_interleaving(const ap_graph *g, const ap_cluster *c, ap_plan *p,
             best_chunks = p->chunk_layers;
             p->chunk_layers = NULL;
         }
-        free(p->chunk_layers);
-        p->chunk_layers = NULL;
-        for (int i = 0; i < p->nstages; i++) {
-            p->stages[i].first_layer = span[2 * i];
-            p->stages[i].nlayers = span[2 * i + 1];
-        }
+        ap_plan_restore_spans(p, span);
     }
     free(span);
     if (rc) {
