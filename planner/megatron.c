@@ -1420,8 +1420,9 @@ static int pipeline_layout(const ap_megatron *m, int L, int mtp, ap_pipe_layout 
 }
 
 /* The layout against the other ways of splitting the layers, which
- * Megatron-LM refuses beside it, and vpp: from the layout, m->vpp set. */
-static int check_layout(ap_megatron *m, int L, int mtp, char *err)
+ * Megatron-LM refuses beside it, and vpp: from the layout, m->vpp set; the
+ * parsed layout into *lay, which the caller frees. */
+static int check_layout(ap_megatron *m, int L, int mtp, ap_pipe_layout *lay, char *err)
 {
     if (m->first || m->last || m->account_embedding || m->account_loss) {
         snprintf(err, AP_ERR_LEN, "%s: cannot be combined with %s; the layout places "
@@ -1431,12 +1432,10 @@ static int check_layout(ap_megatron *m, int L, int mtp, char *err)
                    "loss-in-pipeline-split)");
         return AP_EINPUT;
     }
-    ap_pipe_layout lay;
-    int rc = pipeline_layout(m, L, mtp, &lay, err);
+    int rc = pipeline_layout(m, L, mtp, lay, err);
     if (rc)
         return rc;
-    int v = lay.nstages / m->pp;
-    ap_layout_free(&lay);
+    int v = lay->nstages / m->pp;
     if (m->vpp < 0 || (m->vpp > 1 && m->vpp != v)) {
         if (m->vpp < 0)
             snprintf(err, AP_ERR_LEN, "%s: cannot be combined with "
@@ -1710,7 +1709,8 @@ static int check_cp_comm(const ap_graph *g, const ap_megatron *m, char *err)
  * groups run past a chunk's last layer when N does not divide the chunk's
  * layers (an IndexError), and N = 0 never leaves the first group. The spec
  * states them with recompute=full only, as Megatron-LM reads them. */
-static int check_recompute(const ap_megatron *m, int L, int mtp, char *err)
+static int check_recompute(const ap_megatron *m, int L, const ap_pipe_layout *lay,
+                           char *err)
 {
     if (m->recompute != AP_RECOMPUTE_FULL) {
         if (m->recompute_method == AP_RECOMPUTE_UNIFORM && m->recompute_layers == 1)
@@ -1724,18 +1724,13 @@ static int check_recompute(const ap_megatron *m, int L, int mtp, char *err)
     if (m->recompute_method != AP_RECOMPUTE_UNIFORM)
         return AP_OK;
     int n = m->recompute_layers;
-    ap_pipe_layout lay = {0};
-    int rc = m->layout[0] ? pipeline_layout(m, L, mtp, &lay, err) : AP_OK;
-    if (rc)
-        return rc;
     /* Every model chunk, or under a layout every virtual stage with layers. */
-    int chunks = lay.layers ? lay.nstages : m->pp;
+    int chunks = lay->layers ? lay->nstages : m->pp;
     for (int i = 0; i < chunks; i++) {
         int s = i % m->pp;
-        int chunk = lay.layers ? lay.layers[i] : stage_layers(m, L, s) / m->vpp;
-        if ((n >= 1 && chunk % n == 0) || (lay.layers && chunk == 0))
+        int chunk = lay->layers ? lay->layers[i] : stage_layers(m, L, s) / m->vpp;
+        if ((n >= 1 && chunk % n == 0) || (lay->layers && chunk == 0))
             continue;
-        ap_layout_free(&lay);
         if (n < 1)
             snprintf(err, AP_ERR_LEN, "recompute_layers=0 (--recompute-num-layers) with "
                      "recompute_method=uniform: Megatron-LM's groups of no layers never "
@@ -1747,7 +1742,6 @@ static int check_recompute(const ap_megatron *m, int L, int mtp, char *err)
                      m->vpp > 1 ? "virtual stages" : "model chunk");
         return AP_EINPUT;
     }
-    ap_layout_free(&lay);
     return AP_OK;
 }
 
@@ -1787,8 +1781,8 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
     return AP_OK;
 }
 
-static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
-                 char *err)
+static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
+                        ap_pipe_layout *lay, char *err)
 {
     int gpus = ap_cluster_gpus(c), L = g->nlayers;
     int rc = check_shape(g, m, err);
@@ -1804,7 +1798,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                      m->tp, m->pp, m->cp, p, gpus);
         return AP_EINPUT;
     }
-    if (m->layout[0] && (rc = check_layout(m, L, g->mtp_layers, err)))
+    if (m->layout[0] && (rc = check_layout(m, L, g->mtp_layers, lay, err)))
         return rc;
     if (m->vpp < 0) { /* layers per virtual stage, from --megatron-args */
         long chunk = (long)m->pp * -m->vpp;
@@ -1840,7 +1834,7 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     if (rc || (rc = check_opt_dtypes(m, err)) || (rc = check_cp_comm(g, m, err)) || (rc = check_param_gather(m, err)) ||
         (rc = check_split(m, L, err)))
         return rc;
-    if ((rc = check_recompute(m, L, g->mtp_layers, err)))
+    if ((rc = check_recompute(m, L, lay, err)))
         return rc;
     double micro = (double)m->mbs * m->dp;
     if (fmod(m->gbs, micro)) {
@@ -1857,6 +1851,17 @@ static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
         return AP_EINPUT;
     }
     return AP_OK;
+}
+
+/* The configuration checked, m resolved (dp, vpp), and its layout parsed
+ * into *lay (zeroed by the caller, freed by it on success). */
+static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
+                 ap_pipe_layout *lay, char *err)
+{
+    int rc = check_config(g, c, m, lay, err);
+    if (rc)
+        ap_layout_free(lay);
+    return rc;
 }
 
 static int kind_of(const ap_graph *g, char l)
@@ -2023,11 +2028,9 @@ int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
 {
     ap_megatron m = *cfg;
     memset(p, 0, sizeof *p);
-    int rc = check(g, c, &m, err);
-    if (rc)
-        return rc;
     ap_pipe_layout lay = {0};
-    if (m.layout[0] && (rc = pipeline_layout(&m, g->nlayers, g->mtp_layers, &lay, err)))
+    int rc = check(g, c, &m, &lay, err);
+    if (rc)
         return rc;
     ap_parts pt;
     if ((rc = ap_parts_build(g, &pt, err))) {
