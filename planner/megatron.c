@@ -628,19 +628,17 @@ static int mtp_flag(const char *tok, char **save, ap_megatron *m, char *err)
 {
     if (strcmp(tok, "--mtp-num-layers"))
         return 0;
-    char *v = save && *save ? *save + strspn(*save, " \t\n") : NULL;
-    if (v && !strncmp(v, "0", 1) && (v[1] == 0 || strchr(" \t\n", v[1]))) {
-        flag_value(tok, save, err);
-        m->shape.mtp = 0;
-        return 1;
-    }
-    int rc = count_value(tok, save, &m->shape.mtp, err);
-    if (rc > 0 && m->shape.mtp > AP_MAX_MTP) {
-        snprintf(err, AP_ERR_LEN, "--megatron-args: --mtp-num-layers %d: autopar builds "
-                 "at most %d", m->shape.mtp, AP_MAX_MTP);
+    char *v = flag_value(tok, save, err), *end;
+    if (!v)
+        return -1;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 0 || n > AP_MAX_MTP) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" (an integer "
+                 "from 0 to %d, the most MTP modules autopar builds)", tok, v, AP_MAX_MTP);
         return -1;
     }
-    return rc;
+    m->shape.mtp = (int)n;
+    return 1;
 }
 
 /* A flag whose value settle_audit judges: into *slot. */

@@ -51,9 +51,8 @@ static int stage_has_block(const ap_graph *g, const ap_plan *p,
 {
     int used = b == 0 ? st->has_pre : b == 1 ? st->has_post : 0;
     for (int k = 0; b >= 2 && k < st->nlayers; k++) {
-        int chunk, pos, l = st->first_layer + k;
-        if (p->chunk_layers)
-            ap_stage_chunk_of(p, (int)(st - p->stages), k, &chunk, &pos, &l);
+        int chunk, pos, l;
+        ap_stage_chunk_of(p, (int)(st - p->stages), k, &chunk, &pos, &l);
         used |= g->layer_class[l] == p->classes[b - 2];
     }
     return used && st->blocks[b].npoints;
