@@ -914,7 +914,7 @@ static int sig_op(const ap_graph *g, int layer, const ap_op *op,
     memcpy(&p, &op->dropout_p, sizeof p);
     int rc = sig_push(s, op->kind) || sig_push(s, op->sub) ||
              sig_push(s, op->causal) || sig_push(s, op->flash) ||
-             sig_push(s, p) || sig_push(s, op->top_k) ||
+             sig_push(s, p) || sig_push(s, op->top_k) || sig_push(s, op->modules) ||
              sig_push(s, op->ninputs) || sig_push(s, op->noutputs);
     for (int i = 0; !rc && i < op->ninputs; i++) {
         int t = op->inputs[i], pr = g->tensors[t].producer;

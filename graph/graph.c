@@ -142,6 +142,26 @@ int ap_op_kind_from_name(const char *s, ap_op_kind *kind, int *sub)
     return AP_EINPUT;
 }
 
+static const char *const module_names[AP_MODULE_COUNT] = {
+    "core_attn", "mlp", "moe_act", "layernorm", "mla_up_proj", "moe", "shared_experts",
+};
+
+const char *ap_module_name(unsigned bit)
+{
+    for (int i = 0; i < AP_MODULE_COUNT; i++)
+        if (bit == 1u << i)
+            return module_names[i];
+    return NULL;
+}
+
+unsigned ap_module_from_name(const char *s)
+{
+    for (int i = 0; s && i < AP_MODULE_COUNT; i++)
+        if (!strcmp(s, module_names[i]))
+            return 1u << i;
+    return 0;
+}
+
 void ap_build_opts_default(ap_build_opts *o)
 {
     o->seq = 0;

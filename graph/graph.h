@@ -105,6 +105,28 @@ typedef enum { AP_BINARY_ADD, AP_BINARY_MUL } ap_binary;
 typedef enum { AP_NORM_LAYER, AP_NORM_RMS, AP_NORM_LAYER1P } ap_norm;
 typedef enum { AP_LAYOUT_RESHAPE, AP_LAYOUT_TRANSPOSE, AP_LAYOUT_SPLIT, AP_LAYOUT_CONCAT } ap_layout;
 
+/* The Megatron-Core modules an op belongs to, by the names Megatron-LM's
+ * --recompute-modules gives them, as bits of ap_op.modules: selective
+ * recomputation redoes the ops of the modules it names (docs/cost-model.md,
+ * "Selective recomputation by module"). An op may be in several (an expert's
+ * activation is in moe_act and in moe). core_attn is the attention kernel;
+ * layernorm a norm Megatron-Core builds as a module of its own (not fused
+ * into the linear layer after it); mlp a dense layer's MLP, its fused norm
+ * included; moe_act the experts' activation; mla_up_proj multi-latent
+ * attention's up projections and rotary embeddings; moe the whole MoE
+ * layer, router to combine, shared experts included; shared_experts those
+ * alone. */
+typedef enum {
+    AP_MODULE_CORE_ATTN = 1 << 0,
+    AP_MODULE_MLP = 1 << 1,
+    AP_MODULE_MOE_ACT = 1 << 2,
+    AP_MODULE_LAYERNORM = 1 << 3,
+    AP_MODULE_MLA_UP_PROJ = 1 << 4,
+    AP_MODULE_MOE = 1 << 5,
+    AP_MODULE_SHARED_EXPERTS = 1 << 6
+} ap_module;
+#define AP_MODULE_COUNT 7
+
 typedef struct {
     char label; /* the single character used in shapes */
     char name[AP_NAME_LEN];
@@ -140,6 +162,7 @@ typedef struct {
     int flash;        /* attention: fused kernel that saves no s x s matrix */
     double dropout_p; /* dropout, and attention's internal dropout */
     int top_k;        /* router, dispatch, combine */
+    unsigned modules; /* ap_module bits; 0 for an op in none */
 
     /* Derived by ap_graph_finalize(), at the batch size the graph declares. */
     char iter[AP_MAX_DIMS + 1]; /* labels of the iteration space, sorted */
@@ -258,6 +281,10 @@ size_t ap_dtype_size(ap_dtype t);
 const char *ap_op_kind_name(const ap_op *op); /* "matmul", "gelu", "rmsnorm" ... */
 /* The inverse: a JSON kind name to kind and sub; AP_EINPUT if unknown. */
 int ap_op_kind_from_name(const char *s, ap_op_kind *kind, int *sub);
+/* "core_attn", "mlp", ... for one ap_module bit; NULL for anything else. */
+const char *ap_module_name(unsigned bit);
+/* The bit named s, or 0 when s names no module. */
+unsigned ap_module_from_name(const char *s);
 const char *ap_dim_kind_name(ap_dim_kind k);
 int ap_dim_kind_from_name(const char *s, ap_dim_kind *out);
 

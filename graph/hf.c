@@ -423,6 +423,7 @@ typedef struct {
     int layer;                /* -1 outside the blocks */
     char scope[16];           /* prefix of local names: "l3.", "mtp0.", "" */
     char in[AP_NAME_LEN];     /* the residual stream entering this block */
+    unsigned modules;         /* ap_module bits of the ops added now */
 } bld;
 
 /* Resolves a tensor token: "^" is the block input, "=name" a global name,
@@ -500,6 +501,8 @@ static int op(bld *b, const char *name, ap_op_kind kind, int sub,
     i = ap_graph_add_op(b->g, opname, kind, sub, b->layer, inp, nin, outp, nout, b->err);
     if (i < 0)
         build_fail(b);
+    else
+        b->g->ops[i].modules = b->modules;
     return i;
 }
 
@@ -544,6 +547,7 @@ static void attention(bld *b, const ap_build_opts *opt, const char *q,
     snprintf(ins, sizeof ins, "%s %s %s", q, k, v);
     i = op(b, "attn", AP_OP_ATTENTION, 0, ins, o);
     if (i >= 0) {
+        b->g->ops[i].modules |= AP_MODULE_CORE_ATTN;
         b->g->ops[i].causal = 1;
         b->g->ops[i].flash = opt->flash;
         b->g->ops[i].dropout_p = opt->dropout ? DROPOUT_P : 0.0;
@@ -599,15 +603,23 @@ static void latent_attention(bld *b, const hf_model *m, const ap_build_opts *opt
                              const char *x)
 {
     int bias = m->o_bias; /* attention_bias covers q_a, kv_a and o */
+    /* Megatron-Core's up projections, the norms fused into them, and the
+     * rotary embeddings and concatenation after them are one module
+     * (mla_up_proj); without a query LoRA rank the query's projection
+     * from the hidden state takes the place of its up projection. */
     if (m->q_lora) {
         linear(b, "q_a", x, "hq", bias ? "q" : NULL, "q_a.y:bsq");
+        b->modules = AP_MODULE_MLA_UP_PROJ;
         norm(b, m, "q_a_norm", "q_a.y", 'q', "q_a_norm.y:bsq");
         linear(b, "q_b", "q_a_norm.y", "qnd", NULL, "q.y:bsnd");
     } else {
+        b->modules = AP_MODULE_MLA_UP_PROJ;
         linear(b, "q", x, "hnd", NULL, "q.y:bsnd");
     }
+    b->modules = 0;
     linear(b, "kv_a", x, "hk", bias ? "k" : NULL, "kv_a.y:bsk");
     linear(b, "k_rope", x, "hr", bias ? "r" : NULL, "k_rope.y:bsr");
+    b->modules = AP_MODULE_MLA_UP_PROJ;
     norm(b, m, "kv_a_norm", "kv_a.y", 'k', "kv_a_norm.y:bsk");
     linear(b, "k_b", "kv_a_norm.y", "kgD", NULL, "k_nope.y:bsgD");
     linear(b, "v_b", "kv_a_norm.y", "kge", NULL, "v.y:bsge");
@@ -617,6 +629,7 @@ static void latent_attention(bld *b, const hf_model *m, const ap_build_opts *opt
        "k_rope_heads.y:bsgr");
     op(b, "k_cat", AP_OP_RESHAPE, AP_LAYOUT_CONCAT, "k_nope.y k_rope_heads.y",
        "k.y:bsgd");
+    b->modules = 0;
     attention(b, opt, "q_rot.y", "k.y", "v.y", "attn.y:bsne");
     linear(b, "o", "attn.y", "neh", m->o_bias ? "h" : NULL, "o.y:bsh");
 }
@@ -676,6 +689,7 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
 {
     char ins[2 * AP_NAME_LEN];
     const char *routed = m->shared_ffn ? "moe.y:bsh" : "mlp.y:bsh";
+    b->modules = AP_MODULE_MOE;
     snprintf(ins, sizeof ins, "%s router.w:hE", x);
     set_top_k(b, op(b, "router", AP_OP_ROUTER, 0, ins, "router.p:bsE"), m->top_k);
     snprintf(ins, sizeof ins, "%s router.p", x);
@@ -684,16 +698,19 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
        "experts.gate.y:Ecm");
     op(b, "experts.up", AP_OP_MATMUL, 0, "experts.x experts.up.w:Ehm",
        "experts.up.y:Ecm");
+    b->modules = AP_MODULE_MOE | AP_MODULE_MOE_ACT;
     op(b, "experts.silu", AP_OP_UNARY, AP_UNARY_SILU, "experts.gate.y",
        "experts.silu.y:Ecm");
     op(b, "experts.mul", AP_OP_BINARY, AP_BINARY_MUL, "experts.silu.y experts.up.y",
        "experts.act.y:Ecm");
+    b->modules = AP_MODULE_MOE;
     op(b, "experts.down", AP_OP_MATMUL, 0, "experts.act.y experts.down.w:Emh",
        "experts.y:Ech");
     set_top_k(b, op(b, "combine", AP_OP_COMBINE, 0, "experts.y router.p", routed),
               m->top_k);
     if (!m->shared_ffn)
         return;
+    b->modules = AP_MODULE_MOE | AP_MODULE_SHARED_EXPERTS;
     dense_mlp(b, m, "shared", x, 'S');
     if (m->shared_gate) {
         /* Qwen2-MoE scales the shared expert by sigmoid(x w), w of [h, 1];
@@ -703,8 +720,10 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
         op(b, "shared_gate", AP_OP_MATMUL, 0, ins, "shared_gate.y:bs");
         op(b, "shared_scale", AP_OP_BINARY, AP_BINARY_MUL, "shared.y shared_gate.y",
            "shared.g:bsh");
+        b->modules = AP_MODULE_MOE;
         op(b, "moe_add", AP_OP_BINARY, AP_BINARY_ADD, "moe.y shared.g", "mlp.y:bsh");
     } else {
+        b->modules = AP_MODULE_MOE;
         op(b, "moe_add", AP_OP_BINARY, AP_BINARY_ADD, "moe.y shared.y", "mlp.y:bsh");
     }
 }
@@ -713,10 +732,13 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
  * comes from dense_mlp named "mlp"). */
 static void feed_forward(bld *b, const hf_model *m, int i, const char *x)
 {
-    if (m->experts && is_moe_layer(m, i))
+    if (m->experts && is_moe_layer(m, i)) {
         moe_mlp(b, m, x);
-    else
+    } else {
+        b->modules = AP_MODULE_MLP;
         dense_mlp(b, m, "mlp", x, 'f');
+    }
+    b->modules = 0;
 }
 
 /* res1.y = block input + x */
@@ -743,7 +765,13 @@ static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i
 {
     const char *a = opt->dropout ? "attn_drop.y" : "o.y";
     const char *f = opt->dropout ? "mlp_drop.y" : "mlp.y";
+    /* Megatron-Core's Transformer Engine layers fuse a norm into the
+     * linear layer after it, unless more than one module reads it: MLA's
+     * two down projections, a MoE layer's router and experts. The MLP's
+     * fused norm is part of the MLP module. */
+    b->modules = m->mla ? AP_MODULE_LAYERNORM : 0;
     norm(b, m, "ln1", "^", 'h', "ln1.y:bsh");
+    b->modules = 0;
     if (m->mla)
         latent_attention(b, m, opt, "ln1.y");
     else
@@ -752,6 +780,7 @@ static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i
         dropout(b, "attn_drop", "o.y", "attn_drop.y:bsh");
     if (!m->parallel_residual)
         residual1(b, a);
+    b->modules = m->experts && is_moe_layer(m, i) ? AP_MODULE_LAYERNORM : AP_MODULE_MLP;
     norm(b, m, "ln2", m->parallel_residual ? "^" : "res1.y", 'h', "ln2.y:bsh");
     feed_forward(b, m, i, "ln2.y");
     if (opt->dropout)

@@ -324,7 +324,7 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
     static const char *const moe[] = {"top_k", NULL};
     static const char *const none[] = {NULL};
     static const char *const common[] = {"name", "kind", "layer", "inputs",
-                                         "outputs", NULL};
+                                         "outputs", "modules", NULL};
     const char *const *own = none;
     if (op->kind == AP_OP_ATTENTION)
         own = attention;
@@ -355,12 +355,34 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
                : AP_OK;
 }
 
+/* "modules": the names of the Megatron-Core modules the op is in
+ * (ap_module), each at most once. */
+static int load_modules(const ctx *c, const cJSON *o, const char *path, ap_op *op)
+{
+    const cJSON *arr = field(o, "modules");
+    if (!arr)
+        return AP_OK;
+    if (!cJSON_IsArray(arr))
+        return fail(c, "%s.modules: expected an array of module names", path);
+    int k = 0;
+    for (const cJSON *s = arr->child; s; s = s->next, k++) {
+        unsigned bit = cJSON_IsString(s) ? ap_module_from_name(s->valuestring) : 0;
+        if (!bit)
+            return fail(c, "%s.modules[%d]: expected one of core_attn, mlp, moe_act, "
+                        "layernorm, mla_up_proj, moe, shared_experts", path, k);
+        if (op->modules & bit)
+            return fail(c, "%s.modules[%d]: \"%s\" named twice", path, k, s->valuestring);
+        op->modules |= bit;
+    }
+    return AP_OK;
+}
+
 static int load_op(const ctx *c, const cJSON *o, const char *path,
                    ap_graph *g)
 {
     static const char *const any[] = {"name",   "kind",  "layer", "inputs",
                                       "outputs", "causal", "flash", "dropout",
-                                      "p",      "top_k", NULL};
+                                      "p",      "top_k", "modules", NULL};
     const char *name = NULL, *kind = NULL;
     const char *in[AP_MAX_IO], *out[AP_MAX_IO];
     int nin = 0, nout = 0, sub = 0;
@@ -386,7 +408,9 @@ static int load_op(const ctx *c, const cJSON *o, const char *path,
                             c->err);
     if (i < 0)
         return AP_EINPUT;
-    return load_attrs(c, o, path, &g->ops[i]);
+    return load_attrs(c, o, path, &g->ops[i]) || load_modules(c, o, path, &g->ops[i])
+               ? AP_EINPUT
+               : AP_OK;
 }
 
 static int load_ops(const ctx *c, const cJSON *arr, ap_graph *g)

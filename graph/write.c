@@ -78,6 +78,23 @@ static int attrs_json(cJSON *o, const ap_op *op)
     }
 }
 
+static int modules_json(cJSON *o, const ap_op *op)
+{
+    if (!op->modules)
+        return 1;
+    cJSON *arr = cJSON_AddArrayToObject(o, "modules");
+    for (int i = 0; arr && i < AP_MODULE_COUNT; i++) {
+        if (!(op->modules & 1u << i))
+            continue;
+        cJSON *s = cJSON_CreateString(ap_module_name(1u << i));
+        if (!s || !cJSON_AddItemToArray(arr, s)) {
+            cJSON_Delete(s);
+            return 0;
+        }
+    }
+    return arr != NULL;
+}
+
 static cJSON *op_json(const ap_graph *g, const ap_op *op)
 {
     cJSON *o = cJSON_CreateObject();
@@ -86,7 +103,7 @@ static cJSON *op_json(const ap_graph *g, const ap_op *op)
         (op->layer >= 0 && !cJSON_AddNumberToObject(o, "layer", op->layer)) ||
         !add_names(o, "inputs", g, op->inputs, op->ninputs) ||
         !add_names(o, "outputs", g, op->outputs, op->noutputs) ||
-        !attrs_json(o, op)) {
+        !attrs_json(o, op) || !modules_json(o, op)) {
         cJSON_Delete(o);
         return NULL;
     }

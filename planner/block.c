@@ -86,6 +86,16 @@ static void split_op_comm(const ap_price_ctx *x, int op, const ap_strategy *s,
     }
 }
 
+static void add_comm_kinds(ap_comm_kinds *to, const ap_comm_kinds *k)
+{
+    to->tp += k->tp;
+    to->reshard += k->reshard;
+    to->expert += k->expert;
+    to->context += k->context;
+    to->param_gather += k->param_gather;
+    to->grad_reduce += k->grad_reduce;
+}
+
 /* An edge's backward part by kind: pricing it again with the consumer's
  * axes that split a label the tensor lacks cleared leaves the layout
  * conversion alone; the difference is the partial gradient's reduction,
@@ -109,6 +119,44 @@ static void split_edge_comm(const ap_price_ctx *x, int t, int prod,
     out->kbwd.tp += back - conv_back - regather;
 }
 
+/* What selective recomputation by module adds for op (ap_op_rc_modules):
+ * its forward again, and the saved bytes it frees (ap_price_op_freed),
+ * which an op outside the modules has too when it saves a tensor one of
+ * them made. */
+static void add_rc_op(const ap_price_ctx *x, int op, const ap_strategy *s,
+                      const ap_op_cost *c, ap_block_point *out)
+{
+    out->rc_freed += ap_price_op_freed(x, op, s);
+    if (!ap_op_rc_modules(x, op))
+        return;
+    ap_block_point k;
+    memset(&k, 0, sizeof k);
+    split_op_comm(x, op, s, c, &k);
+    out->rc_fwd += c->fwd + c->fwd_comm;
+    out->rc_comm += c->fwd_comm;
+    out->rc_flops += c->flops;
+    add_comm_kinds(&out->rc_kinds, &k.kfwd);
+}
+
+/* The same for an edge: its forward collectives again when both ends are in
+ * one recomputed module, and its saved-bytes term where the tensor is
+ * freed. */
+static void add_rc_edge(const ap_price_ctx *x, int t, int u, const ap_strategy *ps, int v,
+                        const ap_strategy *cs, double total, double back, double saved,
+                        ap_block_point *out)
+{
+    if (ap_rc_frees(x, u, v))
+        out->rc_freed += saved;
+    if (!(ap_op_rc_modules(x, u) & ap_op_rc_modules(x, v)))
+        return;
+    ap_block_point k;
+    memset(&k, 0, sizeof k);
+    split_edge_comm(x, t, u, ps, v, cs, total, back, 0, &k);
+    out->rc_fwd += total - back;
+    out->rc_comm += total - back;
+    add_comm_kinds(&out->rc_kinds, &k.kfwd);
+}
+
 void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
                     const ap_strategy *strat, ap_block_point *out)
 {
@@ -130,25 +178,28 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         out->opt_bytes += c.opt_bytes;
         out->act_bytes += c.act_bytes;
         out->flops += c.flops;
-        if (x->g->ops[ops[i]].kind == AP_OP_ATTENTION)
+        if (x->g->ops[ops[i]].kind == AP_OP_ATTENTION) {
             out->attn_fwd += c.fwd;
+            out->attn_flops += c.flops;
+        }
         split_op_comm(x, ops[i], &strat[i], &c, out);
+        add_rc_op(x, ops[i], &strat[i], &c, out);
     }
     ap_block_edge *e = NULL;
     int ne = ap_block_edges(x->g, ops, nops, &e);
     for (int k = 0; k < ne; k++) {
         const ap_strategy *ps = &strat[e[k].u], *cs = &strat[e[k].v];
+        int u = ops[e[k].u], v = ops[e[k].v];
         double back, regather;
-        double total = ap_price_edge(x, e[k].tensor, ops[e[k].u], ps,
-                                     ops[e[k].v], cs, &back);
-        out->act_bytes += ap_price_edge_saved(x, e[k].tensor, ops[e[k].u], ps,
-                                              ops[e[k].v], cs, &regather);
+        double total = ap_price_edge(x, e[k].tensor, u, ps, v, cs, &back);
+        double saved = ap_price_edge_saved(x, e[k].tensor, u, ps, v, cs, &regather);
+        out->act_bytes += saved;
         out->fwd += total - back;
         out->bwd += back;
         out->comm_fwd += total - back;
         out->comm_bwd += back;
-        split_edge_comm(x, e[k].tensor, ops[e[k].u], ps, ops[e[k].v], cs,
-                        total, back, regather, out);
+        split_edge_comm(x, e[k].tensor, u, ps, v, cs, total, back, regather, out);
+        add_rc_edge(x, e[k].tensor, u, ps, v, cs, total, back, saved, out);
     }
     free(e);
     out->input_bytes = block_input_bytes(x, ops, nops, strat);

@@ -227,6 +227,11 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
     put(b, "  --global-batch-size %.0f\n", d->gbs);
     if (d->recompute == AP_RECOMPUTE_SELECTIVE)
         put(b, "  --recompute-granularity selective\n");
+    if (d->recompute == AP_RECOMPUTE_SELECTIVE && d->run.recompute_modules) {
+        char mods[160];
+        ap_rc_modules_format(d->run.recompute_modules, " ", mods, sizeof mods);
+        put(b, "  --recompute-modules %s\n", mods);
+    }
     if (d->recompute == AP_RECOMPUTE_FULL)
         put(b, "  --recompute-granularity full\n  --recompute-method %s\n"
                "  --recompute-num-layers %d\n", ap_recompute_method_name(d->recompute_method),

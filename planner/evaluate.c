@@ -40,24 +40,35 @@ typedef struct {
     double recomputed, kept;
 } rc_count;
 
+/* What selective recomputation redoes of one layer of a block: the
+ * attention's forward where core_attn is among the run's modules, and the
+ * other modules' forward (ap_block_point.rc_fwd). */
+static double selective_fwd(const ap_run_settings *r, const ap_block_point *bp)
+{
+    double attn = ap_run_rc_modules(r) & AP_MODULE_CORE_ATTN ? bp->attn_fwd : 0;
+    return attn + bp->rc_fwd;
+}
+
 /* What recomputation adds to the backward of `times` layers of a block:
- * the forward of those full recomputation redoes, or core attention's
- * under selective recomputation. */
-static double recompute_bwd(const ap_block_point *bp, ap_recompute rc, const rc_count *n,
-                            double times)
+ * the forward of those full recomputation redoes, or what selective
+ * recomputation redoes. */
+static double recompute_bwd(const ap_run_settings *r, const ap_block_point *bp,
+                            ap_recompute rc, const rc_count *n, double times)
 {
     return rc == AP_RECOMPUTE_FULL ? bp->fwd * n->recomputed
-         : rc == AP_RECOMPUTE_SELECTIVE ? bp->attn_fwd * times : 0;
+         : rc == AP_RECOMPUTE_SELECTIVE ? selective_fwd(r, bp) * times : 0;
 }
 
 /* Adds to *act what `times` layers of a block keep for backward: under full
  * recomputation a group keeps only its first layer's input, and a layer
- * left out of it everything; otherwise everything. */
+ * left out of it everything; under selective, everything but what its
+ * modules free; otherwise everything. */
 static void add_kept(double *act, const ap_block_point *bp, ap_recompute rc,
                      const rc_count *n, double times)
 {
     if (rc != AP_RECOMPUTE_FULL) {
-        *act += bp->act_bytes * times;
+        double freed = rc == AP_RECOMPUTE_SELECTIVE ? bp->rc_freed : 0;
+        *act += (bp->act_bytes - freed) * times;
         return;
     }
     *act += bp->input_bytes * n->kept;
@@ -65,8 +76,8 @@ static void add_kept(double *act, const ap_block_point *bp, ap_recompute rc,
         *act += bp->act_bytes * (times - n->recomputed);
 }
 
-static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
-                       ap_recompute rc, const rc_count *n)
+static void accumulate(ap_stage *st, const ap_run_settings *r, const ap_block_point *bp,
+                       double times, ap_recompute rc, const rc_count *n)
 {
     st->fwd += bp->fwd * times;
     st->bwd += bp->bwd * times;
@@ -85,13 +96,18 @@ static void accumulate(ap_stage *st, const ap_block_point *bp, double times,
     st->flops += bp->flops * times;
     /* Backward first redoes the forward of a recomputed layer,
      * collectives included. */
-    st->bwd += recompute_bwd(bp, rc, n, times);
+    st->bwd += recompute_bwd(r, bp, rc, n, times);
     add_kept(&st->act_bytes, bp, rc, n, times);
     if (rc == AP_RECOMPUTE_FULL) {
         st->comm_bwd += bp->comm_fwd * n->recomputed;
         add_kinds(&st->kinds, &bp->kfwd, n->recomputed);
         st->recompute_flops += bp->flops * n->recomputed;
         st->recomputed_layers += (int)n->recomputed;
+    } else if (rc == AP_RECOMPUTE_SELECTIVE) {
+        int attn = (ap_run_rc_modules(r) & AP_MODULE_CORE_ATTN) != 0;
+        st->comm_bwd += bp->rc_comm * times;
+        add_kinds(&st->kinds, &bp->rc_kinds, times);
+        st->recompute_flops += (bp->rc_flops + attn * bp->attn_flops) * times;
     }
 }
 
@@ -192,7 +208,7 @@ static double pair_save(const ap_price_ctx *x, const ap_plan *p, const ap_block 
     ap_moe_phases f, b;
     ap_moe_block_phases(x, blk->ops, blk->nops, bp->strat, &f, &b);
     if (rc == AP_RECOMPUTE_SELECTIVE)
-        b.attn += bp->attn_fwd;
+        b.attn += selective_fwd(&p->run, bp);
     double alone = f.attn + f.dispatch + f.expert + f.combine + b.attn + b.dispatch +
                    b.expert + b.combine;
     return (alone - ap_moe_pair_time(&f, &b, p->run.delay_wgrad)) * times;
@@ -258,6 +274,16 @@ static const ap_block_point *point_of(const ap_stage *st, int b)
     return blk->nops && blk->npoints ? &blk->points[st->point[b]] : NULL;
 }
 
+/* The recomputation block b of a stage runs under: the stage's for its
+ * layers; for the pieces before and after them selective recomputation
+ * alone, which reaches the layers of multi-token-prediction modules (full
+ * recomputation checkpoints the decoder's layers only). */
+static ap_recompute block_recompute(const ap_stage *st, int b)
+{
+    return b >= 2 || st->recompute == AP_RECOMPUTE_SELECTIVE ? st->recompute
+                                                             : AP_RECOMPUTE_NONE;
+}
+
 /* One layer's share of its chunk: what accumulate() adds for it. */
 static void add_layer(const ap_price_ctx *x, const ap_plan *p, const ap_stage *st, int i,
                       int b, int c, double *act)
@@ -274,7 +300,7 @@ static void add_layer(const ap_price_ctx *x, const ap_plan *p, const ap_stage *s
     }
     st->chunk_fwd[c] += bp->fwd;
     st->chunk_bwd[c] += bp->bwd;
-    st->chunk_bwd[c] += recompute_bwd(bp, st->recompute, &n, 1);
+    st->chunk_bwd[c] += recompute_bwd(&p->run, bp, st->recompute, &n, 1);
     add_kept(&act[c], bp, st->recompute, &n, 1);
     if (p->run.moe_a2a_overlap)
         st->chunk_save[c] += pair_save(x, p, &st->blocks[b], bp, st->recompute, 1);
@@ -320,9 +346,10 @@ static int price_chunks(const ap_price_ctx *x, const ap_plan *p, ap_stage *st, c
         int c = b == 0 ? 0 : v - 1;
         if (!bp || !(b == 0 ? st->has_pre : st->has_post))
             continue;
+        rc_count n = {0, 0};
         st->chunk_fwd[c] += bp->fwd;
-        st->chunk_bwd[c] += bp->bwd;
-        share[c] += bp->act_bytes;
+        st->chunk_bwd[c] += bp->bwd + recompute_bwd(&p->run, bp, block_recompute(st, b), &n, 1);
+        add_kept(&share[c], bp, block_recompute(st, b), &n, 1);
     }
     for (int i = 0; i < st->nlayers; i++) {
         int chunk, pos, layer;
@@ -369,7 +396,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
         ap_strategy *strat = bp->strat;
         ap_block_price(&x, blk->ops, blk->nops, strat, bp);
         bp->strat = strat;
-        accumulate(st, bp, times, b >= 2 ? st->recompute : AP_RECOMPUTE_NONE, &n);
+        accumulate(st, &p->run, bp, times, block_recompute(st, b), &n);
         if (p->run.moe_a2a_overlap && b >= 2)
             st->a2a_save += pair_save(&x, p, blk, bp, st->recompute, times);
         if (b == 1 && p->run.defer_wgrad && p->nstages > 1)

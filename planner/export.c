@@ -634,7 +634,9 @@ static int check_uniform_groups(const ap_plan_desc *p, const ap_degrees *d,
     return AP_OK;
 }
 
-/* The recompute method each launcher runs. Megatron-LM runs both, but its
+/* The recomputation each launcher runs. Selective recomputation by
+ * modules other than core_attn is Megatron-Core's own. Megatron-LM runs both
+ * full methods, but its
  * uniform groups must divide each model chunk's layers (the last would run
  * past them); DeepSpeed's pipeline checkpoints groups of
  * activation_checkpoint_interval layers, uniform N, and has no block;
@@ -645,6 +647,14 @@ static int check_recompute_method(const ap_plan_desc *p, const ap_degrees *d,
                                   ap_launcher to, char *err)
 {
     const char *who = ap_launcher_name(to);
+    if (d->recompute == AP_RECOMPUTE_SELECTIVE && d->run.recompute_modules &&
+        to != AP_LAUNCHER_MEGATRON) {
+        char mods[160];
+        ap_rc_modules_format(d->run.recompute_modules, ", ", mods, sizeof mods);
+        return refuse(p, err, "%s has no selective recomputation by Megatron-Core's "
+                      "modules; the plan recomputes %s (export it to Megatron-LM)", who,
+                      mods);
+    }
     if (d->recompute != AP_RECOMPUTE_FULL || recomputes_each_layer(p, d))
         return AP_OK;
     char what[96];

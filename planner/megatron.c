@@ -156,6 +156,17 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     }
     if (!strcmp(k, "layout"))
         return layout_key(m, v, who, err);
+    if (!strcmp(k, "recompute_modules")) {
+        unsigned mods;
+        char why[AP_ERR_LEN];
+        if (ap_rc_modules_parse(v, "+", &mods, why)) {
+            snprintf(err, AP_ERR_LEN, "%s: %.200s (modules joined by '+', as "
+                     "core_attn+mlp)", who, why);
+            return AP_EINPUT;
+        }
+        m->run.recompute_modules = ap_rc_modules_setting(mods);
+        return AP_OK;
+    }
     if (!strcmp(k, "recompute")) {
         if (!strcmp(v, "none"))
             m->recompute = AP_RECOMPUTE_NONE;
@@ -182,7 +193,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
                  "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
                  "cp_comm, main_params, exp_avg, exp_avg_sq, defer_wgrad, "
-                 "wgrad_deferral_limit, no_grad_fusion, layout)", k);
+                 "wgrad_deferral_limit, no_grad_fusion, layout, recompute_modules)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -516,8 +527,10 @@ typedef struct {
     int torch_fsdp2, megatron_fsdp;
     const char *fsdp_flag;   /* --use-megatron-fsdp or --use-custom-fsdp */
     const char *sharding;    /* --data-parallel-sharding-strategy */
-    int modules_given, modules; /* --recompute-modules and its value count */
-    const char *module;      /* the first module other than core_attn */
+    int modules_given;       /* --recompute-modules */
+    int moe_layer_recompute; /* --moe-layer-recompute */
+    unsigned modules;        /* the modules it names (ap_module bits) */
+    const char *bad_module;  /* the first value that names none */
     int shared_expert, shared_overlap;
     int topk;                /* --moe-router-topk; 0 where not given */
     int moe_ffn;             /* --moe-ffn-hidden-size; 0 where not given */
@@ -556,8 +569,6 @@ static const struct {
      "backward than the fused kernel autopar prices"},
     {"--distribute-saved-activations", 0, "splits the recomputation checkpoints "
      "over the tensor-parallel group, which is not priced"},
-    {"--moe-layer-recompute", 0, "recomputes the MoE layers; autopar's "
-     "selective recomputation is core attention's alone"},
     {"--moe-use-legacy-grouped-gemm", 0, "runs the experts as the legacy "
      "GroupedMLP; autopar prices Transformer Engine's GroupedLinear "
      "(--moe-grouped-gemm)"},
@@ -847,11 +858,12 @@ static int list_flag(const char *tok, char **save, audit *a, char *err)
     if (!strcmp(tok, "--recompute-modules")) {
         a->modules_given = 1;
         a->modules = 0;
-        a->module = NULL;
+        a->bad_module = NULL;
         while ((v = list_value(save))) {
-            if (!a->module && strcmp(v, "core_attn"))
-                a->module = v;
-            a->modules++;
+            unsigned bit = ap_module_from_name(v);
+            if (!bit && !a->bad_module)
+                a->bad_module = v;
+            a->modules |= bit;
         }
         return 1;
     }
@@ -894,6 +906,7 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
             : !strcmp(tok, "--use-flash-attn") ? &a->flash_attn
             : !strcmp(tok, "--use-torch-fsdp2") ? &a->torch_fsdp2
             : !strcmp(tok, "--moe-shared-expert-overlap") ? &a->shared_overlap
+            : !strcmp(tok, "--moe-layer-recompute") ? &a->moe_layer_recompute
             : !strcmp(tok, "--use-megatron-fsdp") || !strcmp(tok, "--use-custom-fsdp")
                 ? &a->megatron_fsdp : NULL;
     if (!on)
@@ -1039,6 +1052,56 @@ static int settle_cp_comm(const audit *a, ap_megatron *m, char *err)
     return 0;
 }
 
+/* Module names Megatron-Core accepts for layers autopar does not build:
+ * hyper-connections (mhc) and gated delta nets (gdn, gdn_norm_out). */
+static int foreign_module(const char *v)
+{
+    return !strcmp(v, "mhc") || !strcmp(v, "gdn") || !strcmp(v, "gdn_norm_out");
+}
+
+/* --recompute-modules and --moe-layer-recompute, as Megatron-Core's
+ * TransformerConfig reads them: the list (core_attn where left out) under
+ * selective recomputation, ignored under full or none; an empty list
+ * recomputes nothing, which prices as no recomputation;
+ * --moe-layer-recompute (deprecated) makes the recomputation selective and
+ * adds moe, and is refused under full. */
+static int settle_modules(const audit *a, ap_megatron *m, char *err)
+{
+    if (a->moe_layer_recompute) {
+        if (m->recompute == AP_RECOMPUTE_FULL)
+            return refuse("--moe-layer-recompute", NULL, "with --recompute-granularity "
+                          "full: Megatron-Core refuses the two together", err);
+        m->recompute = AP_RECOMPUTE_SELECTIVE;
+    }
+    if (m->recompute != AP_RECOMPUTE_SELECTIVE)
+        return 0;
+    if (a->bad_module) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --recompute-modules %.64s: %s",
+                 a->bad_module, foreign_module(a->bad_module)
+                 ? "recomputes a layer autopar does not build (hyper-connections, "
+                   "gated delta nets)"
+                 : "unknown module (core_attn, mlp, moe_act, layernorm, mla_up_proj, "
+                   "moe or shared_experts), which Megatron-Core refuses");
+        return -1;
+    }
+    unsigned mods = a->modules_given ? a->modules : AP_MODULE_CORE_ATTN;
+    if (a->moe_layer_recompute)
+        mods |= AP_MODULE_MOE;
+    if (!mods) {
+        m->recompute = AP_RECOMPUTE_NONE;
+        return 0;
+    }
+    if ((mods & AP_MODULE_MOE_ACT) && !a->grouped_gemm)
+        return refuse("--recompute-modules", "moe_act", "needs --moe-grouped-gemm, as "
+                      "Megatron-Core asserts", err);
+    if ((mods & ~(unsigned)AP_MODULE_CORE_ATTN) && a->impl && !strcmp(a->impl, "local"))
+        return refuse("--recompute-modules", NULL, "with --transformer-impl local: "
+                      "autopar places the norms in modules as Transformer Engine's "
+                      "layers build them", err);
+    m->run.recompute_modules = ap_rc_modules_setting(mods);
+    return 0;
+}
+
 static int settle_audit(const audit *a, ap_megatron *m, char *err)
 {
     if (settle_moe(a, m, err) || settle_attention(a, m, err) || settle_fsdp(a, m, err))
@@ -1054,14 +1117,8 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
     }
     if (settle_cp_comm(a, m, err))
         return -1;
-    if (a->modules_given && m->recompute == AP_RECOMPUTE_SELECTIVE && !a->module &&
-        !a->modules)
-        return refuse("--recompute-modules", NULL, "names no module; autopar's "
-                      "selective recomputation is core_attn (the default)", err);
-    if (a->module && m->recompute == AP_RECOMPUTE_SELECTIVE)
-        return refuse("--recompute-modules", a->module, "autopar's selective "
-                      "recomputation recomputes core_attn (the default) alone; other "
-                      "modules are not priced", err);
+    if (settle_modules(a, m, err))
+        return -1;
     if (m->shape.experts)
         m->shape.top_k = a->topk ? a->topk : 2;
     m->shape.moe_ffn = a->moe_ffn;
@@ -1710,6 +1767,11 @@ static int check_cp_comm(const ap_graph *g, const ap_megatron *m, char *err)
 static int check_recompute(const ap_megatron *m, int L, const ap_pipe_layout *lay,
                            char *err)
 {
+    if (m->run.recompute_modules && m->recompute != AP_RECOMPUTE_SELECTIVE) {
+        snprintf(err, AP_ERR_LEN, "recompute_modules (--recompute-modules) applies to "
+                 "recompute=selective only");
+        return AP_EINPUT;
+    }
     if (m->recompute != AP_RECOMPUTE_FULL) {
         if (m->recompute_method == AP_RECOMPUTE_UNIFORM && m->recompute_layers == 1)
             return AP_OK;
@@ -1779,6 +1841,36 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
     return AP_OK;
 }
 
+/* Megatron-Core's TransformerConfig refusals of recompute_modules that
+ * depend on the model and the run: moe_act and layernorm discard a tensor
+ * an FP8 layer would otherwise keep its own copy of, which Transformer
+ * Engine allows only outside delayed scaling (autopar's FP8 recipe);
+ * mla_up_proj needs multi-latent attention; moe cannot run under the
+ * all-to-all overlap. */
+static int check_modules(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    unsigned mods = m->run.recompute_modules, seen = 0;
+    for (int i = 0; i < g->nops; i++)
+        seen |= g->ops[i].modules;
+    const char *why = NULL;
+    if (m->run.fp8 && (mods & (AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM)))
+        why = "moe_act and layernorm need an FP8 recipe other than delayed scaling, "
+              "which autopar prices (Megatron-Core refuses them under it)";
+    else if ((mods & AP_MODULE_MLA_UP_PROJ) && !(seen & AP_MODULE_MLA_UP_PROJ))
+        why = "mla_up_proj needs multi-latent attention, which the model has not "
+              "(Megatron-Core refuses it without)";
+    else if ((mods & AP_MODULE_MOE) && m->run.moe_a2a_overlap)
+        why = "moe cannot run with the expert all-to-all overlap "
+              "(moe_a2a_overlap, --overlap-moe-expert-parallel-comm), as "
+              "Megatron-Core asserts";
+    if (!why)
+        return AP_OK;
+    char list[160];
+    ap_rc_modules_format(mods, "+", list, sizeof list);
+    snprintf(err, AP_ERR_LEN, "recompute_modules=%s (--recompute-modules): %s", list, why);
+    return AP_EINPUT;
+}
+
 static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                         ap_pipe_layout *lay, char *err)
 {
@@ -1832,7 +1924,7 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     if (rc || (rc = check_opt_dtypes(m, err)) || (rc = check_cp_comm(g, m, err)) || (rc = check_param_gather(m, err)) ||
         (rc = check_split(m, L, err)))
         return rc;
-    if ((rc = check_recompute(m, L, lay, err)))
+    if ((rc = check_recompute(m, L, lay, err)) || (rc = check_modules(g, m, err)))
         return rc;
     double micro = (double)m->mbs * m->dp;
     if (fmod(m->gbs, micro)) {

@@ -121,10 +121,25 @@ static cJSON *stage_json(const ap_graph *g, const ap_plan *p, const ap_stage *st
     return o;
 }
 
-/* How full recomputation checkpoints the layers, where a stage runs it:
- * plan.json and the prediction both say. */
+/* The modules selective recomputation redoes, where they are not
+ * core_attn alone (the default, which plans written before the field
+ * ran). */
+static void add_recompute_modules(cJSON *o, const ap_plan *p)
+{
+    if (!p->run.recompute_modules)
+        return;
+    cJSON *arr = cJSON_AddArrayToObject(o, "recompute_modules");
+    for (int i = 0; arr && i < AP_MODULE_COUNT; i++)
+        if (p->run.recompute_modules & 1u << i)
+            cJSON_AddItemToArray(arr, cJSON_CreateString(ap_module_name(1u << i)));
+}
+
+/* How full recomputation checkpoints the layers, where a stage runs it,
+ * and the modules selective recomputation redoes: plan.json and the
+ * prediction both say. */
 static void add_recompute_method(cJSON *o, const ap_plan *p)
 {
+    add_recompute_modules(o, p);
     for (int i = 0; i < p->nstages; i++)
         if (p->stages[i].recompute == AP_RECOMPUTE_FULL) {
             cJSON_AddStringToObject(o, "recompute_method",
@@ -135,10 +150,15 @@ static void add_recompute_method(cJSON *o, const ap_plan *p)
 }
 
 /* The report's recomputation of a stage: under full, the method, its N
- * and the layers it recomputes. */
+ * and the layers it recomputes; under selective, its modules where they
+ * are not core_attn alone. */
 static void format_recompute(const ap_plan *p, const ap_stage *st, char *buf, size_t len)
 {
-    if (st->recompute != AP_RECOMPUTE_FULL)
+    char mods[160];
+    ap_rc_modules_format(p->run.recompute_modules, " ", mods, sizeof mods);
+    if (st->recompute == AP_RECOMPUTE_SELECTIVE && p->run.recompute_modules)
+        snprintf(buf, len, "selective (%s)", mods);
+    else if (st->recompute != AP_RECOMPUTE_FULL)
         snprintf(buf, len, "%s", recompute_name(st->recompute));
     else if (p->recompute_method == AP_RECOMPUTE_BLOCK)
         snprintf(buf, len, "full (block %d: %d of %d layers)", ap_recompute_group(p->recompute_method, p->recompute_layers),
@@ -592,7 +612,7 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                    "sequence and heads (--cp-comm-type a2a)\n");
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
-        char copies[96], rc[64], layers[128];
+        char copies[96], rc[192], layers[128];
         mesh_copies(&st->mesh, copies, sizeof copies);
         format_recompute(p, st, rc, sizeof rc);
         format_layers(p, i, layers, sizeof layers);

@@ -664,6 +664,32 @@ static int parse_recompute_method(const reader *r, const cJSON *root, ap_plan_de
     return AP_OK;
 }
 
+/* "recompute_modules": the modules selective recomputation redoes
+ * (ap_module names, at least one); absent is core_attn alone. */
+static int parse_recompute_modules(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    const cJSON *arr = field(root, "recompute_modules");
+    if (!arr)
+        return AP_OK;
+    if (!cJSON_IsArray(arr) || !cJSON_GetArraySize(arr))
+        return fail(r, "recompute_modules", "expected an array of module names (core_attn, "
+                    "mlp, moe_act, layernorm, mla_up_proj, moe, shared_experts)");
+    unsigned mods = 0;
+    int k = 0;
+    for (const cJSON *s = arr->child; s; s = s->next, k++) {
+        unsigned bit = cJSON_IsString(s) ? ap_module_from_name(s->valuestring) : 0;
+        if (!bit) {
+            char at[64];
+            snprintf(at, sizeof at, "recompute_modules[%d]", k);
+            return fail(r, at, "not a module name (core_attn, mlp, moe_act, layernorm, "
+                        "mla_up_proj, moe, shared_experts)");
+        }
+        mods |= bit;
+    }
+    p->run.recompute_modules = ap_rc_modules_setting(mods);
+    return AP_OK;
+}
+
 static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     char format[32];
@@ -704,7 +730,8 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         (rc = parse_moe_overlap(r, root, p)) || (rc = parse_defer_wgrad(r, root, p)) ||
         (rc = parse_grad_fusion(r, root, p)) ||
         (rc = parse_param_gather(r, root, p)) ||
-        (rc = parse_recompute_method(r, root, p)))
+        (rc = parse_recompute_method(r, root, p)) ||
+        (rc = parse_recompute_modules(r, root, p)))
         return rc;
     const cJSON *shape = field(root, "model_shape");
     if (shape) {
@@ -785,6 +812,19 @@ static int check_chunks(const reader *r, const ap_plan_desc *p)
     return AP_OK;
 }
 
+/* "recompute_modules" names what selective recomputation redoes, so a
+ * plan with them has a stage that runs it. */
+static int check_modules_stage(const reader *r, const ap_plan_desc *p)
+{
+    if (!p->run.recompute_modules)
+        return AP_OK;
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i].recompute == AP_RECOMPUTE_SELECTIVE)
+            return AP_OK;
+    return fail(r, "recompute_modules", "given, but no stage's \"recompute\" is "
+                "\"selective\"");
+}
+
 static int parse_root(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     if (!cJSON_IsObject(root))
@@ -810,7 +850,7 @@ static int parse_root(const reader *r, const cJSON *root, ap_plan_desc *p)
         if ((rc = parse_stage(r, s, i++, p)))
             return rc;
     }
-    if ((rc = check_cover(r, p)))
+    if ((rc = check_cover(r, p)) || (rc = check_modules_stage(r, p)))
         return rc;
     return p->chunk_layers ? check_chunks(r, p) : AP_OK;
 }

@@ -123,7 +123,25 @@ typedef struct {
      * the gradient in its own dtype and a separate kernel adds it into
      * main_grad. 0, the default: the GEMM accumulates into main_grad. */
     int no_grad_fusion;
+    /* Under selective recomputation, the Megatron-Core modules it redoes
+     * (--recompute-modules; ap_module bits of graph.h): 0 reads as
+     * core_attn alone, Megatron-Core's default (ap_run_rc_modules). */
+    unsigned recompute_modules;
 } ap_run_settings;
+
+/* The modules selective recomputation redoes under r: its
+ * recompute_modules, or core_attn alone where that is 0. */
+unsigned ap_run_rc_modules(const ap_run_settings *r);
+/* The recompute_modules setting for a set of modules: 0 for core_attn
+ * alone, the default, so that a plan states only other sets. */
+unsigned ap_rc_modules_setting(unsigned modules);
+/* Reads module names separated by any of `seps` ("core_attn+mlp") into
+ * *out; AP_EINPUT with err ("unknown module ...", "names no module") for
+ * a name that is none or a list without one. */
+int ap_rc_modules_parse(const char *list, const char *seps, unsigned *out, char *err);
+/* Writes the names of `modules` into buf, in Megatron-Core's order, `sep`
+ * between them. */
+void ap_rc_modules_format(unsigned modules, const char *sep, char *buf, size_t len);
 
 /* Bytes of one gradient element under r: 4 with grad_fp32, else 2. */
 double ap_run_grad_bytes(const ap_run_settings *r);
@@ -282,6 +300,18 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
 double ap_price_edge_saved(const ap_price_ctx *x, int t, int prod,
                            const ap_strategy *ps, int cons,
                            const ap_strategy *cs, double *regather);
+/* Selective recomputation by module (docs/cost-model.md, "Selective
+ * recomputation by module"), core_attn aside, which the attention's
+ * forward prices (ap_block_point.attn_fwd): the modules of the context's
+ * run that op is in and that are recomputed (0 for op < 0); whether the
+ * tensor op `prod` makes stops being saved where op `saver` saves it (a
+ * recomputed module keeps its inputs and drops what it made, and under
+ * Megatron-Core's CheckpointWithoutOutput, for layernorm, moe_act and
+ * mla_up_proj, its outputs too); and the bytes of op's saved activations
+ * (ap_op_cost.act_bytes) that are so dropped. */
+unsigned ap_op_rc_modules(const ap_price_ctx *x, int op);
+int ap_rc_frees(const ap_price_ctx *x, int prod, int saver);
+double ap_price_op_freed(const ap_price_ctx *x, int op, const ap_strategy *s);
 /* Bytes per GPU of op's operand (input or output) tensor t under strategy
  * s: the tensor at the context's batch over the ways s splits it. */
 double ap_operand_bytes(const ap_price_ctx *x, int op, const ap_strategy *s, int t);
@@ -377,6 +407,13 @@ typedef struct {
     double comm_fwd, comm_bwd; /* the communication part of fwd and bwd */
     double attn_fwd;      /* forward time of attention cores (selective
                              recomputation redoes it) */
+    double attn_flops;    /* their forward FLOPs */
+    /* Selective recomputation of the run's modules beyond core_attn
+     * (ap_op_rc_modules): the forward the backward redoes, collectives
+     * included (rc_comm of it, by kind in rc_kinds), its FLOPs, and the
+     * saved bytes it frees (of act_bytes). Zero without such modules. */
+    double rc_fwd, rc_comm, rc_flops, rc_freed;
+    ap_comm_kinds rc_kinds;
     double grad_sync;     /* per step */
     double tied_sync;     /* of grad_sync: tied parameters' all-reduce
                              between the first and last stage */

@@ -1152,15 +1152,22 @@ static double allgather_saved_out(const ap_price_ctx *x, const ap_op *op,
 /* Saved activations: each saved tensor at its own shard size; op-owned
  * extras (masks, statistics) at the size of the op's output shard, or of
  * the op's own shard where they have its inputs' shape (attention's
- * statistics, the loss's fp32 softmax). */
-static void price_saved(const ap_price_ctx *x, const ap_op *op,
-                        const ap_strategy *s, ap_op_cost *c)
+ * statistics, the loss's fp32 softmax). With `freed`, only what selective
+ * recomputation by module frees (ap_rc_frees): the op's saved inputs made
+ * inside a recomputed module, and its own outputs and extras when it is in
+ * one. */
+static double saved_bytes(const ap_price_ctx *x, int opi, const ap_strategy *s, int freed)
 {
+    const ap_op *op = &x->g->ops[opi];
+    int inside = freed && ap_op_rc_modules(x, opi);
     double bytes = 0;
     for (int i = 0; i < op->ninputs; i++)
-        if (op->saves_in & (1u << i))
+        if ((op->saves_in & (1u << i)) &&
+            (!freed || ap_rc_frees(x, x->g->tensors[op->inputs[i]].producer, opi)))
             bytes += tensor_bytes(x, op->inputs[i]) * saved_input_scale(x, op, i) /
                      operand_split(x, op, s, op->inputs[i]);
+    if (freed && !inside)
+        return bytes;
     for (int i = 0; i < op->noutputs; i++)
         if (op->saves_out & (1u << i)) {
             const char *O = shape_of(x, op->outputs[i]);
@@ -1176,8 +1183,32 @@ static void price_saved(const ap_price_ctx *x, const ap_op *op,
                  : op->noutputs ? tensor_split(x, s, shape_of(x, op->outputs[0])) : 1;
         bytes += op->saved_extra * loss_saved_scale(x, op) * batch_scale(x) / k;
     }
-    bytes += allgather_saved_out(x, op, s);
-    c->act_bytes = bytes;
+    return bytes + allgather_saved_out(x, op, s);
+}
+
+static void price_saved(const ap_price_ctx *x, const ap_op *op,
+                        const ap_strategy *s, ap_op_cost *c)
+{
+    c->act_bytes = saved_bytes(x, (int)(op - x->g->ops), s, 0);
+}
+
+/* Recomputation frees what a module made (internal tensors; its outputs
+ * too where Megatron-Core checkpoints it without its output) but not its
+ * inputs, which the checkpoint keeps. */
+#define AP_RC_WITHOUT_OUTPUT \
+    (AP_MODULE_LAYERNORM | AP_MODULE_MOE_ACT | AP_MODULE_MLA_UP_PROJ)
+
+unsigned ap_op_rc_modules(const ap_price_ctx *x, int op)
+{
+    if (op < 0)
+        return 0;
+    return x->g->ops[op].modules & ap_run_rc_modules(&x->run) & ~(unsigned)AP_MODULE_CORE_ATTN;
+}
+
+int ap_rc_frees(const ap_price_ctx *x, int prod, int saver)
+{
+    unsigned m = ap_op_rc_modules(x, prod);
+    return m && ((m & AP_RC_WITHOUT_OUTPUT) || (m & ap_op_rc_modules(x, saver)));
 }
 
 int ap_expert_op(const ap_graph *g, int opi)
@@ -1447,4 +1478,13 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
     if (bwd)
         *bwd = back;
     return cost + back;
+}
+
+double ap_price_op_freed(const ap_price_ctx *x, int op, const ap_strategy *s)
+{
+    expert_ctx view;
+    x = expert_view(x, op, &view);
+    return ap_run_rc_modules(&x->run) & ~(unsigned)AP_MODULE_CORE_ATTN
+               ? saved_bytes(x, op, s, 1)
+               : 0;
 }

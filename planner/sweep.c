@@ -97,6 +97,11 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
                ap_recompute_method_name(m->recompute_method));
     if (m->recompute_layers != 1)
         append(buf, len, &n, ",recompute_layers=%d", m->recompute_layers);
+    if (m->run.recompute_modules) {
+        char mods[160];
+        ap_rc_modules_format(m->run.recompute_modules, "+", mods, sizeof mods);
+        append(buf, len, &n, ",recompute_modules=%s", mods);
+    }
     if (m->run.grad_fp32)
         append(buf, len, &n, ",grad_fp32=1");
     if (m->run.cp_comm != AP_CP_P2P)

@@ -96,6 +96,20 @@ refused "--moe-ffn-hidden-size 4096, but $moe has 14336 expert FFN size" "$moe" 
     "$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-ffn-hidden-size 4096"
 refused "--moe-shared-expert-overlap: overlaps the shared experts" "$moe" 16 \
     "$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-shared-expert-intermediate-size 4096 --moe-shared-expert-overlap"
+# --moe-layer-recompute (deprecated) is selective recomputation with moe
+# added to the modules, core_attn's default included; refused under full.
+mok="$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm"
+same "--moe-layer-recompute" "$moe" 16 "$mok --moe-layer-recompute" \
+    "$mspec,recompute=selective,recompute_modules=core_attn+moe"
+same "--moe-layer-recompute with a module list" "$moe" 16 \
+    "$mok --moe-layer-recompute --recompute-modules moe_act" \
+    "$mspec,recompute=selective,recompute_modules=moe_act+moe"
+refused "--moe-layer-recompute: with --recompute-granularity full" "$moe" 16 \
+    "$mok --moe-layer-recompute --recompute-granularity full --recompute-method uniform"
+refused "--recompute-modules moe_act: needs --moe-grouped-gemm" "$moe" 16 \
+    "$mlay --moe-token-dispatcher-type alltoall --expert-model-parallel-size 8 --recompute-granularity selective --recompute-modules moe_act"
+refused "moe cannot run with the expert all-to-all overlap" "$moe" 16 \
+    "$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 4 --overlap-moe-expert-parallel-comm --recompute-granularity selective --recompute-modules moe"
 # A dense command line: the dispatcher flags change nothing.
 same "a dispatcher without experts" "$llama" 16 "$layout --moe-token-dispatcher-type allgather" "$spec"
 
@@ -143,14 +157,31 @@ same "--no-gradient-accumulation-fusion" "$llama" 16 \
     "$layout --no-gradient-accumulation-fusion" \
     "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,no_grad_fusion=1"
 
-# Selective recomputation is core attention's.
+# Selective recomputation redoes the modules --recompute-modules names,
+# core_attn where the flag is left out; an empty list recomputes nothing;
+# under full recomputation the list is read past, as Megatron-LM does.
 same "--recompute-modules core_attn" "$llama" 16 \
     "$layout --recompute-activations --recompute-modules core_attn" \
     "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=selective"
-refused "--recompute-modules mlp: autopar's selective recomputation recomputes core_attn (the default) alone" "$llama" 16 \
-    "$layout --recompute-granularity selective --recompute-modules core_attn mlp"
-refused "--recompute-modules: names no module" "$llama" 16 \
-    "$layout --recompute-granularity selective --recompute-modules"
+same "--recompute-modules core_attn mlp" "$llama" 16 \
+    "$layout --recompute-granularity selective --recompute-modules core_attn mlp" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=selective,recompute_modules=mlp+core_attn"
+same "--recompute-modules with no module" "$llama" 16 \
+    "$layout --recompute-granularity selective --recompute-modules" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=none"
+a=$(est "$llama" 16 --megatron-args "$layout --recompute-granularity selective --recompute-modules mlp")
+b=$(est "$llama" 16 --megatron-args "$layout --recompute-granularity selective")
+[ -n "$a" ] && [ "$a" != "$b" ] && ok || bad "--recompute-modules mlp prices as core_attn: $a"
+refused "--recompute-modules bogus: unknown module" "$llama" 16 \
+    "$layout --recompute-granularity selective --recompute-modules core_attn bogus"
+refused "--recompute-modules mhc: recomputes a layer autopar does not build" "$llama" 16 \
+    "$layout --recompute-granularity selective --recompute-modules mhc"
+refused "recompute_modules=mla_up_proj (--recompute-modules): mla_up_proj needs multi-latent attention" \
+    "$llama" 16 "$layout --recompute-granularity selective --recompute-modules mla_up_proj"
+refused "--recompute-modules: with --transformer-impl local" "$llama" 16 \
+    "$layout --transformer-impl local --recompute-granularity selective --recompute-modules mlp"
+refused "moe_act and layernorm need an FP8 recipe other than delayed scaling" "$llama" 16 \
+    "$layout --bf16 --fp8-format hybrid --recompute-granularity selective --recompute-modules layernorm"
 same "--recompute-modules under full recomputation" "$llama" 16 \
     "$layout --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --recompute-modules mlp" \
     "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=full"
@@ -160,7 +191,7 @@ for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--spec local" \
     "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" \
-    "--moe-layer-recompute" "--moe-use-legacy-grouped-gemm" \
+    "--moe-use-legacy-grouped-gemm" \
     "--moe-expert-capacity-factor 1.0" "--enable-cuda-graph" "--external-cuda-graph" \
     "--torch-fsdp2-no-reshard-after-forward"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"

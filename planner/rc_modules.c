@@ -1,0 +1,55 @@
+/* rc_modules.c -- the module lists of Megatron-LM's --recompute-modules:
+ * which a run's selective recomputation redoes, read from a list and
+ * written back in Megatron-Core's order. What recomputing a module costs
+ * and frees is priced with the ops (strategy.c, block.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "planner/planner.h"
+
+unsigned ap_run_rc_modules(const ap_run_settings *r)
+{
+    return r->recompute_modules ? r->recompute_modules : AP_MODULE_CORE_ATTN;
+}
+
+unsigned ap_rc_modules_setting(unsigned modules)
+{
+    return modules == AP_MODULE_CORE_ATTN ? 0 : modules;
+}
+
+int ap_rc_modules_parse(const char *list, const char *seps, unsigned *out, char *err)
+{
+    char buf[256];
+    if (strlen(list) >= sizeof buf) {
+        snprintf(err, AP_ERR_LEN, "the module list is too long");
+        return AP_EINPUT;
+    }
+    strcpy(buf, list);
+    unsigned m = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, seps, &save); tok;
+         tok = strtok_r(NULL, seps, &save)) {
+        unsigned bit = ap_module_from_name(tok);
+        if (!bit) {
+            snprintf(err, AP_ERR_LEN, "unknown module \"%.64s\" (core_attn, mlp, moe_act, "
+                     "layernorm, mla_up_proj, moe or shared_experts)", tok);
+            return AP_EINPUT;
+        }
+        m |= bit;
+    }
+    if (!m) {
+        snprintf(err, AP_ERR_LEN, "names no module");
+        return AP_EINPUT;
+    }
+    *out = m;
+    return AP_OK;
+}
+
+void ap_rc_modules_format(unsigned modules, const char *sep, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < AP_MODULE_COUNT && n < len; i++)
+        if (modules & 1u << i)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? sep : "",
+                                  ap_module_name(1u << i));
+}

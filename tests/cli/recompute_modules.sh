@@ -1,0 +1,63 @@
+#!/bin/sh
+# Selective recomputation by module from a Megatron-LM command line:
+# --recompute-modules is priced (tests/test_recompute_modules.c), plan.json
+# keeps the list, the Megatron-LM export states it and its flags price to
+# the same step; torchtitan and DeepSpeed refuse it; a plan.json whose list
+# is bad, or that has no selective stage for it, is refused naming the
+# field.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+model=$src/examples/hf/deepseek-v3.json
+args="--tensor-model-parallel-size 8 --sequence-parallel --pipeline-model-parallel-size 2 \
+--decoder-first-pipeline-num-layers 30 --expert-model-parallel-size 8 --expert-tensor-parallel-size 1 --num-experts 256 --moe-router-topk 8 --moe-grouped-gemm \
+--moe-token-dispatcher-type alltoall --micro-batch-size 1 --global-batch-size 16 \
+--seq-length 1024 --num-layers 61 --recompute-granularity selective \
+--recompute-modules mla_up_proj mlp moe_act layernorm"
+
+"$bin" estimate "$model" --gpus 16 --seq 1024 --megatron-args "$args" --json \
+    -o "$tmp/plan.json" >"$tmp/first" 2>"$tmp/err" || bad "estimate: $(cat "$tmp/err")"
+tr -d ' \t\n' <"$tmp/plan.json" | grep -q '"recompute_modules":\["mlp","moe_act","layernorm","mla_up_proj"\]' &&
+    ok || bad "plan.json's modules: $(grep -A5 recompute_modules "$tmp/plan.json" | head -6)"
+"$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>"$tmp/err" ||
+    bad "export: $(cat "$tmp/err")"
+grep -qxF "  --recompute-modules mlp moe_act layernorm mla_up_proj" "$tmp/args.sh" && ok ||
+    bad "the export's modules: $(grep recompute "$tmp/args.sh")"
+"$bin" estimate "$model" --gpus 16 --seq 1024 --megatron-args "$(megatron_args "$tmp/args.sh")" \
+    --json >"$tmp/again" 2>"$tmp/err" || bad "the export's flags: $(cat "$tmp/err")"
+a=$(grep '"step_time_s"' "$tmp/first")
+b=$(grep '"step_time_s"' "$tmp/again")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the export prices differently: $a vs $b"
+"$bin" estimate "$src/examples/hf/llama-3-8b.json" --gpus 8 --seq 1024 --megatron \
+    "mbs=1,gbs=16,recompute=selective,recompute_modules=mlp" -o "$tmp/dense.json" \
+    >/dev/null 2>"$tmp/err" || bad "dense estimate: $(cat "$tmp/err")"
+"$bin" export "$tmp/dense.json" --to torchtitan >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "no selective recomputation by Megatron-Core's modules; the plan recomputes mlp" \
+    "$tmp/err" && ok || bad "torchtitan takes the modules: $(cat "$tmp/err")"
+"$bin" export "$tmp/dense.json" --to deepspeed >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "selective recomputation" "$tmp/err" && ok ||
+    bad "DeepSpeed takes the modules: $(cat "$tmp/err")"
+
+# The text report names the modules; without them the step is shorter and
+# needs more memory.
+"$bin" estimate "$model" --gpus 16 --seq 1024 --megatron-args "$args" >"$tmp/report" 2>&1 &&
+    grep -q "recompute selective (mlp moe_act layernorm mla_up_proj)" "$tmp/report" && ok ||
+    bad "the report: $(grep recompute "$tmp/report" | head -2)"
+plain=$(echo "$args" | sed 's/--recompute-modules.*//')
+"$bin" estimate "$model" --gpus 16 --seq 1024 --megatron-args "$plain" --json >"$tmp/plain" 2>&1 ||
+    bad "without modules: $(cat "$tmp/plain")"
+num() { grep "\"$1\"" "$2" | head -1 | tr -dc '0-9.e+-'; }
+awk -v a="$(num step_time_s "$tmp/first")" -v b="$(num step_time_s "$tmp/plain")" \
+    -v m="$(num max_memory_bytes "$tmp/first")" -v n="$(num max_memory_bytes "$tmp/plain")" \
+    'BEGIN { exit !(a > b && m < n) }' && ok || bad "modules neither slow the step nor save memory"
+
+# Bad lists in a plan.json name the field.
+sed 's/"mla_up_proj"\]/"mla_up"]/' "$tmp/plan.json" >"$tmp/bad1.json"
+"$bin" export "$tmp/bad1.json" --to megatron >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q 'recompute_modules\[3\]: not a module name' "$tmp/err" && ok ||
+    bad "a bad module name: $(cat "$tmp/err")"
+sed 's/"recompute":[ \t]*"selective"/"recompute": "none"/' "$tmp/plan.json" >"$tmp/bad2.json"
+"$bin" export "$tmp/bad2.json" --to megatron >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q 'recompute_modules: given, but no stage' "$tmp/err" && ok ||
+    bad "modules without a selective stage: $(cat "$tmp/err")"
+finish
