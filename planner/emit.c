@@ -244,6 +244,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --overlap-param-gather\n");
     if (d->run.fp8)
         put(b, "  --fp8-format hybrid\n");
+    if (d->run.fp8 && d->run.fp8_recipe != AP_FP8_DELAYED)
+        put(b, "  --fp8-recipe %s\n", ap_fp8_recipe_name(d->run.fp8_recipe));
     if (d->run.fp8_param_gather)
         put(b, "  --fp8-param-gather\n");
     if (d->run.tp_overlap)

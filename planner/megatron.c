@@ -156,6 +156,14 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     }
     if (!strcmp(k, "layout"))
         return layout_key(m, v, who, err);
+    if (!strcmp(k, "fp8_recipe")) {
+        if (ap_fp8_recipe_parse(v, &m->run.fp8_recipe)) {
+            snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (delayed or tensorwise)",
+                     who, v);
+            return AP_EINPUT;
+        }
+        return AP_OK;
+    }
     if (!strcmp(k, "recompute_modules")) {
         unsigned mods;
         char why[AP_ERR_LEN];
@@ -193,7 +201,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
                  "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
                  "cp_comm, main_params, exp_avg, exp_avg_sq, defer_wgrad, "
-                 "wgrad_deferral_limit, no_grad_fusion, layout, recompute_modules)", k);
+                 "wgrad_deferral_limit, no_grad_fusion, layout, recompute_modules, "
+                 "fp8_recipe)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -293,13 +302,25 @@ static int fp8_flag(const char *tok, char **save, ap_megatron *m, char *err)
     int tuning = 0;
     for (size_t i = 0; i < sizeof fp8_tuning / sizeof fp8_tuning[0]; i++)
         tuning |= !strcmp(tok, fp8_tuning[i]);
-    if (!tuning && strcmp(tok, "--fp8-format"))
+    int recipe = !strcmp(tok, "--fp8-recipe");
+    if (!tuning && !recipe && strcmp(tok, "--fp8-format"))
         return 0;
     char *v = flag_value(tok, save, err);
     if (!v)
         return -1;
     if (tuning)
         return 1;
+    /* Delayed and tensorwise scaling run the same GEMMs; mxfp8 and
+     * blockwise scale blocks of a tensor and run other kernels. Without
+     * --fp8-format the recipe is read past, as Megatron-LM reads it. */
+    if (recipe) {
+        if (!ap_fp8_recipe_parse(v, &m->run.fp8_recipe))
+            return 1;
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s %.64s: scales FP8 tensors by "
+                 "blocks and runs other GEMM kernels than the delayed and tensorwise "
+                 "scaling priced", tok, v);
+        return -1;
+    }
     /* hybrid: E4M3 forward, E5M2 gradients; e4m3 everywhere. Both run
      * the same GEMMs at the same FP8 peak. */
     if (strcmp(v, "hybrid") && strcmp(v, "e4m3")) {
@@ -596,9 +617,6 @@ static const struct {
      "data-parallel group"},
     {"--cuda-graph-impl", "none", "captures CUDA graphs, whose launch savings "
      "and static buffers are not priced"},
-    {"--fp8-recipe", "delayed", "scales FP8 tensors by another recipe than "
-     "the delayed scaling priced (tensorwise adds an amax pass, mxfp8 and "
-     "blockwise other GEMM kernels)"},
 };
 
 static int refuse(const char *flag, const char *v, const char *why, char *err)
@@ -788,18 +806,20 @@ static int opt_flag(const char *tok, char **save, opt_flags *of, char *err)
  * remainders. Megatron-Core hands it store_param_remainders (its
  * OptimizerConfig field, True by default; --no-store-param-remainders
  * clears it) with master_weights under --use-precision-aware-optimizer
- * when the main weights are fp32 and FP8 scaling is delayed or off, the
- * only recipe --megatron-args takes (optimizer/__init__.py at 0044db1f,
- * optimizer_config.py at 0075637c); FusedAdam then keeps only the low 16
- * bits of each main weight whose parameter is bf16, which is --bf16's
- * params_dtype and not FP8 primary weights (fused_adam.py at 04912bf0:
- * "Works only when param type is BF16 and master weight type is FP32, no
- * effect otherwise"). TE before 2.1 has no such option (Megatron-Core then
- * clears it): a command line is priced as run with TE 2.1 or later. */
+ * when the main weights are fp32 and FP8 scaling is delayed or off
+ * (use_precision_aware_optimizer_no_fp8_or_ds_fp8; optimizer/__init__.py
+ * at 0044db1f, optimizer_config.py at 0075637c), not under tensorwise
+ * scaling; FusedAdam then keeps only the low 16 bits of each main weight
+ * whose parameter is bf16, which is --bf16's params_dtype and not FP8
+ * primary weights (fused_adam.py at 04912bf0: "Works only when param type
+ * is BF16 and master weight type is FP32, no effect otherwise"). TE before
+ * 2.1 has no such option (Megatron-Core then clears it): a command line is
+ * priced as run with TE 2.1 or later. */
 static int keeps_remainders(const opt_flags *of, const ap_megatron *m, int bf16)
 {
+    int delayed_or_off = !m->run.fp8 || m->run.fp8_recipe == AP_FP8_DELAYED;
     return of->aware && !of->no_remainders && bf16 && !m->run.fp8_param_gather &&
-           m->run.opt.main_params == AP_OPT_FP32;
+           delayed_or_off && m->run.opt.main_params == AP_OPT_FP32;
 }
 
 /* Megatron-Core's OptimizerConfig.__post_init__: a dtype other than fp32
@@ -1119,6 +1139,9 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
         return -1;
     if (settle_modules(a, m, err))
         return -1;
+    /* Megatron-LM reads --fp8-recipe only under --fp8-format. */
+    if (!m->run.fp8)
+        m->run.fp8_recipe = AP_FP8_DELAYED;
     if (m->shape.experts)
         m->shape.top_k = a->topk ? a->topk : 2;
     m->shape.moe_ffn = a->moe_ffn;
@@ -1556,6 +1579,11 @@ static int check_experts(const ap_graph *g, ap_megatron *m, char *err)
  * fsdp2, megatron fsdp, or inference mode" (megatron/training/arguments.py). */
 static int check_fp8_params(const ap_megatron *m, char *err)
 {
+    if (m->run.fp8_recipe != AP_FP8_DELAYED && !m->run.fp8) {
+        snprintf(err, AP_ERR_LEN, "fp8_recipe=%s scales FP8 tensors, which needs FP8 "
+                 "training (fp8=1)", ap_fp8_recipe_name(m->run.fp8_recipe));
+        return AP_EINPUT;
+    }
     if (!m->run.fp8_param_gather)
         return AP_OK;
     if (!m->run.fp8) {
@@ -1853,9 +1881,11 @@ static int check_modules(const ap_graph *g, const ap_megatron *m, char *err)
     for (int i = 0; i < g->nops; i++)
         seen |= g->ops[i].modules;
     const char *why = NULL;
-    if (m->run.fp8 && (mods & (AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM)))
-        why = "moe_act and layernorm need an FP8 recipe other than delayed scaling, "
-              "which autopar prices (Megatron-Core refuses them under it)";
+    if (m->run.fp8 && m->run.fp8_recipe == AP_FP8_DELAYED &&
+        (mods & (AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM)))
+        why = "moe_act and layernorm need an FP8 recipe other than delayed scaling "
+              "(fp8_recipe=tensorwise, --fp8-recipe tensorwise); Megatron-Core refuses "
+              "them under it";
     else if ((mods & AP_MODULE_MLA_UP_PROJ) && !(seen & AP_MODULE_MLA_UP_PROJ))
         why = "mla_up_proj needs multi-latent attention, which the model has not "
               "(Megatron-Core refuses it without)";

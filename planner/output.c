@@ -273,6 +273,8 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->run.tp_overlap);
     if (p->run.fp8_param_gather)
         cJSON_AddBoolToObject(pr, "fp8_param_gather", 1);
+    if (p->run.fp8 && p->run.fp8_recipe != AP_FP8_DELAYED)
+        cJSON_AddStringToObject(pr, "fp8_recipe", ap_fp8_recipe_name(p->run.fp8_recipe));
     add_moe_overlap(pr, p);
     if (p->run.cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(pr, "cross_entropy", ap_ce_impl_name(p->run.cross_entropy));
@@ -398,6 +400,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddBoolToObject(o, "tp_comm_overlap", 1);
     if (p->run.fp8_param_gather)
         cJSON_AddBoolToObject(o, "fp8_param_gather", 1);
+    if (p->run.fp8 && p->run.fp8_recipe != AP_FP8_DELAYED)
+        cJSON_AddStringToObject(o, "fp8_recipe", ap_fp8_recipe_name(p->run.fp8_recipe));
     add_moe_overlap(o, p);
     if (p->run.cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->run.cross_entropy));
@@ -592,9 +596,9 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     fprintf(f, "  batch %.0f sequences x %d tokens; %s; %s; ZeRO-%d\n",
             p->global_batch, p->seq, micro, schedule_name(p->schedule), (int)p->zero);
     if (p->run.fp8)
-        fprintf(f, "  precision: linear layers' GEMMs in FP8 (Transformer Engine), "
-                   "the rest in %s%s\n", ap_dtype_name(g->dtype),
-                p->run.fp8_param_gather ? "; their weights held and gathered in FP8, "
+        fprintf(f, "  precision: linear layers' GEMMs in FP8 (Transformer Engine, %s "
+                   "scaling), the rest in %s%s\n", ap_fp8_recipe_name(p->run.fp8_recipe),
+                ap_dtype_name(g->dtype), p->run.fp8_param_gather ? "; their weights held and gathered in FP8, "
                                       "no bf16 copy (--fp8-param-gather)" : "");
     else
         fprintf(f, "  precision: %s\n", ap_dtype_name(g->dtype));

@@ -481,11 +481,22 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
     return rc ? rc : parse_dropout(r, o, s);
 }
 
-/* "fp8_param_gather": true holds FP8 weights that only FP8 linear layers
+/* "fp8_recipe" (absent: delayed) scales the tensors of an FP8 plan.
+ * "fp8_param_gather": true holds FP8 weights that only FP8 linear layers
  * have, and updates them from the distributed optimizer's fp32 main
  * weights, as Megatron-LM requires. Read after "fp8" and "zero". */
 static int parse_fp8_params(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
+    if (field(root, "fp8_recipe")) {
+        char s[32];
+        int rc = get_string(r, root, "fp8_recipe", "", s, sizeof s, 1);
+        if (rc)
+            return rc;
+        if (ap_fp8_recipe_parse(s, &p->run.fp8_recipe))
+            return fail(r, "fp8_recipe", "\"%s\" is not delayed or tensorwise", s);
+        if (!p->run.fp8)
+            return fail(r, "fp8_recipe", "scales FP8 tensors, which needs \"fp8\": true");
+    }
     if (!field(root, "fp8_param_gather"))
         return AP_OK;
     int rc = get_bool(r, root, "fp8_param_gather", "", &p->run.fp8_param_gather);

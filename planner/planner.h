@@ -71,6 +71,18 @@ typedef struct {
     char rs[2];
 } ap_strategy;
 
+/* How Transformer Engine scales the FP8 tensors of a run with fp8
+ * (--fp8-recipe): delayed scaling takes each tensor's scale from earlier
+ * steps' amaxes, the amax found on the way of the cast; tensorwise
+ * (current) scaling finds the tensor's amax first, in a pass of its own
+ * over it, then casts (docs/cost-model.md, FP8). */
+typedef enum { AP_FP8_DELAYED, AP_FP8_TENSORWISE } ap_fp8_recipe;
+
+/* "delayed" or "tensorwise"; a static string. */
+const char *ap_fp8_recipe_name(ap_fp8_recipe r);
+/* AP_EINPUT unless name is one of those. */
+int ap_fp8_recipe_parse(const char *name, ap_fp8_recipe *out);
+
 /* How a launcher runs each step, apart from the parallel layout: the
  * precision of the linear layers, the overlaps and kernels it picks, the
  * dtypes of gradients and optimizer states. Every struct that carries them
@@ -84,6 +96,7 @@ typedef struct {
  * on the launcher and the ZeRO stage (ap_launcher_overlaps_grad). */
 typedef struct {
     int fp8;          /* 1: linear layers run their GEMMs in FP8 (ap_fp8_linear) */
+    ap_fp8_recipe fp8_recipe; /* under fp8; delayed, the zero, by default */
     int tp_overlap;   /* 1: sequence-parallel collectives of linear layers
                          overlap their GEMMs (ap_tp_overlap_exposed) */
     int fp8_param_gather; /* 1 (with fp8): an FP8 linear layer's weight is

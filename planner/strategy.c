@@ -674,17 +674,61 @@ static double fp8_cast(const ap_price_ctx *x, double elems)
     return ap_cost_memop(x->c, elems, 4 * elems);
 }
 
+/* Under tensorwise scaling the scale must be known before the cast, so the
+ * tensor's amax is found first: by the kernel that made it where that is
+ * the norm Transformer Engine runs inside the linear layer (LayerNormLinear
+ * under current scaling writes the high-precision output and its amax
+ * together), else by a kernel of its own that reads it (nvte_compute_amax
+ * before nvte_quantize): after a norm that is a module of its own (before
+ * MLA and MoE layers), after Megatron-Core's own activation kernels
+ * (bias_swiglu_impl; fc2 quantizes their bf16 output), after attention,
+ * for the weights and for the output gradients. */
+static double fp8_amax(const ap_price_ctx *x, double elems, int fused)
+{
+    if (x->run.fp8_recipe != AP_FP8_TENSORWISE || fused)
+        return 0;
+    return ap_cost_memop(x->c, elems, 2 * elems);
+}
+
+/* Whether an FP8 linear layer's input comes from a norm that Transformer
+ * Engine fuses into it (ap_module: a norm not in the layernorm module). */
+static int amax_fused(const ap_price_ctx *x, const ap_op *op)
+{
+    int p = x->g->tensors[op->inputs[0]].producer;
+    return p >= 0 && x->g->ops[p].kind == AP_OP_NORM &&
+           !(x->g->ops[p].modules & AP_MODULE_LAYERNORM);
+}
+
 /* The casts around an FP8 linear layer's GEMMs. Forward: its input, every
  * micro-batch, and its weight, once per step: Megatron marks the first
  * micro-batch (set_is_first_microbatch) and TE reuses the cached FP8 weight
- * and transpose for the others. Backward: the output gradient. */
+ * and transpose for the others. Backward: the output gradient. Each with
+ * its amax pass under tensorwise scaling (fp8_amax). */
 static void fp8_casts(const ap_price_ctx *x, const ap_op *op,
                       const ap_strategy *s, double *fwd, double *bwd)
 {
     gemm_dims d = dims_of(x, op, s);
     double micro = x->nmicro > 1 ? x->nmicro : 1;
-    *fwd = fp8_cast(x, d.batch * d.m * d.k) + fp8_cast(x, d.batch * d.k * d.n) / micro;
-    *bwd = fp8_cast(x, d.batch * d.m * d.n);
+    double in = d.batch * d.m * d.k, w = d.batch * d.k * d.n, out = d.batch * d.m * d.n;
+    *fwd = fp8_cast(x, in) + fp8_amax(x, in, amax_fused(x, op)) +
+           (fp8_cast(x, w) + fp8_amax(x, w, 0)) / micro;
+    *bwd = fp8_cast(x, out) + fp8_amax(x, out, 0);
+}
+
+const char *ap_fp8_recipe_name(ap_fp8_recipe r)
+{
+    return r == AP_FP8_TENSORWISE ? "tensorwise" : "delayed";
+}
+
+int ap_fp8_recipe_parse(const char *name, ap_fp8_recipe *out)
+{
+    if (!strcmp(name, "delayed"))
+        *out = AP_FP8_DELAYED;
+    else if (!strcmp(name, "tensorwise"))
+        *out = AP_FP8_TENSORWISE;
+    else
+        return AP_EINPUT;
+    return AP_OK;
 }
 
 /* What one element of input i a linear layer saves for its backward costs,

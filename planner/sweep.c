@@ -70,6 +70,8 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
     }
     if (m->run.fp8)
         append(buf, len, &n, ",fp8=1");
+    if (m->run.fp8 && m->run.fp8_recipe != AP_FP8_DELAYED)
+        append(buf, len, &n, ",fp8_recipe=%s", ap_fp8_recipe_name(m->run.fp8_recipe));
     if (m->account_embedding)
         append(buf, len, &n, ",account_embedding=1");
     if (m->account_loss)

@@ -108,6 +108,40 @@ static void a_linear_layer_takes_the_fp8_gemm_time_plus_its_casts(void)
     ap_graph_free(g);
 }
 
+/* Tensorwise (current) scaling reads a tensor for its amax before the
+ * cast, 2 bytes an element, except where the kernel that made it found it:
+ * the norm Transformer Engine fuses into QKV's linear layer. The
+ * attention's output (the output projection's input), Megatron-Core's
+ * SwiGLU output (fc2's), the weights and the output gradients take a pass
+ * of their own. */
+static void tensorwise_scaling_adds_an_amax_pass_where_no_kernel_finds_it(void)
+{
+    ap_graph *g = llama();
+    one_gpu u;
+    if (!g || one_gpu_init(&u, g, 1)) {
+        CHECK(0);
+        ap_graph_free(g);
+        return;
+    }
+    double s = dim_of(g, AP_DIM_SEQ), h = dim_of(g, AP_DIM_HIDDEN), f = dim_of(g, AP_DIM_FFN);
+    const char *ops[] = {"l0.q", "l0.o", "l0.mlp.down"};
+    /* input elements, weight elements, output elements, input's amax fused */
+    double dims[3][4] = {{s * h, h * h, s * h, 1}, {s * h, h * h, s * h, 0},
+                         {s * f, f * h, s * h, 0}};
+    for (int i = 0; i < 3; i++) {
+        ap_op_cost d = price(&u.x, ops[i]);
+        u.x.run.fp8_recipe = AP_FP8_TENSORWISE;
+        ap_op_cost t = price(&u.x, ops[i]);
+        u.x.run.fp8_recipe = AP_FP8_DELAYED;
+        double in = dims[i][0], w = dims[i][1], out = dims[i][2];
+        double amax_in = dims[i][3] ? 0 : ap_cost_memop(&u.c, in, 2 * in);
+        CHECK_NEAR(t.fwd - d.fwd, amax_in + ap_cost_memop(&u.c, w, 2 * w) / 8, 1e-9);
+        CHECK_NEAR(t.bwd - d.bwd, ap_cost_memop(&u.c, out, 2 * out), 1e-9);
+    }
+    ap_cluster_free(&u.c);
+    ap_graph_free(g);
+}
+
 static void attention_and_the_head_are_unchanged_by_fp8(void)
 {
     ap_graph *g = llama();
@@ -327,6 +361,7 @@ int main(void)
 {
     RUN(only_the_layers_linear_layers_run_in_fp8);
     RUN(a_linear_layer_takes_the_fp8_gemm_time_plus_its_casts);
+    RUN(tensorwise_scaling_adds_an_amax_pass_where_no_kernel_finds_it);
     RUN(attention_and_the_head_are_unchanged_by_fp8);
     RUN(a_linear_layer_saves_its_input_in_one_byte_and_keeps_fp8_weights);
     RUN(fp8_on_an_a100_is_refused_naming_fp8_and_the_gpu);

@@ -45,6 +45,33 @@ out=$("$bin" export "$tmp/ds.json" --to deepspeed 2>&1)
 [ $? -eq 2 ] && case "$out" in *FP8*) true ;; *) false ;; esac && ok ||
     bad "DeepSpeed refuses fp8: $out"
 
+# Tensorwise (current) scaling: the flag and the spec price the same step,
+# slower than delayed scaling by the amax passes; plan.json and the
+# Megatron export carry it; block scaling is refused; without --fp8-format
+# the recipe is read past, and the spec refuses it without fp8=1.
+"$bin" estimate "$model" --gpus 16 --json --megatron "$spec,fp8=1,fp8_recipe=tensorwise" \
+    -o "$tmp/cs.json" >"$tmp/cs" 2>&1 || bad "tensorwise estimate: $(cat "$tmp/cs")"
+"$bin" estimate "$model" --gpus 16 --json --megatron-args "$flags --fp8-format hybrid
+ --fp8-recipe tensorwise" >"$tmp/csflags" 2>&1 || bad "tensorwise flags"
+cmp -s "$tmp/cs" "$tmp/csflags" && ok || bad "fp8_recipe=tensorwise and --fp8-recipe tensorwise differ"
+awk -v a="$(step "$tmp/cs")" -v b="$(step "$tmp/fp8")" 'BEGIN { exit !(a > b) }' && ok ||
+    bad "tensorwise is not slower than delayed: $(step "$tmp/cs") vs $(step "$tmp/fp8")"
+grep -q '"fp8_recipe":.*"tensorwise"' "$tmp/cs.json" && ok || bad "plan.json lacks fp8_recipe"
+"$bin" export "$tmp/cs.json" --to megatron >"$tmp/csargs.sh" 2>&1
+grep -qxF "  --fp8-recipe tensorwise" "$tmp/csargs.sh" && ok || bad "the export lacks --fp8-recipe"
+"$bin" estimate "$model" --gpus 16 --json --megatron-args "$(megatron_args "$tmp/csargs.sh")" \
+    >"$tmp/csgot" 2>&1
+cmp -s "$tmp/cs" "$tmp/csgot" && ok || bad "tensorwise round trip: $(diff "$tmp/cs" "$tmp/csgot")"
+out=$("$bin" estimate "$model" --gpus 16 --megatron-args "$flags --fp8-format hybrid --fp8-recipe blockwise" 2>&1)
+[ $? -eq 2 ] && case "$out" in *"--fp8-recipe blockwise: scales FP8 tensors by blocks"*) true ;; *) false ;; esac &&
+    ok || bad "blockwise is refused: $out"
+"$bin" estimate "$model" --gpus 16 --json --megatron-args "$flags --fp8-recipe tensorwise" \
+    >"$tmp/csbf16" 2>&1 && cmp -s "$tmp/csbf16" "$tmp/bf16" && ok ||
+    bad "--fp8-recipe without --fp8-format changes the price"
+out=$("$bin" estimate "$model" --gpus 16 --megatron "$spec,fp8_recipe=tensorwise" 2>&1)
+[ $? -eq 2 ] && case "$out" in *"needs FP8 training (fp8=1)"*) true ;; *) false ;; esac &&
+    ok || bad "fp8_recipe without fp8: $out"
+
 # A searched plan in FP8 records it.
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --global-batch 8 --quiet --fp8 \
     -o "$tmp/p.json" >/dev/null 2>&1 && grep -q '^	"fp8":	true' "$tmp/p.json" && ok ||

@@ -35,6 +35,14 @@ same "no precision-aware optimizer, no remainders" "$tmp/fp32"
 est --megatron "$spec,fp8=1,fp8_param_gather=1" >"$tmp/fp8" 2>&1 || bad "fp8: $(cat "$tmp/fp8")"
 same "no remainders of FP8 weights" "$tmp/fp8" \
     --use-precision-aware-optimizer --fp8-format hybrid --fp8-param-gather
+# Megatron-Core hands FusedAdam remainders under delayed FP8 scaling, not
+# under tensorwise.
+est --megatron "$spec,fp8=1,main_params=remainder" >"$tmp/fp8rem" 2>&1 || bad "fp8 rem"
+same "remainders under delayed scaling" "$tmp/fp8rem" \
+    --use-precision-aware-optimizer --fp8-format hybrid
+est --megatron "$spec,fp8=1,fp8_recipe=tensorwise" >"$tmp/fp8cs" 2>&1 || bad "fp8 cs"
+same "no remainders under tensorwise scaling" "$tmp/fp8cs" \
+    --use-precision-aware-optimizer --fp8-format hybrid --fp8-recipe tensorwise
 
 # Remainders hold 2 bytes of the 4 of each main weight, over dp = 4.
 awk -v a="$(field max_memory_bytes "$tmp/rem")" -v b="$(field max_memory_bytes "$tmp/fp32")" \
