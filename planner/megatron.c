@@ -156,6 +156,14 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     }
     if (!strcmp(k, "layout"))
         return layout_key(m, v, who, err);
+    if (!strcmp(k, "cuda_graph")) {
+        if (ap_cuda_graph_parse(v, &m->run.cuda_graph)) {
+            snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (none, local or "
+                     "transformer_engine)", who, v);
+            return AP_EINPUT;
+        }
+        return AP_OK;
+    }
     if (!strcmp(k, "fp8_recipe")) {
         if (ap_fp8_recipe_parse(v, &m->run.fp8_recipe)) {
             snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (delayed or tensorwise)",
@@ -202,7 +210,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
                  "cp_comm, main_params, exp_avg, exp_avg_sq, defer_wgrad, "
                  "wgrad_deferral_limit, no_grad_fusion, layout, recompute_modules, "
-                 "fp8_recipe)", k);
+                 "fp8_recipe, cuda_graph)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -550,6 +558,8 @@ typedef struct {
     const char *sharding;    /* --data-parallel-sharding-strategy */
     int modules_given;       /* --recompute-modules */
     int moe_layer_recompute; /* --moe-layer-recompute */
+    int cuda_graph;          /* --cuda-graph-impl (ap_cuda_graph_name) */
+    int graph_iteration;     /* --cuda-graph-scope full_iteration */
     unsigned modules;        /* the modules it names (ap_module bits) */
     const char *bad_module;  /* the first value that names none */
     int shared_expert, shared_overlap;
@@ -595,10 +605,6 @@ static const struct {
      "(--moe-grouped-gemm)"},
     {"--moe-expert-capacity-factor", 1, "drops or pads tokens to the experts' "
      "capacity; autopar prices dropless routing"},
-    {"--enable-cuda-graph", 0, "captures CUDA graphs, whose launch savings "
-     "and static buffers are not priced"},
-    {"--external-cuda-graph", 0, "captures CUDA graphs, whose launch savings "
-     "and static buffers are not priced"},
     {"--torch-fsdp2-no-reshard-after-forward", 0, "keeps FSDP2's gathered "
      "weights from forward to backward, which no ZeRO level prices"},
 };
@@ -615,8 +621,6 @@ static const struct {
     {"--num-distributed-optimizer-instances", "1", "keeps that many copies of "
      "the distributed optimizer's shards; autopar shards them over the whole "
      "data-parallel group"},
-    {"--cuda-graph-impl", "none", "captures CUDA graphs, whose launch savings "
-     "and static buffers are not priced"},
 };
 
 static int refuse(const char *flag, const char *v, const char *why, char *err)
@@ -855,8 +859,9 @@ static int opt_rule(const opt_flags *of, ap_megatron *m, int bf16, char *err)
     return 0;
 }
 
-/* The lists: --cp-comm-type (one type for all layers or one per layer) and
- * --recompute-modules, --hierarchical-context-parallel-sizes read past. */
+/* The lists: --cp-comm-type (one type for all layers or one per layer),
+ * --recompute-modules and --cuda-graph-scope (whether the whole iteration
+ * is captured); --hierarchical-context-parallel-sizes read past. */
 static int list_flag(const char *tok, char **save, audit *a, char *err)
 {
     char *v;
@@ -892,6 +897,11 @@ static int list_flag(const char *tok, char **save, audit *a, char *err)
             ;
         return 1;
     }
+    if (!strcmp(tok, "--cuda-graph-scope")) {
+        while ((v = list_value(save)))
+            a->graph_iteration |= !strcmp(v, "full_iteration");
+        return 1;
+    }
     return 0;
 }
 
@@ -921,6 +931,23 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
         int n;
         a->shared_expert = 1;
         return count_value(tok, save, &n, err);
+    }
+    if (!strcmp(tok, "--cuda-graph-impl")) {
+        char *v = flag_value(tok, save, err);
+        if (!v)
+            return -1;
+        if (!ap_cuda_graph_parse(v, &a->cuda_graph))
+            return 1;
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --cuda-graph-impl: bad value "
+                 "\"%.64s\" (none, local or transformer_engine)", v);
+        return -1;
+    }
+    /* The older flags: Megatron-Core's own graphs, and Transformer
+     * Engine's captured outside it. */
+    if (!strcmp(tok, "--enable-cuda-graph") || !strcmp(tok, "--external-cuda-graph")) {
+        a->cuda_graph = strcmp(tok, "--enable-cuda-graph") ? AP_CUDA_GRAPH_TE
+                                                           : AP_CUDA_GRAPH_LOCAL;
+        return 1;
     }
     int *on = !strcmp(tok, "--moe-grouped-gemm") ? &a->grouped_gemm
             : !strcmp(tok, "--use-flash-attn") ? &a->flash_attn
@@ -1142,6 +1169,12 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
     /* Megatron-LM reads --fp8-recipe only under --fp8-format. */
     if (!m->run.fp8)
         m->run.fp8_recipe = AP_FP8_DELAYED;
+    if (a->cuda_graph && m->recompute == AP_RECOMPUTE_FULL && !a->graph_iteration)
+        return refuse("--cuda-graph-impl", ap_cuda_graph_name(a->cuda_graph), "with "
+                      "--recompute-granularity full: Megatron-Core allows full "
+                      "recomputation under CUDA graphs only with --cuda-graph-scope "
+                      "full_iteration", err);
+    m->run.cuda_graph = a->cuda_graph;
     if (m->shape.experts)
         m->shape.top_k = a->topk ? a->topk : 2;
     m->shape.moe_ffn = a->moe_ffn;

@@ -245,6 +245,17 @@ int ap_plan_caveat_moe_host(const ap_plan *p, char *buf, size_t len)
     return 1;
 }
 
+int ap_plan_caveat_cuda_graph(const ap_plan *p, char *buf, size_t len)
+{
+    if (!p->run.cuda_graph)
+        return 0;
+    snprintf(buf, len, "captured in CUDA graphs (--cuda-graph-impl %s): autopar prices the "
+             "GPUs' work and no host time, so the launches the graphs save change no "
+             "price, and the graphs' static input and output buffers are not counted in "
+             "the memory per GPU (docs/megatron.md)", ap_cuda_graph_name(p->run.cuda_graph));
+    return 1;
+}
+
 static void add_caveats(cJSON *o, const ap_plan *p)
 {
     char buf[768];
@@ -256,6 +267,8 @@ static void add_caveats(cJSON *o, const ap_plan *p)
     }
     cJSON *a = cJSON_AddArrayToObject(o, "caveats");
     if (ap_plan_caveat_moe_host(p, buf, sizeof buf))
+        cJSON_AddItemToArray(a, cJSON_CreateString(buf));
+    if (ap_plan_caveat_cuda_graph(p, buf, sizeof buf))
         cJSON_AddItemToArray(a, cJSON_CreateString(buf));
 }
 
@@ -402,6 +415,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddBoolToObject(o, "fp8_param_gather", 1);
     if (p->run.fp8 && p->run.fp8_recipe != AP_FP8_DELAYED)
         cJSON_AddStringToObject(o, "fp8_recipe", ap_fp8_recipe_name(p->run.fp8_recipe));
+    if (p->run.cuda_graph)
+        cJSON_AddStringToObject(o, "cuda_graph_impl", ap_cuda_graph_name(p->run.cuda_graph));
     add_moe_overlap(o, p);
     if (p->run.cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->run.cross_entropy));
@@ -689,5 +704,7 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     ap_plan_print_basis(p, f);
     char caveat[768];
     if (ap_plan_caveat_moe_host(p, caveat, sizeof caveat))
+        fprintf(f, "  caveat: %s\n", caveat);
+    if (ap_plan_caveat_cuda_graph(p, caveat, sizeof caveat))
         fprintf(f, "  caveat: %s\n", caveat);
 }

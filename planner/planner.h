@@ -140,7 +140,21 @@ typedef struct {
      * (--recompute-modules; ap_module bits of graph.h): 0 reads as
      * core_attn alone, Megatron-Core's default (ap_run_rc_modules). */
     unsigned recompute_modules;
+    /* CUDA graphs captured over the step's kernels (--cuda-graph-impl):
+     * 0 none, else AP_CUDA_GRAPH_LOCAL (Megatron-Core's own capture) or
+     * AP_CUDA_GRAPH_TE (Transformer Engine's make_graphed_callables).
+     * Priced as without them: autopar prices no host time, so launch
+     * savings change no price, and their static buffers are not counted;
+     * reports carry a caveat (ap_plan_caveat_cuda_graph). */
+    int cuda_graph;
 } ap_run_settings;
+
+enum { AP_CUDA_GRAPH_LOCAL = 1, AP_CUDA_GRAPH_TE = 2 };
+/* "none", "local" or "transformer_engine", as --cuda-graph-impl spells
+ * them; a static string. */
+const char *ap_cuda_graph_name(int impl);
+/* AP_EINPUT unless name is one of those. */
+int ap_cuda_graph_parse(const char *name, int *out);
 
 /* The modules selective recomputation redoes under r: its
  * recompute_modules, or core_attn alone where that is 0. */
@@ -922,6 +936,10 @@ double ap_plan_local_experts(const ap_plan *p, double *gemm_s);
  * expert per GPU, where host time the model does not price has made
  * published steps slower than predicted; else 0. */
 int ap_plan_caveat_moe_host(const ap_plan *p, char *buf, size_t len);
+/* 1, with the caveat's sentence in buf, when the plan is captured in CUDA
+ * graphs (run.cuda_graph), whose launch savings and static buffers are not
+ * priced; else 0. */
+int ap_plan_caveat_cuda_graph(const ap_plan *p, char *buf, size_t len);
 /* The data-parallel replicas (Megatron's dp) the micro-batch is split over:
  * a stage's mesh replicas times each mesh axis that splits the batch label
  * in every op of its layers that has one. 0 when the stages differ. */

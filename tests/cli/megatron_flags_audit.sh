@@ -192,14 +192,28 @@ for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" \
     "--moe-use-legacy-grouped-gemm" \
-    "--moe-expert-capacity-factor 1.0" "--enable-cuda-graph" "--external-cuda-graph" \
+    "--moe-expert-capacity-factor 1.0" \
     "--torch-fsdp2-no-reshard-after-forward"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
+# CUDA graphs price as without them (autopar prices no host time) and the
+# report says so; Megatron-Core's rule on full recomputation is kept.
+for f in "--cuda-graph-impl local" "--enable-cuda-graph" "--cuda-graph-impl transformer_engine" \
+    "--external-cuda-graph --cuda-graph-scope attn mlp --cuda-graph-warmup-steps 3"; do
+    a=$(est "$llama" 16 --megatron-args "$layout $f" | grep -v '"caveats"\|captured in CUDA graphs')
+    b=$(est "$llama" 16 --megatron-args "$layout" | grep -v '"caveats"')
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "$f changes the price: $a"
+    est "$llama" 16 --megatron-args "$layout $f" | grep -q "captured in CUDA graphs (--cuda-graph-impl" &&
+        ok || bad "$f: no caveat"
+done
+refused "--cuda-graph-impl local: with --recompute-granularity full" "$llama" 16 \
+    "$layout --cuda-graph-impl local --recompute-granularity full --recompute-method uniform"
+est "$llama" 16 --megatron-args "$layout --cuda-graph-impl local --cuda-graph-scope full_iteration --recompute-granularity full --recompute-method uniform" |
+    grep -q '"step_time_s"' && ok || bad "full_iteration graphs with full recomputation are refused"
+refused "--cuda-graph-impl: bad value \"eager\"" "$llama" 16 "$layout --cuda-graph-impl eager"
 # ... and unless they are Megatron-LM's default, which prices as before.
 for f in "--optimizer sgd" "--cpu-offloading-num-layers 2" \
-    "--num-distributed-optimizer-instances 2" "--cuda-graph-impl transformer_engine" \
-    "--fp8-recipe mxfp8"; do
+    "--num-distributed-optimizer-instances 2" "--fp8-recipe mxfp8"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
 same "the defaults" "$llama" 16 "$layout --optimizer adam --cpu-offloading-num-layers 0 \
