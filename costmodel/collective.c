@@ -156,6 +156,33 @@ double ap_cost_alltoall(const ap_cluster *c, int ranks, int nodes, double bytes)
     return ap_cost_collective(c, AP_COLL_ALLTOALL, ranks, nodes, bytes);
 }
 
+double ap_route_hit(double experts, double held, int top_k)
+{
+    if (held >= experts)
+        return 1;
+    double miss = 1;
+    for (int i = 0; i < top_k && miss > 0; i++)
+        miss *= fmax(experts - held - i, 0) / (experts - i);
+    return 1 - miss;
+}
+
+double ap_cost_deepep(const ap_cluster *c, int ranks, int nodes, double experts, int top_k,
+                      double token_bytes)
+{
+    if (ranks <= 1 || !(token_bytes > 0) || !(experts > 0) || top_k < 1)
+        return 0;
+    if (nodes < 1)
+        nodes = 1;
+    if (nodes > ranks)
+        nodes = ranks;
+    double g = (double)ranks / nodes;
+    double node_hit = ap_route_hit(experts, experts / nodes, top_k);
+    double rank_hit = ap_route_hit(experts, experts / ranks, top_k);
+    double rdma = token_bytes * (nodes - 1) * node_hit / c->inter_bw;
+    double nvlink = token_bytes * (g - 1) * rank_hit * nodes / c->intra_bw;
+    return latency(c, AP_COLL_ALLTOALL, ranks, nodes) + fmax(rdma, nvlink);
+}
+
 /* A point-to-point transfer between two GPUs, in one node or across two. */
 double ap_cost_sendrecv(const ap_cluster *c, int nodes, double bytes)
 {

@@ -416,6 +416,25 @@ double ap_cost_allgather(const ap_cluster *c, int ranks, int nodes, double bytes
 double ap_cost_reducescatter(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_alltoall(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_sendrecv(const ap_cluster *c, int nodes, double bytes);
+/* One dispatch (or combine: the same traffic back) of DeepEP's normal
+ * kernels, as Megatron-Core's flex token dispatcher runs them (HybridEP
+ * moves the same traffic the same way): over an expert-parallel group of
+ * `ranks` GPUs on `nodes` nodes holding `experts` experts evenly, each of
+ * a rank's tokens (`token_bytes` of them in all, one copy each) routed to
+ * `top_k` distinct experts chosen uniformly. A token crosses to each other
+ * node that holds one of its experts once, over RDMA to the GPU of its own
+ * rail there, and reaches each GPU that holds one over NVLink once, from
+ * its own rank or forwarded by that node's receiver: per rank,
+ * token_bytes * (nodes - 1) * P(a node is chosen) over the NIC, and
+ * token_bytes * (ranks/nodes - 1) * P(a rank is chosen) * nodes over
+ * NVLink, the two at once, after the all-to-all's latency. The all-to-all
+ * dispatcher instead sends all top_k copies (ap_cost_alltoall). */
+double ap_cost_deepep(const ap_cluster *c, int ranks, int nodes, double experts, int top_k,
+                      double token_bytes);
+/* The chance that a token routed to `top_k` of `experts` experts chosen
+ * uniformly without repeats picks at least one of a given `held` of them:
+ * 1 - C(experts - held, top_k) / C(experts, top_k). */
+double ap_route_hit(double experts, double held, int top_k);
 const char *ap_coll_name(ap_coll op);
 /* nccl-tests' busbw / algbw factor for `ranks` GPUs: 2(n-1)/n for
  * all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 for

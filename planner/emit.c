@@ -305,7 +305,7 @@ static void megatron_optimizer(sbuf *b, const ap_degrees *d, const ap_model_shap
         put(b, "  --exp-avg-sq-dtype %s\n", ap_opt_dtype_name(d->run.opt.exp_avg_sq));
 }
 
-static void megatron_model(sbuf *b, const ap_model_shape *s)
+static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
 {
     put(b, "  --num-layers %d\n  --hidden-size %lld\n  --num-attention-heads %lld\n",
         s->layers, s->hidden, s->heads);
@@ -314,12 +314,19 @@ static void megatron_model(sbuf *b, const ap_model_shape *s)
     if (s->head_dim && s->head_dim * s->heads != s->hidden)
         put(b, "  --kv-channels %lld\n", s->head_dim);
     put(b, "  --ffn-hidden-size %lld\n", s->ffn);
-    /* The experts as priced: the alltoall dispatcher and TE's GroupedLinear,
-     * not Megatron-Core's defaults (allgather, SequentialMLP). */
+    /* The experts as priced: the alltoall or flex dispatcher and TE's
+     * GroupedLinear, not Megatron-Core's defaults (allgather,
+     * SequentialMLP). */
     if (s->experts)
-        put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n"
-            "  --moe-token-dispatcher-type alltoall\n  --moe-grouped-gemm\n",
+        put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n",
             s->experts, s->top_k, s->ffn);
+    if (s->experts && disp == AP_DISPATCH_ALLTOALL)
+        put(b, "  --moe-token-dispatcher-type alltoall\n");
+    else if (s->experts)
+        put(b, "  --moe-token-dispatcher-type flex\n  --moe-flex-dispatcher-backend %s\n",
+            ap_dispatcher_name(disp));
+    if (s->experts)
+        put(b, "  --moe-grouped-gemm\n");
     if (s->mtp_layers)
         put(b, "  --mtp-num-layers %d\n", s->mtp_layers);
     put(b, "  --seq-length %lld\n  --max-position-embeddings %lld\n", s->seq, s->seq);
@@ -358,7 +365,7 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
         put(&b, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     put(&b, "MEGATRON_ARGS=\"\n");
     megatron_parallel(&b, p, d, s);
-    megatron_model(&b, s);
+    megatron_model(&b, s, d->run.dispatcher);
     megatron_precision(&b, d, s);
     megatron_optimizer(&b, d, s);
     put(&b, "\"\n");

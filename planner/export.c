@@ -647,6 +647,10 @@ static int check_recompute_method(const ap_plan_desc *p, const ap_degrees *d,
                                   ap_launcher to, char *err)
 {
     const char *who = ap_launcher_name(to);
+    if (d->run.dispatcher != AP_DISPATCH_ALLTOALL && to != AP_LAUNCHER_MEGATRON)
+        return refuse(p, err, "%s has no flag for Megatron-Core's flex dispatcher; the "
+                      "plan's experts exchange tokens with %s (export it to Megatron-LM)",
+                      who, ap_dispatcher_name(d->run.dispatcher));
     if (d->run.cuda_graph && to != AP_LAUNCHER_MEGATRON)
         return refuse(p, err, "%s has no flag for Megatron-Core's CUDA graphs; the plan "
                       "captures them (--cuda-graph-impl %s; export it to Megatron-LM)",

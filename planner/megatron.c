@@ -156,6 +156,14 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     }
     if (!strcmp(k, "layout"))
         return layout_key(m, v, who, err);
+    if (!strcmp(k, "dispatcher")) {
+        if (ap_dispatcher_parse(v, &m->run.dispatcher)) {
+            snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (alltoall, deepep or "
+                     "hybridep)", who, v);
+            return AP_EINPUT;
+        }
+        return AP_OK;
+    }
     if (!strcmp(k, "cuda_graph")) {
         if (ap_cuda_graph_parse(v, &m->run.cuda_graph)) {
             snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (none, local or "
@@ -203,14 +211,14 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
               : !strcmp(k, "wgrad_deferral_limit") ? &m->run.wgrad_deferral_limit : NULL;
     int *flag = flag_slot(m, k);
     if (!slot && !flag && strcmp(k, "gbs") && strcmp(k, "zero")) {
-        snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (known: tp, pp, "
+        snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.24s\" (known: tp, pp, "
                  "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
                  "overlap_param, first, last, fp8, account_embedding, account_loss, "
                  "tp_overlap, etp, fp8_param_gather, cross_entropy, "
                  "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
                  "cp_comm, main_params, exp_avg, exp_avg_sq, defer_wgrad, "
                  "wgrad_deferral_limit, no_grad_fusion, layout, recompute_modules, "
-                 "fp8_recipe, cuda_graph)", k);
+                 "fp8_recipe, cuda_graph, dispatcher)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -558,6 +566,8 @@ typedef struct {
     const char *sharding;    /* --data-parallel-sharding-strategy */
     int modules_given;       /* --recompute-modules */
     int moe_layer_recompute; /* --moe-layer-recompute */
+    const char *flex_backend; /* --moe-flex-dispatcher-backend, or deepep for
+                                 --moe-enable-deepep */
     int cuda_graph;          /* --cuda-graph-impl (ap_cuda_graph_name) */
     int graph_iteration;     /* --cuda-graph-scope full_iteration */
     unsigned modules;        /* the modules it names (ap_module bits) */
@@ -914,6 +924,12 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
         return rc;
     if (!strcmp(tok, "--moe-token-dispatcher-type"))
         return choice_into(tok, save, &a->dispatcher, "allgather alltoall flex", err);
+    if (!strcmp(tok, "--moe-flex-dispatcher-backend"))
+        return choice_into(tok, save, &a->flex_backend, "deepep hybridep", err);
+    if (!strcmp(tok, "--moe-enable-deepep")) {
+        a->flex_backend = "deepep";
+        return 1;
+    }
     if (!strcmp(tok, "--attention-backend"))
         return choice_into(tok, save, &a->backend, "flash fused unfused local auto", err);
     if (!strcmp(tok, "--transformer-impl"))
@@ -967,20 +983,20 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
 /* The MoE flags: Megatron-Core's default dispatcher is allgather and its
  * default experts SequentialMLP (one expert's GEMMs after another); autopar
  * prices the alltoall dispatcher and TE's GroupedLinear. */
-static int settle_moe(const audit *a, const ap_megatron *m, char *err)
+static int settle_moe(const audit *a, ap_megatron *m, char *err)
 {
     if (!m->shape.experts)
         return 0;
-    if (!a->dispatcher || strcmp(a->dispatcher, "alltoall"))
-        return refuse("--moe-token-dispatcher-type", a->dispatcher ? a->dispatcher
-                      : "allgather", a->dispatcher && !strcmp(a->dispatcher, "flex")
-                      ? "the flex dispatcher (DeepEP) merges the copies of a token bound "
-                        "for one rank, which is not priced; autopar prices "
-                        "--moe-token-dispatcher-type alltoall"
-                      : "the all-gather dispatcher (Megatron-Core's default where the "
-                        "flag is left out) gathers every token over the EP x TP group, "
-                        "which is not priced; autopar prices "
-                        "--moe-token-dispatcher-type alltoall", err);
+    if (!a->dispatcher || !strcmp(a->dispatcher, "allgather"))
+        return refuse("--moe-token-dispatcher-type", "allgather", "the all-gather "
+                      "dispatcher (Megatron-Core's default where the flag is left out) "
+                      "gathers every token over the EP x TP group, which is not priced; "
+                      "autopar prices --moe-token-dispatcher-type alltoall and flex", err);
+    /* The flex dispatcher runs DeepEP unless its backend says HybridEP. */
+    m->run.dispatcher = AP_DISPATCH_ALLTOALL;
+    if (!strcmp(a->dispatcher, "flex") &&
+        ap_dispatcher_parse(a->flex_backend ? a->flex_backend : "deepep", &m->run.dispatcher))
+        return -1;
     if (!a->grouped_gemm && m->shape.experts > m->ep) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --num-experts %d without "
                  "--moe-grouped-gemm runs the %d local experts of each rank one after "

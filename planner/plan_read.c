@@ -550,7 +550,8 @@ static int parse_defer_wgrad(const reader *r, const cJSON *root, ap_plan_desc *p
 }
 
 /* "gradient_accumulation_fusion"; absent reads as on, Megatron-LM's
- * default, as plans were before the field. "cuda_graph_impl": local or
+ * default, as plans were before the field. "moe_dispatcher": deepep or
+ * hybridep; absent, alltoall. "cuda_graph_impl": local or
  * transformer_engine; absent, none. */
 static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
@@ -559,9 +560,15 @@ static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p
         (rc = get_bool(r, root, "gradient_accumulation_fusion", "", &fused)))
         return rc;
     p->run.no_grad_fusion = !fused;
+    char s[32];
+    if (field(root, "moe_dispatcher")) {
+        if ((rc = get_string(r, root, "moe_dispatcher", "", s, sizeof s, 1)))
+            return rc;
+        if (ap_dispatcher_parse(s, &p->run.dispatcher))
+            return fail(r, "moe_dispatcher", "\"%s\" is not alltoall, deepep or hybridep", s);
+    }
     if (!field(root, "cuda_graph_impl"))
         return AP_OK;
-    char s[32];
     if ((rc = get_string(r, root, "cuda_graph_impl", "", s, sizeof s, 1)))
         return rc;
     if (ap_cuda_graph_parse(s, &p->run.cuda_graph))

@@ -71,6 +71,14 @@ typedef struct {
     char rs[2];
 } ap_strategy;
 
+/* How Megatron-Core's MoE layers move tokens to their experts' ranks:
+ * the alltoall dispatcher (--moe-token-dispatcher-type alltoall), every
+ * routed copy in an NCCL all-to-all; or the flex dispatcher with DeepEP or
+ * HybridEP (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend
+ * deepep|hybridep), each token once to each node and GPU that holds one of
+ * its experts (ap_cost_deepep). */
+typedef enum { AP_DISPATCH_ALLTOALL, AP_DISPATCH_DEEPEP, AP_DISPATCH_HYBRIDEP } ap_dispatcher;
+
 /* How Transformer Engine scales the FP8 tensors of a run with fp8
  * (--fp8-recipe): delayed scaling takes each tensor's scale from earlier
  * steps' amaxes, the amax found on the way of the cast; tensorwise
@@ -147,9 +155,16 @@ typedef struct {
      * savings change no price, and their static buffers are not counted;
      * reports carry a caveat (ap_plan_caveat_cuda_graph). */
     int cuda_graph;
+    /* The MoE token dispatcher; alltoall, the zero, by default. */
+    ap_dispatcher dispatcher;
 } ap_run_settings;
 
 enum { AP_CUDA_GRAPH_LOCAL = 1, AP_CUDA_GRAPH_TE = 2 };
+
+/* "alltoall", "deepep" or "hybridep"; a static string. */
+const char *ap_dispatcher_name(ap_dispatcher d);
+/* AP_EINPUT unless name is one of those. */
+int ap_dispatcher_parse(const char *name, ap_dispatcher *out);
 /* "none", "local" or "transformer_engine", as --cuda-graph-impl spells
  * them; a static string. */
 const char *ap_cuda_graph_name(int impl);

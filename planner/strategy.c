@@ -905,7 +905,9 @@ static void price_kv_exchange(const ap_price_ctx *x, const ap_op *op,
                    coll(x, AP_COLL_REDUCESCATTER, mask, kv);
 }
 
-/* Expert parallelism as Megatron-Core's alltoall token dispatcher runs it,
+/* Expert parallelism as Megatron-Core's alltoall token dispatcher runs it
+ * (the flex dispatcher: the exchange is flex_exchange's, the memory passes
+ * the same),
  * dropless (MoEAlltoAllTokenDispatcher, megatron/core/transformer/moe/
  * token_dispatcher.py). Dispatch: permutation 1 copies each token once per
  * chosen expert, grouped by expert (the op's own memory pass), the
@@ -921,6 +923,18 @@ static void price_kv_exchange(const ap_price_ctx *x, const ap_op *op,
  * hides behind another micro-batch's compute is taken off per merged pair
  * of passes (planner/moe_overlap.c, evaluate.c). Backward runs each again
  * on the gradients. */
+/* The flex dispatcher's exchange of a rank's `slots` bytes of routed
+ * copies (its tokens times top_k): DeepEP's or HybridEP's kernels move each
+ * token once to each node and GPU that holds one of its experts
+ * (ap_cost_deepep), over the expert-parallel group of `mask`. */
+static double flex_exchange(const ap_price_ctx *x, const ap_op *op, int mask, double slots)
+{
+    int ranks = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+    double experts = ap_label_size(x, ap_graph_label_of(x->g, AP_DIM_EXPERTS));
+    int k = op->top_k > 0 ? op->top_k : 1;
+    return ap_cost_deepep(x->c, ranks, x->mesh->nodes[mask - 1], experts, k, slots / k);
+}
+
 static void price_token_exchange(const ap_price_ctx *x, const ap_op *op,
                                  const ap_strategy *s, ap_op_cost *c)
 {
@@ -939,7 +953,9 @@ static void price_token_exchange(const ap_price_ctx *x, const ap_op *op,
         if (!(mask & (1 << a)) && label_in(x, op, tok, s->axis[a]) &&
             !has_label(shape_of(x, slots), s->axis[a]))
             shard *= x->mesh->d[a];
-    double a2a = coll(x, AP_COLL_ALLTOALL, mask, bytes / shard);
+    double a2a = x->run.dispatcher == AP_DISPATCH_ALLTOALL
+                     ? coll(x, AP_COLL_ALLTOALL, mask, bytes / shard)
+                     : flex_exchange(x, op, mask, bytes / shard);
     c->fwd_comm += a2a;
     c->bwd_comm += a2a;
     if (ap_label_size(x, e) / split_of(x, s, e) > 1) {

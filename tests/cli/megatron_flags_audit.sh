@@ -83,8 +83,19 @@ refused "--moe-token-dispatcher-type allgather: the all-gather dispatcher (Megat
     "$moe" 16 "$mlay --moe-grouped-gemm"
 refused "--moe-token-dispatcher-type allgather" "$moe" 16 \
     "$mlay --moe-grouped-gemm --moe-token-dispatcher-type allgather"
-refused "--moe-token-dispatcher-type flex" "$moe" 16 \
-    "$mlay --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-enable-deepep"
+# The flex dispatcher: DeepEP where no backend is named (or with the older
+# --moe-enable-deepep), HybridEP where --moe-flex-dispatcher-backend says.
+same "flex with DeepEP" "$moe" 16 \
+    "$mlay --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-enable-deepep --moe-router-topk 2" \
+    "$mspec,dispatcher=deepep"
+same "flex with its default backend" "$moe" 16 \
+    "$mlay --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-router-topk 2" \
+    "$mspec,dispatcher=deepep"
+same "flex with HybridEP" "$moe" 16 \
+    "$mlay --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep --moe-router-topk 2" \
+    "$mspec,dispatcher=hybridep"
+refused "--moe-flex-dispatcher-backend: bad value \"nccl\"" "$moe" 16 \
+    "$mlay --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend nccl"
 refused "--num-experts 8 without --moe-grouped-gemm runs the 4 local experts" "$moe" 16 \
     "$mlay --moe-token-dispatcher-type alltoall"
 refused "--moe-router-topk 2 (Megatron-LM's default where left out), but" \

@@ -1,0 +1,38 @@
+#!/bin/sh
+# The flex token dispatcher from a Megatron-LM command line
+# (tests/test_deepep.c has the pricing): DeepEP is faster than the
+# all-to-all across nodes, plan.json keeps the backend, the Megatron-LM
+# export states it and its flags price the same again, torchtitan refuses
+# it, and a bad value in plan.json names the field.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+model=$src/examples/hf/qwen3-30b-a3b.json
+base="--expert-model-parallel-size 16 --num-experts 128 --moe-router-topk 8 --moe-grouped-gemm \
+--micro-batch-size 1 --global-batch-size 16 --seq-length 1024"
+step() { grep '"step_time_s"' "$1" | head -1 | tr -dc '0-9.e+-'; }
+
+"$bin" estimate "$model" --gpus 16 --seq 1024 --json --megatron-args \
+    "$base --moe-token-dispatcher-type alltoall" >"$tmp/a2a" 2>"$tmp/err" || bad "alltoall: $(cat "$tmp/err")"
+"$bin" estimate "$model" --gpus 16 --seq 1024 --json --megatron-args \
+    "$base --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep" \
+    -o "$tmp/plan.json" >"$tmp/flex" 2>"$tmp/err" || bad "flex: $(cat "$tmp/err")"
+awk -v a="$(step "$tmp/flex")" -v b="$(step "$tmp/a2a")" 'BEGIN { exit !(a < b) }' && ok ||
+    bad "DeepEP is not faster across two nodes: $(step "$tmp/flex") vs $(step "$tmp/a2a")"
+grep -q '"moe_dispatcher":.*"deepep"' "$tmp/plan.json" && ok || bad "plan.json lacks moe_dispatcher"
+"$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>"$tmp/err" ||
+    bad "export: $(cat "$tmp/err")"
+grep -qxF "  --moe-token-dispatcher-type flex" "$tmp/args.sh" &&
+    grep -qxF "  --moe-flex-dispatcher-backend deepep" "$tmp/args.sh" && ok ||
+    bad "the export's dispatcher: $(grep dispatcher "$tmp/args.sh")"
+"$bin" estimate "$model" --gpus 16 --seq 1024 --json --megatron-args "$(megatron_args "$tmp/args.sh")" \
+    >"$tmp/again" 2>"$tmp/err" || bad "the export's flags: $(cat "$tmp/err")"
+[ "$(step "$tmp/flex")" = "$(step "$tmp/again")" ] && ok ||
+    bad "the export prices differently: $(step "$tmp/flex") vs $(step "$tmp/again")"
+"$bin" export "$tmp/plan.json" --to torchtitan >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "flex dispatcher" "$tmp/err" && ok || bad "torchtitan: $(cat "$tmp/err")"
+sed 's/"moe_dispatcher":[ \t]*"deepep"/"moe_dispatcher": "nccl"/' "$tmp/plan.json" >"$tmp/bad.json"
+"$bin" export "$tmp/bad.json" --to megatron >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q 'moe_dispatcher: "nccl" is not alltoall, deepep or hybridep' "$tmp/err" &&
+    ok || bad "a bad moe_dispatcher: $(cat "$tmp/err")"
+finish
