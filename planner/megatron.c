@@ -157,27 +157,18 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     if (!strcmp(k, "layout"))
         return layout_key(m, v, who, err);
     if (!strcmp(k, "dispatcher")) {
-        if (ap_dispatcher_parse(v, &m->run.dispatcher)) {
-            snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (alltoall, deepep or "
-                     "hybridep)", who, v);
-            return AP_EINPUT;
-        }
+        if (ap_dispatcher_parse(v, &m->run.dispatcher))
+            goto bad;
         return AP_OK;
     }
     if (!strcmp(k, "cuda_graph")) {
-        if (ap_cuda_graph_parse(v, &m->run.cuda_graph)) {
-            snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (none, local or "
-                     "transformer_engine)", who, v);
-            return AP_EINPUT;
-        }
+        if (ap_cuda_graph_parse(v, &m->run.cuda_graph))
+            goto bad;
         return AP_OK;
     }
     if (!strcmp(k, "fp8_recipe")) {
-        if (ap_fp8_recipe_parse(v, &m->run.fp8_recipe)) {
-            snprintf(err, AP_ERR_LEN, "%s: bad value \"%.64s\" (delayed or tensorwise)",
-                     who, v);
-            return AP_EINPUT;
-        }
+        if (ap_fp8_recipe_parse(v, &m->run.fp8_recipe))
+            goto bad;
         return AP_OK;
     }
     if (!strcmp(k, "recompute_modules")) {
@@ -247,6 +238,9 @@ bad:
              !strcmp(k, "recompute") ? " (none, selective or full)"
              : !strcmp(k, "cross_entropy") ? " (unfused, native or te)"
              : !strcmp(k, "cp_comm") ? " (p2p, allgather or a2a)"
+             : !strcmp(k, "dispatcher") ? " (alltoall, deepep or hybridep)"
+             : !strcmp(k, "cuda_graph") ? " (none, local or transformer_engine)"
+             : !strcmp(k, "fp8_recipe") ? " (delayed or tensorwise)"
              : !strcmp(k, "zero") ? " (0 to 3)"
              : flag_slot(m, k) ? " (0 or 1)"
              : zero_ok(k) ? " (an integer from 0 to 2^30)"
