@@ -15,6 +15,7 @@ static const char usage_text[] =
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
     "                    [--fp8] [--tp-comm-overlap] [--cross-entropy IMPL]\n"
+    "                    [--recompute-modules M,...]\n"
     "                    [--grad-fp32] [--max-experts-per-gpu E]\n"
     "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
     "\n"
@@ -61,6 +62,14 @@ static const char usage_text[] =
     "                       Megatron-LM's --tp-comm-overlap runs them (Transformer\n"
     "                       Engine userbuffers); all-reduces stay exposed;\n"
     "                       plan.json records it\n"
+    "  --recompute-modules M,...\n"
+    "                       let a stage recompute these Megatron-Core modules\n"
+    "                       (selective recomputation, as Megatron-LM's\n"
+    "                       --recompute-modules): core_attn, mlp, moe_act,\n"
+    "                       layernorm, mla_up_proj, moe, shared_experts; each\n"
+    "                       stage then picks none, these modules or full\n"
+    "                       recomputation, whichever is fastest and fits\n"
+    "                       (default: none or full)\n"
     "  --cross-entropy IMPL the loss's kernels: unfused (Megatron-LM's default),\n"
     "                       native (--cross-entropy-loss-fusion) or te (with\n"
     "                       --cross-entropy-fusion-impl te); a fused loss is\n"
@@ -154,6 +163,16 @@ int ap_cmd_plan(int argc, char **argv)
             o.run.tp_overlap = 1;
         } else if (!strcmp(a, "--grad-fp32")) {
             o.run.grad_fp32 = 1;
+        } else if (!strcmp(a, "--recompute-modules") && v) {
+            unsigned mods;
+            char err[AP_ERR_LEN];
+            if (ap_rc_modules_parse(v, ",", &mods, err)) {
+                fprintf(stderr, "autopar plan: --recompute-modules: %s (names joined by "
+                        "',', as mlp,moe_act)\n", err);
+                return 2;
+            }
+            o.run.recompute_modules = ap_rc_modules_setting(mods);
+            i++;
         } else if (!strcmp(a, "--cross-entropy") && v) {
             if (ap_ce_impl_parse(v, &o.run.cross_entropy)) {
                 fprintf(stderr, "autopar plan: --cross-entropy: bad value \"%.64s\" "

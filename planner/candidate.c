@@ -52,7 +52,27 @@ static const ap_block_point *point_of(const ap_block *b, int k)
     return &b->points[k < b->npoints ? k : b->npoints - 1];
 }
 
-/* The fastest (point, recomputation) for layers [i, j) as stage s. */
+/* What recomputation rc costs a layer of block point bp and what the layer
+ * then keeps: under full recomputation its forward again and its input;
+ * under selective recomputation of the run's modules their forward again
+ * (the attention's too where core_attn is one of them) and its activations
+ * less what they free; otherwise nothing and its activations. */
+static void layer_under(const config *cf, const ap_block_point *bp, ap_recompute rc,
+                        double *t, double *act)
+{
+    double attn = ap_run_rc_modules(&cf->run) & AP_MODULE_CORE_ATTN ? bp->attn_fwd : 0;
+    *t = bp->fwd + bp->bwd + (rc == AP_RECOMPUTE_FULL        ? bp->fwd
+                              : rc == AP_RECOMPUTE_SELECTIVE ? attn + bp->rc_fwd
+                                                             : 0);
+    *act = rc == AP_RECOMPUTE_FULL        ? bp->input_bytes
+         : rc == AP_RECOMPUTE_SELECTIVE ? bp->act_bytes - bp->rc_freed
+                                          : bp->act_bytes;
+}
+
+/* The fastest (point, recomputation) for layers [i, j) as stage s. The
+ * search tries no recomputation and full; selective too where the run
+ * names modules beyond core_attn (with flash attention, core_attn alone
+ * frees nothing worth its time). */
 static int best_choice(const config *cf, int s, int i, int j, choice *out)
 {
     double inflight = fmin(cf->p - s, cf->nmicro);
@@ -60,8 +80,11 @@ static int best_choice(const config *cf, int s, int i, int j, choice *out)
     for (int b = 0; b < cf->m->nblocks; b++)
         if (cf->blocks[b].npoints > maxpts)
             maxpts = cf->blocks[b].npoints;
+    ap_recompute rcs[3] = {AP_RECOMPUTE_NONE, AP_RECOMPUTE_FULL, AP_RECOMPUTE_SELECTIVE};
+    int nrc = ap_run_rc_modules(&cf->run) & ~(unsigned)AP_MODULE_CORE_ATTN ? 3 : 2;
     out->t = INFINITY;
-    for (int rc = AP_RECOMPUTE_NONE; rc <= AP_RECOMPUTE_FULL; rc += 2) {
+    for (int r = 0; r < nrc; r++) {
+        ap_recompute rc = rcs[r];
         for (int k = 0; k < maxpts; k++) {
             double t = 0, param = 0, act = 0, work = 0;
             for (int c = 0; c < cf->m->nclasses; c++) {
@@ -70,10 +93,12 @@ static int best_choice(const config *cf, int s, int i, int j, choice *out)
                 const ap_block_point *bp = point_of(&cf->blocks[2 + c], k);
                 if (!n || !bp)
                     continue;
-                t += n * (bp->fwd + bp->bwd + (rc ? bp->fwd : 0));
+                double lt, la;
+                layer_under(cf, bp, rc, &lt, &la);
+                t += n * lt;
                 param += n * bp->param_bytes;
-                act += n * (rc ? bp->input_bytes : bp->act_bytes);
-                if (rc)
+                act += n * la;
+                if (rc == AP_RECOMPUTE_FULL)
                     work = fmax(work, bp->act_bytes);
             }
             for (int e = 0; e < 2; e++) {
@@ -88,7 +113,7 @@ static int best_choice(const config *cf, int s, int i, int j, choice *out)
             }
             double mem = param + inflight * act + work;
             if (mem <= cf->limit && t < out->t) {
-                *out = (choice){t, mem, k, (ap_recompute)rc};
+                *out = (choice){t, mem, k, rc};
             }
         }
     }

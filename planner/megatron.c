@@ -1912,38 +1912,6 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
     return AP_OK;
 }
 
-/* Megatron-Core's TransformerConfig refusals of recompute_modules that
- * depend on the model and the run: moe_act and layernorm discard a tensor
- * an FP8 layer would otherwise keep its own copy of, which Transformer
- * Engine allows only outside delayed scaling (autopar's FP8 recipe);
- * mla_up_proj needs multi-latent attention; moe cannot run under the
- * all-to-all overlap. */
-static int check_modules(const ap_graph *g, const ap_megatron *m, char *err)
-{
-    unsigned mods = m->run.recompute_modules, seen = 0;
-    for (int i = 0; i < g->nops; i++)
-        seen |= g->ops[i].modules;
-    const char *why = NULL;
-    if (m->run.fp8 && m->run.fp8_recipe == AP_FP8_DELAYED &&
-        (mods & (AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM)))
-        why = "moe_act and layernorm need an FP8 recipe other than delayed scaling "
-              "(fp8_recipe=tensorwise, --fp8-recipe tensorwise); Megatron-Core refuses "
-              "them under it";
-    else if ((mods & AP_MODULE_MLA_UP_PROJ) && !(seen & AP_MODULE_MLA_UP_PROJ))
-        why = "mla_up_proj needs multi-latent attention, which the model has not "
-              "(Megatron-Core refuses it without)";
-    else if ((mods & AP_MODULE_MOE) && m->run.moe_a2a_overlap)
-        why = "moe cannot run with the expert all-to-all overlap "
-              "(moe_a2a_overlap, --overlap-moe-expert-parallel-comm), as "
-              "Megatron-Core asserts";
-    if (!why)
-        return AP_OK;
-    char list[160];
-    ap_rc_modules_format(mods, "+", list, sizeof list);
-    snprintf(err, AP_ERR_LEN, "recompute_modules=%s (--recompute-modules): %s", list, why);
-    return AP_EINPUT;
-}
-
 static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                         ap_pipe_layout *lay, char *err)
 {
@@ -1997,7 +1965,7 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     if (rc || (rc = check_opt_dtypes(m, err)) || (rc = check_cp_comm(g, m, err)) || (rc = check_param_gather(m, err)) ||
         (rc = check_split(m, L, err)))
         return rc;
-    if ((rc = check_recompute(m, L, lay, err)) || (rc = check_modules(g, m, err)))
+    if ((rc = check_recompute(m, L, lay, err)) || (rc = ap_rc_modules_check(g, &m->run, err)))
         return rc;
     double micro = (double)m->mbs * m->dp;
     if (fmod(m->gbs, micro)) {
@@ -2162,6 +2130,14 @@ void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m)
         m->run.cp_comm = AP_CP_P2P;
     if (check_opt_dtypes(m, err))
         memset(&m->run.opt, 0, sizeof m->run.opt);
+    /* The modules are selective recomputation's: a configuration that
+     * recomputes nothing or everything has none; under the all-to-all
+     * overlap Megatron-Core refuses moe. */
+    if (m->recompute != AP_RECOMPUTE_SELECTIVE)
+        m->run.recompute_modules = 0;
+    if (m->run.moe_a2a_overlap)
+        m->run.recompute_modules =
+            ap_rc_modules_setting(ap_run_rc_modules(&m->run) & ~(unsigned)AP_MODULE_MOE);
 }
 
 /* Megatron-LM's chunks without a layout: each stage's layers split evenly

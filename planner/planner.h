@@ -181,6 +181,13 @@ unsigned ap_rc_modules_setting(unsigned modules);
  * *out; AP_EINPUT with err ("unknown module ...", "names no module") for
  * a name that is none or a list without one. */
 int ap_rc_modules_parse(const char *list, const char *seps, unsigned *out, char *err);
+/* Megatron-Core's TransformerConfig refusals of r's recompute_modules
+ * that depend on the model and the run: moe_act and layernorm discard a
+ * tensor an FP8 layer would otherwise keep its own copy of, which
+ * Transformer Engine allows only outside delayed scaling; mla_up_proj
+ * needs multi-latent attention; moe cannot run under the all-to-all
+ * overlap. AP_EINPUT with err naming the rule. */
+int ap_rc_modules_check(const ap_graph *g, const ap_run_settings *r, char *err);
 /* Writes the names of `modules` into buf, in Megatron-Core's order, `sep`
  * between them. */
 void ap_rc_modules_format(unsigned modules, const char *sep, char *buf, size_t len);
@@ -880,8 +887,10 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len);
  * them where they apply: TP overlap without sequence parallelism (or at
  * tp = 1), the expert all-to-all overlap where Megatron-Core asserts
  * (ap_megatron_plan's check), and context parallelism's allgather or a2a
- * where Transformer Engine does (then the p2p ring), and optimizer states
- * other than fp32 without the distributed optimizer. */
+ * where Transformer Engine does (then the p2p ring), optimizer states
+ * other than fp32 without the distributed optimizer, and recompute modules
+ * where the recomputation is not selective (moe under the all-to-all
+ * overlap). */
 void ap_megatron_drop_unsupported(const ap_graph *g, ap_megatron *m);
 
 typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPEED } ap_launcher;

@@ -53,3 +53,29 @@ void ap_rc_modules_format(unsigned modules, const char *sep, char *buf, size_t l
             n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? sep : "",
                                   ap_module_name(1u << i));
 }
+
+int ap_rc_modules_check(const ap_graph *g, const ap_run_settings *r, char *err)
+{
+    unsigned mods = r->recompute_modules, seen = 0;
+    for (int i = 0; i < g->nops; i++)
+        seen |= g->ops[i].modules;
+    const char *why = NULL;
+    if (r->fp8 && r->fp8_recipe == AP_FP8_DELAYED &&
+        (mods & (AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM)))
+        why = "moe_act and layernorm need an FP8 recipe other than delayed scaling "
+              "(fp8_recipe=tensorwise, --fp8-recipe tensorwise); Megatron-Core refuses "
+              "them under it";
+    else if ((mods & AP_MODULE_MLA_UP_PROJ) && !(seen & AP_MODULE_MLA_UP_PROJ))
+        why = "mla_up_proj needs multi-latent attention, which the model has not "
+              "(Megatron-Core refuses it without)";
+    else if ((mods & AP_MODULE_MOE) && r->moe_a2a_overlap)
+        why = "moe cannot run with the expert all-to-all overlap "
+              "(moe_a2a_overlap, --overlap-moe-expert-parallel-comm), as "
+              "Megatron-Core asserts";
+    if (!why)
+        return AP_OK;
+    char list[160];
+    ap_rc_modules_format(mods, "+", list, sizeof list);
+    snprintf(err, AP_ERR_LEN, "recompute_modules=%s (--recompute-modules): %s", list, why);
+    return AP_EINPUT;
+}

@@ -410,6 +410,14 @@ static int check_expert_limit(const ap_search_ctx *ctx, char *err)
     return AP_EINPUT;
 }
 
+static int any_selective(const ap_plan *p)
+{
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i].recompute == AP_RECOMPUTE_SELECTIVE)
+            return 1;
+    return 0;
+}
+
 static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 {
     int rc = check_model_states(ctx, err);
@@ -461,6 +469,9 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
         s.best.run.tp_overlap = 0;
         rc = ap_plan_evaluate(ctx->g, ctx->c, &s.best, err);
     }
+    /* Modules a plan does not recompute anywhere are not the plan's. */
+    if (!rc && !any_selective(&s.best))
+        s.best.run.recompute_modules = 0;
     if (rc) {
         ap_plan_free(&s.best);
         return rc;
@@ -472,7 +483,7 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 int ap_plan_search(const ap_graph *g, const ap_cluster *c,
                    const ap_plan_opts *o, ap_plan *out, char *err)
 {
-    if (o->run.fp8 && ap_fp8_check(c, err))
+    if ((o->run.fp8 && ap_fp8_check(c, err)) || ap_rc_modules_check(g, &o->run, err))
         return AP_EINPUT;
     ap_parts m;
     int rc = ap_parts_build(g, &m, err);

@@ -246,6 +246,46 @@ static void mla_up_proj_frees_the_attention_inputs(void)
     ap_graph_free(g);
 }
 
+/* The planner may let a stage recompute the modules it is given: on 16
+ * H100s, Mixtral 8x7B's fastest plan that fits recomputes its experts'
+ * activation and its MoE norm on the first stage and is faster than the
+ * best plan with none or full recomputation alone. (A plan whose stages
+ * recompute no modules does not keep them: tests/cli/recompute_modules.sh.) */
+static void the_planner_chooses_modules_per_stage(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/mixtral-8x7b.json", 0);
+    ap_cluster c;
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 8, &c, err), err);
+    ap_plan_opts o;
+    ap_plan_opts_default(&o);
+    o.gpus = 16;
+    o.gpus_per_node = 8;
+    o.global_batch = 512;
+    o.max_stages = 2;
+    o.progress = 0;
+    ap_plan plain, mods;
+    REQUIRE_OK(ap_plan_search(g, &c, &o, &plain, err), err);
+    o.run.recompute_modules = AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM;
+    REQUIRE_OK(ap_plan_search(g, &c, &o, &mods, err), err);
+    int selective = 0;
+    for (int i = 0; i < mods.nstages; i++)
+        selective += mods.stages[i].recompute == AP_RECOMPUTE_SELECTIVE;
+    CHECK(selective > 0);
+    CHECK(mods.run.recompute_modules == o.run.recompute_modules);
+    CHECK(mods.step_time < plain.step_time);
+    CHECK(mods.max_mem_bytes <= mods.hbm_limit);
+    for (int i = 0; i < plain.nstages; i++)
+        CHECK(plain.stages[i].recompute != AP_RECOMPUTE_SELECTIVE);
+    ap_plan_free(&plain);
+    ap_plan_free(&mods);
+    o.run.recompute_modules = AP_MODULE_MLA_UP_PROJ;
+    CHECK(ap_plan_search(g, &c, &o, &mods, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "mla_up_proj needs multi-latent attention");
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
 /* Megatron-Core's refusals that depend on the model or the run. */
 static void refusals_name_the_rule(void)
 {
@@ -294,6 +334,7 @@ int main(void)
     RUN(moe_modules_drop_what_they_make);
     RUN(recomputing_moe_repeats_its_all_to_alls);
     RUN(mla_up_proj_frees_the_attention_inputs);
+    RUN(the_planner_chooses_modules_per_stage);
     RUN(refusals_name_the_rule);
     return DONE();
 }

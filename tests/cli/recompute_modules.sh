@@ -60,4 +60,16 @@ sed 's/"recompute":[ \t]*"selective"/"recompute": "none"/' "$tmp/plan.json" >"$t
 "$bin" export "$tmp/bad2.json" --to megatron >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q 'recompute_modules: given, but no stage' "$tmp/err" && ok ||
     bad "modules without a selective stage: $(cat "$tmp/err")"
+# autopar plan takes the modules a stage may recompute; a plan that fits
+# without recomputing them does not name them; bad names are refused.
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --global-batch 8 --quiet \
+    --recompute-modules mlp,core_attn -o "$tmp/tiny.json" >/dev/null 2>"$tmp/err" ||
+    bad "plan --recompute-modules: $(cat "$tmp/err")"
+grep -q '"recompute_modules"' "$tmp/tiny.json" && bad "a plan recomputing none names modules" || ok
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --recompute-modules mlp,attn >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q 'recompute-modules: unknown module "attn"' "$tmp/err" && ok ||
+    bad "plan takes a bad module: $(cat "$tmp/err")"
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --recompute-modules mla_up_proj >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q 'mla_up_proj needs multi-latent attention' "$tmp/err" && ok ||
+    bad "plan takes mla_up_proj without MLA: $(cat "$tmp/err")"
 finish
