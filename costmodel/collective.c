@@ -166,18 +166,47 @@ double ap_route_hit(double experts, double held, int top_k)
     return 1 - miss;
 }
 
-double ap_cost_deepep(const ap_cluster *c, int ranks, int nodes, double experts, int top_k,
+static double choose(double n, double k)
+{
+    if (k < 0 || k > n)
+        return 0;
+    double r = 1;
+    for (int i = 0; i < k; i++)
+        r *= (n - i) / (i + 1);
+    return r;
+}
+
+double ap_route_hit_groups(double experts, double held, int top_k, int groups, int group_topk)
+{
+    if (groups <= 1 || group_topk >= groups)
+        return ap_route_hit(experts, held, top_k);
+    double per = experts / groups, pool = per * group_topk;
+    if (held <= per)
+        return (double)group_topk / groups * ap_route_hit(pool, held, top_k);
+    /* Whole groups: i of the set's j among the token's groups, then its
+     * top_k within their experts. */
+    int j = (int)fmin(round(held / per), groups);
+    double miss = 0, all = choose(groups, group_topk);
+    for (int i = 0; i <= j && i <= group_topk; i++)
+        miss += choose(j, i) * choose(groups - j, group_topk - i) / all *
+                (1 - ap_route_hit(pool, i * per, top_k));
+    return 1 - miss;
+}
+
+double ap_cost_deepep(const ap_cluster *c, int ranks, int nodes, const ap_routing *r,
                       double token_bytes)
 {
-    if (ranks <= 1 || !(token_bytes > 0) || !(experts > 0) || top_k < 1)
+    if (ranks <= 1 || !(token_bytes > 0) || !(r->experts > 0) || r->top_k < 1)
         return 0;
     if (nodes < 1)
         nodes = 1;
     if (nodes > ranks)
         nodes = ranks;
     double g = (double)ranks / nodes;
-    double node_hit = ap_route_hit(experts, experts / nodes, top_k);
-    double rank_hit = ap_route_hit(experts, experts / ranks, top_k);
+    double node_hit = ap_route_hit_groups(r->experts, r->experts / nodes, r->top_k,
+                                          r->groups, r->group_topk);
+    double rank_hit = ap_route_hit_groups(r->experts, r->experts / ranks, r->top_k,
+                                          r->groups, r->group_topk);
     double rdma = token_bytes * (nodes - 1) * node_hit / c->inter_bw;
     double nvlink = token_bytes * (g - 1) * rank_hit * nodes / c->intra_bw;
     return latency(c, AP_COLL_ALLTOALL, ranks, nodes) + fmax(rdma, nvlink);

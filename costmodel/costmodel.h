@@ -416,25 +416,42 @@ double ap_cost_allgather(const ap_cluster *c, int ranks, int nodes, double bytes
 double ap_cost_reducescatter(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_alltoall(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_sendrecv(const ap_cluster *c, int nodes, double bytes);
+/* How a MoE layer routes its tokens: `top_k` distinct experts of
+ * `experts`, chosen uniformly; under group-limited routing (DeepSeek-V3's
+ * n_group, topk_group; groups > 1 and group_topk < groups) from the experts
+ * of group_topk of `groups` equal groups of consecutive experts, the groups
+ * chosen uniformly. */
+typedef struct {
+    double experts;
+    int top_k, groups, group_topk;
+} ap_routing;
+
 /* One dispatch (or combine: the same traffic back) of DeepEP's normal
  * kernels, as Megatron-Core's flex token dispatcher runs them (HybridEP
  * moves the same traffic the same way): over an expert-parallel group of
- * `ranks` GPUs on `nodes` nodes holding `experts` experts evenly, each of
- * a rank's tokens (`token_bytes` of them in all, one copy each) routed to
- * `top_k` distinct experts chosen uniformly. A token crosses to each other
- * node that holds one of its experts once, over RDMA to the GPU of its own
- * rail there, and reaches each GPU that holds one over NVLink once, from
- * its own rank or forwarded by that node's receiver: per rank,
- * token_bytes * (nodes - 1) * P(a node is chosen) over the NIC, and
- * token_bytes * (ranks/nodes - 1) * P(a rank is chosen) * nodes over
- * NVLink, the two at once, after the all-to-all's latency. The all-to-all
- * dispatcher instead sends all top_k copies (ap_cost_alltoall). */
-double ap_cost_deepep(const ap_cluster *c, int ranks, int nodes, double experts, int top_k,
+ * `ranks` GPUs on `nodes` nodes holding the experts evenly in order, each
+ * of a rank's tokens (`token_bytes` of them in all, one copy each) routed
+ * as r says. A token crosses to each other node that holds one of its
+ * experts once, over RDMA to the GPU of its own rail there, and reaches
+ * each GPU that holds one over NVLink once, from its own rank or forwarded
+ * by that node's receiver: per rank, token_bytes * (nodes - 1) * P(a node
+ * is hit) over the NIC, and token_bytes * (ranks/nodes - 1) * P(a GPU is
+ * hit) * nodes over NVLink, the two at once, after the all-to-all's
+ * latency. The alltoall dispatcher instead sends all top_k copies
+ * (ap_cost_alltoall). */
+double ap_cost_deepep(const ap_cluster *c, int ranks, int nodes, const ap_routing *r,
                       double token_bytes);
 /* The chance that a token routed to `top_k` of `experts` experts chosen
  * uniformly without repeats picks at least one of a given `held` of them:
  * 1 - C(experts - held, top_k) / C(experts, top_k). */
 double ap_route_hit(double experts, double held, int top_k);
+/* The same under group-limited routing, for `held` consecutive experts
+ * that lie within one group, or that are whole groups: within one group,
+ * the group is among the token's group_topk (group_topk/groups) and its
+ * top_k within their experts hit the set; whole groups, summed over how
+ * many of them the token's groups include. Without a limit (groups <= 1
+ * or group_topk >= groups), ap_route_hit. */
+double ap_route_hit_groups(double experts, double held, int top_k, int groups, int group_topk);
 const char *ap_coll_name(ap_coll op);
 /* nccl-tests' busbw / algbw factor for `ranks` GPUs: 2(n-1)/n for
  * all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 for

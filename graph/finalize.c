@@ -332,9 +332,22 @@ static int check_layout(const check *c)
 static int check_top_k(const check *c, char experts)
 {
     int64_t e = size_of(c->g, experts);
-    if (c->op->top_k < 1 || c->op->top_k > e)
+    const ap_op *op = c->op;
+    if (op->top_k < 1 || op->top_k > e)
         return bad(c, ".top_k", "top_k %d is not in 1..%lld (experts)",
-                   c->op->top_k, (long long)e);
+                   op->top_k, (long long)e);
+    if (!op->groups)
+        return 0;
+    if (e % op->groups)
+        return bad(c, ".groups", "%d groups do not divide the %lld experts", op->groups,
+                   (long long)e);
+    if (op->group_topk >= op->groups)
+        return bad(c, ".group_topk", "group_topk %d limits nothing: it must be below "
+                   "groups (%d)", op->group_topk, op->groups);
+    if (op->top_k > (int64_t)op->group_topk * (e / op->groups))
+        return bad(c, ".top_k", "top_k %d exceeds the %lld experts of group_topk %d "
+                   "groups", op->top_k, (long long)op->group_topk * (e / op->groups),
+                   op->group_topk);
     return 0;
 }
 
@@ -915,6 +928,7 @@ static int sig_op(const ap_graph *g, int layer, const ap_op *op,
     int rc = sig_push(s, op->kind) || sig_push(s, op->sub) ||
              sig_push(s, op->causal) || sig_push(s, op->flash) ||
              sig_push(s, p) || sig_push(s, op->top_k) || sig_push(s, op->modules) ||
+             sig_push(s, op->groups) || sig_push(s, op->group_topk) ||
              sig_push(s, op->ninputs) || sig_push(s, op->noutputs);
     for (int i = 0; !rc && i < op->ninputs; i++) {
         int t = op->inputs[i], pr = g->tensors[t].producer;

@@ -162,6 +162,11 @@ typedef struct {
     int flash;        /* attention: fused kernel that saves no s x s matrix */
     double dropout_p; /* dropout, and attention's internal dropout */
     int top_k;        /* router, dispatch, combine */
+    /* Router, dispatch, combine: group-limited routing (DeepSeek-V3's
+     * n_group, topk_group): a token's top_k experts come from the experts
+     * of group_topk of the `groups` equal groups (experts in index order).
+     * 0, 0: any experts. */
+    int groups, group_topk;
     unsigned modules; /* ap_module bits; 0 for an op in none */
 
     /* Derived by ap_graph_finalize(), at the batch size the graph declares. */

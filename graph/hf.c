@@ -64,6 +64,7 @@ typedef struct {
     int qk_norm;
     /* MoE */
     int64_t experts, top_k, moe_ffn, shared_ffn;
+    int64_t groups, group_topk; /* DeepSeek's n_group, topk_group; 0: none */
     int shared_gate;
     int64_t first_dense, sparse_step, moe_freq;
     unsigned char *dense_only; /* per layer: listed in mlp_only_layers */
@@ -282,6 +283,25 @@ static void read_dense_only(hf_cfg *c, hf_model *m)
     }
 }
 
+/* DeepSeek's group-limited routing: a token's top_k experts come from the
+ * experts of its topk_group best groups of n_group. A config that limits
+ * nothing (topk_group = n_group, or one group) has none. */
+static void read_groups(hf_cfg *c, hf_model *m)
+{
+    int64_t g = cfg_int(c, "n_group", 0, 1, 1, MAX_EXPERTS);
+    int64_t k = cfg_int(c, "topk_group", 0, g, 1, MAX_EXPERTS);
+    if (c->bad || g <= 1 || k >= g)
+        return;
+    if (m->experts % g)
+        cfg_fail(c, "\"n_group\" (%lld) does not divide \"n_routed_experts\" (%lld)",
+                 (long long)g, (long long)m->experts);
+    else if (m->top_k > k * (m->experts / g))
+        cfg_fail(c, "\"num_experts_per_tok\" (%lld) exceeds the experts of \"topk_group\" "
+                 "(%lld) groups", (long long)m->top_k, (long long)k);
+    m->groups = g;
+    m->group_topk = k;
+}
+
 static void read_moe(hf_cfg *c, hf_model *m)
 {
     const char *ekey = m->fam == FAM_MIXTRAL     ? "num_local_experts"
@@ -312,6 +332,7 @@ static void read_moe(hf_cfg *c, hf_model *m)
         m->shared_ffn = shared * m->moe_ffn;
         m->first_dense = cfg_int(c, "first_k_dense_replace", 0, 0, 0, MAX_LAYERS);
         m->moe_freq = cfg_int(c, "moe_layer_freq", 0, 1, 1, MAX_LAYERS);
+        read_groups(c, m);
     }
 }
 
@@ -677,10 +698,13 @@ static void dense_mlp(bld *b, const hf_model *m, const char *name, const char *x
     linear(b, n, in2, w, m->mlp_bias ? "h" : NULL, y);
 }
 
-static void set_top_k(bld *b, int i, int64_t k)
+static void set_top_k(bld *b, const hf_model *m, int i)
 {
-    if (i >= 0)
-        b->g->ops[i].top_k = (int)k;
+    if (i < 0)
+        return;
+    b->g->ops[i].top_k = (int)m->top_k;
+    b->g->ops[i].groups = (int)m->groups;
+    b->g->ops[i].group_topk = (int)m->group_topk;
 }
 
 /* Routed experts (E experts, c tokens each, ffn m) plus the shared experts,
@@ -691,9 +715,9 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
     const char *routed = m->shared_ffn ? "moe.y:bsh" : "mlp.y:bsh";
     b->modules = AP_MODULE_MOE;
     snprintf(ins, sizeof ins, "%s router.w:hE", x);
-    set_top_k(b, op(b, "router", AP_OP_ROUTER, 0, ins, "router.p:bsE"), m->top_k);
+    set_top_k(b, m, op(b, "router", AP_OP_ROUTER, 0, ins, "router.p:bsE"));
     snprintf(ins, sizeof ins, "%s router.p", x);
-    set_top_k(b, op(b, "dispatch", AP_OP_DISPATCH, 0, ins, "experts.x:Ech"), m->top_k);
+    set_top_k(b, m, op(b, "dispatch", AP_OP_DISPATCH, 0, ins, "experts.x:Ech"));
     op(b, "experts.gate", AP_OP_MATMUL, 0, "experts.x experts.gate.w:Ehm",
        "experts.gate.y:Ecm");
     op(b, "experts.up", AP_OP_MATMUL, 0, "experts.x experts.up.w:Ehm",
@@ -706,8 +730,7 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
     b->modules = AP_MODULE_MOE;
     op(b, "experts.down", AP_OP_MATMUL, 0, "experts.act.y experts.down.w:Emh",
        "experts.y:Ech");
-    set_top_k(b, op(b, "combine", AP_OP_COMBINE, 0, "experts.y router.p", routed),
-              m->top_k);
+    set_top_k(b, m, op(b, "combine", AP_OP_COMBINE, 0, "experts.y router.p", routed));
     if (!m->shared_ffn)
         return;
     b->modules = AP_MODULE_MOE | AP_MODULE_SHARED_EXPERTS;

@@ -321,7 +321,7 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
     static const char *const attention[] = {"causal", "flash", "dropout",
                                             NULL};
     static const char *const dropout[] = {"p", NULL};
-    static const char *const moe[] = {"top_k", NULL};
+    static const char *const moe[] = {"top_k", "groups", "group_topk", NULL};
     static const char *const none[] = {NULL};
     static const char *const common[] = {"name", "kind", "layer", "inputs",
                                          "outputs", "modules", NULL};
@@ -343,10 +343,18 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
             return fail(c, "%s: unknown field \"%s\" for a %s op", path,
                         f->string, ap_op_kind_name(op));
     }
-    int64_t k = 0;
-    if (own == moe && get_int(c, o, path, "top_k", 1, 1 << 20, &k))
+    int64_t k = 0, groups = 0, group_topk = 0;
+    if (own == moe && (get_int(c, o, path, "top_k", 1, 1 << 20, &k) ||
+                       (field(o, "groups") &&
+                        get_int(c, o, path, "groups", 2, 1 << 20, &groups)) ||
+                       (field(o, "group_topk") &&
+                        get_int(c, o, path, "group_topk", 1, 1 << 20, &group_topk))))
         return AP_EINPUT;
+    if (!groups != !group_topk)
+        return fail(c, "%s: \"groups\" and \"group_topk\" go together", path);
     op->top_k = (int)k;
+    op->groups = (int)groups;
+    op->group_topk = (int)group_topk;
     return get_bool(c, o, path, "causal", &op->causal) ||
                    get_bool(c, o, path, "flash", &op->flash) ||
                    get_prob(c, o, path, "dropout", &op->dropout_p) ||
@@ -382,7 +390,8 @@ static int load_op(const ctx *c, const cJSON *o, const char *path,
 {
     static const char *const any[] = {"name",   "kind",  "layer", "inputs",
                                       "outputs", "causal", "flash", "dropout",
-                                      "p",      "top_k", "modules", NULL};
+                                      "p",      "top_k", "modules", "groups",
+                                      "group_topk", NULL};
     const char *name = NULL, *kind = NULL;
     const char *in[AP_MAX_IO], *out[AP_MAX_IO];
     int nin = 0, nout = 0, sub = 0;

@@ -72,7 +72,9 @@ static int attrs_json(cJSON *o, const ap_op *op)
     case AP_OP_ROUTER:
     case AP_OP_DISPATCH:
     case AP_OP_COMBINE:
-        return cJSON_AddNumberToObject(o, "top_k", op->top_k) != NULL;
+        return cJSON_AddNumberToObject(o, "top_k", op->top_k) &&
+               (!op->groups || (cJSON_AddNumberToObject(o, "groups", op->groups) &&
+                                cJSON_AddNumberToObject(o, "group_topk", op->group_topk)));
     default:
         return 1;
     }

@@ -327,6 +327,9 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
             ap_dispatcher_name(disp));
     if (s->experts)
         put(b, "  --moe-grouped-gemm\n");
+    if (s->experts && s->route_groups)
+        put(b, "  --moe-router-num-groups %d\n  --moe-router-group-topk %d\n",
+            s->route_groups, s->route_group_topk);
     if (s->mtp_layers)
         put(b, "  --mtp-num-layers %d\n", s->mtp_layers);
     put(b, "  --seq-length %lld\n  --max-position-embeddings %lld\n", s->seq, s->seq);

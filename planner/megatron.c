@@ -569,6 +569,7 @@ typedef struct {
     int shared_expert, shared_overlap;
     int topk;                /* --moe-router-topk; 0 where not given */
     int moe_ffn;             /* --moe-ffn-hidden-size; 0 where not given */
+    int groups, group_topk;  /* --moe-router-num-groups, --moe-router-group-topk */
     int mb_group;            /* --microbatch-group-size-per-virtual-pipeline-stage */
 } audit;
 
@@ -935,6 +936,10 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
         return count_value(tok, save, &a->topk, err);
     if (!strcmp(tok, "--moe-ffn-hidden-size"))
         return count_value(tok, save, &a->moe_ffn, err);
+    if (!strcmp(tok, "--moe-router-num-groups"))
+        return count_value(tok, save, &a->groups, err);
+    if (!strcmp(tok, "--moe-router-group-topk"))
+        return count_value(tok, save, &a->group_topk, err);
     if (!strcmp(tok, "--microbatch-group-size-per-virtual-pipeline-stage"))
         return count_value(tok, save, &a->mb_group, err);
     if (!strcmp(tok, "--moe-shared-expert-intermediate-size")) {
@@ -1188,6 +1193,10 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
     if (m->shape.experts)
         m->shape.top_k = a->topk ? a->topk : 2;
     m->shape.moe_ffn = a->moe_ffn;
+    if (m->shape.experts) {
+        m->shape.route_groups = a->groups;
+        m->shape.route_group_topk = a->group_topk;
+    }
     return 0;
 }
 
@@ -1878,6 +1887,43 @@ static int check_recompute(const ap_megatron *m, int L, const ap_pipe_layout *la
 
 /* What the audited flags say of the model (settle_audit) against it: the
  * attention kernel, and the experts' top-k and FFN. */
+/* Group-limited routing on the command line against the model's: flags
+ * that contradict it are refused; where they are left out (Megatron-LM
+ * then routes over all experts) the flex dispatcher, whose traffic depends
+ * on it, is refused too, and the alltoall dispatcher, whose does not, is
+ * priced. A group_topk not below the groups limits nothing. */
+static int check_groups(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    int groups = 0, topk = 0;
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].kind == AP_OP_ROUTER) {
+            groups = g->ops[i].groups;
+            topk = g->ops[i].group_topk;
+            break;
+        }
+    int fg = m->shape.route_groups, ft = m->shape.route_group_topk;
+    int given = fg || ft;
+    if (fg > 1 && (!ft || ft >= fg)) /* no limit */
+        fg = ft = 0;
+    if (given ? fg == groups && ft == topk
+              : !groups || m->run.dispatcher == AP_DISPATCH_ALLTOALL)
+        return AP_OK;
+    if (given)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-router-num-groups %d "
+                 "--moe-router-group-topk %d, but %s routes %s", m->shape.route_groups,
+                 m->shape.route_group_topk, g->source, groups ? "within" : "over all experts");
+    else
+        snprintf(err, AP_ERR_LEN, "--megatron-args: no --moe-router-num-groups (Megatron-LM "
+                 "then routes over all experts), but %s routes each token within %d of %d "
+                 "expert groups, which the flex dispatcher's traffic depends on: give "
+                 "--moe-router-num-groups %d --moe-router-group-topk %d", g->source, topk,
+                 groups, groups, topk);
+    if (given && groups)
+        snprintf(err + strlen(err), AP_ERR_LEN - strlen(err), " %d of %d expert groups",
+                 topk, groups);
+    return AP_EINPUT;
+}
+
 static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
 {
     ap_model_shape s;
@@ -1909,7 +1955,7 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
                  "has %lld expert FFN size", m->shape.moe_ffn, g->source, s.ffn);
         return AP_EINPUT;
     }
-    return AP_OK;
+    return check_groups(g, m, err);
 }
 
 static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,

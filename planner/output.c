@@ -351,6 +351,10 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddNumberToObject(o, "seq", (double)s.seq);
     cJSON_AddNumberToObject(o, "experts", (double)s.experts);
     cJSON_AddNumberToObject(o, "top_k", s.top_k);
+    if (s.route_groups) {
+        cJSON_AddNumberToObject(o, "route_groups", s.route_groups);
+        cJSON_AddNumberToObject(o, "route_group_topk", s.route_group_topk);
+    }
     cJSON_AddStringToObject(o, "dtype", ap_dtype_name(s.dtype));
     cJSON_AddStringToObject(o, "norm", s.rmsnorm ? "rmsnorm"
                             : s.layernorm_1p ? "layernorm1p" : "layernorm");

@@ -441,6 +441,10 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
         rc = get_int(r, o, "experts", at, 0, big, &s->experts);
     if (!rc)
         rc = get_small(r, o, "top_k", at, 0, 1 << 20, &s->top_k);
+    if (!rc && field(o, "route_groups"))
+        rc = get_small(r, o, "route_groups", at, 2, 1 << 20, &s->route_groups);
+    if (!rc && field(o, "route_group_topk"))
+        rc = get_small(r, o, "route_group_topk", at, 1, 1 << 20, &s->route_group_topk);
     char dt[16], norm[16], act[16], pos[16];
     if (!rc)
         rc = get_string(r, o, "dtype", at, dt, sizeof dt, 1);

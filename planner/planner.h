@@ -804,6 +804,9 @@ typedef struct {
                         Megatron-LM's default, where left out); else 0 */
         int moe_ffn; /* --moe-ffn-hidden-size; 0 where not given */
         int mtp;     /* --mtp-num-layers above 0; 0 where not given or 0 */
+        /* --moe-router-num-groups and --moe-router-group-topk under
+         * --num-experts (group-limited routing); 0 where not given */
+        int route_groups, route_group_topk;
     } shape;
 } ap_megatron;
 
@@ -985,6 +988,7 @@ typedef struct {
     int layers;
     long long hidden, heads, kv_heads, head_dim, ffn, vocab, seq, experts;
     int top_k;
+    int route_groups, route_group_topk; /* group-limited routing; 0, 0: none */
     ap_dtype dtype;
     int rmsnorm;           /* else LayerNorm */
     int swiglu;            /* gated SiLU MLP; else the model's activation */

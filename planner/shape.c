@@ -122,8 +122,11 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             s->linear_bias = 1;
         if (op->kind == AP_OP_ATTENTION && op->flash)
             s->flash = 1;
-        if (op->kind == AP_OP_ROUTER && !s->top_k)
+        if (op->kind == AP_OP_ROUTER && !s->top_k) {
             s->top_k = op->top_k;
+            s->route_groups = op->groups;
+            s->route_group_topk = op->group_topk;
+        }
         if (op->kind == AP_OP_DROPOUT && op->layer >= 0)
             s->hidden_dropout = fmax(s->hidden_dropout, op->dropout_p);
         if (op->kind == AP_OP_ATTENTION)

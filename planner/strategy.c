@@ -926,13 +926,14 @@ static void price_kv_exchange(const ap_price_ctx *x, const ap_op *op,
 /* The flex dispatcher's exchange of a rank's `slots` bytes of routed
  * copies (its tokens times top_k): DeepEP's or HybridEP's kernels move each
  * token once to each node and GPU that holds one of its experts
- * (ap_cost_deepep), over the expert-parallel group of `mask`. */
+ * (ap_cost_deepep), over the expert-parallel group of `mask`, as the op's
+ * routing (group-limited or not) picks them. */
 static double flex_exchange(const ap_price_ctx *x, const ap_op *op, int mask, double slots)
 {
     int ranks = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
-    double experts = ap_label_size(x, ap_graph_label_of(x->g, AP_DIM_EXPERTS));
-    int k = op->top_k > 0 ? op->top_k : 1;
-    return ap_cost_deepep(x->c, ranks, x->mesh->nodes[mask - 1], experts, k, slots / k);
+    ap_routing r = {ap_label_size(x, ap_graph_label_of(x->g, AP_DIM_EXPERTS)),
+                    op->top_k > 0 ? op->top_k : 1, op->groups, op->group_topk};
+    return ap_cost_deepep(x->c, ranks, x->mesh->nodes[mask - 1], &r, slots / r.top_k);
 }
 
 static void price_token_exchange(const ap_price_ctx *x, const ap_op *op,

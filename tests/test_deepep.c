@@ -23,6 +23,21 @@ static void a_token_hits_a_rank_by_the_hypergeometric_rule(void)
     CHECK(ap_route_hit(8, 7, 2) == 1); /* no two experts left outside */
 }
 
+/* Group-limited routing for a set of whole groups: 2 of 4 groups, the
+ * token's 2 groups of 4 include none of them (1 in 6), one (4 in 6: then
+ * its top_k within the two chosen groups' experts must pick the set's
+ * half) or both (1 in 6: hit). Without a limit the rule is the plain one. */
+static void group_limited_routing_counts_the_groups_chosen(void)
+{
+    double e = 64;
+    int k = 4;
+    double want = 4.0 / 6 * ap_route_hit(32, 16, k) + 1.0 / 6;
+    CHECK_NEAR(ap_route_hit_groups(e, 32, k, 4, 2), want, 1e-15);
+    CHECK_NEAR(ap_route_hit_groups(e, 16, k, 4, 2), 0.5 * ap_route_hit(32, 16, k), 1e-15);
+    CHECK(ap_route_hit_groups(e, 16, k, 4, 4) == ap_route_hit(e, 16, k));
+    CHECK(ap_route_hit_groups(e, 16, k, 0, 0) == ap_route_hit(e, 16, k));
+}
+
 /* In one node with one expert per GPU no two copies of a token share a
  * GPU, so DeepEP moves what the all-to-all moves: (n-1)/n of the k
  * copies, at NVLink's bandwidth, after the same hops. */
@@ -31,7 +46,8 @@ static void one_expert_per_gpu_in_a_node_is_the_all_to_all(void)
     ap_cluster c = ap_test_h100(8);
     double tokens = 4096.0 * 2048 * 2; /* a rank's tokens, one copy each */
     double a2a = ap_cost_alltoall(&c, 8, 1, tokens * 2);
-    CHECK_NEAR(ap_cost_deepep(&c, 8, 1, 8, 2, tokens), a2a, 1e-12);
+    ap_routing r = {8, 2, 0, 0};
+    CHECK_NEAR(ap_cost_deepep(&c, 8, 1, &r, tokens), a2a, 1e-12);
     ap_cluster_free(&c);
 }
 
@@ -45,7 +61,8 @@ static void copies_bound_for_one_gpu_travel_once(void)
     double tokens = 1e8;
     double hit = 1 - 14.0 * 13 / (16.0 * 15);
     double want = 7 * c.intra_lat + tokens * 7 * hit / c.intra_bw;
-    CHECK_NEAR(ap_cost_deepep(&c, 8, 1, 16, 2, tokens), want, 1e-12);
+    ap_routing r = {16, 2, 0, 0};
+    CHECK_NEAR(ap_cost_deepep(&c, 8, 1, &r, tokens), want, 1e-12);
     CHECK(want < ap_cost_alltoall(&c, 8, 1, 2 * tokens));
     ap_cluster_free(&c);
 }
@@ -62,11 +79,22 @@ static void a_token_crosses_to_each_node_once(void)
     double nvlink = tokens * 7 * ap_route_hit(256, 4, 8) * 8 / c.intra_bw;
     CHECK(rdma > nvlink);
     double lat = 56 * c.intra_lat + 7 * c.inter_lat;
-    CHECK_NEAR(ap_cost_deepep(&c, 64, 8, 256, 8, tokens), lat + rdma, 1e-12);
+    ap_routing r = {256, 8, 0, 0};
+    CHECK_NEAR(ap_cost_deepep(&c, 64, 8, &r, tokens), lat + rdma, 1e-12);
     double a2a = ap_cost_alltoall(&c, 64, 8, 8 * tokens);
     CHECK_NEAR(a2a, lat + 8 * tokens * 56 / 64 / c.inter_bw, 1e-12);
-    CHECK_NEAR((ap_cost_deepep(&c, 64, 8, 256, 8, tokens) - lat) / (a2a - lat),
+    CHECK_NEAR((ap_cost_deepep(&c, 64, 8, &r, tokens) - lat) / (a2a - lat),
                7 * ap_route_hit(256, 32, 8) / 7, 1e-12);
+    /* DeepSeek-V3 routes each token within 4 of 8 groups of 32 experts, one
+     * group a node here: a node is hit when its group is one of the four
+     * (1/2) and the token's 8 experts among their 128 include one of its
+     * 32, so fewer nodes are crossed to. */
+    ap_routing grouped = {256, 8, 8, 4};
+    double hit = 0.5 * ap_route_hit(128, 32, 8);
+    CHECK_NEAR(ap_route_hit_groups(256, 32, 8, 8, 4), hit, 1e-15);
+    CHECK_NEAR(ap_cost_deepep(&c, 64, 8, &grouped, tokens),
+               lat + tokens * 7 * hit / c.inter_bw, 1e-12);
+    CHECK(hit < ap_route_hit(256, 32, 8));
     ap_cluster_free(&c);
 }
 
@@ -84,7 +112,8 @@ static void the_flex_dispatcher_prices_dispatch_and_combine(void)
                                         &flex), "hybridep");
     ap_price_ctx x = ap_test_stage_ctx(g, &c, &flex, 0);
     double tokens = 1024.0 * 2048 * 2;
-    double want = ap_cost_deepep(&c, 16, 2, 128, 8, tokens);
+    ap_routing r = {128, 8, 0, 0};
+    double want = ap_cost_deepep(&c, 16, 2, &r, tokens);
     const char *names[] = {"l0.dispatch", "l0.combine"};
     for (int i = 0; i < 2; i++) {
         ap_strategy s;
@@ -107,6 +136,7 @@ static void the_flex_dispatcher_prices_dispatch_and_combine(void)
 int main(void)
 {
     RUN(a_token_hits_a_rank_by_the_hypergeometric_rule);
+    RUN(group_limited_routing_counts_the_groups_chosen);
     RUN(one_expert_per_gpu_in_a_node_is_the_all_to_all);
     RUN(copies_bound_for_one_gpu_travel_once);
     RUN(a_token_crosses_to_each_node_once);

@@ -186,6 +186,48 @@ static void moe_ops_count_router_experts_and_combine(void)
     ap_graph_free(g);
 }
 
+/* Group-limited routing on the MoE ops: DeepSeek-V3's Hugging Face config
+ * gives its router, dispatch and combine 8 groups and 4 a token; in the
+ * project format the two go together and must limit something the top_k
+ * fits in, each error naming its op. */
+static void group_limited_routing_is_kept_and_checked(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/deepseek-v3.json", 256);
+    CHECK(g != NULL);
+    for (int i = 0; g && i < g->nops; i++)
+        if (g->ops[i].kind == AP_OP_ROUTER || g->ops[i].kind == AP_OP_COMBINE)
+            CHECK(g->ops[i].groups == 8 && g->ops[i].group_topk == 4);
+    ap_graph_free(g);
+    const struct {
+        const char *from, *to, *want;
+    } bad[] = {
+        {"\"top_k\": 2},\n   {\"name\": \"disp\"", "\"top_k\": 2, \"groups\": 2},\n   {\"name\": \"disp\"",
+         "ops[0]: \"groups\" and \"group_topk\" go together"},
+        {"\"top_k\": 2},\n   {\"name\": \"disp\"",
+         "\"top_k\": 2, \"groups\": 3, \"group_topk\": 1},\n   {\"name\": \"disp\"",
+         "3 groups do not divide the 4 experts"},
+        {"\"top_k\": 2},\n   {\"name\": \"disp\"",
+         "\"top_k\": 2, \"groups\": 2, \"group_topk\": 2},\n   {\"name\": \"disp\"",
+         "group_topk 2 limits nothing"},
+        {"\"top_k\": 2},\n   {\"name\": \"disp\"",
+         "\"top_k\": 2, \"groups\": 4, \"group_topk\": 1},\n   {\"name\": \"disp\"",
+         "top_k 2 exceeds the 1 experts of group_topk 1 groups"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[8192];
+        const char *at = strstr(moe_text, bad[i].from);
+        CHECK(at != NULL);
+        if (!at)
+            continue;
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - moe_text), moe_text, bad[i].to,
+                 at + strlen(bad[i].from));
+        ap_graph *b = NULL;
+        CHECK(ap_graph_parse_json(text, strlen(text), "moe.json", &b, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, bad[i].want);
+        ap_graph_free(b);
+    }
+}
+
 int main(void)
 {
     RUN(gpt_1_3b_has_1_3_billion_parameters_in_24_alike_layers);
@@ -196,5 +238,6 @@ int main(void)
     RUN(errors_in_ops_name_the_json_path);
     RUN(a_hugging_face_config_goes_to_the_hf_builder);
     RUN(moe_ops_count_router_experts_and_combine);
+    RUN(group_limited_routing_is_kept_and_checked);
     return DONE();
 }

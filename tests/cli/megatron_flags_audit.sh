@@ -94,6 +94,22 @@ same "flex with its default backend" "$moe" 16 \
 same "flex with HybridEP" "$moe" 16 \
     "$mlay --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep --moe-router-topk 2" \
     "$mspec,dispatcher=hybridep"
+# DeepSeek-V3 routes within 4 of 8 expert groups: the flex dispatcher's
+# traffic depends on it, so the flags must say so; they must never
+# contradict the model; the alltoall dispatcher is priced without them.
+dsv3=$src/examples/hf/deepseek-v3.json
+dlay="--tensor-model-parallel-size 8 --sequence-parallel --pipeline-model-parallel-size 2
+ --decoder-first-pipeline-num-layers 30 --expert-model-parallel-size 8
+ --expert-tensor-parallel-size 1 --num-experts 256 --moe-router-topk 8 --moe-grouped-gemm
+ --micro-batch-size 1 --global-batch-size 16"
+refused "no --moe-router-num-groups (Megatron-LM then routes over all experts), but" \
+    "$dsv3" 16 "$dlay --moe-token-dispatcher-type flex" --seq 1024
+a=$(est "$dsv3" 16 --seq 1024 --megatron-args "$dlay --moe-token-dispatcher-type flex --moe-router-num-groups 8 --moe-router-group-topk 4")
+echo "$a" | grep -q '"step_time_s"' && ok || bad "DeepSeek-V3 with its groups: $a"
+refused "--moe-router-num-groups 8 --moe-router-group-topk 2, but" "$dsv3" 16 \
+    "$dlay --moe-token-dispatcher-type flex --moe-router-num-groups 8 --moe-router-group-topk 2" --seq 1024
+a=$(est "$dsv3" 16 --seq 1024 --megatron-args "$dlay --moe-token-dispatcher-type alltoall")
+echo "$a" | grep -q '"step_time_s"' && ok || bad "DeepSeek-V3 alltoall without groups: $a"
 refused "--moe-flex-dispatcher-backend: bad value \"nccl\"" "$moe" 16 \
     "$mlay --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend nccl"
 refused "--num-experts 8 without --moe-grouped-gemm runs the 4 local experts" "$moe" 16 \
