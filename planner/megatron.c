@@ -1051,15 +1051,47 @@ static int settle_attention(const audit *a, ap_megatron *m, char *err)
  * to 3 shard, with the same collectives (docs/megatron.md); torch
  * FSDP2 runs only without gradient accumulation fusion, which is not
  * priced. */
+/* --use-torch-fsdp2: Megatron-Core's TorchFullyShardedDataParallel calls
+ * PyTorch's fully_shard on every transformer layer, the embedding and the
+ * output layer over the data- and context-parallel group, resharding after
+ * forward: each layer's weights are gathered before its forward and again
+ * before its backward, and its gradients reduce-scattered in every
+ * micro-batch's backward, which is what zero=3 prices (docs/cost-model.md,
+ * "Communication"). It passes no mixed-precision policy, so the
+ * gradients are reduced in the parameters' dtype (bf16 under --bf16), not
+ * the fp32 main_grad buffer of Megatron's own DDP; PyTorch overlaps the
+ * reductions with the backward. Megatron-LM asserts pp 1, ep 1, no
+ * distributed optimizer and no gradient accumulation fusion, and turns
+ * --fp8-param-gather off with a warning. */
+static int settle_torch_fsdp2(ap_megatron *m, char *err)
+{
+    const char *why = m->pp > 1 ? "is not supported with pipeline parallelism"
+                    : m->ep > 1 ? "is not supported with expert parallelism"
+                    : m->zero == AP_ZERO_1 ? "is not supported with MCore's distributed "
+                                             "optimizer (--use-distributed-optimizer)"
+                    : !m->run.no_grad_fusion ? "is not supported with gradient "
+                                               "accumulation fusion (give "
+                                               "--no-gradient-accumulation-fusion)"
+                                             : NULL;
+    if (why) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --use-torch-fsdp2 %s, as Megatron-LM "
+                 "asserts", why);
+        return -1;
+    }
+    m->zero = AP_ZERO_3;
+    m->overlap_grad = 1;
+    m->overlap_param = 0;
+    m->run.grad_fp32 = 0;
+    m->run.fp8_param_gather = 0;
+    return 0;
+}
+
 static int settle_fsdp(const audit *a, ap_megatron *m, char *err)
 {
     static const char *const levels[] = {"no_shard", "optim", "optim_grads",
                                          "optim_grads_params"};
     if (a->torch_fsdp2)
-        return refuse("--use-torch-fsdp2", NULL, "Megatron-LM's torch FSDP2 wrapper "
-                      "is not priced; --use-megatron-fsdp "
-                      "--data-parallel-sharding-strategy optim_grads_params is priced "
-                      "as zero=3", err);
+        return settle_torch_fsdp2(m, err);
     if (!a->megatron_fsdp)
         return 0;
     const char *s = a->sharding ? a->sharding : "no_shard";

@@ -173,8 +173,16 @@ same "Megatron FSDP, the user guide's flags" "$llama" 16 \
     "tp=2,mbs=1,gbs=64,sp=0,zero=3,overlap_grad=1,no_grad_fusion=1"
 refused "--megatron-args: --overlap-param-gather needs --overlap-grad-reduce" "$llama" 16 \
     "$layout --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --overlap-param-gather"
-refused "--use-torch-fsdp2: Megatron-LM's torch FSDP2 wrapper is not priced" \
+# Torch FSDP2 reshards after forward: ZeRO-3, gradients in the parameters'
+# bf16, without gradient accumulation fusion, as Megatron-LM asserts.
+same "--use-torch-fsdp2" "$llama" 16 "$layout --bf16 --use-torch-fsdp2 --no-gradient-accumulation-fusion" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=3,overlap_grad=1,no_grad_fusion=1"
+refused "--use-torch-fsdp2 is not supported with gradient accumulation fusion" \
     "$llama" 16 "$layout --use-torch-fsdp2"
+refused "--use-torch-fsdp2 is not supported with MCore's distributed optimizer" \
+    "$llama" 16 "$layout --use-torch-fsdp2 --no-gradient-accumulation-fusion --use-distributed-optimizer"
+refused "--use-torch-fsdp2 is not supported with pipeline parallelism" \
+    "$llama" 16 "$layout --use-torch-fsdp2 --no-gradient-accumulation-fusion --pipeline-model-parallel-size 2"
 refused "--use-megatron-fsdp with --use-distributed-optimizer and --data-parallel-sharding-strategy no_shard" \
     "$llama" 16 "$layout --use-megatron-fsdp --use-distributed-optimizer"
 
