@@ -157,9 +157,84 @@ static void add_rc_edge(const ap_price_ctx *x, int t, int u, const ap_strategy *
     add_comm_kinds(&out->rc_kinds, &k.kfwd);
 }
 
+/* The shared experts' two halves and the token exchanges they run beside
+ * under --moe-shared-expert-overlap, forward and backward: fc1 and its
+ * activation, and fc2 with what follows it in the module (the down
+ * projection, which contracts the shared FFN, and a gate's scaling). */
+typedef struct {
+    double fc1[2], fc2[2], dispatch[2], combine[2];
+} shared_parts;
+
+static void add_shared_part(const ap_price_ctx *x, int op, const ap_op_cost *c,
+                            const char *fc2_ops, shared_parts *sp)
+{
+    const ap_op *o = &x->g->ops[op];
+    if (o->kind == AP_OP_DISPATCH || o->kind == AP_OP_COMBINE) {
+        double *t = o->kind == AP_OP_DISPATCH ? sp->dispatch : sp->combine;
+        t[0] += c->fwd_comm;
+        t[1] += c->bwd_comm;
+        return;
+    }
+    if (!(o->modules & AP_MODULE_SHARED_EXPERTS))
+        return;
+    double *t = fc2_ops[op] ? sp->fc2 : sp->fc1;
+    t[0] += c->fwd + c->fwd_comm;
+    t[1] += c->bwd + c->bwd_comm;
+}
+
+/* Marks the shared experts' fc2 side among the block's ops: a matmul that
+ * contracts the shared FFN label, and every shared op fed by one. */
+static void mark_fc2(const ap_graph *g, const int *ops, int nops, char *fc2)
+{
+    char ffn = 0;
+    for (int i = 0; i < nops && !ffn; i++) {
+        const ap_op *o = &g->ops[ops[i]];
+        if (!(o->modules & AP_MODULE_SHARED_EXPERTS) || o->kind != AP_OP_MATMUL)
+            continue;
+        for (const char *l = o->contracted; *l && !ffn; l++)
+            if (ap_graph_dim(g, *l)->kind == AP_DIM_FFN)
+                ffn = *l;
+    }
+    for (int i = 0; i < nops; i++) {
+        const ap_op *o = &g->ops[ops[i]];
+        if (!(o->modules & AP_MODULE_SHARED_EXPERTS))
+            continue;
+        int mark = ffn && o->kind == AP_OP_MATMUL && strchr(o->contracted, ffn);
+        for (int k = 0; k < o->ninputs && !mark; k++) {
+            int p = g->tensors[o->inputs[k]].producer;
+            mark = p >= 0 && fc2[p];
+        }
+        fc2[ops[i]] = (char)mark;
+    }
+}
+
+/* What the overlap hides: each half of the shared experts beside its
+ * exchange, the shorter of the two, in each pass; taken off the expert
+ * communication (the exposed part stays). */
+static void hide_shared(const shared_parts *sp, ap_block_point *out)
+{
+    for (int b = 0; b < 2; b++) {
+        double hidden = fmin(sp->fc1[b], sp->dispatch[b]) + fmin(sp->fc2[b], sp->combine[b]);
+        if (b == 0) {
+            out->fwd -= hidden;
+            out->comm_fwd -= hidden;
+            out->kfwd.expert -= hidden;
+        } else {
+            out->bwd -= hidden;
+            out->comm_bwd -= hidden;
+            out->kbwd.expert -= hidden;
+        }
+    }
+}
+
 void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
                     const ap_strategy *strat, ap_block_point *out)
 {
+    shared_parts sp;
+    memset(&sp, 0, sizeof sp);
+    char *fc2 = x->run.shared_overlap ? calloc((size_t)x->g->nops, 1) : NULL;
+    if (fc2)
+        mark_fc2(x->g, ops, nops, fc2);
     memset(out, 0, sizeof *out);
     for (int i = 0; i < nops; i++) {
         ap_op_cost c;
@@ -184,7 +259,12 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         }
         split_op_comm(x, ops[i], &strat[i], &c, out);
         add_rc_op(x, ops[i], &strat[i], &c, out);
+        if (fc2)
+            add_shared_part(x, ops[i], &c, fc2, &sp);
     }
+    if (fc2)
+        hide_shared(&sp, out);
+    free(fc2);
     ap_block_edge *e = NULL;
     int ne = ap_block_edges(x->g, ops, nops, &e);
     for (int k = 0; k < ne; k++) {

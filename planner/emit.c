@@ -248,6 +248,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --fp8-recipe %s\n", ap_fp8_recipe_name(d->run.fp8_recipe));
     if (d->run.cuda_graph)
         put(b, "  --cuda-graph-impl %s\n", ap_cuda_graph_name(d->run.cuda_graph));
+    if (d->run.shared_overlap)
+        put(b, "  --moe-shared-expert-overlap\n");
     if (d->run.fp8_param_gather)
         put(b, "  --fp8-param-gather\n");
     if (d->run.tp_overlap)

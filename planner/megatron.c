@@ -49,7 +49,8 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "moe_a2a_overlap") ? &m->run.moe_a2a_overlap
          : !strcmp(k, "delay_wgrad") ? &m->run.delay_wgrad
          : !strcmp(k, "defer_wgrad") ? &m->run.defer_wgrad
-         : !strcmp(k, "no_grad_fusion") ? &m->run.no_grad_fusion : NULL;
+         : !strcmp(k, "no_grad_fusion") ? &m->run.no_grad_fusion
+         : !strcmp(k, "shared_overlap") ? &m->run.shared_overlap : NULL;
 }
 
 /* The spec's recompute_method and recompute_layers: 1 when k was one, 0
@@ -209,7 +210,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
                  "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
                  "cp_comm, main_params, exp_avg, exp_avg_sq, defer_wgrad, "
                  "wgrad_deferral_limit, no_grad_fusion, layout, recompute_modules, "
-                 "fp8_recipe, cuda_graph, dispatcher)", k);
+                 "fp8_recipe, cuda_graph, dispatcher, shared_overlap)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -1004,10 +1005,7 @@ static int settle_moe(const audit *a, ap_megatron *m, char *err)
                  m->shape.experts, m->shape.experts / m->ep);
         return -1;
     }
-    if (a->shared_expert && a->shared_overlap)
-        return refuse("--moe-shared-expert-overlap", NULL, "overlaps the shared experts "
-                      "with the dispatcher's all-to-all; autopar prices them one after "
-                      "the other", err);
+    m->run.shared_overlap = a->shared_expert && a->shared_overlap;
     return 0;
 }
 
@@ -1738,6 +1736,12 @@ static int check_moe_overlap(const ap_graph *g, const ap_megatron *m, char *err)
         snprintf(err, AP_ERR_LEN, "delay_wgrad: --delay-wgrad-compute needs "
                  "--overlap-moe-expert-parallel-comm (moe_a2a_overlap=1), as "
                  "Megatron-Core asserts");
+        return AP_EINPUT;
+    }
+    if (m->run.shared_overlap && m->run.moe_a2a_overlap) {
+        snprintf(err, AP_ERR_LEN, "shared_overlap (--moe-shared-expert-overlap) with %s: "
+                 "the combined 1F1B schedules the shared experts in nodes of its own, "
+                 "which autopar does not price together with the shared overlap", flag);
         return AP_EINPUT;
     }
     if (!m->run.moe_a2a_overlap)

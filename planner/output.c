@@ -423,6 +423,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddStringToObject(o, "cuda_graph_impl", ap_cuda_graph_name(p->run.cuda_graph));
     if (p->run.dispatcher != AP_DISPATCH_ALLTOALL)
         cJSON_AddStringToObject(o, "moe_dispatcher", ap_dispatcher_name(p->run.dispatcher));
+    if (p->run.shared_overlap)
+        cJSON_AddBoolToObject(o, "moe_shared_expert_overlap", 1);
     add_moe_overlap(o, p);
     if (p->run.cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->run.cross_entropy));

@@ -555,7 +555,8 @@ static int parse_defer_wgrad(const reader *r, const cJSON *root, ap_plan_desc *p
 
 /* "gradient_accumulation_fusion"; absent reads as on, Megatron-LM's
  * default, as plans were before the field. "moe_dispatcher": deepep or
- * hybridep; absent, alltoall. "cuda_graph_impl": local or
+ * hybridep; absent, alltoall. "moe_shared_expert_overlap"; absent, off.
+ * "cuda_graph_impl": local or
  * transformer_engine; absent, none. */
 static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
@@ -571,6 +572,9 @@ static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p
         if (ap_dispatcher_parse(s, &p->run.dispatcher))
             return fail(r, "moe_dispatcher", "\"%s\" is not alltoall, deepep or hybridep", s);
     }
+    if (field(root, "moe_shared_expert_overlap") &&
+        (rc = get_bool(r, root, "moe_shared_expert_overlap", "", &p->run.shared_overlap)))
+        return rc;
     if (!field(root, "cuda_graph_impl"))
         return AP_OK;
     if ((rc = get_string(r, root, "cuda_graph_impl", "", s, sizeof s, 1)))

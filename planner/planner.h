@@ -157,6 +157,10 @@ typedef struct {
     int cuda_graph;
     /* The MoE token dispatcher; alltoall, the zero, by default. */
     ap_dispatcher dispatcher;
+    /* 1: --moe-shared-expert-overlap: the shared experts run on a stream of
+     * their own, fc1 and its activation beside the dispatch's exchange and
+     * fc2 beside the combine's, forward and backward (ap_block_price). */
+    int shared_overlap;
 } ap_run_settings;
 
 enum { AP_CUDA_GRAPH_LOCAL = 1, AP_CUDA_GRAPH_TE = 2 };

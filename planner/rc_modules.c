@@ -72,6 +72,12 @@ int ap_rc_modules_check(const ap_graph *g, const ap_run_settings *r, char *err)
         why = "moe cannot run with the expert all-to-all overlap "
               "(moe_a2a_overlap, --overlap-moe-expert-parallel-comm), as "
               "Megatron-Core asserts";
+    else if ((mods & AP_MODULE_SHARED_EXPERTS) && r->shared_overlap)
+        why = "shared_experts cannot run with --moe-shared-expert-overlap "
+              "(shared_overlap), as Megatron-Core asserts";
+    else if ((mods & AP_MODULE_LAYERNORM) && r->shared_overlap)
+        why = "under --moe-shared-expert-overlap (shared_overlap) Megatron-Core skips "
+              "the MoE layers' norm, which autopar does not price apart";
     if (!why)
         return AP_OK;
     char list[160];

@@ -96,6 +96,8 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         append(buf, len, &n, ",cuda_graph=%s", ap_cuda_graph_name(m->run.cuda_graph));
     if (m->run.dispatcher != AP_DISPATCH_ALLTOALL)
         append(buf, len, &n, ",dispatcher=%s", ap_dispatcher_name(m->run.dispatcher));
+    if (m->run.shared_overlap)
+        append(buf, len, &n, ",shared_overlap=1");
     if (m->run.cross_entropy != AP_CE_UNFUSED)
         append(buf, len, &n, ",cross_entropy=%s", ap_ce_impl_name(m->run.cross_entropy));
     if (m->recompute_method != AP_RECOMPUTE_UNIFORM)

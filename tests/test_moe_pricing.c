@@ -174,6 +174,62 @@ static void replicated_experts_exchange_no_tokens(void)
     ap_graph_free(g);
 }
 
+/* The MoE layer block of stage 0 (the one with a dispatch), or NULL. */
+static const ap_block *moe_block(const ap_graph *g, const ap_plan *p, int *b)
+{
+    const ap_stage *st = &p->stages[0];
+    for (*b = 2; *b < 2 + p->nclasses; (*b)++)
+        for (int i = 0; i < st->blocks[*b].nops; i++)
+            if (g->ops[st->blocks[*b].ops[i]].kind == AP_OP_DISPATCH)
+                return &st->blocks[*b];
+    return NULL;
+}
+
+/* Under --moe-shared-expert-overlap the shared experts run on a stream of
+ * their own: fc1 and its activation beside the dispatch's all-to-all, fc2
+ * beside the combine's, in each pass. DeepSeek-V3's MoE layer hides the
+ * shorter of each pair, forward and backward, and nothing else changes. */
+static void shared_experts_hide_beside_the_exchanges(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/deepseek-v3.json", 1024);
+    ap_cluster c;
+    ap_plan off, on;
+    const char *spec = "tp=8,sp=1,pp=2,first=30,ep=8,etp=1,mbs=1,gbs=16";
+    char with[128];
+    snprintf(with, sizeof with, "%s,shared_overlap=1", spec);
+    REQUIRE_OK(ap_test_megatron_plan_ok(g, 16, spec, &c, &off), "off");
+    REQUIRE_OK(ap_test_megatron_plan_ok(g, 16, with, NULL, &on), "on");
+    int b;
+    const ap_block *blk = moe_block(g, &off, &b);
+    REQUIRE_OK(blk == NULL, "no MoE layer");
+    const ap_block_point *bp = &blk->points[off.stages[0].point[b]];
+    ap_price_ctx x = ap_test_stage_ctx(g, &c, &off, 0);
+    double fc1[2] = {0, 0}, fc2[2] = {0, 0}, disp[2] = {0, 0}, comb[2] = {0, 0};
+    for (int i = 0; i < blk->nops; i++) {
+        const ap_op *o = &g->ops[blk->ops[i]];
+        ap_op_cost oc;
+        ap_price_op(&x, blk->ops[i], &bp->strat[i], &oc);
+        double *t = o->kind == AP_OP_DISPATCH ? disp : o->kind == AP_OP_COMBINE ? comb
+                  : !(o->modules & AP_MODULE_SHARED_EXPERTS) ? NULL
+                  : strstr(o->name, "shared.down") ? fc2 : fc1;
+        int comm = o->kind == AP_OP_DISPATCH || o->kind == AP_OP_COMBINE;
+        if (t) {
+            t[0] += comm ? oc.fwd_comm : oc.fwd + oc.fwd_comm;
+            t[1] += comm ? oc.bwd_comm : oc.bwd + oc.bwd_comm;
+        }
+    }
+    CHECK(fc1[0] > 0 && fc2[0] > 0 && disp[0] > 0 && comb[0] > 0);
+    const ap_block_point *bq = &on.stages[0].blocks[b].points[on.stages[0].point[b]];
+    CHECK_NEAR(bp->fwd - bq->fwd, fmin(fc1[0], disp[0]) + fmin(fc2[0], comb[0]), 1e-9);
+    CHECK_NEAR(bp->bwd - bq->bwd, fmin(fc1[1], disp[1]) + fmin(fc2[1], comb[1]), 1e-9);
+    CHECK_NEAR(bp->kfwd.expert - bq->kfwd.expert, bp->fwd - bq->fwd, 1e-9);
+    CHECK(bp->act_bytes == bq->act_bytes && bp->flops == bq->flops);
+    ap_plan_free(&off);
+    ap_plan_free(&on);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(five_experts_run_as_a_round_of_four_and_one_alone);
@@ -183,5 +239,6 @@ int main(void)
     RUN(sixteen_local_experts_sort_what_arrives);
     RUN(one_local_expert_has_no_second_permutation);
     RUN(replicated_experts_exchange_no_tokens);
+    RUN(shared_experts_hide_beside_the_exchanges);
     return DONE();
 }

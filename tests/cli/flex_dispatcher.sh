@@ -3,7 +3,8 @@
 # (tests/test_deepep.c has the pricing): DeepEP is faster than the
 # all-to-all across nodes, plan.json keeps the backend, the Megatron-LM
 # export states it and its flags price the same again, torchtitan refuses
-# it, and a bad value in plan.json names the field.
+# it, and a bad value in plan.json names the field. The shared-expert
+# overlap reaches the export as well.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -35,4 +36,12 @@ sed 's/"moe_dispatcher":[ \t]*"deepep"/"moe_dispatcher": "nccl"/' "$tmp/plan.jso
 "$bin" export "$tmp/bad.json" --to megatron >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q 'moe_dispatcher: "nccl" is not alltoall, deepep or hybridep' "$tmp/err" &&
     ok || bad "a bad moe_dispatcher: $(cat "$tmp/err")"
+# The shared-expert overlap travels the same way.
+"$bin" estimate "$src/examples/hf/deepseek-v3.json" --gpus 16 --seq 1024 --megatron \
+    "tp=8,sp=1,pp=2,first=30,ep=8,etp=1,mbs=1,gbs=16,shared_overlap=1" -o "$tmp/ds.json" \
+    >/dev/null 2>"$tmp/err" || bad "DeepSeek-V3 estimate: $(cat "$tmp/err")"
+grep -q '"moe_shared_expert_overlap":.*true' "$tmp/ds.json" && ok ||
+    bad "plan.json lacks moe_shared_expert_overlap"
+"$bin" export "$tmp/ds.json" --to megatron 2>"$tmp/err" | grep -qxF "  --moe-shared-expert-overlap" &&
+    ok || bad "the export lacks --moe-shared-expert-overlap: $(cat "$tmp/err")"
 finish
