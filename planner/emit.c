@@ -316,14 +316,14 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
     if (s->head_dim && s->head_dim * s->heads != s->hidden)
         put(b, "  --kv-channels %lld\n", s->head_dim);
     put(b, "  --ffn-hidden-size %lld\n", s->ffn);
-    /* The experts as priced: the alltoall or flex dispatcher and TE's
-     * GroupedLinear, not Megatron-Core's defaults (allgather,
-     * SequentialMLP). */
+    /* The experts as priced: the plan's dispatcher, stated even where it
+     * is Megatron-Core's default (allgather), and TE's GroupedLinear, not
+     * its default SequentialMLP. */
     if (s->experts)
         put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n",
             s->experts, s->top_k, s->ffn);
-    if (s->experts && disp == AP_DISPATCH_ALLTOALL)
-        put(b, "  --moe-token-dispatcher-type alltoall\n");
+    if (s->experts && (disp == AP_DISPATCH_ALLTOALL || disp == AP_DISPATCH_ALLGATHER))
+        put(b, "  --moe-token-dispatcher-type %s\n", ap_dispatcher_name(disp));
     else if (s->experts)
         put(b, "  --moe-token-dispatcher-type flex\n  --moe-flex-dispatcher-backend %s\n",
             ap_dispatcher_name(disp));

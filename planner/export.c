@@ -648,9 +648,9 @@ static int check_recompute_method(const ap_plan_desc *p, const ap_degrees *d,
 {
     const char *who = ap_launcher_name(to);
     if (d->run.dispatcher != AP_DISPATCH_ALLTOALL && to != AP_LAUNCHER_MEGATRON)
-        return refuse(p, err, "%s has no flag for Megatron-Core's flex dispatcher; the "
-                      "plan's experts exchange tokens with %s (export it to Megatron-LM)",
-                      who, ap_dispatcher_name(d->run.dispatcher));
+        return refuse(p, err, "%s has no flag for Megatron-Core's token dispatchers; "
+                      "the plan's experts exchange tokens with its %s dispatcher (export "
+                      "it to Megatron-LM)", who, ap_dispatcher_name(d->run.dispatcher));
     if (d->run.shared_overlap && to != AP_LAUNCHER_MEGATRON)
         return refuse(p, err, "%s has no flag for Megatron-Core's shared-expert overlap; "
                       "the plan runs the shared experts beside the token exchanges "

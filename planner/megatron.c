@@ -239,7 +239,7 @@ bad:
              !strcmp(k, "recompute") ? " (none, selective or full)"
              : !strcmp(k, "cross_entropy") ? " (unfused, native or te)"
              : !strcmp(k, "cp_comm") ? " (p2p, allgather or a2a)"
-             : !strcmp(k, "dispatcher") ? " (alltoall, deepep or hybridep)"
+             : !strcmp(k, "dispatcher") ? " (alltoall, deepep, hybridep or allgather)"
              : !strcmp(k, "cuda_graph") ? " (none, local or transformer_engine)"
              : !strcmp(k, "fp8_recipe") ? " (delayed or tensorwise)"
              : !strcmp(k, "zero") ? " (0 to 3)"
@@ -987,15 +987,12 @@ static int settle_moe(const audit *a, ap_megatron *m, char *err)
 {
     if (!m->shape.experts)
         return 0;
-    if (!a->dispatcher || !strcmp(a->dispatcher, "allgather"))
-        return refuse("--moe-token-dispatcher-type", "allgather", "the all-gather "
-                      "dispatcher (Megatron-Core's default where the flag is left out) "
-                      "gathers every token over the EP x TP group, which is not priced; "
-                      "autopar prices --moe-token-dispatcher-type alltoall and flex", err);
-    /* The flex dispatcher runs DeepEP unless its backend says HybridEP. */
-    m->run.dispatcher = AP_DISPATCH_ALLTOALL;
-    if (!strcmp(a->dispatcher, "flex") &&
-        ap_dispatcher_parse(a->flex_backend ? a->flex_backend : "deepep", &m->run.dispatcher))
+    /* The allgather dispatcher is Megatron-Core's default; flex runs DeepEP
+     * unless its backend says HybridEP. */
+    const char *d = a->dispatcher ? a->dispatcher : "allgather";
+    if (!strcmp(d, "flex"))
+        d = a->flex_backend ? a->flex_backend : "deepep";
+    if (ap_dispatcher_parse(d, &m->run.dispatcher))
         return -1;
     if (!a->grouped_gemm && m->shape.experts > m->ep) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --num-experts %d without "
@@ -2049,6 +2046,16 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
         return rc;
     if ((rc = check_recompute(m, L, lay, err)) || (rc = ap_rc_modules_check(g, &m->run, err)))
         return rc;
+    /* Megatron-Core's allgather dispatcher gathers over the TP x EP group,
+     * tokens and all; the TP part is priced only as the alltoall
+     * dispatcher's gather of the experts' copies. */
+    if (m->run.dispatcher == AP_DISPATCH_ALLGATHER && m->tp > 1 && ap_graph_label_of(g, AP_DIM_EXPERTS)) {
+        snprintf(err, AP_ERR_LEN, "dispatcher=allgather (--moe-token-dispatcher-type "
+                 "allgather, Megatron-Core's default) with tp=%d gathers the tokens over "
+                 "the TP x EP group, which autopar prices over the EP group only; "
+                 "alltoall and flex are priced at any tp", m->tp);
+        return AP_EINPUT;
+    }
     double micro = (double)m->mbs * m->dp;
     if (fmod(m->gbs, micro)) {
         snprintf(err, AP_ERR_LEN, "gbs=%.0f is not a multiple of mbs*dp = %.0f",

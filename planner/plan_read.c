@@ -570,7 +570,8 @@ static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p
         if ((rc = get_string(r, root, "moe_dispatcher", "", s, sizeof s, 1)))
             return rc;
         if (ap_dispatcher_parse(s, &p->run.dispatcher))
-            return fail(r, "moe_dispatcher", "\"%s\" is not alltoall, deepep or hybridep", s);
+            return fail(r, "moe_dispatcher", "\"%s\" is not alltoall, deepep, hybridep or "
+                        "allgather", s);
     }
     if (field(root, "moe_shared_expert_overlap") &&
         (rc = get_bool(r, root, "moe_shared_expert_overlap", "", &p->run.shared_overlap)))

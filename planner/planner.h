@@ -73,11 +73,18 @@ typedef struct {
 
 /* How Megatron-Core's MoE layers move tokens to their experts' ranks:
  * the alltoall dispatcher (--moe-token-dispatcher-type alltoall), every
- * routed copy in an NCCL all-to-all; or the flex dispatcher with DeepEP or
+ * routed copy in an NCCL all-to-all; the flex dispatcher with DeepEP or
  * HybridEP (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend
  * deepep|hybridep), each token once to each node and GPU that holds one of
- * its experts (ap_cost_deepep). */
-typedef enum { AP_DISPATCH_ALLTOALL, AP_DISPATCH_DEEPEP, AP_DISPATCH_HYBRIDEP } ap_dispatcher;
+ * its experts (ap_cost_deepep); or the allgather dispatcher (Megatron-Core's
+ * default), every token gathered to every rank of the group and the
+ * outputs reduce-scattered back. */
+typedef enum {
+    AP_DISPATCH_ALLTOALL,
+    AP_DISPATCH_DEEPEP,
+    AP_DISPATCH_HYBRIDEP,
+    AP_DISPATCH_ALLGATHER
+} ap_dispatcher;
 
 /* How Transformer Engine scales the FP8 tensors of a run with fp8
  * (--fp8-recipe): delayed scaling takes each tensor's scale from earlier
@@ -165,7 +172,7 @@ typedef struct {
 
 enum { AP_CUDA_GRAPH_LOCAL = 1, AP_CUDA_GRAPH_TE = 2 };
 
-/* "alltoall", "deepep" or "hybridep"; a static string. */
+/* "alltoall", "deepep", "hybridep" or "allgather"; a static string. */
 const char *ap_dispatcher_name(ap_dispatcher d);
 /* AP_EINPUT unless name is one of those. */
 int ap_dispatcher_parse(const char *name, ap_dispatcher *out);

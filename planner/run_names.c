@@ -24,16 +24,16 @@ int ap_cuda_graph_parse(const char *name, int *out)
     return AP_EINPUT;
 }
 
-static const char *const dispatchers[] = {"alltoall", "deepep", "hybridep"};
+static const char *const dispatchers[] = {"alltoall", "deepep", "hybridep", "allgather"};
 
 const char *ap_dispatcher_name(ap_dispatcher d)
 {
-    return (int)d >= 0 && d <= AP_DISPATCH_HYBRIDEP ? dispatchers[d] : "alltoall";
+    return (int)d >= 0 && d <= AP_DISPATCH_ALLGATHER ? dispatchers[d] : "alltoall";
 }
 
 int ap_dispatcher_parse(const char *name, ap_dispatcher *out)
 {
-    for (int i = 0; i <= AP_DISPATCH_HYBRIDEP; i++)
+    for (int i = 0; i <= AP_DISPATCH_ALLGATHER; i++)
         if (!strcmp(name, dispatchers[i])) {
             *out = (ap_dispatcher)i;
             return AP_OK;

@@ -936,6 +936,19 @@ static double flex_exchange(const ap_price_ctx *x, const ap_op *op, int mask, do
     return ap_cost_deepep(x->c, ranks, x->mesh->nodes[mask - 1], &r, slots / r.top_k);
 }
 
+/* The allgather dispatcher's exchange (MoEAllGatherTokenDispatcher): a
+ * rank's tokens (its `slots` bytes of copies over top_k) all-gathered to
+ * every rank of the expert-parallel group of `mask` for dispatch, the
+ * outputs reduce-scattered back for combine, the same volume; the
+ * backward runs the other one. */
+static double gather_exchange(const ap_price_ctx *x, const ap_op *op, int mask, double slots)
+{
+    int ranks = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+    double tokens = slots / (op->top_k > 0 ? op->top_k : 1);
+    return coll(x, op->kind == AP_OP_DISPATCH ? AP_COLL_ALLGATHER : AP_COLL_REDUCESCATTER,
+                mask, tokens * ranks);
+}
+
 static void price_token_exchange(const ap_price_ctx *x, const ap_op *op,
                                  const ap_strategy *s, ap_op_cost *c)
 {
@@ -956,6 +969,8 @@ static void price_token_exchange(const ap_price_ctx *x, const ap_op *op,
             shard *= x->mesh->d[a];
     double a2a = x->run.dispatcher == AP_DISPATCH_ALLTOALL
                      ? coll(x, AP_COLL_ALLTOALL, mask, bytes / shard)
+                 : x->run.dispatcher == AP_DISPATCH_ALLGATHER
+                     ? gather_exchange(x, op, mask, bytes / shard)
                      : flex_exchange(x, op, mask, bytes / shard);
     c->fwd_comm += a2a;
     c->bwd_comm += a2a;

@@ -174,6 +174,38 @@ static void replicated_experts_exchange_no_tokens(void)
     ap_graph_free(g);
 }
 
+/* The allgather dispatcher (Megatron-Core's default): Mixtral's 8 experts
+ * on 8 GPUs, each rank's 1024 tokens gathered to all 8 for dispatch, 8 *
+ * 1024 * 4096 bf16, the outputs reduce-scattered back for combine; each
+ * pass's backward runs the other collective, at the same price. */
+static void the_allgather_dispatcher_gathers_every_token(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/mixtral-8x7b.json", 1024);
+    ap_cluster c;
+    ap_plan p;
+    REQUIRE_OK(ap_test_megatron_plan_ok(g, 8, "ep=8,mbs=1,gbs=8,dispatcher=allgather", &c, &p),
+               "allgather");
+    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
+    double all = 8 * 1024.0 * 4096 * 2;
+    double want[2] = {ap_cost_allgather(&c, 8, 1, all), ap_cost_reducescatter(&c, 8, 1, all)};
+    const char *names[] = {"l0.dispatch", "l0.combine"};
+    for (int i = 0; i < 2; i++) {
+        ap_strategy s;
+        int op = ap_test_layer_op(g, &p, names[i], &s);
+        REQUIRE_OK(op < 0, names[i]);
+        ap_op_cost oc;
+        ap_price_op(&x, op, &s, &oc);
+        CHECK_NEAR(oc.fwd_comm, want[i], 1e-9);
+        CHECK_NEAR(oc.bwd_comm, want[i], 1e-9);
+    }
+    /* Four times the all-to-all's bytes at top 2 of 8 (n / top_k), less for the
+     * same latency of both. */
+    CHECK(want[0] > 2.5 * ap_cost_alltoall(&c, 8, 1, 1024.0 * 2 * 4096 * 2));
+    ap_plan_free(&p);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
 /* The MoE layer block of stage 0 (the one with a dispatch), or NULL. */
 static const ap_block *moe_block(const ap_graph *g, const ap_plan *p, int *b)
 {
@@ -240,5 +272,6 @@ int main(void)
     RUN(one_local_expert_has_no_second_permutation);
     RUN(replicated_experts_exchange_no_tokens);
     RUN(shared_experts_hide_beside_the_exchanges);
+    RUN(the_allgather_dispatcher_gathers_every_token);
     return DONE();
 }

@@ -31,10 +31,10 @@ grep -qxF "  --moe-token-dispatcher-type flex" "$tmp/args.sh" &&
 [ "$(step "$tmp/flex")" = "$(step "$tmp/again")" ] && ok ||
     bad "the export prices differently: $(step "$tmp/flex") vs $(step "$tmp/again")"
 "$bin" export "$tmp/plan.json" --to torchtitan >/dev/null 2>"$tmp/err"
-[ $? -eq 2 ] && grep -q "flex dispatcher" "$tmp/err" && ok || bad "torchtitan: $(cat "$tmp/err")"
+[ $? -eq 2 ] && grep -q "token dispatchers" "$tmp/err" && ok || bad "torchtitan: $(cat "$tmp/err")"
 sed 's/"moe_dispatcher":[ \t]*"deepep"/"moe_dispatcher": "nccl"/' "$tmp/plan.json" >"$tmp/bad.json"
 "$bin" export "$tmp/bad.json" --to megatron >/dev/null 2>"$tmp/err"
-[ $? -eq 2 ] && grep -q 'moe_dispatcher: "nccl" is not alltoall, deepep or hybridep' "$tmp/err" &&
+[ $? -eq 2 ] && grep -q 'moe_dispatcher: "nccl" is not alltoall, deepep, hybridep or allgather' "$tmp/err" &&
     ok || bad "a bad moe_dispatcher: $(cat "$tmp/err")"
 # The shared-expert overlap travels the same way.
 "$bin" estimate "$src/examples/hf/deepseek-v3.json" --gpus 16 --seq 1024 --megatron \

@@ -71,7 +71,8 @@ refused "its attention flags say a fused kernel (--attention-backend flash, fuse
     "$tiny" 1 "$one --attention-backend flash"
 
 # Mixture of experts: Megatron-Core's defaults are the allgather dispatcher
-# and SequentialMLP; autopar prices alltoall and TE's grouped GEMM. Mixtral
+# and SequentialMLP; autopar prices the allgather dispatcher at tp 1,
+# alltoall and flex, and TE's grouped GEMM. Mixtral
 # on ep=2 holds 4 experts a rank.
 moe=$src/examples/hf/mixtral-8x7b.json
 mlay="--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2
@@ -79,10 +80,20 @@ mlay="--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel
 mspec="tp=2,sp=1,ep=2,mbs=1,gbs=64,zero=0,overlap_grad=0"
 same "alltoall with grouped GEMM" "$moe" 16 \
     "$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-router-topk 2 --moe-ffn-hidden-size 14336 --moe-permute-fusion" "$mspec"
-refused "--moe-token-dispatcher-type allgather: the all-gather dispatcher (Megatron-Core's default where the flag is left out)" \
+# The allgather dispatcher, Megatron-Core's default: priced at tp 1 (every
+# token gathered over the EP group, the outputs reduce-scattered back),
+# refused above, where it gathers over TP x EP.
+refused "dispatcher=allgather (--moe-token-dispatcher-type allgather, Megatron-Core's default) with tp=2" \
     "$moe" 16 "$mlay --moe-grouped-gemm"
-refused "--moe-token-dispatcher-type allgather" "$moe" 16 \
+refused "dispatcher=allgather" "$moe" 16 \
     "$mlay --moe-grouped-gemm --moe-token-dispatcher-type allgather"
+g1="--expert-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --num-experts 8 --moe-grouped-gemm --moe-router-topk 2"
+same "allgather by default" "$moe" 16 "$g1" "ep=8,mbs=1,gbs=64,zero=0,overlap_grad=0,dispatcher=allgather"
+same "allgather by name" "$moe" 16 "$g1 --moe-token-dispatcher-type allgather" \
+    "ep=8,mbs=1,gbs=64,zero=0,overlap_grad=0,dispatcher=allgather"
+a=$(est "$moe" 16 --megatron "ep=8,mbs=1,gbs=64,dispatcher=allgather" | grep '"step_time_s"' | tr -dc '0-9.')
+b=$(est "$moe" 16 --megatron "ep=8,mbs=1,gbs=64" | grep '"step_time_s"' | tr -dc '0-9.')
+awk -v a="$a" -v b="$b" 'BEGIN { exit !(a > b) }' && ok || bad "allgather is not slower than alltoall at top 2 of 8: $a vs $b"
 # The flex dispatcher: DeepEP where no backend is named (or with the older
 # --moe-enable-deepep), HybridEP where --moe-flex-dispatcher-backend says.
 same "flex with DeepEP" "$moe" 16 \
