@@ -171,6 +171,24 @@ static inline int ap_test_layer_op(const ap_graph *g, const ap_plan *p, const ch
     return -1;
 }
 
+/* The communication of layer 0's op `name` as stage 0 of plan p prices
+ * it, forward into *fwd and backward into *bwd; -1 in both when the layer
+ * has no such op. */
+static inline void ap_test_op_comm(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
+                                   const char *name, double *fwd, double *bwd)
+{
+    ap_strategy s;
+    int op = ap_test_layer_op(g, p, name, &s);
+    *fwd = *bwd = -1;
+    if (op < 0)
+        return;
+    ap_price_ctx x = ap_test_stage_ctx(g, c, p, 0);
+    ap_op_cost oc;
+    ap_price_op(&x, op, &s, &oc);
+    *fwd = oc.fwd_comm;
+    *bwd = oc.bwd_comm;
+}
+
 /* Search options for tests of ap_plan_search: `gpus` GPUs, `global_batch`
  * sequences, no progress line and no ILP time limit, so that the plan
  * asserted never depends on how busy the machine is (valgrind runs every

@@ -110,19 +110,15 @@ static void the_flex_dispatcher_prices_dispatch_and_combine(void)
     REQUIRE_OK(ap_test_megatron_plan_ok(g, 16, "ep=16,mbs=1,gbs=16", &c, &a2a), "alltoall");
     REQUIRE_OK(ap_test_megatron_plan_ok(g, 16, "ep=16,mbs=1,gbs=16,dispatcher=hybridep", NULL,
                                         &flex), "hybridep");
-    ap_price_ctx x = ap_test_stage_ctx(g, &c, &flex, 0);
     double tokens = 1024.0 * 2048 * 2;
     ap_routing r = {128, 8, 0, 0};
     double want = ap_cost_deepep(&c, 16, 2, &r, tokens);
     const char *names[] = {"l0.dispatch", "l0.combine"};
     for (int i = 0; i < 2; i++) {
-        ap_strategy s;
-        int op = ap_test_layer_op(g, &flex, names[i], &s);
-        REQUIRE_OK(op < 0, names[i]);
-        ap_op_cost oc;
-        ap_price_op(&x, op, &s, &oc);
-        CHECK_NEAR(oc.fwd_comm, want, 1e-9);
-        CHECK_NEAR(oc.bwd_comm, want, 1e-9);
+        double fwd, bwd;
+        ap_test_op_comm(g, &c, &flex, names[i], &fwd, &bwd);
+        CHECK_NEAR(fwd, want, 1e-9);
+        CHECK_NEAR(bwd, want, 1e-9);
     }
     double saved = 4 * 48 * (ap_cost_alltoall(&c, 16, 2, 8 * tokens) - want);
     CHECK(saved > 0);

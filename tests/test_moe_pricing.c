@@ -73,18 +73,14 @@ static void qwen3_dispatch_sends_every_tokens_eight_copies(void)
     char err[AP_ERR_LEN];
     REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,pp=1,ep=8,mbs=1,gbs=8,zero=1", &c, &p, err),
                err);
-    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
     double bytes = 1024.0 * 8 * 2048 * 2;
     double a2a = ap_cost_alltoall(&c, 8, 1, bytes);
     const char *names[] = {"l0.dispatch", "l0.combine"};
     for (int i = 0; i < 2; i++) {
-        ap_strategy s;
-        int op = ap_test_layer_op(g, &p, names[i], &s);
-        REQUIRE_OK(op < 0, names[i]);
-        ap_op_cost oc;
-        ap_price_op(&x, op, &s, &oc);
-        CHECK_NEAR(oc.fwd_comm, a2a, 1e-9);
-        CHECK_NEAR(oc.bwd_comm, a2a, 1e-9);
+        double fwd, bwd;
+        ap_test_op_comm(g, &c, &p, names[i], &fwd, &bwd);
+        CHECK_NEAR(fwd, a2a, 1e-9);
+        CHECK_NEAR(bwd, a2a, 1e-9);
     }
     /* 7/8 of 32 MiB over 360 GB/s NVLink, and 7 hops of 3.4 us. */
     CHECK_NEAR(a2a, 7 * 3.4e-6 + 7.0 / 8 * bytes / 360e9, 1e-9);
@@ -159,15 +155,11 @@ static void replicated_experts_exchange_no_tokens(void)
     char err[AP_ERR_LEN];
     REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=1,pp=1,ep=1,mbs=1,gbs=8,zero=1", &c, &p, err),
                err);
-    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
     const char *names[] = {"l0.dispatch", "l0.combine"};
     for (int i = 0; i < 2; i++) {
-        ap_strategy s;
-        int op = ap_test_layer_op(g, &p, names[i], &s);
-        REQUIRE_OK(op < 0, names[i]);
-        ap_op_cost oc;
-        ap_price_op(&x, op, &s, &oc);
-        CHECK(oc.fwd_comm == 0 && oc.bwd_comm == 0);
+        double fwd, bwd;
+        ap_test_op_comm(g, &c, &p, names[i], &fwd, &bwd);
+        CHECK(fwd == 0 && bwd == 0);
     }
     ap_plan_free(&p);
     ap_cluster_free(&c);
@@ -185,18 +177,14 @@ static void the_allgather_dispatcher_gathers_every_token(void)
     ap_plan p;
     REQUIRE_OK(ap_test_megatron_plan_ok(g, 8, "ep=8,mbs=1,gbs=8,dispatcher=allgather", &c, &p),
                "allgather");
-    ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
     double all = 8 * 1024.0 * 4096 * 2;
     double want[2] = {ap_cost_allgather(&c, 8, 1, all), ap_cost_reducescatter(&c, 8, 1, all)};
     const char *names[] = {"l0.dispatch", "l0.combine"};
     for (int i = 0; i < 2; i++) {
-        ap_strategy s;
-        int op = ap_test_layer_op(g, &p, names[i], &s);
-        REQUIRE_OK(op < 0, names[i]);
-        ap_op_cost oc;
-        ap_price_op(&x, op, &s, &oc);
-        CHECK_NEAR(oc.fwd_comm, want[i], 1e-9);
-        CHECK_NEAR(oc.bwd_comm, want[i], 1e-9);
+        double fwd, bwd;
+        ap_test_op_comm(g, &c, &p, names[i], &fwd, &bwd);
+        CHECK_NEAR(fwd, want[i], 1e-9);
+        CHECK_NEAR(bwd, want[i], 1e-9);
     }
     /* Four times the all-to-all's bytes at top 2 of 8 (n / top_k), less for the
      * same latency of both. */

@@ -257,13 +257,9 @@ static void the_planner_chooses_modules_per_stage(void)
     ap_cluster c;
     char err[AP_ERR_LEN];
     REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 8, &c, err), err);
-    ap_plan_opts o;
-    ap_plan_opts_default(&o);
-    o.gpus = 16;
+    ap_plan_opts o = ap_test_search_opts(16, 512);
     o.gpus_per_node = 8;
-    o.global_batch = 512;
     o.max_stages = 2;
-    o.progress = 0;
     ap_plan plain, mods;
     REQUIRE_OK(ap_plan_search(g, &c, &o, &plain, err), err);
     o.run.recompute_modules = AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM;
