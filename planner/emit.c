@@ -250,6 +250,10 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --cuda-graph-impl %s\n", ap_cuda_graph_name(d->run.cuda_graph));
     if (d->run.shared_overlap)
         put(b, "  --moe-shared-expert-overlap\n");
+    if (d->run.capacity_factor > 0)
+        put(b, "  --moe-expert-capacity-factor %.17g\n", d->run.capacity_factor);
+    if (d->run.pad_capacity)
+        put(b, "  --moe-pad-expert-input-to-capacity\n");
     if (d->run.fp8_param_gather)
         put(b, "  --fp8-param-gather\n");
     if (d->run.tp_overlap)

@@ -651,6 +651,10 @@ static int check_recompute_method(const ap_plan_desc *p, const ap_degrees *d,
         return refuse(p, err, "%s has no flag for Megatron-Core's token dispatchers; "
                       "the plan's experts exchange tokens with its %s dispatcher (export "
                       "it to Megatron-LM)", who, ap_dispatcher_name(d->run.dispatcher));
+    if (d->run.capacity_factor > 0 && to != AP_LAUNCHER_MEGATRON)
+        return refuse(p, err, "%s has no flag for Megatron-Core's token dropping; the "
+                      "plan drops the experts' tokens to a capacity (%s)", who,
+                      "export it to Megatron-LM");
     if (d->run.shared_overlap && to != AP_LAUNCHER_MEGATRON)
         return refuse(p, err, "%s has no flag for Megatron-Core's shared-expert overlap; "
                       "the plan runs the shared experts beside the token exchanges "

@@ -50,7 +50,8 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "delay_wgrad") ? &m->run.delay_wgrad
          : !strcmp(k, "defer_wgrad") ? &m->run.defer_wgrad
          : !strcmp(k, "no_grad_fusion") ? &m->run.no_grad_fusion
-         : !strcmp(k, "shared_overlap") ? &m->run.shared_overlap : NULL;
+         : !strcmp(k, "shared_overlap") ? &m->run.shared_overlap
+         : !strcmp(k, "pad_capacity") ? &m->run.pad_capacity : NULL;
 }
 
 /* The spec's recompute_method and recompute_layers: 1 when k was one, 0
@@ -157,6 +158,14 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     }
     if (!strcmp(k, "layout"))
         return layout_key(m, v, who, err);
+    if (!strcmp(k, "capacity_factor")) {
+        char *end;
+        double f = strtod(v, &end);
+        if (!*v || *end || !(f > 0 && f <= 1e6))
+            goto bad;
+        m->run.capacity_factor = f;
+        return AP_OK;
+    }
     if (!strcmp(k, "dispatcher")) {
         if (ap_dispatcher_parse(v, &m->run.dispatcher))
             goto bad;
@@ -203,14 +212,9 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
               : !strcmp(k, "wgrad_deferral_limit") ? &m->run.wgrad_deferral_limit : NULL;
     int *flag = flag_slot(m, k);
     if (!slot && !flag && strcmp(k, "gbs") && strcmp(k, "zero")) {
-        snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.24s\" (known: tp, pp, "
-                 "dp, cp, ep, vpp, mbs, gbs, sp, recompute, zero, overlap_grad, "
-                 "overlap_param, first, last, fp8, account_embedding, account_loss, "
-                 "tp_overlap, etp, fp8_param_gather, cross_entropy, "
-                 "recompute_method, recompute_layers, grad_fp32, moe_a2a_overlap, delay_wgrad, "
-                 "cp_comm, main_params, exp_avg, exp_avg_sq, defer_wgrad, "
-                 "wgrad_deferral_limit, no_grad_fusion, layout, recompute_modules, "
-                 "fp8_recipe, cuda_graph, dispatcher, shared_overlap)", k);
+        snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (the layout: tp, pp, "
+                 "dp, cp, ep, etp, vpp, mbs, gbs, sp, zero, recompute, first, last, layout; "
+                 "the launcher's settings: `autopar estimate --help` lists every key)", k);
         return AP_EINPUT;
     }
     long n = strtol(v, &end, 10);
@@ -242,6 +246,7 @@ bad:
              : !strcmp(k, "dispatcher") ? " (alltoall, deepep, hybridep or allgather)"
              : !strcmp(k, "cuda_graph") ? " (none, local or transformer_engine)"
              : !strcmp(k, "fp8_recipe") ? " (delayed or tensorwise)"
+             : !strcmp(k, "capacity_factor") ? " (a number above 0)"
              : !strcmp(k, "zero") ? " (0 to 3)"
              : flag_slot(m, k) ? " (0 or 1)"
              : zero_ok(k) ? " (an integer from 0 to 2^30)"
@@ -571,6 +576,8 @@ typedef struct {
     int topk;                /* --moe-router-topk; 0 where not given */
     int moe_ffn;             /* --moe-ffn-hidden-size; 0 where not given */
     int groups, group_topk;  /* --moe-router-num-groups, --moe-router-group-topk */
+    double capacity;         /* --moe-expert-capacity-factor; 0 where not given */
+    int pad;                 /* --moe-pad-expert-input-to-capacity */
     int mb_group;            /* --microbatch-group-size-per-virtual-pipeline-stage */
 } audit;
 
@@ -609,8 +616,6 @@ static const struct {
     {"--moe-use-legacy-grouped-gemm", 0, "runs the experts as the legacy "
      "GroupedMLP; autopar prices Transformer Engine's GroupedLinear "
      "(--moe-grouped-gemm)"},
-    {"--moe-expert-capacity-factor", 1, "drops or pads tokens to the experts' "
-     "capacity; autopar prices dropless routing"},
     {"--torch-fsdp2-no-reshard-after-forward", 0, "keeps FSDP2's gathered "
      "weights from forward to backward, which no ZeRO level prices"},
 };
@@ -939,6 +944,18 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
         return count_value(tok, save, &a->moe_ffn, err);
     if (!strcmp(tok, "--moe-router-num-groups"))
         return count_value(tok, save, &a->groups, err);
+    if (!strcmp(tok, "--moe-expert-capacity-factor")) {
+        char *v = flag_value(tok, save, err), *end;
+        if (!v)
+            return -1;
+        a->capacity = strtod(v, &end);
+        if (*end || !(a->capacity > 0 && a->capacity <= 1e6)) {
+            snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" (a number "
+                     "above 0)", tok, v);
+            return -1;
+        }
+        return 1;
+    }
     if (!strcmp(tok, "--moe-router-group-topk"))
         return count_value(tok, save, &a->group_topk, err);
     if (!strcmp(tok, "--microbatch-group-size-per-virtual-pipeline-stage"))
@@ -970,6 +987,7 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
             : !strcmp(tok, "--use-torch-fsdp2") ? &a->torch_fsdp2
             : !strcmp(tok, "--moe-shared-expert-overlap") ? &a->shared_overlap
             : !strcmp(tok, "--moe-layer-recompute") ? &a->moe_layer_recompute
+            : !strcmp(tok, "--moe-pad-expert-input-to-capacity") ? &a->pad
             : !strcmp(tok, "--use-megatron-fsdp") || !strcmp(tok, "--use-custom-fsdp")
                 ? &a->megatron_fsdp : NULL;
     if (!on)
@@ -1003,6 +1021,8 @@ static int settle_moe(const audit *a, ap_megatron *m, char *err)
         return -1;
     }
     m->run.shared_overlap = a->shared_expert && a->shared_overlap;
+    m->run.capacity_factor = a->capacity;
+    m->run.pad_capacity = a->pad;
     return 0;
 }
 
@@ -1991,6 +2011,26 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
     return check_groups(g, m, err);
 }
 
+/* Token dropping: padding needs a capacity (Megatron-Core asserts it);
+ * the flex dispatcher's kernels are dropless, so it is refused there. */
+static int check_capacity(const ap_megatron *m, char *err)
+{
+    if (m->run.pad_capacity && !(m->run.capacity_factor > 0)) {
+        snprintf(err, AP_ERR_LEN, "pad_capacity (--moe-pad-expert-input-to-capacity) needs "
+                 "capacity_factor (--moe-expert-capacity-factor), as Megatron-Core asserts");
+        return AP_EINPUT;
+    }
+    if (m->run.capacity_factor > 0 && (m->run.dispatcher == AP_DISPATCH_DEEPEP ||
+                                       m->run.dispatcher == AP_DISPATCH_HYBRIDEP)) {
+        snprintf(err, AP_ERR_LEN, "capacity_factor (--moe-expert-capacity-factor) with the "
+                 "flex dispatcher (%s): its kernels route dropless; token dropping is "
+                 "priced with the alltoall and allgather dispatchers",
+                 ap_dispatcher_name(m->run.dispatcher));
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
 static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                         ap_pipe_layout *lay, char *err)
 {
@@ -2045,6 +2085,8 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
         (rc = check_split(m, L, err)))
         return rc;
     if ((rc = check_recompute(m, L, lay, err)) || (rc = ap_rc_modules_check(g, &m->run, err)))
+        return rc;
+    if ((rc = check_capacity(m, err)))
         return rc;
     /* Megatron-Core's allgather dispatcher gathers over the TP x EP group,
      * tokens and all; the TP part is priced only as the alltoall

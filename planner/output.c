@@ -425,6 +425,10 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddStringToObject(o, "moe_dispatcher", ap_dispatcher_name(p->run.dispatcher));
     if (p->run.shared_overlap)
         cJSON_AddBoolToObject(o, "moe_shared_expert_overlap", 1);
+    if (p->run.capacity_factor > 0)
+        cJSON_AddNumberToObject(o, "moe_expert_capacity_factor", p->run.capacity_factor);
+    if (p->run.pad_capacity)
+        cJSON_AddBoolToObject(o, "moe_pad_expert_input_to_capacity", 1);
     add_moe_overlap(o, p);
     if (p->run.cross_entropy != AP_CE_UNFUSED)
         cJSON_AddStringToObject(o, "cross_entropy", ap_ce_impl_name(p->run.cross_entropy));

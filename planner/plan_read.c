@@ -556,6 +556,8 @@ static int parse_defer_wgrad(const reader *r, const cJSON *root, ap_plan_desc *p
 /* "gradient_accumulation_fusion"; absent reads as on, Megatron-LM's
  * default, as plans were before the field. "moe_dispatcher": deepep or
  * hybridep; absent, alltoall. "moe_shared_expert_overlap"; absent, off.
+ * "moe_expert_capacity_factor" and "moe_pad_expert_input_to_capacity";
+ * absent, dropless.
  * "cuda_graph_impl": local or
  * transformer_engine; absent, none. */
 static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p)
@@ -576,6 +578,16 @@ static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p
     if (field(root, "moe_shared_expert_overlap") &&
         (rc = get_bool(r, root, "moe_shared_expert_overlap", "", &p->run.shared_overlap)))
         return rc;
+    if (field(root, "moe_expert_capacity_factor") &&
+        (rc = get_number(r, root, "moe_expert_capacity_factor", "", 1e-9, 1e6,
+                         &p->run.capacity_factor)))
+        return rc;
+    if (field(root, "moe_pad_expert_input_to_capacity") &&
+        (rc = get_bool(r, root, "moe_pad_expert_input_to_capacity", "", &p->run.pad_capacity)))
+        return rc;
+    if (p->run.pad_capacity && !(p->run.capacity_factor > 0))
+        return fail(r, "moe_pad_expert_input_to_capacity", "needs "
+                    "\"moe_expert_capacity_factor\"");
     if (!field(root, "cuda_graph_impl"))
         return AP_OK;
     if ((rc = get_string(r, root, "cuda_graph_impl", "", s, sizeof s, 1)))

@@ -168,7 +168,19 @@ typedef struct {
      * their own, fc1 and its activation beside the dispatch's exchange and
      * fc2 beside the combine's, forward and backward (ap_block_price). */
     int shared_overlap;
+    /* Token dropping (--moe-expert-capacity-factor F, 0 for dropless, the
+     * default): each expert takes at most F times its even share of the
+     * routed copies, and with pad_capacity (--moe-pad-expert-input-to-
+     * capacity) exactly that many, padded. Under the balanced routing
+     * autopar prices, the experts' copies, their GEMMs and the exchanges
+     * scale by min(F, 1), padded by F (ap_capacity_scale). */
+    double capacity_factor;
+    int pad_capacity;
 } ap_run_settings;
+
+/* The factor token dropping puts on the experts' copies under r: 1
+ * dropless, else min(F, 1), or F when padded to the capacity. */
+double ap_capacity_scale(const ap_run_settings *r);
 
 enum { AP_CUDA_GRAPH_LOCAL = 1, AP_CUDA_GRAPH_TE = 2 };
 

@@ -106,6 +106,13 @@ void ap_mesh_expert_mesh(const ap_mesh *m, int gpus_per_node, ap_mesh *out)
         *out = *m;
 }
 
+double ap_capacity_scale(const ap_run_settings *r)
+{
+    if (!(r->capacity_factor > 0))
+        return 1;
+    return r->pad_capacity ? r->capacity_factor : fmin(r->capacity_factor, 1);
+}
+
 double ap_label_size(const ap_price_ctx *x, char label)
 {
     const ap_dim *d = ap_graph_dim(x->g, label);
@@ -114,7 +121,8 @@ double ap_label_size(const ap_price_ctx *x, char label)
     if (d->kind == AP_DIM_BATCH || d->kind == AP_DIM_CAPACITY) {
         char b = ap_graph_label_of(x->g, AP_DIM_BATCH);
         double b0 = b ? (double)ap_graph_dim(x->g, b)->size : 1;
-        return (double)d->size * x->batch / b0;
+        double cap = d->kind == AP_DIM_CAPACITY ? ap_capacity_scale(&x->run) : 1;
+        return (double)d->size * x->batch / b0 * cap;
     }
     return (double)d->size;
 }
@@ -823,6 +831,10 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
 {
     double shard = shard_factor(x, s);
     double scale = batch_scale(x);
+    /* An op over the experts' capacity does what token dropping leaves. */
+    char cap = ap_graph_label_of(x->g, AP_DIM_CAPACITY);
+    if (cap && strchr(op->iter, cap))
+        scale *= ap_capacity_scale(&x->run);
     c->flops = op->flops * scale / shard;
     if (op->kind == AP_OP_MATMUL) {
         c->fwd = matmul_time(x, op, s);
@@ -937,14 +949,15 @@ static double flex_exchange(const ap_price_ctx *x, const ap_op *op, int mask, do
 }
 
 /* The allgather dispatcher's exchange (MoEAllGatherTokenDispatcher): a
- * rank's tokens (its `slots` bytes of copies over top_k) all-gathered to
+ * rank's tokens (its `slots` bytes of copies over top_k, before token
+ * dropping) all-gathered to
  * every rank of the expert-parallel group of `mask` for dispatch, the
  * outputs reduce-scattered back for combine, the same volume; the
  * backward runs the other one. */
 static double gather_exchange(const ap_price_ctx *x, const ap_op *op, int mask, double slots)
 {
     int ranks = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
-    double tokens = slots / (op->top_k > 0 ? op->top_k : 1);
+    double tokens = slots / (op->top_k > 0 ? op->top_k : 1) / ap_capacity_scale(&x->run);
     return coll(x, op->kind == AP_OP_DISPATCH ? AP_COLL_ALLGATHER : AP_COLL_REDUCESCATTER,
                 mask, tokens * ranks);
 }

@@ -98,6 +98,10 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         append(buf, len, &n, ",dispatcher=%s", ap_dispatcher_name(m->run.dispatcher));
     if (m->run.shared_overlap)
         append(buf, len, &n, ",shared_overlap=1");
+    if (m->run.capacity_factor > 0)
+        append(buf, len, &n, ",capacity_factor=%.17g", m->run.capacity_factor);
+    if (m->run.pad_capacity)
+        append(buf, len, &n, ",pad_capacity=1");
     if (m->run.cross_entropy != AP_CE_UNFUSED)
         append(buf, len, &n, ",cross_entropy=%s", ap_ce_impl_name(m->run.cross_entropy));
     if (m->recompute_method != AP_RECOMPUTE_UNIFORM)

@@ -194,6 +194,40 @@ static void the_allgather_dispatcher_gathers_every_token(void)
     ap_graph_free(g);
 }
 
+/* Token dropping: with a capacity factor F each expert takes at most F
+ * times its even share of the copies, and padded exactly that many; under
+ * the balanced routing priced, min(F, 1) of the dropless copies, or F
+ * padded. Mixtral on 8 GPUs at ep 8: the all-to-all moves 1.25 times the
+ * copies padded to 1.25, half of them dropped to 0.5, and the experts'
+ * GEMMs do as many FLOPs more or fewer. */
+static void a_capacity_factor_scales_the_experts_copies(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/mixtral-8x7b.json", 1024);
+    const char *specs[] = {"ep=8,mbs=1,gbs=8", "ep=8,mbs=1,gbs=8,capacity_factor=1.25,pad_capacity=1",
+                           "ep=8,mbs=1,gbs=8,capacity_factor=0.5"};
+    double scale[] = {1, 1.25, 0.5};
+    double copies = 1024.0 * 2 * 4096 * 2, base_flops = 0;
+    for (int i = 0; i < 3; i++) {
+        ap_cluster c;
+        ap_plan p;
+        REQUIRE_OK(ap_test_megatron_plan_ok(g, 8, specs[i], &c, &p), specs[i]);
+        double fwd, bwd;
+        ap_test_op_comm(g, &c, &p, "l0.dispatch", &fwd, &bwd);
+        CHECK_NEAR(fwd, ap_cost_alltoall(&c, 8, 1, copies * scale[i]), 1e-9);
+        ap_strategy s;
+        int op = ap_test_layer_op(g, &p, "l0.experts.up", &s);
+        ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
+        ap_op_cost oc;
+        ap_price_op(&x, op, &s, &oc);
+        if (i == 0)
+            base_flops = oc.flops;
+        CHECK_NEAR(oc.flops, base_flops * scale[i], 1e-12);
+        ap_plan_free(&p);
+        ap_cluster_free(&c);
+    }
+    ap_graph_free(g);
+}
+
 /* The MoE layer block of stage 0 (the one with a dispatch), or NULL. */
 static const ap_block *moe_block(const ap_graph *g, const ap_plan *p, int *b)
 {
@@ -261,5 +295,6 @@ int main(void)
     RUN(replicated_experts_exchange_no_tokens);
     RUN(shared_experts_hide_beside_the_exchanges);
     RUN(the_allgather_dispatcher_gathers_every_token);
+    RUN(a_capacity_factor_scales_the_experts_copies);
     return DONE();
 }

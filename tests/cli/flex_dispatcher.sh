@@ -44,4 +44,21 @@ grep -q '"moe_shared_expert_overlap":.*true' "$tmp/ds.json" && ok ||
     bad "plan.json lacks moe_shared_expert_overlap"
 "$bin" export "$tmp/ds.json" --to megatron 2>"$tmp/err" | grep -qxF "  --moe-shared-expert-overlap" &&
     ok || bad "the export lacks --moe-shared-expert-overlap: $(cat "$tmp/err")"
+# Token dropping too: the capacity factor and its padding reach plan.json and
+# the export, whose flags price the same.
+"$bin" estimate "$src/examples/hf/mixtral-8x7b.json" --gpus 8 --seq 1024 --json --megatron \
+    "ep=8,mbs=1,gbs=8,capacity_factor=1.25,pad_capacity=1" -o "$tmp/cap.json" >"$tmp/cap" \
+    2>"$tmp/err" || bad "capacity estimate: $(cat "$tmp/err")"
+grep -q '"moe_expert_capacity_factor":.*1.25' "$tmp/cap.json" &&
+    grep -q '"moe_pad_expert_input_to_capacity":.*true' "$tmp/cap.json" && ok ||
+    bad "plan.json lacks the capacity"
+"$bin" export "$tmp/cap.json" --to megatron >"$tmp/cap.sh" 2>"$tmp/err" || bad "export: $(cat "$tmp/err")"
+grep -qxF "  --moe-expert-capacity-factor 1.25" "$tmp/cap.sh" &&
+    grep -qxF "  --moe-pad-expert-input-to-capacity" "$tmp/cap.sh" && ok ||
+    bad "the export's capacity: $(grep capacity "$tmp/cap.sh")"
+"$bin" estimate "$src/examples/hf/mixtral-8x7b.json" --gpus 8 --seq 1024 --json \
+    --megatron-args "$(megatron_args "$tmp/cap.sh")" >"$tmp/cap2" 2>"$tmp/err" ||
+    bad "the capacity export's flags: $(cat "$tmp/err")"
+[ "$(step "$tmp/cap")" = "$(step "$tmp/cap2")" ] && ok ||
+    bad "the capacity export prices differently: $(step "$tmp/cap") vs $(step "$tmp/cap2")"
 finish

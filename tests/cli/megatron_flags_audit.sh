@@ -121,6 +121,18 @@ refused "--moe-router-num-groups 8 --moe-router-group-topk 2, but" "$dsv3" 16 \
     "$dlay --moe-token-dispatcher-type flex --moe-router-num-groups 8 --moe-router-group-topk 2" --seq 1024
 a=$(est "$dsv3" 16 --seq 1024 --megatron-args "$dlay --moe-token-dispatcher-type alltoall")
 echo "$a" | grep -q '"step_time_s"' && ok || bad "DeepSeek-V3 alltoall without groups: $a"
+# Token dropping: a capacity factor prices the experts' copies at min(F, 1)
+# of the dropless ones, padded at F; padding needs a factor; the flex
+# dispatcher is dropless.
+mcap="$mlay --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-router-topk 2"
+same "--moe-expert-capacity-factor" "$moe" 16 "$mcap --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity" \
+    "$mspec,capacity_factor=1.25,pad_capacity=1"
+same "a capacity of 1, unpadded, is dropless" "$moe" 16 "$mcap --moe-expert-capacity-factor 1.0" "$mspec"
+refused "pad_capacity (--moe-pad-expert-input-to-capacity) needs capacity_factor" "$moe" 16 \
+    "$mcap --moe-pad-expert-input-to-capacity"
+refused "capacity_factor (--moe-expert-capacity-factor) with the flex dispatcher (deepep)" "$moe" 16 \
+    "$mlay --moe-grouped-gemm --moe-router-topk 2 --moe-token-dispatcher-type flex --moe-expert-capacity-factor 1.0"
+refused "--moe-expert-capacity-factor: bad value \"-1\"" "$moe" 16 "$mcap --moe-expert-capacity-factor -1"
 # The shared experts beside the token exchanges: DeepSeek-V3's step is
 # shorter with --moe-shared-expert-overlap, as the spec's shared_overlap=1.
 dspec="tp=8,sp=1,pp=2,first=30,ep=8,etp=1,mbs=1,gbs=16,zero=0,overlap_grad=0"
@@ -250,7 +262,6 @@ for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" \
     "--moe-use-legacy-grouped-gemm" \
-    "--moe-expert-capacity-factor 1.0" \
     "--torch-fsdp2-no-reshard-after-forward"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
