@@ -15,7 +15,8 @@ static const char usage_text[] =
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
     "                    [--fp8] [--tp-comm-overlap] [--cross-entropy IMPL]\n"
-    "                    [--recompute-modules M,...]\n"
+    "                    [--recompute-modules M,...] [--fp8-recipe delayed|tensorwise]\n"
+    "                    [--dispatcher alltoall|deepep|hybridep]\n"
     "                    [--grad-fp32] [--max-experts-per-gpu E]\n"
     "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
     "\n"
@@ -62,6 +63,12 @@ static const char usage_text[] =
     "                       Megatron-LM's --tp-comm-overlap runs them (Transformer\n"
     "                       Engine userbuffers); all-reduces stay exposed;\n"
     "                       plan.json records it\n"
+    "  --fp8-recipe R       with --fp8, Transformer Engine's scaling: delayed (the\n"
+    "                       default) or tensorwise (current scaling, an amax pass\n"
+    "                       before each cast; docs/cost-model.md, FP8)\n"
+    "  --dispatcher D       MoE models: the token dispatcher the plan runs with:\n"
+    "                       alltoall (default), or deepep or hybridep (Megatron-\n"
+    "                       Core's flex dispatcher; docs/cost-model.md)\n"
     "  --recompute-modules M,...\n"
     "                       let a stage recompute these Megatron-Core modules\n"
     "                       (selective recomputation, as Megatron-LM's\n"
@@ -163,6 +170,22 @@ int ap_cmd_plan(int argc, char **argv)
             o.run.tp_overlap = 1;
         } else if (!strcmp(a, "--grad-fp32")) {
             o.run.grad_fp32 = 1;
+        } else if (!strcmp(a, "--fp8-recipe") && v) {
+            if (ap_fp8_recipe_parse(v, &o.run.fp8_recipe)) {
+                fprintf(stderr, "autopar plan: --fp8-recipe: bad value \"%.64s\" (delayed "
+                        "or tensorwise)\n", v);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--dispatcher") && v) {
+            if (ap_dispatcher_parse(v, &o.run.dispatcher) ||
+                o.run.dispatcher == AP_DISPATCH_ALLGATHER) {
+                fprintf(stderr, "autopar plan: --dispatcher: bad value \"%.64s\" (alltoall, "
+                        "deepep or hybridep; the allgather dispatcher is priced for a "
+                        "Megatron-LM configuration at tp 1, `autopar estimate`)\n", v);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--recompute-modules") && v) {
             unsigned mods;
             char err[AP_ERR_LEN];
@@ -214,6 +237,11 @@ int ap_cmd_plan(int argc, char **argv)
     }
     if (!cm.model) {
         fputs(usage_text, stderr);
+        return 2;
+    }
+    if (o.run.fp8_recipe != AP_FP8_DELAYED && !o.run.fp8) {
+        fprintf(stderr, "autopar plan: --fp8-recipe %s scales FP8 tensors: give --fp8 too\n",
+                ap_fp8_recipe_name(o.run.fp8_recipe));
         return 2;
     }
     ap_graph *g;

@@ -469,9 +469,12 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
         s.best.run.tp_overlap = 0;
         rc = ap_plan_evaluate(ctx->g, ctx->c, &s.best, err);
     }
-    /* Modules a plan does not recompute anywhere are not the plan's. */
+    /* Modules a plan does not recompute anywhere are not the plan's, nor
+     * a dispatcher a model without experts has no use for. */
     if (!rc && !any_selective(&s.best))
         s.best.run.recompute_modules = 0;
+    if (!rc && !ap_graph_label_of(ctx->g, AP_DIM_EXPERTS))
+        s.best.run.dispatcher = AP_DISPATCH_ALLTOALL;
     if (rc) {
         ap_plan_free(&s.best);
         return rc;

@@ -44,6 +44,18 @@ grep -q '"moe_shared_expert_overlap":.*true' "$tmp/ds.json" && ok ||
     bad "plan.json lacks moe_shared_expert_overlap"
 "$bin" export "$tmp/ds.json" --to megatron 2>"$tmp/err" | grep -qxF "  --moe-shared-expert-overlap" &&
     ok || bad "the export lacks --moe-shared-expert-overlap: $(cat "$tmp/err")"
+# autopar plan runs with the dispatcher asked for, where the model has
+# experts; the allgather dispatcher is estimate's alone.
+"$bin" plan "$model" --gpus 16 --seq 1024 --global-batch 64 --dispatcher hybridep --quiet \
+    -o "$tmp/p.json" >/dev/null 2>"$tmp/err" || bad "plan --dispatcher: $(cat "$tmp/err")"
+grep -q '"moe_dispatcher":.*"hybridep"' "$tmp/p.json" && ok || bad "the plan lacks its dispatcher"
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --global-batch 8 --dispatcher deepep --quiet \
+    -o "$tmp/d.json" >/dev/null 2>"$tmp/err" || bad "dense plan --dispatcher: $(cat "$tmp/err")"
+grep -q '"moe_dispatcher"' "$tmp/d.json" && bad "a dense plan names a dispatcher" || ok
+"$bin" plan "$model" --gpus 16 --dispatcher allgather >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q 'dispatcher: bad value "allgather"' "$tmp/err" && ok ||
+    bad "plan takes allgather: $(cat "$tmp/err")"
+
 # Token dropping too: the capacity factor and its padding reach plan.json and
 # the export, whose flags price the same.
 "$bin" estimate "$src/examples/hf/mixtral-8x7b.json" --gpus 8 --seq 1024 --json --megatron \

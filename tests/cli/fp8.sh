@@ -72,6 +72,10 @@ out=$("$bin" estimate "$model" --gpus 16 --megatron "$spec,fp8_recipe=tensorwise
 [ $? -eq 2 ] && case "$out" in *"needs FP8 training (fp8=1)"*) true ;; *) false ;; esac &&
     ok || bad "fp8_recipe without fp8: $out"
 
+out=$("$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --fp8-recipe tensorwise 2>&1)
+[ $? -eq 2 ] && case "$out" in *"give --fp8 too"*) true ;; *) false ;; esac && ok ||
+    bad "plan --fp8-recipe without --fp8: $out"
+
 # A searched plan in FP8 records it.
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --global-batch 8 --quiet --fp8 \
     -o "$tmp/p.json" >/dev/null 2>&1 && grep -q '^	"fp8":	true' "$tmp/p.json" && ok ||
