@@ -76,7 +76,10 @@ static const char usage_text[] =
     "                       layernorm, mla_up_proj, moe, shared_experts; each\n"
     "                       stage then picks none, these modules or full\n"
     "                       recomputation, whichever is fastest and fits\n"
-    "                       (default: none or full)\n"
+    "                       (default: none or full); auto searches once more\n"
+    "                       with each set the model has (mlp; moe_act,layernorm;\n"
+    "                       mla_up_proj; all of them) and keeps the fastest plan,\n"
+    "                       at that many times the planning time\n"
     "  --cross-entropy IMPL the loss's kernels: unfused (Megatron-LM's default),\n"
     "                       native (--cross-entropy-loss-fusion) or te (with\n"
     "                       --cross-entropy-fusion-impl te); a fused loss is\n"
@@ -185,6 +188,9 @@ int ap_cmd_plan(int argc, char **argv)
                         "Megatron-LM configuration at tp 1, `autopar estimate`)\n", v);
                 return 2;
             }
+            i++;
+        } else if (!strcmp(a, "--recompute-modules") && v && !strcmp(v, "auto")) {
+            o.auto_modules = 1;
             i++;
         } else if (!strcmp(a, "--recompute-modules") && v) {
             unsigned mods;

@@ -704,6 +704,9 @@ typedef struct {
     double ilp_gap;       /* 0: 1e-4 */
     int progress;         /* print progress to stderr when slow */
     int max_local_experts;/* at most this many experts per GPU, 0: any */
+    /* 1: search the recompute modules too (ap_plan_search), the
+     * run's recompute_modules ignored. */
+    int auto_modules;
     /* The settings to plan with: fp8 (--fp8), tp_overlap
      * (--tp-comm-overlap), cross_entropy (--cross-entropy), grad_fp32
      * (--grad-fp32; 0: bf16, which the Megatron-LM export states with
@@ -726,8 +729,19 @@ typedef int (*ap_stage_cost_fn)(void *ctx, int stage, int first, int end,
                                 double *t);
 double ap_stage_dp(int nlayers, int nstages, int nmicro, ap_stage_cost_fn cost,
                    void *ctx, int *first);
+/* The module sets --recompute-modules auto tries, in order, for graph g
+ * under run r (ap_module bits, at most AP_AUTO_MODULE_SETS): the model's
+ * dense MLPs (mlp), its experts' activation and MoE norms
+ * (moe_act+layernorm, where the FP8 recipe allows them), its MLA up
+ * projections (mla_up_proj), and all of those together, each only where
+ * the model has such ops. Returns how many. */
+#define AP_AUTO_MODULE_SETS 4
+int ap_auto_module_sets(const ap_graph *g, const ap_run_settings *r, unsigned *sets);
 /* Searches for the fastest plan that fits. On AP_EINPUT for a model that
- * cannot fit, err says the smallest shortfall and what would help. */
+ * cannot fit, err says the smallest shortfall and what would help. Under
+ * o->auto_modules, searches once without recompute modules and once with
+ * each set ap_auto_module_sets gives, and keeps the fastest (the first of
+ * equals). */
 int ap_plan_search(const ap_graph *g, const ap_cluster *c,
                    const ap_plan_opts *o, ap_plan *out, char *err);
 /* Whether the plan's pieces after the layers run on another stage than

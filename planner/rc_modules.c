@@ -85,3 +85,24 @@ int ap_rc_modules_check(const ap_graph *g, const ap_run_settings *r, char *err)
     snprintf(err, AP_ERR_LEN, "recompute_modules=%s (--recompute-modules): %s", list, why);
     return AP_EINPUT;
 }
+
+int ap_auto_module_sets(const ap_graph *g, const ap_run_settings *r, unsigned *sets)
+{
+    unsigned seen = 0;
+    for (int i = 0; i < g->nops; i++)
+        seen |= g->ops[i].modules;
+    unsigned moe = AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM;
+    if (r->fp8 && r->fp8_recipe == AP_FP8_DELAYED)
+        moe = 0; /* Megatron-Core refuses them under delayed scaling */
+    const unsigned each[3] = {AP_MODULE_MLP, moe, AP_MODULE_MLA_UP_PROJ};
+    unsigned all = 0;
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        if (each[i] && (seen & each[i])) {
+            sets[n++] = each[i] & seen;
+            all |= each[i] & seen;
+        }
+    if (n > 1)
+        sets[n++] = all;
+    return n;
+}

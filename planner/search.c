@@ -483,8 +483,8 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
     return AP_OK;
 }
 
-int ap_plan_search(const ap_graph *g, const ap_cluster *c,
-                   const ap_plan_opts *o, ap_plan *out, char *err)
+static int search_once(const ap_graph *g, const ap_cluster *c, const ap_plan_opts *o,
+                       ap_plan *out, char *err)
 {
     if ((o->run.fp8 && ap_fp8_check(c, err)) || ap_rc_modules_check(g, &o->run, err))
         return AP_EINPUT;
@@ -502,4 +502,50 @@ int ap_plan_search(const ap_graph *g, const ap_cluster *c,
     ap_search_ctx_free(&ctx);
     ap_parts_free(&m);
     return rc;
+}
+
+/* --recompute-modules auto: the search without modules, then with each
+ * set, the fastest kept. A set under which nothing fits leaves the others
+ * standing; the error kept is the first search's. */
+static int search_modules(const ap_graph *g, const ap_cluster *c, const ap_plan_opts *o,
+                          ap_plan *out, char *err)
+{
+    unsigned sets[AP_AUTO_MODULE_SETS];
+    int n = ap_auto_module_sets(g, &o->run, sets);
+    ap_plan_opts each = *o;
+    each.auto_modules = 0;
+    each.run.recompute_modules = 0;
+    int rc = search_once(g, c, &each, out, err), have = rc == AP_OK;
+    if (rc && rc != AP_EINPUT)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        ap_plan p;
+        char e[AP_ERR_LEN];
+        each.run.recompute_modules = ap_rc_modules_setting(sets[i]);
+        int r = search_once(g, c, &each, &p, e);
+        if (r && r != AP_EINPUT) {
+            if (have)
+                ap_plan_free(out);
+            memcpy(err, e, AP_ERR_LEN);
+            return r;
+        }
+        if (r)
+            continue;
+        if (!have || p.step_time < out->step_time) {
+            if (have)
+                ap_plan_free(out);
+            *out = p;
+            have = 1;
+        } else {
+            ap_plan_free(&p);
+        }
+    }
+    return have ? AP_OK : rc;
+}
+
+int ap_plan_search(const ap_graph *g, const ap_cluster *c,
+                   const ap_plan_opts *o, ap_plan *out, char *err)
+{
+    return o->auto_modules ? search_modules(g, c, o, out, err)
+                           : search_once(g, c, o, out, err);
 }

@@ -282,6 +282,41 @@ static void the_planner_chooses_modules_per_stage(void)
     ap_graph_free(g);
 }
 
+/* --recompute-modules auto tries the sets the model has: Llama's dense
+ * MLPs; Mixtral's experts' activation and MoE norms; DeepSeek-V3's dense
+ * MLPs, MoE pieces, MLA up projections and all three together, less the
+ * MoE pieces under delayed FP8 scaling, which refuses them. */
+static void auto_tries_the_sets_the_model_has(void)
+{
+    const char *models[] = {"examples/hf/llama-3-8b.json", "examples/hf/mixtral-8x7b.json",
+                            "examples/hf/deepseek-v3.json"};
+    const unsigned moe = AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM;
+    ap_run_settings r;
+    memset(&r, 0, sizeof r);
+    unsigned sets[AP_AUTO_MODULE_SETS];
+    for (int i = 0; i < 3; i++) {
+        ap_graph *g = ap_test_model(models[i], 256);
+        REQUIRE(g != NULL);
+        r.fp8 = 0;
+        int n = ap_auto_module_sets(g, &r, sets);
+        if (i == 0)
+            CHECK(n == 1 && sets[0] == AP_MODULE_MLP);
+        if (i == 1)
+            CHECK(n == 1 && sets[0] == moe);
+        if (i == 2)
+            CHECK(n == 4 && sets[0] == AP_MODULE_MLP && sets[1] == moe &&
+                  sets[2] == AP_MODULE_MLA_UP_PROJ &&
+                  sets[3] == (AP_MODULE_MLP | moe | AP_MODULE_MLA_UP_PROJ));
+        r.fp8 = 1;
+        n = ap_auto_module_sets(g, &r, sets);
+        if (i == 2)
+            CHECK(n == 3 && sets[1] == AP_MODULE_MLA_UP_PROJ);
+        if (i == 1)
+            CHECK(n == 0);
+        ap_graph_free(g);
+    }
+}
+
 /* Megatron-Core's refusals that depend on the model or the run. */
 static void refusals_name_the_rule(void)
 {
@@ -331,6 +366,7 @@ int main(void)
     RUN(recomputing_moe_repeats_its_all_to_alls);
     RUN(mla_up_proj_frees_the_attention_inputs);
     RUN(the_planner_chooses_modules_per_stage);
+    RUN(auto_tries_the_sets_the_model_has);
     RUN(refusals_name_the_rule);
     return DONE();
 }

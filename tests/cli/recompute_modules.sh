@@ -72,4 +72,11 @@ grep -q '"recompute_modules"' "$tmp/tiny.json" && bad "a plan recomputing none n
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --recompute-modules mla_up_proj >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q 'mla_up_proj needs multi-latent attention' "$tmp/err" && ok ||
     bad "plan takes mla_up_proj without MLA: $(cat "$tmp/err")"
+# --recompute-modules auto searches with the model's sets too: gpt-tiny
+# fits without recomputation, so its plan names none and is the default's.
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --global-batch 8 --quiet --json \
+    --recompute-modules auto >"$tmp/auto" 2>"$tmp/err" || bad "plan auto: $(cat "$tmp/err")"
+"$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --global-batch 8 --quiet --json \
+    >"$tmp/default" 2>&1
+cmp -s "$tmp/auto" "$tmp/default" && ok || bad "auto differs on a model that fits: $(diff "$tmp/auto" "$tmp/default")"
 finish
