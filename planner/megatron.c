@@ -605,6 +605,12 @@ static const struct {
      "which is not priced"},
     {"--optimizer-cpu-offload", 0, "keeps the optimizer states in host memory "
      "and steps them on the CPU, which is not priced"},
+    {"--fine-grained-activation-offloading", 0, "moves chosen activations to host "
+     "memory over PCIe, which is not priced"},
+    {"--moe-latent-size", 1, "runs the experts in a latent space of another width "
+     "than the model's, which the graph does not have"},
+    {"--moe-paged-stash", 0, "stashes the experts' activations in paged buffers, "
+     "which is not priced"},
     {"--use-legacy-models", 0, "runs the legacy GPT model; autopar prices "
      "Megatron-Core's"},
     {"--spec", -1, "replaces the layer's modules with a custom spec that "

@@ -258,6 +258,7 @@ same "--recompute-modules under full recomputation" "$llama" 16 \
 
 # Flags refused whatever their value.
 for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
+    "--fine-grained-activation-offloading" "--moe-latent-size 1024" "--moe-paged-stash" \
     "--spec local" \
     "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" \
