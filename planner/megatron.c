@@ -611,6 +611,13 @@ static const struct {
      "than the model's, which the graph does not have"},
     {"--moe-paged-stash", 0, "stashes the experts' activations in paged buffers, "
      "which is not priced"},
+    {"--fp4-format", 1, "trains the linear layers in FP4, which is not priced"},
+    {"--fp8-dot-product-attention", 0, "runs attention in FP8, which is not priced "
+     "(autopar's FP8 keeps attention in bf16, Megatron-LM's default)"},
+    {"--fp8-multi-head-attention", 0, "runs attention in FP8, which is not priced "
+     "(autopar's FP8 keeps attention in bf16, Megatron-LM's default)"},
+    {"--first-last-layers-bf16", 0, "keeps the first and last layers in bf16 under "
+     "FP8, which is not priced"},
     {"--use-legacy-models", 0, "runs the legacy GPT model; autopar prices "
      "Megatron-Core's"},
     {"--spec", -1, "replaces the layer's modules with a custom spec that "

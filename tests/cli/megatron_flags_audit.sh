@@ -259,6 +259,8 @@ same "--recompute-modules under full recomputation" "$llama" 16 \
 # Flags refused whatever their value.
 for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--fine-grained-activation-offloading" "--moe-latent-size 1024" "--moe-paged-stash" \
+    "--fp4-format nvfp4" "--fp8-dot-product-attention" "--fp8-multi-head-attention" \
+    "--first-last-layers-bf16" \
     "--spec local" \
     "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" \
