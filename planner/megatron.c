@@ -319,6 +319,11 @@ static int fp8_flag(const char *tok, char **save, ap_megatron *m, char *err)
     for (size_t i = 0; i < sizeof fp8_tuning / sizeof fp8_tuning[0]; i++)
         tuning |= !strcmp(tok, fp8_tuning[i]);
     int recipe = !strcmp(tok, "--fp8-recipe");
+    /* Megatron-LM of 2023 spelled the formats as flags of their own. */
+    if (!strcmp(tok, "--fp8-e4m3") || !strcmp(tok, "--fp8-hybrid")) {
+        m->run.fp8 = 1;
+        return 1;
+    }
     if (!tuning && !recipe && strcmp(tok, "--fp8-format"))
         return 0;
     char *v = flag_value(tok, save, err);
@@ -618,6 +623,47 @@ static const struct {
      "(autopar's FP8 keeps attention in bf16, Megatron-LM's default)"},
     {"--first-last-layers-bf16", 0, "keeps the first and last layers in bf16 under "
      "FP8, which is not priced"},
+    {"--no-fp8-wgrad", 0, "runs the weight-gradient GEMMs in bf16 under FP8, which is "
+     "not priced (autopar runs them in FP8, Megatron-LM's default)"},
+    {"--keep-fp8-transpose-cache", 0, "keeps every layer's FP8 weight transposes "
+     "resident under FSDP, which is not priced"},
+    {"--fp32-residual-connection", 0, "keeps the residual stream in fp32, which is "
+     "not priced"},
+    {"--no-bias-gelu-fusion", 0, "runs bias and GELU unfused, which keeps more for "
+     "backward than the fused kernel priced"},
+    {"--window-size", -1, "gives attention a sliding window, which the graph does not "
+     "have"},
+    {"--window-attn-skip-freq", 1, "mixes sliding-window and full attention layers, "
+     "which the graph does not have"},
+    {"--fallback-to-eager-attn", 0, "runs attention eagerly, unfused, which autopar "
+     "prices only for a model built with --flash-attention off (and "
+     "--attention-backend unfused)"},
+    {"--sequence-packing-scheduler", 1, "packs sequences of several lengths per "
+     "micro-batch, which is not priced"},
+    {"--max-seqlen-per-dp-cp-rank", 1, "balances packed sequences over the ranks, "
+     "which is not priced"},
+    {"--dynamic-context-parallel", 0, "varies context parallelism per micro-batch, "
+     "which is not priced"},
+    {"--hybrid-context-parallel", 0, "varies context parallelism per micro-batch, "
+     "which is not priced"},
+    {"--tensor-parallel-num-weight-shards", 1, "shards the weights beyond the "
+     "tensor-parallel group, which is not priced"},
+    {"--expert-tensor-parallel-num-weight-shards", 1, "shards the experts' weights "
+     "beyond the expert-tensor-parallel group, which is not priced"},
+    {"--moe-expert-rank-capacity-factor", 1, "caps the tokens each rank's experts "
+     "take, which is not priced"},
+    {"--deterministic-mode", 0, "runs deterministic kernels, slower ones, which are "
+     "not priced"},
+    {"--batch-invariant-mode", 0, "runs batch-invariant kernels, slower ones, which "
+     "are not priced"},
+    {"--use-mok-megakernel", 0, "runs the MoE layer as one megakernel, which is not "
+     "priced"},
+    {"--te-precision-config-file", 1, "sets each module's precision from a file, which "
+     "autopar cannot see"},
+    {"--use-tp-pp-dp-mapping", 0, "orders the ranks tp-cp-ep-pp-dp, which puts the "
+     "data- and pipeline-parallel groups on other nodes than autopar prices "
+     "(Megatron-LM's default order)"},
+    {"--fake-process-group", 0, "skips all communication (a profiling aid)"},
     {"--use-legacy-models", 0, "runs the legacy GPT model; autopar prices "
      "Megatron-Core's"},
     {"--spec", -1, "replaces the layer's modules with a custom spec that "
@@ -640,6 +686,8 @@ static const struct {
 } refused_unless[] = {
     {"--optimizer", "adam", "keeps other optimizer states than Adam's, "
      "which autopar prices (12 bytes per parameter)"},
+    {"--distributed-backend", "nccl", "runs the collectives over another backend than "
+     "NCCL, which is not priced"},
     {"--cpu-offloading-num-layers", "0", "moves those layers' activations to "
      "host memory over PCIe, which is not priced"},
     {"--num-distributed-optimizer-instances", "1", "keeps that many copies of "
@@ -661,11 +709,14 @@ static int refused_flag(const char *tok, char **save, char *err)
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         if (strcmp(tok, refused[i].flag))
             continue;
-        char *v = refused[i].values > 0 ? flag_value(tok, save, err)
-                : refused[i].values < 0 ? list_value(save) : NULL;
+        char *v = refused[i].values > 0 ? flag_value(tok, save, err) : NULL;
         if (refused[i].values > 0 && !v)
             return -1;
-        return refuse(tok, v, refused[i].why, err);
+        char list[128] = "";
+        for (char *e; refused[i].values < 0 && (e = list_value(save));)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? " " : "",
+                     e);
+        return refuse(tok, *list ? list : v, refused[i].why, err);
     }
     for (size_t i = 0; i < sizeof refused_unless / sizeof refused_unless[0]; i++) {
         if (strcmp(tok, refused_unless[i].flag))

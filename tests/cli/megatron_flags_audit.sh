@@ -256,11 +256,22 @@ same "--recompute-modules under full recomputation" "$llama" 16 \
     "$layout --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --recompute-modules mlp" \
     "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,recompute=full"
 
+# Megatron-LM of 2023 spelled the FP8 formats as flags of their own.
+same "--fp8-hybrid" "$llama" 16 "$layout --fp8-hybrid" "$spec,fp8=1"
+same "--fp8-e4m3" "$llama" 16 "$layout --fp8-e4m3" "$spec,fp8=1"
+
 # Flags refused whatever their value.
 for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--fine-grained-activation-offloading" "--moe-latent-size 1024" "--moe-paged-stash" \
     "--fp4-format nvfp4" "--fp8-dot-product-attention" "--fp8-multi-head-attention" \
-    "--first-last-layers-bf16" \
+    "--first-last-layers-bf16" "--no-fp8-wgrad" "--keep-fp8-transpose-cache" \
+    "--fp32-residual-connection" "--no-bias-gelu-fusion" "--window-size 4096 0" \
+    "--window-attn-skip-freq 4" "--fallback-to-eager-attn" "--sequence-packing-scheduler dp_balanced" \
+    "--max-seqlen-per-dp-cp-rank 8192" "--dynamic-context-parallel" "--hybrid-context-parallel" \
+    "--tensor-parallel-num-weight-shards 4" "--expert-tensor-parallel-num-weight-shards 2" \
+    "--moe-expert-rank-capacity-factor 1.5" "--deterministic-mode" "--batch-invariant-mode" \
+    "--use-mok-megakernel" "--te-precision-config-file p.yaml" "--use-tp-pp-dp-mapping" \
+    "--fake-process-group" \
     "--spec local" \
     "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" \
@@ -285,7 +296,7 @@ est "$llama" 16 --megatron-args "$layout --cuda-graph-impl local --cuda-graph-sc
 refused "--cuda-graph-impl: bad value \"eager\"" "$llama" 16 "$layout --cuda-graph-impl eager"
 # ... and unless they are Megatron-LM's default, which prices as before.
 for f in "--optimizer sgd" "--cpu-offloading-num-layers 2" \
-    "--num-distributed-optimizer-instances 2" "--fp8-recipe mxfp8"; do
+    "--num-distributed-optimizer-instances 2" "--fp8-recipe mxfp8" "--distributed-backend gloo"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
 same "the defaults" "$llama" 16 "$layout --optimizer adam --cpu-offloading-num-layers 0 \
