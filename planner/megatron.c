@@ -413,6 +413,7 @@ static int *shape_slot(ap_megatron *m, const char *flag, int *groups)
          : !strcmp(flag, "--num-query-groups") ? groups
          : !strcmp(flag, "--ffn-hidden-size") ? &m->shape.ffn
          : !strcmp(flag, "--seq-length") ? &m->shape.seq
+         : !strcmp(flag, "--kv-channels") ? &m->shape.kv_channels
          : !strcmp(flag, "--num-experts") ? &m->shape.experts : NULL;
 }
 
@@ -1375,7 +1376,13 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             return AP_EINPUT;
         if (known)
             continue;
-        if (!strcmp(tok, "--sequence-parallel")) {
+        if (!strcmp(tok, "--swiglu")) {
+            m->shape.swiglu = 1;
+        } else if (!strcmp(tok, "--squared-relu")) {
+            m->shape.squared_relu = 1;
+        } else if (!strcmp(tok, "--untie-embeddings-and-output-weights")) {
+            m->shape.untie = 1;
+        } else if (!strcmp(tok, "--sequence-parallel")) {
             m->sp = 1;
         } else if (!strcmp(tok, "--use-distributed-optimizer")) {
             m->zero = AP_ZERO_1;
@@ -2041,10 +2048,59 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, char *err)
     return AP_EINPUT;
 }
 
+/* The structure flags against the model: a flag given must describe it,
+ * and where the command line states the model as a whole script does
+ * (--num-layers, --hidden-size and --num-attention-heads), Megatron-LM's
+ * default where a flag is left out must too: a GELU MLP without --swiglu
+ * or --squared-relu, tied embeddings without
+ * --untie-embeddings-and-output-weights, hidden/heads per head without
+ * --kv-channels (which multi-latent attention does not read). */
+static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                           char *err)
+{
+    int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
+    int mla = 0;
+    for (int i = 0; i < g->nops && !mla; i++)
+        mla = (g->ops[i].modules & AP_MODULE_MLA_UP_PROJ) != 0;
+    long long kv = mla ? 0
+                 : m->shape.kv_channels ? m->shape.kv_channels
+                 : whole && s->heads ? s->hidden / s->heads : 0;
+    const char *what = NULL;
+    char flag[96];
+    if (kv && s->head_dim && kv != s->head_dim) {
+        snprintf(flag, sizeof flag, "--kv-channels %lld%s", kv,
+                 m->shape.kv_channels ? "" : " (hidden / heads, where left out)");
+        what = "per attention head";
+    } else if ((m->shape.swiglu || whole) && m->shape.swiglu != s->swiglu) {
+        snprintf(flag, sizeof flag, "%s", m->shape.swiglu ? "--swiglu" : "no --swiglu");
+        what = s->swiglu ? "a SwiGLU MLP" : "no SwiGLU MLP";
+    } else if ((m->shape.squared_relu || whole) && m->shape.squared_relu != s->squared_relu) {
+        snprintf(flag, sizeof flag, "%s", m->shape.squared_relu ? "--squared-relu"
+                                                                : "no --squared-relu");
+        what = s->squared_relu ? "a squared-ReLU MLP" : "no squared-ReLU MLP";
+    } else if ((m->shape.untie || whole) && m->shape.untie == s->tied_embeddings) {
+        snprintf(flag, sizeof flag, "%s", m->shape.untie
+                 ? "--untie-embeddings-and-output-weights"
+                 : "no --untie-embeddings-and-output-weights (tied, Megatron-LM's default)");
+        what = s->tied_embeddings ? "tied embeddings" : "an output layer of its own";
+    }
+    if (!what)
+        return AP_OK;
+    if (kv && s->head_dim && kv != s->head_dim)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s has %lld %s", flag,
+                 g->source, s->head_dim, what);
+    else
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s has %s", flag, g->source,
+                 what);
+    return AP_EINPUT;
+}
+
 static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
 {
     ap_model_shape s;
     ap_model_shape_of(g, &s);
+    if (check_structure(g, m, &s, err))
+        return AP_EINPUT;
     int attention = 0;
     for (int i = 0; i < g->nops; i++)
         attention |= g->ops[i].kind == AP_OP_ATTENTION;

@@ -844,6 +844,10 @@ typedef struct {
         /* --moe-router-num-groups and --moe-router-group-topk under
          * --num-experts (group-limited routing); 0 where not given */
         int route_groups, route_group_topk;
+        int kv_channels; /* --kv-channels; 0 where not given */
+        /* 1 where --swiglu, --squared-relu and
+         * --untie-embeddings-and-output-weights are given */
+        int swiglu, squared_relu, untie;
     } shape;
 } ap_megatron;
 

@@ -4,8 +4,10 @@
 # describe the model given (a command line is never priced for another
 # model), --seq-length builds it at that length, --recompute-activations is
 # selective recomputation, the dropout flags build it with or without
-# dropout, and recomputation flags Megatron-LM refuses are refused with
-# the reason (tests/cli/recompute_partial.sh has the rest).
+# dropout, the structure flags (--swiglu, --squared-relu, --kv-channels,
+# --untie-embeddings-and-output-weights) must describe it, and
+# recomputation flags Megatron-LM refuses are refused with the reason
+# (tests/cli/recompute_partial.sh has the rest).
 set -u
 . "$(dirname "$0")/lib.sh"
 model=$src/examples/hf/llama-3-8b.json
@@ -64,6 +66,22 @@ expect "--megatron-args: --ffn-hidden-size 11008, but $model has 14336 FFN size"
     --megatron-args "$layout --ffn-hidden-size 11008"
 expect "--megatron-args: --num-experts 8, but $model has no experts" \
     --megatron-args "$layout --num-experts 8 --moe-token-dispatcher-type alltoall --moe-grouped-gemm"
+# The structure flags: one given must describe the model; a whole script
+# (layers, hidden size and heads stated) that leaves one out describes
+# Megatron-LM's default: a GELU MLP, tied embeddings, hidden/heads a head.
+whole="$layout --num-layers 32 --hidden-size 4096 --num-attention-heads 32"
+expect "--megatron-args: no --swiglu, but $model has a SwiGLU MLP" \
+    --megatron-args "$whole --untie-embeddings-and-output-weights"
+expect "--megatron-args: no --untie-embeddings-and-output-weights (tied, Megatron-LM's default), but $model has an output layer of its own" \
+    --megatron-args "$whole --swiglu"
+expect "--megatron-args: --squared-relu, but $model has no squared-ReLU MLP" \
+    --megatron-args "$layout --squared-relu"
+expect "--megatron-args: --kv-channels 64, but $model has 128 per attention head" \
+    --megatron-args "$layout --kv-channels 64"
+a=$(estimate --megatron-args "$layout --swiglu --kv-channels 128")
+b=$(estimate --megatron-args "$layout")
+echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok ||
+    bad "structure flags that describe the model change nothing: $a"
 expect "--seq 4096 and --megatron-args --seq-length 8192 disagree" \
     --seq 4096 --megatron-args "$layout --seq-length 8192"
 expect "--megatron-args: --seq-length: bad value \"0\" (an integer from 1 to 2^30)" \
