@@ -317,8 +317,16 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
         s->layers, s->hidden, s->heads);
     if (s->kv_heads != s->heads)
         put(b, "  --group-query-attention\n  --num-query-groups %lld\n", s->kv_heads);
-    if (s->head_dim && s->head_dim * s->heads != s->hidden)
+    if (s->mla) {
+        put(b, "  --multi-latent-attention\n");
+        if (s->q_lora)
+            put(b, "  --q-lora-rank %lld\n", s->q_lora);
+        put(b, "  --kv-lora-rank %lld\n  --qk-head-dim %lld\n  --qk-pos-emb-head-dim %lld\n"
+               "  --v-head-dim %lld\n  --qk-layernorm\n", s->kv_lora, s->qk_nope_dim,
+            s->qk_rope_dim, s->v_head_dim);
+    } else if (s->head_dim && s->head_dim * s->heads != s->hidden) {
         put(b, "  --kv-channels %lld\n", s->head_dim);
+    }
     put(b, "  --ffn-hidden-size %lld\n", s->ffn);
     /* The experts as priced: the plan's dispatcher, stated even where it
      * is Megatron-Core's default (allgather), and TE's GroupedLinear, not

@@ -585,6 +585,14 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
                       "a parallel residual, as GPT-NeoX's use_parallel_residual");
     /* Without a flag Megatron-LM builds gelu; its others are --swiglu,
      * --squared-relu and --quick-geglu (x*sigmoid(1.702x) gated, not GeGLU). */
+    /* Megatron-LM states MLA by its dimensions, which a Hugging Face config
+     * names (the project format may not). */
+    if (to == AP_LAUNCHER_MEGATRON && s->mla &&
+        !(s->kv_lora && s->qk_nope_dim && s->qk_rope_dim && s->v_head_dim))
+        return refuse(p, err, "%s states multi-latent attention by its dimensions; %s",
+                      ap_launcher_name(to), "the model does not name them as a Hugging "
+                      "Face config does (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
+                      "v_head_dim)");
     /* torchtitan's and DeepSpeed's models have no MTP module. */
     if (to != AP_LAUNCHER_MEGATRON && s->mtp_layers)
         return refuse(p, err, "%s's models have no %s; export the plan to Megatron-LM "

@@ -414,6 +414,11 @@ static int *shape_slot(ap_megatron *m, const char *flag, int *groups)
          : !strcmp(flag, "--ffn-hidden-size") ? &m->shape.ffn
          : !strcmp(flag, "--seq-length") ? &m->shape.seq
          : !strcmp(flag, "--kv-channels") ? &m->shape.kv_channels
+         : !strcmp(flag, "--q-lora-rank") ? &m->shape.q_lora
+         : !strcmp(flag, "--kv-lora-rank") ? &m->shape.kv_lora
+         : !strcmp(flag, "--qk-head-dim") ? &m->shape.qk_nope_dim
+         : !strcmp(flag, "--qk-pos-emb-head-dim") ? &m->shape.qk_rope_dim
+         : !strcmp(flag, "--v-head-dim") ? &m->shape.v_head_dim
          : !strcmp(flag, "--num-experts") ? &m->shape.experts : NULL;
 }
 
@@ -1376,7 +1381,9 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             return AP_EINPUT;
         if (known)
             continue;
-        if (!strcmp(tok, "--swiglu")) {
+        if (!strcmp(tok, "--multi-latent-attention")) {
+            m->shape.mla = 1;
+        } else if (!strcmp(tok, "--swiglu")) {
             m->shape.swiglu = 1;
         } else if (!strcmp(tok, "--squared-relu")) {
             m->shape.squared_relu = 1;
@@ -2095,11 +2102,46 @@ static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_mod
     return AP_EINPUT;
 }
 
+/* Multi-latent attention on the command line against the model's: the
+ * flag, and under it each dimension given, or in a whole script left out
+ * to Megatron-Core's default (no query LoRA, a key-value LoRA rank of 32,
+ * heads of 128 + 64 for queries and keys and 128 for values). */
+static int check_mla(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                     char *err)
+{
+    int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
+    if (m->shape.mla != s->mla && (m->shape.mla || whole)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s has %s", m->shape.mla
+                 ? "--multi-latent-attention" : "no --multi-latent-attention", g->source,
+                 s->mla ? "multi-latent attention" : "no multi-latent attention");
+        return AP_EINPUT;
+    }
+    if (!m->shape.mla || !s->mla)
+        return AP_OK;
+    const char *flags[] = {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+                           "--qk-pos-emb-head-dim", "--v-head-dim"};
+    const int given[] = {m->shape.q_lora, m->shape.kv_lora, m->shape.qk_nope_dim,
+                         m->shape.qk_rope_dim, m->shape.v_head_dim};
+    const int deflt[] = {0, 32, 128, 64, 128};
+    const long long have[] = {s->q_lora, s->kv_lora, s->qk_nope_dim, s->qk_rope_dim,
+                              s->v_head_dim};
+    for (int i = 0; i < 5; i++) {
+        long long want = given[i] ? given[i] : whole ? deflt[i] : have[i];
+        if ((have[i] || given[i]) && want != have[i]) {
+            snprintf(err, AP_ERR_LEN, "--megatron-args: %s %lld%s, but %s has %lld",
+                     flags[i], want, given[i] ? "" : " (Megatron-Core's default)",
+                     g->source, have[i]);
+            return AP_EINPUT;
+        }
+    }
+    return AP_OK;
+}
+
 static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
 {
     ap_model_shape s;
     ap_model_shape_of(g, &s);
-    if (check_structure(g, m, &s, err))
+    if (check_structure(g, m, &s, err) || check_mla(g, m, &s, err))
         return AP_EINPUT;
     int attention = 0;
     for (int i = 0; i < g->nops; i++)

@@ -845,6 +845,8 @@ typedef struct {
          * --num-experts (group-limited routing); 0 where not given */
         int route_groups, route_group_topk;
         int kv_channels; /* --kv-channels; 0 where not given */
+        int mla;         /* 1 where --multi-latent-attention is given */
+        int q_lora, kv_lora, qk_nope_dim, qk_rope_dim, v_head_dim; /* its flags */
         /* 1 where --swiglu, --squared-relu and
          * --untie-embeddings-and-output-weights are given */
         int swiglu, squared_relu, untie;
@@ -1030,6 +1032,13 @@ typedef struct {
     long long hidden, heads, kv_heads, head_dim, ffn, vocab, seq, experts;
     int top_k;
     int route_groups, route_group_topk; /* group-limited routing; 0, 0: none */
+    /* Multi-latent attention (ops in the mla_up_proj module): the query and
+     * key-value LoRA ranks (q_lora 0: none), the query and key head
+     * dimension without and with rotary embedding, and the value head
+     * dimension, from a Hugging Face config's dimension names; 0 where the
+     * model has no MLA or names them otherwise. */
+    int mla;
+    long long q_lora, kv_lora, qk_nope_dim, qk_rope_dim, v_head_dim;
     ap_dtype dtype;
     int rmsnorm;           /* else LayerNorm */
     int swiglu;            /* gated SiLU MLP; else the model's activation */

@@ -88,6 +88,28 @@ static int head_is_tied(const ap_graph *g)
     return 0;
 }
 
+/* The size of the dimension named `name`, 0 where the graph has none. */
+static long long named(const ap_graph *g, const char *name)
+{
+    for (int i = 0; i < g->ndims; i++)
+        if (!strcmp(g->dims[i].name, name))
+            return g->dims[i].size;
+    return 0;
+}
+
+static void mla_shape(const ap_graph *g, ap_model_shape *s)
+{
+    for (int i = 0; i < g->nops && !s->mla; i++)
+        s->mla = (g->ops[i].modules & AP_MODULE_MLA_UP_PROJ) != 0;
+    if (!s->mla)
+        return;
+    s->q_lora = named(g, "q_lora_rank");
+    s->kv_lora = named(g, "kv_lora_rank");
+    s->qk_nope_dim = named(g, "qk_nope_head_dim");
+    s->qk_rope_dim = named(g, "qk_rope_head_dim");
+    s->v_head_dim = named(g, "v_head_dim");
+}
+
 void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
 {
     memset(s, 0, sizeof *s);
@@ -132,6 +154,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
         if (op->kind == AP_OP_ATTENTION)
             s->attention_dropout = fmax(s->attention_dropout, op->dropout_p);
     }
+    mla_shape(g, s);
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);
     s->parallel_residual = has_parallel_residual(g);

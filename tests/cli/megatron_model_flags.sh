@@ -78,6 +78,8 @@ expect "--megatron-args: --squared-relu, but $model has no squared-ReLU MLP" \
     --megatron-args "$layout --squared-relu"
 expect "--megatron-args: --kv-channels 64, but $model has 128 per attention head" \
     --megatron-args "$layout --kv-channels 64"
+expect "--megatron-args: --multi-latent-attention, but $model has no multi-latent attention" \
+    --megatron-args "$layout --multi-latent-attention"
 a=$(estimate --megatron-args "$layout --swiglu --kv-channels 128")
 b=$(estimate --megatron-args "$layout")
 echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok ||

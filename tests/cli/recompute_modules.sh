@@ -21,6 +21,17 @@ tr -d ' \t\n' <"$tmp/plan.json" | grep -q '"recompute_modules":\["mlp","moe_act"
     ok || bad "plan.json's modules: $(grep -A5 recompute_modules "$tmp/plan.json" | head -6)"
 "$bin" export "$tmp/plan.json" --to megatron >"$tmp/args.sh" 2>"$tmp/err" ||
     bad "export: $(cat "$tmp/err")"
+grep -qxF "  --multi-latent-attention" "$tmp/args.sh" && grep -qxF "  --q-lora-rank 1536" "$tmp/args.sh" &&
+    grep -qxF "  --kv-lora-rank 512" "$tmp/args.sh" && grep -qxF "  --qk-pos-emb-head-dim 64" "$tmp/args.sh" &&
+    ok || bad "the export does not state MLA: $(grep -i lora "$tmp/args.sh")"
+whole="--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --swiglu --untie-embeddings-and-output-weights"
+"$bin" estimate "$model" --gpus 16 --seq 1024 --megatron-args "$args $whole" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "no --multi-latent-attention, but" "$tmp/err" && ok ||
+    bad "a whole script without MLA: $(cat "$tmp/err")"
+"$bin" estimate "$model" --gpus 16 --seq 1024 --megatron-args \
+    "$args $whole --multi-latent-attention --q-lora-rank 1536" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q -- "--kv-lora-rank 32 (Megatron-Core's default), but" "$tmp/err" && ok ||
+    bad "MLA dimensions left to Megatron-Core's defaults: $(cat "$tmp/err")"
 grep -qxF "  --recompute-modules mlp moe_act layernorm mla_up_proj" "$tmp/args.sh" && ok ||
     bad "the export's modules: $(grep recompute "$tmp/args.sh")"
 "$bin" estimate "$model" --gpus 16 --seq 1024 --megatron-args "$(megatron_args "$tmp/args.sh")" \
