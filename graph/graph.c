@@ -162,6 +162,14 @@ unsigned ap_module_from_name(const char *s)
     return 0;
 }
 
+unsigned ap_graph_modules(const ap_graph *g)
+{
+    unsigned seen = 0;
+    for (int i = 0; i < g->nops; i++)
+        seen |= g->ops[i].modules;
+    return seen;
+}
+
 void ap_build_opts_default(ap_build_opts *o)
 {
     o->seq = 0;

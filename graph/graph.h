@@ -290,6 +290,8 @@ int ap_op_kind_from_name(const char *s, ap_op_kind *kind, int *sub);
 const char *ap_module_name(unsigned bit);
 /* The bit named s, or 0 when s names no module. */
 unsigned ap_module_from_name(const char *s);
+/* The ap_module bits of any op of g: the modules the model has. */
+unsigned ap_graph_modules(const ap_graph *g);
 const char *ap_dim_kind_name(ap_dim_kind k);
 int ap_dim_kind_from_name(const char *s, ap_dim_kind *out);
 

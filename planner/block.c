@@ -165,8 +165,8 @@ typedef struct {
     double fc1[2], fc2[2], dispatch[2], combine[2];
 } shared_parts;
 
-static void add_shared_part(const ap_price_ctx *x, int op, const ap_op_cost *c,
-                            const char *fc2_ops, shared_parts *sp)
+static void add_shared_part(const ap_price_ctx *x, int op, const ap_op_cost *c, int fc2,
+                            shared_parts *sp)
 {
     const ap_op *o = &x->g->ops[op];
     if (o->kind == AP_OP_DISPATCH || o->kind == AP_OP_COMBINE) {
@@ -177,13 +177,14 @@ static void add_shared_part(const ap_price_ctx *x, int op, const ap_op_cost *c,
     }
     if (!(o->modules & AP_MODULE_SHARED_EXPERTS))
         return;
-    double *t = fc2_ops[op] ? sp->fc2 : sp->fc1;
+    double *t = fc2 ? sp->fc2 : sp->fc1;
     t[0] += c->fwd + c->fwd_comm;
     t[1] += c->bwd + c->bwd_comm;
 }
 
-/* Marks the shared experts' fc2 side among the block's ops: a matmul that
- * contracts the shared FFN label, and every shared op fed by one. */
+/* Marks the shared experts' fc2 side among the block's ops (fc2[i] for
+ * ops[i]): a matmul that contracts the shared FFN label, and every shared
+ * op fed by one. */
 static void mark_fc2(const ap_graph *g, const int *ops, int nops, char *fc2)
 {
     char ffn = 0;
@@ -201,10 +202,10 @@ static void mark_fc2(const ap_graph *g, const int *ops, int nops, char *fc2)
             continue;
         int mark = ffn && o->kind == AP_OP_MATMUL && strchr(o->contracted, ffn);
         for (int k = 0; k < o->ninputs && !mark; k++) {
-            int p = g->tensors[o->inputs[k]].producer;
+            int p = position_in(ops, nops, g->tensors[o->inputs[k]].producer);
             mark = p >= 0 && fc2[p];
         }
-        fc2[ops[i]] = (char)mark;
+        fc2[i] = (char)mark;
     }
 }
 
@@ -232,7 +233,7 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
 {
     shared_parts sp;
     memset(&sp, 0, sizeof sp);
-    char *fc2 = x->run.shared_overlap ? calloc((size_t)x->g->nops, 1) : NULL;
+    char *fc2 = x->run.shared_overlap && nops > 0 ? calloc((size_t)nops, 1) : NULL;
     if (fc2)
         mark_fc2(x->g, ops, nops, fc2);
     memset(out, 0, sizeof *out);
@@ -260,7 +261,7 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         split_op_comm(x, ops[i], &strat[i], &c, out);
         add_rc_op(x, ops[i], &strat[i], &c, out);
         if (fc2)
-            add_shared_part(x, ops[i], &c, fc2, &sp);
+            add_shared_part(x, ops[i], &c, fc2[i], &sp);
     }
     if (fc2)
         hide_shared(&sp, out);

@@ -60,9 +60,8 @@ static const ap_block_point *point_of(const ap_block *b, int k)
 static void layer_under(const config *cf, const ap_block_point *bp, ap_recompute rc,
                         double *t, double *act)
 {
-    double attn = ap_run_rc_modules(&cf->run) & AP_MODULE_CORE_ATTN ? bp->attn_fwd : 0;
     *t = bp->fwd + bp->bwd + (rc == AP_RECOMPUTE_FULL        ? bp->fwd
-                              : rc == AP_RECOMPUTE_SELECTIVE ? attn + bp->rc_fwd
+                              : rc == AP_RECOMPUTE_SELECTIVE ? ap_selective_fwd(&cf->run, bp)
                                                              : 0);
     *act = rc == AP_RECOMPUTE_FULL        ? bp->input_bytes
          : rc == AP_RECOMPUTE_SELECTIVE ? bp->act_bytes - bp->rc_freed

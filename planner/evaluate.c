@@ -43,7 +43,7 @@ typedef struct {
 /* What selective recomputation redoes of one layer of a block: the
  * attention's forward where core_attn is among the run's modules, and the
  * other modules' forward (ap_block_point.rc_fwd). */
-static double selective_fwd(const ap_run_settings *r, const ap_block_point *bp)
+double ap_selective_fwd(const ap_run_settings *r, const ap_block_point *bp)
 {
     double attn = ap_run_rc_modules(r) & AP_MODULE_CORE_ATTN ? bp->attn_fwd : 0;
     return attn + bp->rc_fwd;
@@ -56,7 +56,7 @@ static double recompute_bwd(const ap_run_settings *r, const ap_block_point *bp,
                             ap_recompute rc, const rc_count *n, double times)
 {
     return rc == AP_RECOMPUTE_FULL ? bp->fwd * n->recomputed
-         : rc == AP_RECOMPUTE_SELECTIVE ? selective_fwd(r, bp) * times : 0;
+         : rc == AP_RECOMPUTE_SELECTIVE ? ap_selective_fwd(r, bp) * times : 0;
 }
 
 /* Adds to *act what `times` layers of a block keep for backward: under full
@@ -208,7 +208,7 @@ static double pair_save(const ap_price_ctx *x, const ap_plan *p, const ap_block 
     ap_moe_phases f, b;
     ap_moe_block_phases(x, blk->ops, blk->nops, bp->strat, &f, &b);
     if (rc == AP_RECOMPUTE_SELECTIVE)
-        b.attn += selective_fwd(&p->run, bp);
+        b.attn += ap_selective_fwd(&p->run, bp);
     double alone = f.attn + f.dispatch + f.expert + f.combine + b.attn + b.dispatch +
                    b.expert + b.combine;
     return (alone - ap_moe_pair_time(&f, &b, p->run.delay_wgrad)) * times;

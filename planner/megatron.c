@@ -159,7 +159,6 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
     if (!strcmp(k, "layout"))
         return layout_key(m, v, who, err);
     if (!strcmp(k, "capacity_factor")) {
-        char *end;
         double f = strtod(v, &end);
         if (!*v || *end || !(f > 0 && f <= 1e6))
             goto bad;
@@ -2023,15 +2022,10 @@ static int check_recompute(const ap_megatron *m, int L, const ap_pipe_layout *la
  * then routes over all experts) the flex dispatcher, whose traffic depends
  * on it, is refused too, and the alltoall dispatcher, whose does not, is
  * priced. A group_topk not below the groups limits nothing. */
-static int check_groups(const ap_graph *g, const ap_megatron *m, char *err)
+static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                        char *err)
 {
-    int groups = 0, topk = 0;
-    for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].kind == AP_OP_ROUTER) {
-            groups = g->ops[i].groups;
-            topk = g->ops[i].group_topk;
-            break;
-        }
+    int groups = s->route_groups, topk = s->route_group_topk;
     int fg = m->shape.route_groups, ft = m->shape.route_group_topk;
     int given = fg || ft;
     if (fg > 1 && (!ft || ft >= fg)) /* no limit */
@@ -2039,19 +2033,20 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, char *err)
     if (given ? fg == groups && ft == topk
               : !groups || m->run.dispatcher == AP_DISPATCH_ALLTOALL)
         return AP_OK;
-    if (given)
+    if (given) {
+        char routes[48] = "over all experts";
+        if (groups)
+            snprintf(routes, sizeof routes, "within %d of %d expert groups", topk, groups);
         snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-router-num-groups %d "
                  "--moe-router-group-topk %d, but %s routes %s", m->shape.route_groups,
-                 m->shape.route_group_topk, g->source, groups ? "within" : "over all experts");
-    else
+                 m->shape.route_group_topk, g->source, routes);
+    } else {
         snprintf(err, AP_ERR_LEN, "--megatron-args: no --moe-router-num-groups (Megatron-LM "
                  "then routes over all experts), but %s routes each token within %d of %d "
                  "expert groups, which the flex dispatcher's traffic depends on: give "
                  "--moe-router-num-groups %d --moe-router-group-topk %d", g->source, topk,
                  groups, groups, topk);
-    if (given && groups)
-        snprintf(err + strlen(err), AP_ERR_LEN - strlen(err), " %d of %d expert groups",
-                 topk, groups);
+    }
     return AP_EINPUT;
 }
 
@@ -2066,10 +2061,7 @@ static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_mod
                            char *err)
 {
     int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
-    int mla = 0;
-    for (int i = 0; i < g->nops && !mla; i++)
-        mla = (g->ops[i].modules & AP_MODULE_MLA_UP_PROJ) != 0;
-    long long kv = mla ? 0
+    long long kv = s->mla ? 0
                  : m->shape.kv_channels ? m->shape.kv_channels
                  : whole && s->heads ? s->hidden / s->heads : 0;
     const char *what = NULL;
@@ -2170,7 +2162,7 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
                  "has %lld expert FFN size", m->shape.moe_ffn, g->source, s.ffn);
         return AP_EINPUT;
     }
-    return check_groups(g, m, err);
+    return check_groups(g, m, &s, err);
 }
 
 /* Token dropping: padding needs a capacity (Megatron-Core asserts it);

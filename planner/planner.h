@@ -510,6 +510,11 @@ typedef struct {
     ap_ilp_result ilp;    /* of the fastest point */
 } ap_block;
 
+/* What selective recomputation under r redoes of one layer of block point
+ * bp: the attention's forward where core_attn is among r's modules, and
+ * the other modules' (rc_fwd). */
+double ap_selective_fwd(const ap_run_settings *r, const ap_block_point *bp);
+
 /* Solves the block's ILP with no memory row, then again under tighter memory
  * budgets (param_bytes + act_weight * act_bytes) to trace the trade-off
  * between speed and memory. Edges from the previous layer of the same class

@@ -56,9 +56,7 @@ void ap_rc_modules_format(unsigned modules, const char *sep, char *buf, size_t l
 
 int ap_rc_modules_check(const ap_graph *g, const ap_run_settings *r, char *err)
 {
-    unsigned mods = r->recompute_modules, seen = 0;
-    for (int i = 0; i < g->nops; i++)
-        seen |= g->ops[i].modules;
+    unsigned mods = r->recompute_modules, seen = ap_graph_modules(g);
     const char *why = NULL;
     if (r->fp8 && r->fp8_recipe == AP_FP8_DELAYED &&
         (mods & (AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM)))
@@ -88,9 +86,7 @@ int ap_rc_modules_check(const ap_graph *g, const ap_run_settings *r, char *err)
 
 int ap_auto_module_sets(const ap_graph *g, const ap_run_settings *r, unsigned *sets)
 {
-    unsigned seen = 0;
-    for (int i = 0; i < g->nops; i++)
-        seen |= g->ops[i].modules;
+    unsigned seen = ap_graph_modules(g);
     unsigned moe = AP_MODULE_MOE_ACT | AP_MODULE_LAYERNORM;
     if (r->fp8 && r->fp8_recipe == AP_FP8_DELAYED)
         moe = 0; /* Megatron-Core refuses them under delayed scaling */

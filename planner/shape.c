@@ -99,8 +99,7 @@ static long long named(const ap_graph *g, const char *name)
 
 static void mla_shape(const ap_graph *g, ap_model_shape *s)
 {
-    for (int i = 0; i < g->nops && !s->mla; i++)
-        s->mla = (g->ops[i].modules & AP_MODULE_MLA_UP_PROJ) != 0;
+    s->mla = (ap_graph_modules(g) & AP_MODULE_MLA_UP_PROJ) != 0;
     if (!s->mla)
         return;
     s->q_lora = named(g, "q_lora_rank");
