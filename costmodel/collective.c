@@ -136,6 +136,55 @@ double ap_cost_collective_bucketed(const ap_cluster *c, ap_coll op, int ranks, i
     return ap_cost_collective(c, op, ranks, nodes, bucket) * (bytes / bucket);
 }
 
+/* NCCL's LL protocol (src/graph/tuning.cc, baseLat and hwLat for LL):
+ * base latency 3.6 us (ring) and 4.4 us (tree); per hop 0.47 us (ring) and
+ * 0.52 us (tree) over NVLink, 1.8 times that once the group spans nodes,
+ * and 2.7 us (ring) and 5.0 us (tree) over the network. */
+#define LL_RING_BASE_S 3.6e-6
+#define LL_TREE_BASE_S 4.4e-6
+#define LL_RING_NVLINK_S 0.47e-6
+#define LL_TREE_NVLINK_S 0.52e-6
+#define LL_ACROSS_NODES 1.8
+#define LL_RING_NET_S 2.7e-6
+#define LL_TREE_NET_S 5.0e-6
+
+static int log2_floor(int n)
+{
+    int l = 0;
+    while (n >>= 1)
+        l++;
+    return l;
+}
+
+/* The latencies NCCL's tuning model gives an LL all-reduce: the ring's
+ * 2(n-1) steps, 2N of them across the network when the group spans N
+ * nodes, or the tree's climb through a node's n/N ranks and log2(N) network
+ * levels and back; NCCL runs the faster. */
+static double allreduce_ll(int ranks, int nodes)
+{
+    double across = nodes > 1 ? LL_ACROSS_NODES : 1;
+    int steps = 2 * (ranks - 1), inter = nodes > 1 ? 2 * nodes : 0;
+    if (inter > steps)
+        inter = steps;
+    double ring = LL_RING_BASE_S + (steps - inter) * LL_RING_NVLINK_S * across +
+                  inter * LL_RING_NET_S;
+    double tree = LL_TREE_BASE_S + 2 * ((ranks / nodes - 1) * LL_TREE_NVLINK_S * across +
+                                        log2_floor(nodes) * LL_TREE_NET_S);
+    return fmin(ring, tree);
+}
+
+double ap_cost_allreduce_small(const ap_cluster *c, int ranks, int nodes, double bytes)
+{
+    if (ranks <= 1 || !(bytes > 0))
+        return 0;
+    if (nodes < 1)
+        nodes = 1;
+    if (nodes > ranks)
+        nodes = ranks;
+    double t = c->ncoll ? measured(c, AP_COLL_ALLREDUCE, ranks, nodes, bytes) : -1;
+    return t >= 0 ? t : allreduce_ll(ranks, nodes);
+}
+
 double ap_cost_allreduce(const ap_cluster *c, int ranks, int nodes, double bytes)
 {
     return ap_cost_collective(c, AP_COLL_ALLREDUCE, ranks, nodes, bytes);

@@ -412,6 +412,11 @@ double ap_cost_collective(const ap_cluster *c, ap_coll op, int ranks, int nodes,
 double ap_cost_collective_bucketed(const ap_cluster *c, ap_coll op, int ranks, int nodes,
                                    double bytes, double bucket);
 double ap_cost_allreduce(const ap_cluster *c, int ranks, int nodes, double bytes);
+/* An all-reduce of a few bytes to a few kilobytes (FP8 amaxes, a loss), as
+ * NCCL runs it: with its LL protocol, on the ring or the tree, whichever its
+ * tuning model finds faster; latency only. A measured table for the group
+ * is read at `bytes` instead (a profile measures this size's real time). */
+double ap_cost_allreduce_small(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_allgather(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_reducescatter(const ap_cluster *c, int ranks, int nodes, double bytes);
 double ap_cost_alltoall(const ap_cluster *c, int ranks, int nodes, double bytes);

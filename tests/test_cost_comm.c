@@ -146,6 +146,30 @@ static void measured_table_returns_samples_and_interpolates(void)
     CHECK_NEAR(ap_cost_allgather(&c, 8, 1, 1 << 26), ap_cost_allgather(&a, 8, 1, 1 << 26), 1e-12);
 }
 
+/* A message of a few bytes (an FP8 amax, a loss) runs on NCCL's LL protocol,
+ * whose tuning model (src/graph/tuning.cc) gives the ring 3.6 us plus 0.47 us
+ * a hop over NVLink and the tree 4.4 us plus 0.52 us a hop, hops within a
+ * node 1.8 times slower once the group spans nodes, and each network level
+ * of the tree 5.0 us; NCCL takes the faster. */
+static void a_small_allreduce_takes_nccls_ll_latency(void)
+{
+    ap_cluster c = ap_test_h100(512);
+    /* One node: the ring's 14 hops, 10.18 us (the tree's 14 take 11.68). */
+    CHECK_NEAR(ap_cost_allreduce_small(&c, 8, 1, 4), 3.6e-6 + 14 * 0.47e-6, 1e-15);
+    /* 2 nodes of 8: the tree climbs 7 hops and one network level, and back. */
+    CHECK_NEAR(ap_cost_allreduce_small(&c, 16, 2, 4), 27.504e-6, 1e-12);
+    /* 32 nodes of 8: five network levels, 67.5 us where the Simple ring's
+     * 510 steps would take milliseconds. */
+    CHECK_NEAR(ap_cost_allreduce_small(&c, 256, 32, 4096), 67.504e-6, 1e-12);
+    CHECK(ap_cost_allreduce(&c, 256, 32, 4096) > 1e-3);
+    CHECK(ap_cost_allreduce_small(&c, 1, 1, 4) == 0);
+    /* A measured table for the group is read instead. */
+    ap_coll_sample s[1] = {{AP_COLL_ALLREDUCE, 8, 1, 1 << 20, 3.0e-5}};
+    ap_cluster m = with_samples(s, 1);
+    CHECK_NEAR(ap_cost_allreduce_small(&m, 8, 1, 4), 3.0e-5, 1e-15);
+    CHECK_NEAR(ap_cost_allreduce_small(&m, 16, 2, 4), 27.504e-6, 1e-12);
+}
+
 static void bus_factors_and_names(void)
 {
     CHECK_NEAR(ap_coll_bus_factor(AP_COLL_ALLREDUCE, 4), 1.5, 1e-12);
@@ -168,6 +192,7 @@ int main(void)
     RUN(alltoall_across_nodes_leaves_through_each_ranks_own_rail);
     RUN(pp_sendrecv_of_an_activation);
     RUN(measured_table_returns_samples_and_interpolates);
+    RUN(a_small_allreduce_takes_nccls_ll_latency);
     RUN(bus_factors_and_names);
     return DONE();
 }
