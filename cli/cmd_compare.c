@@ -89,6 +89,7 @@ static double expert(const ap_plan *p) { return p->t_kinds.expert; }
 static double context(const ap_plan *p) { return p->t_kinds.context; }
 static double gather(const ap_plan *p) { return p->t_kinds.param_gather; }
 static double greduce(const ap_plan *p) { return p->t_kinds.grad_reduce; }
+static double amax(const ap_plan *p) { return p->t_kinds.amax; }
 static double p2p(const ap_plan *p) { return p->t_p2p; }
 static double sync_exposed(const ap_plan *p) { return p->t_grad_sync; }
 static double sync_total(const ap_plan *p) { return p->t_grad_sync_total; }
@@ -137,6 +138,7 @@ static void print_table(const ap_graph *g, const column *cols, int n,
     row(f, "  context-parallel", cols, n, context, "%.4f");
     row(f, "  ZeRO-3 gathers", cols, n, gather, "%.4f");
     row(f, "  ZeRO-2/3 grad reduce", cols, n, greduce, "%.4f");
+    row(f, "  FP8 amax all-reduce", cols, n, amax, "%.4f");
     row(f, "pipeline send/recv (s)", cols, n, p2p, "%.4f");
     row(f, "gradient sync, exposed (s)", cols, n, sync_exposed, "%.4f");
     row(f, "gradient sync, total (s)", cols, n, sync_total, "%.4f");

@@ -106,6 +106,9 @@ static void split_edge_comm(const ap_price_ctx *x, int t, int prod,
                             const ap_strategy *cs, double total, double back,
                             double regather, ap_block_point *out)
 {
+    double cast_back, cast = ap_price_edge_cast(x, t, prod, ps, cons, cs, &cast_back);
+    total -= cast + cast_back;
+    back -= cast_back;
     ap_strategy conv = *cs;
     const ap_op_kind k = x->g->ops[cons].kind;
     for (int a = 0; a < 2; a++)
@@ -275,10 +278,11 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         double total = ap_price_edge(x, e[k].tensor, u, ps, v, cs, &back);
         double saved = ap_price_edge_saved(x, e[k].tensor, u, ps, v, cs, &regather);
         out->act_bytes += saved;
+        double cast_back, cast = ap_price_edge_cast(x, e[k].tensor, u, ps, v, cs, &cast_back);
         out->fwd += total - back;
         out->bwd += back;
-        out->comm_fwd += total - back;
-        out->comm_bwd += back;
+        out->comm_fwd += total - back - cast;
+        out->comm_bwd += back - cast_back;
         split_edge_comm(x, e[k].tensor, u, ps, v, cs, total, back, regather, out);
         add_rc_edge(x, e[k].tensor, u, ps, v, cs, total, back, saved, out);
     }

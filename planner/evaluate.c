@@ -31,6 +31,7 @@ static void add_kinds(ap_comm_kinds *to, const ap_comm_kinds *k, double times)
     to->context += k->context * times;
     to->param_gather += k->param_gather * times;
     to->grad_reduce += k->grad_reduce * times;
+    to->amax += k->amax * times;
 }
 
 /* Of a block's `times` layers in a stage under full recomputation: those
@@ -333,7 +334,8 @@ static int alloc_chunks(ap_stage *st, int v)
  * Megatron-Core builds them; its share of the stage's activations (the
  * pipeline's act_share); and under moe_a2a_overlap what its merged pairs
  * save. They add up to the stage's fwd, bwd and a2a_save. */
-static int price_chunks(const ap_price_ctx *x, const ap_plan *p, ap_stage *st, char *err)
+static int price_chunks(const ap_price_ctx *x, const ap_plan *p, ap_stage *st,
+                        const double amax[2], char *err)
 {
     int v = p->vchunks, s = stage_index(p, st);
     if (alloc_chunks(st, v)) {
@@ -356,12 +358,46 @@ static int price_chunks(const ap_price_ctx *x, const ap_plan *p, ap_stage *st, c
         ap_stage_chunk_of(p, s, i, &chunk, &pos, &layer);
         add_layer(x, p, st, i, 2 + class_index(p, x->g->layer_class[layer]), chunk, share);
     }
+    for (int c = 0; c < v; c++) {
+        st->chunk_fwd[c] += amax[0];
+        st->chunk_bwd[c] += amax[1];
+    }
     double total = 0;
     for (int c = 0; c < v; c++)
         total += share[c];
     for (int c = 0; c < v; c++)
         share[c] = total > 0 ? share[c] / total : 1.0 / v;
     return AP_OK;
+}
+
+/* Under delayed scaling every exit from fp8_autocast all-reduces the amaxes
+ * of the region's FP8 tensors, one message synchronous with the GPU's work,
+ * over Megatron-Core's amax group: the stage's tensor-, data- and
+ * context-parallel ranks. The backward of the region's first module does the
+ * same for the gradients' (TE's reduce_and_update_fp8_tensors). Megatron-Core
+ * enters the autocast once per model chunk, so each chunk pays one each way
+ * per micro-batch: amax[0] forward, amax[1] backward. The message holds an
+ * fp32 per tensor: input, weight and output of each FP8 GEMM forward, the
+ * two gradients backward. */
+static void amax_reduce(const ap_cluster *c, const ap_plan *p, const ap_stage *st,
+                        double fp8_gemms, double amax[2])
+{
+    amax[0] = amax[1] = 0;
+    if (!p->run.fp8 || p->run.fp8_recipe != AP_FP8_DELAYED || !(fp8_gemms > 0))
+        return;
+    int gpn = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
+    int nodes = (st->first_rank + st->ngpus - 1) / gpn - st->first_rank / gpn + 1;
+    double v = p->vchunks > 1 ? p->vchunks : 1;
+    amax[0] = ap_cost_allreduce_small(c, st->ngpus, nodes, 3 * 4 * fp8_gemms / v);
+    amax[1] = ap_cost_allreduce_small(c, st->ngpus, nodes, 2 * 4 * fp8_gemms / v);
+}
+
+static double fp8_gemms_of(const ap_graph *g, const ap_block *blk)
+{
+    double n = 0;
+    for (int i = 0; i < blk->nops; i++)
+        n += ap_fp8_linear(g, blk->ops[i]);
+    return n;
 }
 
 static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
@@ -383,6 +419,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
     st->a2a_save = st->defer_wgrad = st->defer_bytes = 0;
     st->local_experts = st->expert_gemm_s = 0;
     memset(&st->kinds, 0, sizeof st->kinds);
+    double fp8_gemms = 0, amax[2];
     for (int b = 0; b < 2 + p->nclasses; b++) {
         ap_block *blk = &st->blocks[b];
         if (!blk->nops || !blk->npoints)
@@ -392,6 +429,7 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                                                      : class_layers(g, p, st, b - 2, &n);
         if (times == 0)
             continue;
+        fp8_gemms += fp8_gemms_of(g, blk) * times;
         ap_block_point *bp = &blk->points[st->point[b]];
         ap_strategy *strat = bp->strat;
         ap_block_price(&x, blk->ops, blk->nops, strat, bp);
@@ -409,8 +447,15 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
      * set, held once, is spread over them. */
     if (st->recompute == AP_RECOMPUTE_FULL)
         st->act_bytes += recompute_working_set(g, p, st) / fmax(st->inflight, 1);
+    amax_reduce(c, p, st, fp8_gemms, amax);
+    double v = p->vchunks > 1 ? p->vchunks : 1;
+    st->fwd += v * amax[0];
+    st->bwd += v * amax[1];
+    st->comm_fwd += v * amax[0];
+    st->comm_bwd += v * amax[1];
+    st->kinds.amax += v * (amax[0] + amax[1]);
     if (p->vchunks > 1)
-        return price_chunks(&x, p, st, err);
+        return price_chunks(&x, p, st, amax, err);
     free_chunks(st);
     return AP_OK;
 }

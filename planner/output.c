@@ -317,6 +317,7 @@ static cJSON *prediction_json(const ap_plan *p)
     cJSON_AddNumberToObject(k, "context_parallel_s", p->t_kinds.context);
     cJSON_AddNumberToObject(k, "zero3_param_gather_s", p->t_kinds.param_gather);
     cJSON_AddNumberToObject(k, "zero_grad_reduce_s", p->t_kinds.grad_reduce);
+    cJSON_AddNumberToObject(k, "fp8_amax_reduce_s", p->t_kinds.amax);
     cJSON_AddNumberToObject(k, "pipeline_send_recv_s", p->t_p2p);
     cJSON_AddNumberToObject(k, "grad_sync_total_s", p->t_grad_sync_total);
     cJSON_AddNumberToObject(k, "grad_sync_exposed_s", p->t_grad_sync);
@@ -699,6 +700,8 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
         fprintf(f, ", ZeRO-3 gathers %.3f s", p->t_kinds.param_gather);
     if (p->t_kinds.grad_reduce > 0)
         fprintf(f, ", ZeRO-2/3 gradient reduce-scatters %.3f s", p->t_kinds.grad_reduce);
+    if (p->t_kinds.amax > 0)
+        fprintf(f, ", FP8 amax all-reduces %.3f s", p->t_kinds.amax);
     fprintf(f, "; pipeline send/recv %.3f s; gradient sync %.3f s (%.3f s exposed%s",
             p->t_p2p, p->t_grad_sync_total, p->t_grad_sync,
             p->serial_grad_sync ? ", after the backward" : "");

@@ -358,10 +358,18 @@ void ap_price_op(const ap_price_ctx *x, int op, const ap_strategy *s,
 double ap_local_experts(const ap_price_ctx *x, int op, const ap_strategy *s);
 /* Forward plus backward resharding time on the edge from the producer of
  * tensor `t` (under strategy ps) to consumer op `cons` (under cs); the
- * backward part alone goes to *bwd when it is not NULL. */
+ * backward part alone goes to *bwd when it is not NULL. It includes what
+ * the edge changes in an FP8 consumer's input cast (ap_price_edge_cast). */
 double ap_price_edge(const ap_price_ctx *x, int t, int prod,
                      const ap_strategy *ps, int cons, const ap_strategy *cs,
                      double *bwd);
+/* The compute part of ap_price_edge: an FP8 linear layer prices its input's
+ * cast as if the input arrived whole; an edge that gathers it from sequence
+ * shards makes TE quantize the shard and transpose the gathered FP8 tensor
+ * in the backward instead. Returns the forward change (0 or negative) and
+ * puts the backward's (0 or positive) in *bwd. */
+double ap_price_edge_cast(const ap_price_ctx *x, int t, int prod, const ap_strategy *ps,
+                          int cons, const ap_strategy *cs, double *bwd);
 /* What the edge changes in its consumer's saved activations, bytes per GPU
  * per micro-batch (0 or negative). A column-parallel matmul fed by an
  * all-gather of a sequence-parallel tensor saves the producer's sequence
@@ -466,9 +474,10 @@ void ap_ilp_inject_fault(void);
  * context-parallel attention. Parameter gather: ZeRO-3 all-gathers of
  * weights before forward and backward. Gradient reduce: ZeRO-2/3 keep only
  * their shard of the gradients, so each micro-batch's are reduce-scattered
- * in its backward. */
+ * in its backward. FP8 amax: delayed scaling's all-reduce of the amaxes at
+ * each exit from fp8_autocast, over the stage's ranks. */
 typedef struct {
-    double tp, reshard, expert, context, param_gather, grad_reduce;
+    double tp, reshard, expert, context, param_gather, grad_reduce, amax;
 } ap_comm_kinds;
 
 /* One solution of a block (the ops of one layer, or the pieces before and

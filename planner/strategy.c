@@ -707,8 +707,73 @@ static int amax_fused(const ap_price_ctx *x, const ap_op *op)
            !(x->g->ops[p].modules & AP_MODULE_LAYERNORM);
 }
 
+/* TE's transpose of an FP8 tensor (fp8_transpose, or the columnwise copy a
+ * quantized tensor makes of itself): read 1 byte an element, write 1. */
+static double fp8_transpose(const ap_price_ctx *x, double elems)
+{
+    return ap_cost_memop(x->c, 0, 2 * elems);
+}
+
+/* TE's rowwise-only quantization of a sequence shard before it is gathered
+ * (gather_along_first_dim with a quantizer; cast_to_fp8 in TE 1.x): read 2
+ * bytes an element, write 1, with its amax pass under tensorwise scaling.
+ * The gathered tensor is transposed in the backward, for wgrad. */
+static double shard_cast(const ap_price_ctx *x, double shard, int fused)
+{
+    return ap_cost_memop(x->c, shard, 3 * shard) + fp8_amax(x, shard, fused);
+}
+
+/* The cast of an FP8 linear layer's input of `in` elements (gathered), fwd
+ * and bwd: arriving whole (k = 1), or as a sequence shard of 1/k that the
+ * layer gathers in FP8 (k > 1). Under delayed scaling the norm TE fuses into
+ * the layer (LayerNormLinear) writes FP8 itself (layernorm_fwd_fp8, the
+ * FULLY_FUSED norm), leaving only the transpose: made in the forward when
+ * nothing is gathered (TE 2.x; TE 1.x made it in the backward). */
+static void input_cast(const ap_price_ctx *x, const ap_op *op, double in, double k,
+                       double *fwd, double *bwd)
+{
+    int fused = amax_fused(x, op);
+    int norm_writes_fp8 = fused && x->run.fp8_recipe != AP_FP8_TENSORWISE;
+    if (k > 1) {
+        *fwd = norm_writes_fp8 ? 0 : shard_cast(x, in / k, fused);
+        *bwd = fp8_transpose(x, in);
+    } else {
+        *fwd = norm_writes_fp8 ? fp8_transpose(x, in) : fp8_cast(x, in) + fp8_amax(x, in, fused);
+        *bwd = 0;
+    }
+}
+
+/* The product of the mesh axes on which a row-parallel op reduce-scatters
+ * its output onto sequence shards (1 when it does not): the backward then
+ * gathers the output gradient, which TE quantizes on the shard first. */
+static double rs_ways(const ap_price_ctx *x, const ap_strategy *s)
+{
+    double k = 1;
+    for (int a = 0; a < 2; a++)
+        if (s->rs[a] && x->mesh->d[a] > 1)
+            k *= x->mesh->d[a];
+    return k;
+}
+
+/* The FP8 linear layers that read tensor t. Megatron fuses the projections
+ * of one input into one TE module (linear_qkv, a gated MLP's linear_fc1, the
+ * experts' grouped fc1), which quantizes that input once for all of them. */
+static int fp8_readers(const ap_graph *g, int t)
+{
+    const ap_tensor *tt = &g->tensors[t];
+    int seen = 0, n = 0;
+    for (int i = tt->first_consumer; i >= 0 && i < g->nops && seen < tt->consumers; i++)
+        for (int k = 0; k < g->ops[i].ninputs; k++)
+            if (g->ops[i].inputs[k] == t) {
+                seen++;
+                n += ap_fp8_linear(g, i);
+            }
+    return n > 1 ? n : 1;
+}
+
 /* The casts around an FP8 linear layer's GEMMs. Forward: its input, every
- * micro-batch, and its weight, once per step: Megatron marks the first
+ * micro-batch, shared with the other projections of its fused module
+ * (fp8_readers), and its weight, once per step: Megatron marks the first
  * micro-batch (set_is_first_microbatch) and TE reuses the cached FP8 weight
  * and transpose for the others. Backward: the output gradient. Each with
  * its amax pass under tensorwise scaling (fp8_amax). */
@@ -718,9 +783,15 @@ static void fp8_casts(const ap_price_ctx *x, const ap_op *op,
     gemm_dims d = dims_of(x, op, s);
     double micro = x->nmicro > 1 ? x->nmicro : 1;
     double in = d.batch * d.m * d.k, w = d.batch * d.k * d.n, out = d.batch * d.m * d.n;
-    *fwd = fp8_cast(x, in) + fp8_amax(x, in, amax_fused(x, op)) +
-           (fp8_cast(x, w) + fp8_amax(x, w, 0)) / micro;
-    *bwd = fp8_cast(x, out) + fp8_amax(x, out, 0);
+    double share = fp8_readers(x->g, op->inputs[0]), in_f, in_b;
+    input_cast(x, op, in, 1, &in_f, &in_b);
+    *fwd = in_f / share + (fp8_cast(x, w) + fp8_amax(x, w, 0)) / micro;
+    *bwd = in_b / share;
+    double k = rs_ways(x, s);
+    if (k > 1)
+        *bwd += shard_cast(x, out / k, 0) + fp8_transpose(x, out);
+    else
+        *bwd += fp8_cast(x, out) + fp8_amax(x, out, 0);
 }
 
 const char *ap_fp8_recipe_name(ap_fp8_recipe r)
@@ -994,6 +1065,19 @@ static void price_token_exchange(const ap_price_ctx *x, const ap_op *op,
     }
 }
 
+/* Under tensorwise scaling a sequence shard quantized before its gather
+ * needs the whole tensor's amax: TE all-reduces the shard's over the
+ * tensor-parallel group first (with_amax_reduction, one fp32, synchronous),
+ * for a column-parallel layer's input and a row-parallel one's output
+ * gradient. Delayed scaling takes the scale from earlier steps. */
+static double tp_amax(const ap_price_ctx *x, int mask)
+{
+    if (x->run.fp8_recipe != AP_FP8_TENSORWISE)
+        return 0;
+    int ranks = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+    return ap_cost_allreduce_small(x->c, ranks, x->mesh->nodes[mask - 1], 4);
+}
+
 /* Forward partial sums: a split label the output lacks. */
 static void price_partials(const ap_price_ctx *x, const ap_op *op,
                            const ap_strategy *s, ap_op_cost *c)
@@ -1032,7 +1116,10 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
         }
         double bytes = tensor_bytes(x, out) / tensor_split(x, s, O);
         double rs = coll(x, AP_COLL_REDUCESCATTER, 1 << a, bytes);
-        double ag = coll(x, AP_COLL_ALLGATHER, 1 << a, bytes);
+        /* An FP8 layer's output gradient is gathered in FP8 (fp8_casts). */
+        double ag = coll(x, AP_COLL_ALLGATHER, 1 << a,
+                         runs_fp8(x, op) ? bytes / ap_dtype_size(x->g->tensors[out].dtype)
+                                         : bytes);
         if (s->rs[a] && ub_linear(x, (int)(op - x->g->ops))) {
             /* Row-parallel under --tp-comm-overlap: the reduce-scatter is
              * pipelined with the forward GEMM (proj_fprop, fc2_fprop), the
@@ -1048,6 +1135,8 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
         } else {
             c->fwd_comm += coll(x, AP_COLL_ALLREDUCE, 1 << a, bytes);
         }
+        if (s->rs[a] && runs_fp8(x, op))
+            c->bwd_comm += tp_amax(x, 1 << a);
     }
     if (op->kind == AP_OP_ATTENTION)
         price_kv_exchange(x, op, s, c);
@@ -1456,6 +1545,53 @@ static double gather_bytes(const ap_price_ctx *x, int t, int prod,
            (other && x->mesh->d[1 - a] > 1 ? x->mesh->d[1 - a] : 1);
 }
 
+/* What a sequence-parallel gather into cons moves per byte of t: an FP8
+ * linear layer's input is quantized on its shard and gathered in FP8, in the
+ * forward and again in the backward (TE saves the FP8 shard). */
+static double gather_scale(const ap_price_ctx *x, int t, int cons)
+{
+    const ap_op *op = &x->g->ops[cons];
+    if (!runs_fp8(x, op) || op->inputs[0] != t)
+        return 1;
+    return 1.0 / ap_dtype_size(x->g->tensors[t].dtype);
+}
+
+/* How an FP8 linear layer's input cast changes when the edge gathers that
+ * input from sequence shards: the op priced it arriving whole (fp8_casts);
+ * the shard's cast and the gathered tensor's transpose replace that, shared
+ * with the fused module's other projections. Negative in the forward,
+ * positive in the backward, less in all. */
+static double sp_cast(const ap_price_ctx *x, int t, int prod, const ap_strategy *ps,
+                      int cons, const ap_strategy *cs, double *bwd)
+{
+    const ap_op *op = &x->g->ops[cons];
+    *bwd = 0;
+    int mask = runs_fp8(x, op) && op->inputs[0] == t
+                   ? regather_axes(x, t, prod, ps, cons, cs)
+                   : 0;
+    if (!mask)
+        return 0;
+    double k = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
+    gemm_dims d = dims_of(x, op, cs);
+    double in = d.batch * d.m * d.k, share = fp8_readers(x->g, t);
+    double whole_f, whole_b, shard_f, shard_b;
+    input_cast(x, op, in, 1, &whole_f, &whole_b);
+    input_cast(x, op, in, k, &shard_f, &shard_b);
+    *bwd = (shard_b - whole_b) / share;
+    return (shard_f - whole_f) / share;
+}
+
+double ap_price_edge_cast(const ap_price_ctx *x, int t, int prod, const ap_strategy *ps,
+                          int cons, const ap_strategy *cs, double *bwd)
+{
+    expert_ctx view;
+    *bwd = 0;
+    if (folding_boundary(x, prod, cons))
+        return 0;
+    x = expert_view(x, cons, &view);
+    return sp_cast(x, t, prod, ps, cons, cs, bwd);
+}
+
 /* The backward's second all-gather of a saved sequence shard; like the
  * forward gather, one serves every consumer, each edge carries its share. */
 static double regather_time(const ap_price_ctx *x, int t, int prod,
@@ -1469,7 +1605,8 @@ static double regather_time(const ap_price_ctx *x, int t, int prod,
     for (int a = 0; a < 2; a++) {
         if (!(mask & (1 << a)))
             continue;
-        double ag = coll(x, AP_COLL_ALLGATHER, 1 << a, gather_bytes(x, t, prod, ps, a));
+        double ag = coll(x, AP_COLL_ALLGATHER, 1 << a,
+                         gather_bytes(x, t, prod, ps, a) * gather_scale(x, t, cons));
         /* Under --tp-comm-overlap it runs beside the data-gradient GEMM
          * (TE's bulk qkv_dgrad, fc1_dgrad), which needs no gathered input. */
         if (ub & (1 << a))
@@ -1521,6 +1658,7 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
     double full = tensor_bytes(x, t);
     double cost = 0, back = 0;
     int ub = ub_axes(x, t, prod, ps, cons, cs);
+    int sp = regather_axes(x, t, prod, ps, cons, cs);
     double gemm = ub ? fused_gemm(x, t, cons, cs) : 0;
     for (int a = 0; a < 2; a++) {
         if (x->mesh->d[a] == 1)
@@ -1537,9 +1675,12 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
              * q, k and v; each edge carries its share. Under
              * --tp-comm-overlap the gather is ring-exchanged into the
              * forward GEMM (qkv_fprop, fc1_fprop). */
-            double ag = coll(x, AP_COLL_ALLGATHER, mask, bytes);
+            double ag = coll(x, AP_COLL_ALLGATHER, mask,
+                             sp & mask ? bytes * gather_scale(x, t, cons) : bytes);
             if (ub & mask)
                 ag = ap_tp_overlap_exposed(x->c, AP_UB_RING, ag, gemm, x->mesh->d[a]);
+            if ((sp & mask) && gather_scale(x, t, cons) < 1)
+                ag += tp_amax(x, mask);
             cost += ag / activation_consumers(x->g, t);
         } else if (!p && q) {
             back += coll(x, AP_COLL_ALLGATHER, mask, bytes);
@@ -1564,6 +1705,9 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
         }
     }
     back += regather_time(x, t, prod, ps, cons, cs);
+    double cast_back, cast = sp_cast(x, t, prod, ps, cons, cs, &cast_back);
+    cost += cast;
+    back += cast_back;
     if (bwd)
         *bwd = back;
     return cost + back;

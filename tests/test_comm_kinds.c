@@ -15,7 +15,8 @@ static ap_graph *gpt13(void)
 
 static double kinds_sum(const ap_comm_kinds *k)
 {
-    return k->tp + k->reshard + k->expert + k->context + k->param_gather + k->grad_reduce;
+    return k->tp + k->reshard + k->expert + k->context + k->param_gather + k->grad_reduce +
+           k->amax;
 }
 
 /* b * s * h bf16 elements: one layer's activation for one micro-batch. */

@@ -53,6 +53,12 @@ static double cast(const ap_cluster *c, double elems)
     return ap_cost_memop(c, elems, 4 * elems);
 }
 
+/* TE's transpose of an FP8 tensor: read 1 byte, write 1. */
+static double transpose(const ap_cluster *c, double elems)
+{
+    return ap_cost_memop(c, 0, 2 * elems);
+}
+
 static void only_the_layers_linear_layers_run_in_fp8(void)
 {
     ap_graph *g = llama();
@@ -84,8 +90,12 @@ static void a_linear_layer_takes_the_fp8_gemm_time_plus_its_casts(void)
     double m = dim_of(g, AP_DIM_SEQ), k = dim_of(g, AP_DIM_HIDDEN), n = dim_of(g, AP_DIM_FFN);
     double gemm = ap_cost_gemm(&u.c, AP_FP8, m, n, k);
     ap_op_cost c = price(&u.x, "l0.mlp.up");
-    /* Forward: input cast every micro-batch, weight cast once in 8. */
-    CHECK_NEAR(c.fwd, gemm + cast(&u.c, m * k) + cast(&u.c, k * n) / 8, 1e-12);
+    /* Forward: input cast every micro-batch, weight cast once in 8. Gate
+     * and up are one module in Megatron (linear_fc1, with the norm before
+     * them fused in: LayerNormLinear), which quantizes its input once, so
+     * each carries half. Under delayed scaling that norm writes FP8 itself,
+     * leaving the transpose for wgrad. */
+    CHECK_NEAR(c.fwd, gemm + transpose(&u.c, m * k) / 2 + cast(&u.c, k * n) / 8, 1e-12);
     /* Backward: dgrad (m x k, contracting n) and wgrad (k x n, contracting
      * the tokens) in FP8, each at its own shape; the data gradient is
      * stored in bf16, the weight gradient accumulated into the bf16
@@ -125,17 +135,23 @@ static void tensorwise_scaling_adds_an_amax_pass_where_no_kernel_finds_it(void)
     }
     double s = dim_of(g, AP_DIM_SEQ), h = dim_of(g, AP_DIM_HIDDEN), f = dim_of(g, AP_DIM_FFN);
     const char *ops[] = {"l0.q", "l0.o", "l0.mlp.down"};
-    /* input elements, weight elements, output elements, input's amax fused */
-    double dims[3][4] = {{s * h, h * h, s * h, 1}, {s * h, h * h, s * h, 0},
-                         {s * f, f * h, s * h, 0}};
+    /* input elements, weight elements, output elements, input's amax fused,
+     * projections sharing the input's cast (q, k and v: linear_qkv) */
+    double dims[3][5] = {{s * h, h * h, s * h, 1, 3}, {s * h, h * h, s * h, 0, 1},
+                         {s * f, f * h, s * h, 0, 1}};
     for (int i = 0; i < 3; i++) {
         ap_op_cost d = price(&u.x, ops[i]);
         u.x.run.fp8_recipe = AP_FP8_TENSORWISE;
         ap_op_cost t = price(&u.x, ops[i]);
         u.x.run.fp8_recipe = AP_FP8_DELAYED;
         double in = dims[i][0], w = dims[i][1], out = dims[i][2];
-        double amax_in = dims[i][3] ? 0 : ap_cost_memop(&u.c, in, 2 * in);
-        CHECK_NEAR(t.fwd - d.fwd, amax_in + ap_cost_memop(&u.c, w, 2 * w) / 8, 1e-9);
+        /* Where the norm is fused, delayed scaling's norm writes FP8 and
+         * leaves the transpose; tensorwise's writes bf16 and its amax, and
+         * the cast follows. Elsewhere tensorwise adds the amax pass. */
+        double in_extra = dims[i][3] ? cast(&u.c, in) - transpose(&u.c, in)
+                                     : ap_cost_memop(&u.c, in, 2 * in);
+        CHECK_NEAR(t.fwd - d.fwd, in_extra / dims[i][4] + ap_cost_memop(&u.c, w, 2 * w) / 8,
+                   1e-9);
         CHECK_NEAR(t.bwd - d.bwd, ap_cost_memop(&u.c, out, 2 * out), 1e-9);
     }
     ap_cluster_free(&u.c);
