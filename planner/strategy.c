@@ -1100,8 +1100,10 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
                 /* Batch or sequence split: each rank's loss is a mean over
                  * its own tokens, averaged across ranks as one scalar (as
                  * Megatron-LM reports it every micro-batch), over every
-                 * data-parallel replica. */
-                c->fwd_comm += sync_coll(x, AP_COLL_ALLREDUCE, 1 << a, 4);
+                 * data-parallel replica: a message NCCL runs with its LL
+                 * protocol (ap_cost_allreduce_small). */
+                int nodes, ranks = sync_group(x, 1 << a, &nodes);
+                c->fwd_comm += ap_cost_allreduce_small(x->c, ranks, nodes, 4);
                 continue;
             }
             /* Vocabulary-parallel cross entropy reduces three fp32 numbers
