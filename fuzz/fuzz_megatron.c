@@ -2,7 +2,9 @@
  * parsers: ap_megatron_parse ("tp=8,pp=4,...") when the first byte is even,
  * ap_megatron_parse_args (the real flags) when it is odd. A configuration
  * that parses is then checked and priced against a small Llama-style model
- * on 8 GPUs, which reaches the arithmetic on the parsed sizes. */
+ * on 8 GPUs, which reaches the arithmetic on the parsed sizes. The same text
+ * is read as a --moe-layer-freq value too (ap_moe_freq_parse), whose
+ * expression reader the dense model never reaches. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +64,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         price(&m);
     else if (!err[0])
         abort(); /* a refusal must say why */
+    unsigned char moe[61];
+    err[0] = 0;
+    if (ap_moe_freq_parse(text, 61, moe, err) && !err[0])
+        abort();
     free(text);
     return 0;
 }

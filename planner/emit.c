@@ -333,7 +333,12 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
      * its default SequentialMLP. */
     if (s->experts)
         put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n",
-            s->experts, s->top_k, s->ffn);
+            s->experts, s->top_k, s->moe_ffn ? s->moe_ffn : s->ffn);
+    if (s->experts && s->shared_ffn)
+        put(b, "  --moe-shared-expert-intermediate-size %lld\n", s->shared_ffn);
+    /* Written bare, as the layout is (megatron_layout). */
+    if (s->experts && s->moe_freq[0])
+        put(b, "  --moe-layer-freq %s\n", s->moe_freq);
     if (s->experts && (disp == AP_DISPATCH_ALLTOALL || disp == AP_DISPATCH_ALLGATHER))
         put(b, "  --moe-token-dispatcher-type %s\n", ap_dispatcher_name(disp));
     else if (s->experts)
@@ -349,7 +354,9 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
     put(b, "  --seq-length %lld\n  --max-position-embeddings %lld\n", s->seq, s->seq);
     put(b, "  --position-embedding-type %s\n", s->learned_positions ? "learned_absolute"
         : s->rotary_percent > 0 ? "rope" : "none");
-    if (!s->learned_positions && s->rotary_percent > 0 && s->rotary_percent < 1)
+    /* Under MLA the rotated part of each head is --qk-pos-emb-head-dim, and
+     * Megatron-Core applies --rotary-percent within it. */
+    if (!s->learned_positions && s->rotary_percent > 0 && s->rotary_percent < 1 && !s->mla)
         put(b, "  --rotary-percent %.17g\n", s->rotary_percent);
     if (s->rmsnorm)
         put(b, "  --normalization RMSNorm\n");

@@ -133,6 +133,21 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
                      names[i], want[i], g->source, have[i]);
             return AP_EINPUT;
         }
+    /* Plans written before these fields existed have neither. */
+    if ((p->shape.moe_ffn && p->shape.moe_ffn != m->moe_ffn) ||
+        (p->shape.moe_ffn && p->shape.shared_ffn != m->shared_ffn)) {
+        errf(err, "%s: model_shape's experts are %lld wide with %lld of shared experts, "
+                 "but the model %s has %lld and %lld; pass the plan's model with --model",
+                 p->source, p->shape.moe_ffn, p->shape.shared_ffn, g->source, m->moe_ffn,
+                 m->shared_ffn);
+        return AP_EINPUT;
+    }
+    if (p->shape.moe_ffn && strcmp(p->shape.moe_freq, m->moe_freq)) {
+        errf(err, "%s: model_shape.moe_layer_freq is \"%s\" but the model %s has \"%s\" "
+                 "(\"\" is every layer); pass the plan's model with --model", p->source,
+                 p->shape.moe_freq, g->source, m->moe_freq);
+        return AP_EINPUT;
+    }
     if (p->shape.rotary_percent >= 0 && p->shape.rotary_percent != m->rotary_percent) {
         errf(err, "%s: model_shape.rotary_percent is %g but the model %s rotates "
                  "%g of each head; pass the plan's model with --model", p->source,
@@ -593,6 +608,10 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
                       ap_launcher_name(to), "the model does not name them as a Hugging "
                       "Face config does (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
                       "v_head_dim)");
+    if (to == AP_LAUNCHER_MEGATRON && s->experts && !strcmp(s->moe_freq, "?"))
+        return refuse(p, err, "%s states which layers are MoE with --moe-layer-freq; %s",
+                      ap_launcher_name(to), "the model's MoE layers follow no pattern it can "
+                      "state in 255 characters");
     /* torchtitan's and DeepSpeed's models have no MTP module. */
     if (to != AP_LAUNCHER_MEGATRON && s->mtp_layers)
         return refuse(p, err, "%s's models have no %s; export the plan to Megatron-LM "

@@ -114,24 +114,33 @@ static int zero_ok(const char *k)
     return !strcmp(k, "sp") || !strcmp(k, "dp") || !strcmp(k, "wgrad_deferral_limit");
 }
 
-/* The layout string as written, one pair of quotes round it dropped (a
- * command line pasted whole keeps them); its syntax is checked against
- * pp and the model in check(). */
-static int layout_key(ap_megatron *m, const char *v, const char *who, char *err)
+/* v with one pair of quotes round it dropped (a command line pasted whole
+ * keeps them), into out; -1 when that leaves it empty or too long. */
+static int unquote_into(const char *v, char *out, size_t cap)
 {
     size_t n = strlen(v);
     if (n >= 2 && (v[0] == '"' || v[0] == '\'') && v[n - 1] == v[0]) {
         v++;
         n -= 2;
     }
-    if (n == 0 || n >= sizeof m->layout) {
-        snprintf(err, AP_ERR_LEN, "%s: %s", who, n ? "longer than the 1023 characters "
-                 "autopar reads" : "empty; give the virtual stages, e.g. \"Et*4|t*4|t*4|t*4L\"");
-        return AP_EINPUT;
-    }
-    memcpy(m->layout, v, n);
-    m->layout[n] = 0;
-    return AP_OK;
+    if (n == 0 || n >= cap)
+        return -1;
+    memcpy(out, v, n);
+    out[n] = 0;
+    return 0;
+}
+
+/* The layout string as written, one pair of quotes round it dropped (a
+ * command line pasted whole keeps them); its syntax is checked against
+ * pp and the model in check(). */
+static int layout_key(ap_megatron *m, const char *v, const char *who, char *err)
+{
+    if (!unquote_into(v, m->layout, sizeof m->layout))
+        return AP_OK;
+    snprintf(err, AP_ERR_LEN, "%s: %s", who, strlen(v) > 2 ? "longer than the 1023 "
+             "characters autopar reads" : "empty; give the virtual stages, e.g. "
+             "\"Et*4|t*4|t*4|t*4L\"");
+    return AP_EINPUT;
 }
 
 /* Sets one size or setting; `who` names it in messages: "--megatron: tp"
@@ -585,6 +594,9 @@ typedef struct {
     int shared_expert, shared_overlap;
     int topk;                /* --moe-router-topk; 0 where not given */
     int moe_ffn;             /* --moe-ffn-hidden-size; 0 where not given */
+    int shared_ffn;          /* --moe-shared-expert-intermediate-size */
+    const char *moe_freq;    /* --moe-layer-freq */
+    const char *norm;        /* --normalization */
     int groups, group_topk;  /* --moe-router-num-groups, --moe-router-group-topk */
     double capacity;         /* --moe-expert-capacity-factor; 0 where not given */
     int pad;                 /* --moe-pad-expert-input-to-capacity */
@@ -1030,10 +1042,13 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
     if (!strcmp(tok, "--microbatch-group-size-per-virtual-pipeline-stage"))
         return count_value(tok, save, &a->mb_group, err);
     if (!strcmp(tok, "--moe-shared-expert-intermediate-size")) {
-        int n;
         a->shared_expert = 1;
-        return count_value(tok, save, &n, err);
+        return count_value(tok, save, &a->shared_ffn, err);
     }
+    if (!strcmp(tok, "--moe-layer-freq"))
+        return value_into(tok, save, &a->moe_freq, err) < 0 ? -1 : 1;
+    if (!strcmp(tok, "--normalization"))
+        return choice_into(tok, save, &a->norm, "LayerNorm RMSNorm", err);
     if (!strcmp(tok, "--cuda-graph-impl")) {
         char *v = flag_value(tok, save, err);
         if (!v)
@@ -1309,6 +1324,11 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
     if (m->shape.experts)
         m->shape.top_k = a->topk ? a->topk : 2;
     m->shape.moe_ffn = a->moe_ffn;
+    m->shape.shared_ffn = a->shared_ffn;
+    m->shape.norm = !a->norm ? 0 : !strcmp(a->norm, "RMSNorm") ? 2 : 1;
+    if (a->moe_freq && unquote_into(a->moe_freq, m->shape.moe_freq, sizeof m->shape.moe_freq))
+        return refuse("--moe-layer-freq", a->moe_freq, "is empty or longer than autopar "
+                      "reads (255 characters)", err);
     if (m->shape.experts) {
         m->shape.route_groups = a->groups;
         m->shape.route_group_topk = a->group_topk;
@@ -2050,11 +2070,64 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_
     return AP_EINPUT;
 }
 
+/* The MoE layers' structure against the model's: the shared experts'
+ * width and which layers are MoE, each given or, in a whole script, left to
+ * Megatron-LM's default (no shared experts; every layer MoE). */
+static int check_moe_layers(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                            char *err)
+{
+    int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
+    if ((m->shape.shared_ffn || whole) && m->shape.shared_ffn != s->shared_ffn) {
+        if (m->shape.shared_ffn && s->shared_ffn)
+            snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-shared-expert-intermediate-size "
+                     "%d, but %s has shared experts %lld wide", m->shape.shared_ffn,
+                     g->source, s->shared_ffn);
+        else if (m->shape.shared_ffn)
+            snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-shared-expert-intermediate-size "
+                     "%d, but %s has no shared experts", m->shape.shared_ffn, g->source);
+        else
+            snprintf(err, AP_ERR_LEN, "--megatron-args: no "
+                     "--moe-shared-expert-intermediate-size (no shared experts, "
+                     "Megatron-LM's default), but %s has shared experts %lld wide: give "
+                     "--moe-shared-expert-intermediate-size %lld", g->source, s->shared_ffn,
+                     s->shared_ffn);
+        return AP_EINPUT;
+    }
+    if (!m->shape.moe_freq[0] && !(whole && s->moe_freq[0]))
+        return AP_OK;
+    unsigned char *want = malloc((size_t)s->layers + 1), *have = malloc((size_t)s->layers + 1);
+    int rc = want && have ? AP_OK : AP_EINTERNAL;
+    if (rc)
+        snprintf(err, AP_ERR_LEN, "out of memory reading --moe-layer-freq");
+    else if (m->shape.moe_freq[0])
+        rc = ap_moe_freq_parse(m->shape.moe_freq, s->layers, want, err);
+    else
+        memset(want, 1, (size_t)s->layers);
+    if (!rc) {
+        ap_model_moe_layers(g, have);
+        int i = 0;
+        while (i < s->layers && want[i] == have[i])
+            i++;
+        if (i < s->layers) {
+            snprintf(err, AP_ERR_LEN, "--megatron-args: %s%.64s%s makes layer %d %s, but in "
+                     "%.128s it is %s: give --moe-layer-freq %.64s", m->shape.moe_freq[0]
+                     ? "--moe-layer-freq " : "no --moe-layer-freq",
+                     m->shape.moe_freq, m->shape.moe_freq[0] ? "" : " (every layer MoE, "
+                     "Megatron-LM's default)", i, want[i] ? "MoE" : "dense", g->source,
+                     have[i] ? "MoE" : "dense", s->moe_freq[0] ? s->moe_freq : "1");
+            rc = AP_EINPUT;
+        }
+    }
+    free(want);
+    free(have);
+    return rc;
+}
+
 /* The structure flags against the model: a flag given must describe it,
  * and where the command line states the model as a whole script does
  * (--num-layers, --hidden-size and --num-attention-heads), Megatron-LM's
  * default where a flag is left out must too: a GELU MLP without --swiglu
- * or --squared-relu, tied embeddings without
+ * or --squared-relu, LayerNorm without --normalization, tied embeddings without
  * --untie-embeddings-and-output-weights, hidden/heads per head without
  * --kv-channels (which multi-latent attention does not read). */
 static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
@@ -2082,6 +2155,11 @@ static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_mod
                  ? "--untie-embeddings-and-output-weights"
                  : "no --untie-embeddings-and-output-weights (tied, Megatron-LM's default)");
         what = s->tied_embeddings ? "tied embeddings" : "an output layer of its own";
+    } else if ((m->shape.norm || whole) && (m->shape.norm == 2) != s->rmsnorm) {
+        snprintf(flag, sizeof flag, "%s", m->shape.norm == 2 ? "--normalization RMSNorm"
+                 : m->shape.norm ? "--normalization LayerNorm"
+                                 : "no --normalization (LayerNorm, Megatron-LM's default)");
+        what = s->rmsnorm ? "RMSNorm" : "LayerNorm";
     }
     if (!what)
         return AP_OK;
@@ -2157,12 +2235,14 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
                  ? " (Megatron-LM's default where left out)" : "", g->source, s.top_k);
         return AP_EINPUT;
     }
-    if (m->shape.moe_ffn && m->shape.moe_ffn != s.ffn) {
+    long long expert_ffn = s.moe_ffn ? s.moe_ffn : s.ffn;
+    if (m->shape.moe_ffn && m->shape.moe_ffn != expert_ffn) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-ffn-hidden-size %d, but %s "
-                 "has %lld expert FFN size", m->shape.moe_ffn, g->source, s.ffn);
+                 "has %lld expert FFN size", m->shape.moe_ffn, g->source, expert_ffn);
         return AP_EINPUT;
     }
-    return check_groups(g, m, &s, err);
+    int rc = check_moe_layers(g, m, &s, err);
+    return rc ? rc : check_groups(g, m, &s, err);
 }
 
 /* Token dropping: padding needs a capacity (Megatron-Core asserts it);

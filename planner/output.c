@@ -352,6 +352,12 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddNumberToObject(o, "seq", (double)s.seq);
     cJSON_AddNumberToObject(o, "experts", (double)s.experts);
     cJSON_AddNumberToObject(o, "top_k", s.top_k);
+    if (s.experts) {
+        cJSON_AddNumberToObject(o, "moe_ffn", (double)s.moe_ffn);
+        cJSON_AddNumberToObject(o, "shared_expert_ffn", (double)s.shared_ffn);
+        if (s.moe_freq[0])
+            cJSON_AddStringToObject(o, "moe_layer_freq", s.moe_freq);
+    }
     if (s.route_groups) {
         cJSON_AddNumberToObject(o, "route_groups", s.route_groups);
         cJSON_AddNumberToObject(o, "route_group_topk", s.route_group_topk);

@@ -441,6 +441,12 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
         rc = get_int(r, o, "experts", at, 0, big, &s->experts);
     if (!rc)
         rc = get_small(r, o, "top_k", at, 0, 1 << 20, &s->top_k);
+    if (!rc && field(o, "moe_ffn"))
+        rc = get_int(r, o, "moe_ffn", at, 0, big, &s->moe_ffn);
+    if (!rc && field(o, "shared_expert_ffn"))
+        rc = get_int(r, o, "shared_expert_ffn", at, 0, big, &s->shared_ffn);
+    if (!rc && field(o, "moe_layer_freq"))
+        rc = get_string(r, o, "moe_layer_freq", at, s->moe_freq, sizeof s->moe_freq, 1);
     if (!rc && field(o, "route_groups"))
         rc = get_small(r, o, "route_groups", at, 2, 1 << 20, &s->route_groups);
     if (!rc && field(o, "route_group_topk"))

@@ -864,6 +864,9 @@ typedef struct {
         /* 1 where --swiglu, --squared-relu and
          * --untie-embeddings-and-output-weights are given */
         int swiglu, squared_relu, untie;
+        int norm;            /* --normalization: 1 LayerNorm, 2 RMSNorm; 0 not given */
+        int shared_ffn;      /* --moe-shared-expert-intermediate-size; 0 not given */
+        char moe_freq[256];  /* --moe-layer-freq as given; "" not given */
     } shape;
 } ap_megatron;
 
@@ -1044,6 +1047,11 @@ void ap_plan_format_micro_batches(const ap_graph *g, const ap_plan *p,
 typedef struct {
     int layers;
     long long hidden, heads, kv_heads, head_dim, ffn, vocab, seq, experts;
+    /* With experts: each expert's FFN width, the shared experts' FFN width
+     * in all (0: none), and which layers are MoE as Megatron-LM's
+     * --moe-layer-freq reads it ("": every layer; ap_moe_freq_format). */
+    long long moe_ffn, shared_ffn;
+    char moe_freq[256];
     int top_k;
     int route_groups, route_group_topk; /* group-limited routing; 0, 0: none */
     /* Multi-latent attention (ops in the mla_up_proj module): the query and
@@ -1079,6 +1087,18 @@ typedef struct {
 } ap_model_shape;
 
 void ap_model_shape_of(const ap_graph *g, ap_model_shape *out);
+/* Puts 1 in moe[i] for each of g's layers i that routes to experts, 0 for
+ * the others (g->nlayers entries); returns how many are MoE. */
+int ap_model_moe_layers(const ap_graph *g, unsigned char *moe);
+/* Megatron-LM's --moe-layer-freq (an integer N: every Nth layer from the
+ * first; or a list expression such as "[0]*3+[1]*58") into moe[0..layers):
+ * AP_EINPUT, naming the flag and what is wrong, for text Megatron-LM would
+ * not read or a list of another length. */
+int ap_moe_freq_parse(const char *text, int layers, unsigned char *moe, char *err);
+/* The pattern moe[0..layers) as Megatron-LM reads it back, the shortest of
+ * its forms: "" where every layer is MoE (its default), "N", runs
+ * ("[0]*3+[1]*58") or a period ("([0]+[1])*24"). -1 when none fits len. */
+int ap_moe_freq_format(const unsigned char *moe, int layers, char *buf, size_t len);
 
 /* plan.json as read back: the layout the exporter needs, no prices beyond
  * the predicted step time. Each stage lists every op of its blocks with

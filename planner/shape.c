@@ -1,6 +1,8 @@
 /* shape.c -- the model's shape as launchers' flags state it, read off the
  * graph: sizes from the dimension kinds, architecture from the op kinds. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "planner/planner.h"
@@ -109,6 +111,64 @@ static void mla_shape(const ap_graph *g, ap_model_shape *s)
     s->v_head_dim = named(g, "v_head_dim");
 }
 
+/* The FFN width of a matmul's weight (input 1): the size of its label
+ * that is neither the hidden size nor the experts. */
+static long long ffn_width(const ap_graph *g, const ap_op *op)
+{
+    if (op->ninputs < 2 || !is_param(g, op->inputs[1]))
+        return 0;
+    const ap_tensor *w = &g->tensors[op->inputs[1]];
+    for (int i = 0; i < w->rank; i++) {
+        const ap_dim *d = ap_graph_dim(g, w->shape[i]);
+        if (d && d->kind != AP_DIM_HIDDEN && d->kind != AP_DIM_EXPERTS)
+            return d->size;
+    }
+    return 0;
+}
+
+static int has_experts_label(const ap_graph *g, int t)
+{
+    char e = ap_graph_label_of(g, AP_DIM_EXPERTS);
+    return e && strchr(g->tensors[t].shape, e) != NULL;
+}
+
+int ap_model_moe_layers(const ap_graph *g, unsigned char *moe)
+{
+    int n = 0;
+    memset(moe, 0, (size_t)g->nlayers);
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind == AP_OP_ROUTER && op->layer >= 0 && op->layer < g->nlayers &&
+            !moe[op->layer]) {
+            moe[op->layer] = 1;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Each expert's FFN width (its weights' FFN label), the shared experts'
+ * (the ops of the shared_experts module), and the MoE layers' pattern. */
+static void moe_shape(const ap_graph *g, ap_model_shape *s)
+{
+    if (!s->experts)
+        return;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind != AP_OP_MATMUL || op->layer < 0 || op->ninputs < 2)
+            continue;
+        if (!s->moe_ffn && has_experts_label(g, op->inputs[1]))
+            s->moe_ffn = ffn_width(g, op);
+        if (!s->shared_ffn && (op->modules & AP_MODULE_SHARED_EXPERTS))
+            s->shared_ffn = ffn_width(g, op);
+    }
+    unsigned char *moe = malloc((size_t)(g->nlayers > 0 ? g->nlayers : 1));
+    if (moe && ap_model_moe_layers(g, moe) > 0 &&
+        ap_moe_freq_format(moe, g->nlayers, s->moe_freq, sizeof s->moe_freq))
+        snprintf(s->moe_freq, sizeof s->moe_freq, "?");
+    free(moe);
+}
+
 void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
 {
     memset(s, 0, sizeof *s);
@@ -154,6 +214,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             s->attention_dropout = fmax(s->attention_dropout, op->dropout_p);
     }
     mla_shape(g, s);
+    moe_shape(g, s);
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);
     s->parallel_residual = has_parallel_residual(g);

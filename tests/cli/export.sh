@@ -17,7 +17,8 @@ gpt-1.3b|examples/gpt-1.3b.json|16|tp=2,pp=2,vpp=2,sp=1,mbs=1,gbs=64|torchtitan
 gpt-1.3b|examples/gpt-1.3b.json|16|tp=1,pp=2,mbs=2,gbs=64,recompute=full,overlap_grad=0|deepspeed
 llama-3-8b|examples/hf/llama-3-8b.json|16|tp=4,pp=2,sp=1,mbs=1,gbs=256,recompute=full|megatron
 llama-3-8b|examples/hf/llama-3-8b.json|16|tp=4,pp=2,sp=1,mbs=1,gbs=256,recompute=full|torchtitan
-mixtral-8x7b|examples/hf/mixtral-8x7b.json|64|tp=2,pp=4,ep=8,sp=1,mbs=1,gbs=256,recompute=selective|megatron"
+mixtral-8x7b|examples/hf/mixtral-8x7b.json|64|tp=2,pp=4,ep=8,sp=1,mbs=1,gbs=256,recompute=selective|megatron
+deepseek-v3|examples/hf/deepseek-v3.json|256|tp=1,pp=8,ep=32,mbs=1,gbs=256,first=5,last=8|megatron"
 
 echo "$cases" >"$tmp/cases"
 while IFS='|' read -r name model gpus spec to; do
@@ -98,6 +99,15 @@ sed '0,/"sharding":\t"n@1"/s//"sharding":\t"d@1"/' "$tmp/tiny.json" >"$tmp/odd.j
 "$bin" export "$tmp/tiny.json" --to slurm >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "megatron, torchtitan or deepspeed" "$tmp/err" && ok ||
     bad "an unknown launcher is refused"
+
+# DeepSeek-V3's experts (2,048 wide, not the dense layers' 18,432), its
+# shared expert and its 3 dense layers, stated and read back.
+roundtrip examples/hf/deepseek-v3.json 256 "tp=1,pp=8,ep=32,mbs=1,gbs=256,first=5,last=8"
+grep -q -- "--moe-ffn-hidden-size 2048$" "$tmp/args.sh" &&
+    grep -q -- "--moe-shared-expert-intermediate-size 2048$" "$tmp/args.sh" &&
+    grep -qF -- "--moe-layer-freq [0]*3+[1]*58" "$tmp/args.sh" &&
+    ! grep -q -- "--rotary-percent" "$tmp/args.sh" && ok ||
+    bad "DeepSeek-V3's MoE layers in the export: $(grep moe "$tmp/args.sh")"
 
 # A plan says which dropout it was priced with, and the Megatron-LM export
 # says it too (Megatron's default is 0.1); a plan.json from before the

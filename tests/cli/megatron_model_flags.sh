@@ -5,7 +5,9 @@
 # model), --seq-length builds it at that length, --recompute-activations is
 # selective recomputation, the dropout flags build it with or without
 # dropout, the structure flags (--swiglu, --squared-relu, --kv-channels,
-# --untie-embeddings-and-output-weights) must describe it, and
+# --untie-embeddings-and-output-weights, --normalization; for MoE models
+# --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size and
+# --moe-layer-freq) must describe it, and
 # recomputation flags Megatron-LM refuses are refused with the reason
 # (tests/cli/recompute_partial.sh has the rest).
 set -u
@@ -74,6 +76,12 @@ expect "--megatron-args: no --swiglu, but $model has a SwiGLU MLP" \
     --megatron-args "$whole --untie-embeddings-and-output-weights"
 expect "--megatron-args: no --untie-embeddings-and-output-weights (tied, Megatron-LM's default), but $model has an output layer of its own" \
     --megatron-args "$whole --swiglu"
+expect "--megatron-args: no --normalization (LayerNorm, Megatron-LM's default), but $model has RMSNorm" \
+    --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights"
+expect "--megatron-args: --normalization LayerNorm, but $model has RMSNorm" \
+    --megatron-args "$layout --normalization LayerNorm"
+expect "--megatron-args: --normalization: bad value \"rms\"" \
+    --megatron-args "$layout --normalization rms"
 expect "--megatron-args: --squared-relu, but $model has no squared-ReLU MLP" \
     --megatron-args "$layout --squared-relu"
 expect "--megatron-args: --kv-channels 64, but $model has 128 per attention head" \
@@ -127,5 +135,50 @@ out=$("$bin" estimate "$moe" --gpus 16 --megatron-args \
     "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 8 --num-experts 16 --moe-token-dispatcher-type alltoall --moe-grouped-gemm" 2>&1 >/dev/null)
 echo "$out" | grep -qF -- "--num-experts 16, but $moe has 8 experts" && ok ||
     bad "Mixtral refuses 16 experts: $out"
+
+# DeepSeek-V3: 3 dense layers, then 58 MoE layers of 256 experts 2,048 wide
+# beside one shared expert 2,048 wide. Megatron-LM's --moe-layer-freq is
+# an integer N (every Nth layer) or a Python list expression; each form
+# that says the model's layers is priced alike, and one that says other
+# layers, or a whole script that leaves a flag to Megatron-LM's default
+# (every layer MoE, no shared experts), is refused naming the first layer
+# that differs and the flag to give.
+ds=$src/examples/hf/deepseek-v3.json
+dsl="--tensor-model-parallel-size 8 --sequence-parallel --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 30 --expert-model-parallel-size 8 --expert-tensor-parallel-size 1 --num-experts 256 --moe-router-topk 8 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --micro-batch-size 1 --global-batch-size 16 --moe-router-num-groups 8 --moe-router-group-topk 4"
+dse() { "$bin" estimate "$ds" --gpus 16 --seq 1024 --json "$@" 2>&1; }
+a=$(dse --megatron-args "$dsl")
+b=$(dse --megatron-args "$dsl --moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 --moe-layer-freq [0]*3+[1]*58")
+c=$(dse --megatron-args "$dsl --moe-layer-freq \"([0]*3+[1]*58)\"")
+d=$(dse --megatron-args "$dsl --moe-layer-freq [0,0,0]+[1]*29*2")
+echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && [ "$a" = "$c" ] && [ "$a" = "$d" ] && ok ||
+    bad "DeepSeek-V3's MoE flags, each form: $a vs $b vs $c vs $d"
+dsexpect() {
+    want=$1
+    shift
+    out=$("$bin" estimate "$ds" --gpus 16 --seq 1024 "$@" 2>&1 >/dev/null)
+    rc=$?
+    [ $rc -eq 2 ] && echo "$out" | grep -qF -- "$want" && ok || bad "want \"$want\" (exit 2), got $rc: $out"
+}
+dsexpect "--moe-ffn-hidden-size 18432, but $ds has 2048 expert FFN size" \
+    --megatron-args "$dsl --moe-ffn-hidden-size 18432"
+dsexpect "--moe-shared-expert-intermediate-size 4096, but $ds has shared experts 2048 wide" \
+    --megatron-args "$dsl --moe-shared-expert-intermediate-size 4096"
+dsexpect "--moe-layer-freq 1 makes layer 0 MoE, but in $ds it is dense: give --moe-layer-freq [0]*3+[1]*58" \
+    --megatron-args "$dsl --moe-layer-freq 1"
+dsexpect "--moe-layer-freq [0]*2+[1]*59 makes layer 2 MoE, but in $ds it is dense" \
+    --megatron-args "$dsl --moe-layer-freq [0]*2+[1]*59"
+dsexpect "--moe-layer-freq \"[0]*3+[1]*57\" has 60 entries, but the model has 61 layers" \
+    --megatron-args "$dsl --moe-layer-freq [0]*3+[1]*57"
+dsexpect "--moe-layer-freq \"[0]*3+[2]*58\": an entry other than 0 or 1" \
+    --megatron-args "$dsl --moe-layer-freq [0]*3+[2]*58"
+dsexpect "--moe-layer-freq \"[0]*3+[1]*\": expected a number at \"the end\"" \
+    --megatron-args "$dsl --moe-layer-freq [0]*3+[1]*"
+dsexpect "--moe-layer-freq \"0\": a frequency below 1" \
+    --megatron-args "$dsl --moe-layer-freq 0"
+whole="--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-layernorm"
+dsexpect "no --moe-shared-expert-intermediate-size (no shared experts, Megatron-LM's default), but $ds has shared experts 2048 wide: give --moe-shared-expert-intermediate-size 2048" \
+    --megatron-args "$dsl $whole"
+dsexpect "no --moe-layer-freq (every layer MoE, Megatron-LM's default) makes layer 0 MoE, but in $ds it is dense: give --moe-layer-freq [0]*3+[1]*58" \
+    --megatron-args "$dsl $whole --moe-shared-expert-intermediate-size 2048"
 
 finish

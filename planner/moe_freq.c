@@ -1,0 +1,281 @@
+/* moe_freq.c -- Megatron-LM's --moe-layer-freq: which layers are MoE.
+ *
+ * Megatron-LM takes an integer N (layer i is MoE when i % N == 0) or a
+ * Python list expression it evaluates ("[0]*3+[1]*58", "([1]*3+[0])*2"),
+ * one 0 or 1 per layer. The expressions are read here with that grammar
+ * (lists of integers, + to concatenate, * by an integer to repeat,
+ * parentheses), and the model's own pattern is written in the shortest of
+ * the forms Megatron-LM reads back. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner.h"
+
+/* More entries than any model has layers: a bound on what an expression
+ * may build before it is compared with the model. */
+#define MAX_ITEMS (1 << 20)
+
+typedef struct {
+    int is_list;
+    long long num;
+    unsigned char *items;
+    int n;
+} value;
+
+typedef struct {
+    const char *s, *at;
+    char *err;
+    int failed;
+    int depth; /* parentheses open, bounded so that no input runs the stack deep */
+} reader;
+
+static void fail(reader *r, const char *what)
+{
+    if (!r->failed)
+        snprintf(r->err, AP_ERR_LEN, "--megatron-args: --moe-layer-freq \"%.64s\": %s at "
+                 "\"%.16s\"", r->s, what, *r->at ? r->at : "the end");
+    r->failed = 1;
+}
+
+static void skip_space(reader *r)
+{
+    while (isspace((unsigned char)*r->at))
+        r->at++;
+}
+
+static int eat(reader *r, char c)
+{
+    skip_space(r);
+    if (*r->at != c)
+        return 0;
+    r->at++;
+    return 1;
+}
+
+static long long integer(reader *r)
+{
+    skip_space(r);
+    if (!isdigit((unsigned char)*r->at)) {
+        fail(r, "expected a number");
+        return 0;
+    }
+    char *end;
+    long long v = strtoll(r->at, &end, 10);
+    if (v > MAX_ITEMS) {
+        fail(r, "a number too large");
+        return 0;
+    }
+    r->at = end;
+    return v;
+}
+
+static void release(value *v)
+{
+    free(v->items);
+    v->items = NULL;
+    v->n = 0;
+}
+
+static int grow(reader *r, value *v, long long n)
+{
+    if (n > MAX_ITEMS) {
+        fail(r, "a pattern longer than any model");
+        return -1;
+    }
+    unsigned char *p = realloc(v->items, (size_t)(n ? n : 1));
+    if (!p) {
+        fail(r, "out of memory");
+        return -1;
+    }
+    v->items = p;
+    return 0;
+}
+
+static value expr(reader *r);
+
+static value list(reader *r)
+{
+    value v = {1, 0, NULL, 0};
+    if (eat(r, ']'))
+        return v;
+    do {
+        long long x = integer(r);
+        if (r->failed || grow(r, &v, v.n + 1))
+            break;
+        if (x > 1) {
+            fail(r, "an entry other than 0 or 1");
+            break;
+        }
+        v.items[v.n++] = (unsigned char)x;
+    } while (eat(r, ','));
+    if (!r->failed && !eat(r, ']'))
+        fail(r, "expected ']'");
+    return v;
+}
+
+static value factor(reader *r)
+{
+    if (eat(r, '['))
+        return list(r);
+    if (eat(r, '(')) {
+        if (++r->depth > 32) {
+            fail(r, "parentheses nested deeper than 32");
+            return (value){0, 1, NULL, 0};
+        }
+        value v = expr(r);
+        r->depth--;
+        if (!r->failed && !eat(r, ')'))
+            fail(r, "expected ')'");
+        return v;
+    }
+    return (value){0, integer(r), NULL, 0};
+}
+
+/* list * int, int * list, or int * int, as Python evaluates them. */
+static value repeat(reader *r, value a, value b)
+{
+    if (a.is_list && b.is_list) {
+        fail(r, "a list times a list");
+        release(&b);
+        return a;
+    }
+    if (!a.is_list && !b.is_list)
+        return (value){0, a.num * b.num > MAX_ITEMS ? MAX_ITEMS + 1 : a.num * b.num, NULL, 0};
+    value l = a.is_list ? a : b;
+    long long times = a.is_list ? b.num : a.num;
+    value out = {1, 0, NULL, 0};
+    if (!grow(r, &out, (long long)l.n * times))
+        for (long long t = 0; t < times; t++, out.n += l.n)
+            memcpy(out.items + out.n, l.items, (size_t)l.n);
+    release(&l);
+    return out;
+}
+
+static value term(reader *r)
+{
+    value v = factor(r);
+    while (!r->failed && eat(r, '*'))
+        v = repeat(r, v, factor(r));
+    return v;
+}
+
+static value expr(reader *r)
+{
+    value v = term(r);
+    while (!r->failed && eat(r, '+')) {
+        value w = term(r);
+        if (r->failed) {
+            release(&w);
+            break;
+        }
+        if (!v.is_list || !w.is_list) {
+            fail(r, "a list plus a number");
+            release(&w);
+            break;
+        }
+        if (!grow(r, &v, (long long)v.n + w.n)) {
+            memcpy(v.items + v.n, w.items, (size_t)w.n);
+            v.n += w.n;
+        }
+        release(&w);
+    }
+    return v;
+}
+
+int ap_moe_freq_parse(const char *text, int layers, unsigned char *moe, char *err)
+{
+    reader r = {text, text, err, 0, 0};
+    value v = strchr(text, '[') ? expr(&r) : (value){0, integer(&r), NULL, 0};
+    skip_space(&r);
+    if (!r.failed && *r.at)
+        fail(&r, "unexpected text");
+    if (!r.failed && !v.is_list && v.num < 1)
+        fail(&r, "a frequency below 1");
+    if (!r.failed && v.is_list && v.n != layers) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-layer-freq \"%.64s\" has %d "
+                 "entries, but the model has %d layers", text, v.n, layers);
+        r.failed = 1;
+    }
+    for (int i = 0; !r.failed && i < layers; i++)
+        moe[i] = v.is_list ? v.items[i] : i % v.num == 0;
+    release(&v);
+    return r.failed ? AP_EINPUT : AP_OK;
+}
+
+/* Appends "[v]*n" (or "[v]" for one) to buf at *at; -1 when it does not fit. */
+static int put_run(char *buf, size_t len, size_t *at, int v, int n)
+{
+    int w = n > 1 ? snprintf(buf + *at, len - *at, "%s[%d]*%d", *at ? "+" : "", v, n)
+                  : snprintf(buf + *at, len - *at, "%s[%d]", *at ? "+" : "", v);
+    if (w < 0 || (size_t)w >= len - *at)
+        return -1;
+    *at += (size_t)w;
+    return 0;
+}
+
+/* The pattern as runs of equal entries: "[0]*3+[1]*58". */
+static int runs(const unsigned char *moe, int layers, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < layers;) {
+        int j = i;
+        while (j < layers && moe[j] == moe[i])
+            j++;
+        if (put_run(buf, len, &at, moe[i], j - i))
+            return -1;
+        i = j;
+    }
+    return 0;
+}
+
+/* The shortest period p of the pattern that divides it: "([0]+[1])*24". */
+static int periodic(const unsigned char *moe, int layers, char *buf, size_t len)
+{
+    for (int p = 1; p < layers; p++) {
+        if (layers % p)
+            continue;
+        int same = 1;
+        for (int i = p; i < layers && same; i++)
+            same = moe[i] == moe[i - p];
+        if (!same)
+            continue;
+        char inner[128];
+        if (runs(moe, p, inner, sizeof inner))
+            return -1;
+        int w = snprintf(buf, len, "(%s)*%d", inner, layers / p);
+        return w < 0 || (size_t)w >= len ? -1 : 0;
+    }
+    return -1;
+}
+
+int ap_moe_freq_format(const unsigned char *moe, int layers, char *buf, size_t len)
+{
+    int all = 1;
+    for (int i = 0; i < layers; i++)
+        all &= moe[i];
+    if (!len)
+        return -1;
+    buf[0] = '\0';
+    if (all)
+        return 0;
+    /* Megatron-LM's integer form, where it says the same. */
+    for (int n = 2; n <= layers; n++) {
+        int same = 1;
+        for (int i = 0; i < layers && same; i++)
+            same = moe[i] == (i % n == 0);
+        if (same) {
+            int w = snprintf(buf, len, "%d", n);
+            return w < 0 || (size_t)w >= len ? -1 : 0;
+        }
+    }
+    char a[512], b[512];
+    int ra = runs(moe, layers, a, sizeof a), rb = periodic(moe, layers, b, sizeof b);
+    const char *best = ra ? (rb ? NULL : b) : rb ? a : strlen(b) < strlen(a) ? b : a;
+    if (!best)
+        return -1;
+    int w = snprintf(buf, len, "%s", best);
+    return w < 0 || (size_t)w >= len ? -1 : 0;
+}
