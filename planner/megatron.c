@@ -1911,8 +1911,8 @@ static int check_param_gather(const ap_megatron *m, char *err)
 
 /* The model flags of --megatron-args against the model's shape as the
  * exports state it (ap_model_shape_of): a flag given must agree. The FFN is
- * compared only for dense models, whose one FFN dimension is Megatron's
- * --ffn-hidden-size. */
+ * compared where the model has dense layers, whose FFN is Megatron's
+ * --ffn-hidden-size; a model whose every layer is MoE builds none with it. */
 static int check_shape(const ap_graph *g, const ap_megatron *m, char *err)
 {
     ap_model_shape s;
@@ -1926,7 +1926,8 @@ static int check_shape(const ap_graph *g, const ap_megatron *m, char *err)
         {"--hidden-size", "hidden size", "", m->shape.hidden, s.hidden},
         {"--num-attention-heads", "attention heads", "", m->shape.heads, s.heads},
         {"--num-query-groups", "KV heads", "", m->shape.groups, s.kv_heads},
-        {"--ffn-hidden-size", "FFN size", "", s.experts ? 0 : m->shape.ffn, s.ffn},
+        {"--ffn-hidden-size", "FFN size", "", s.experts && !s.moe_freq[0] ? 0 : m->shape.ffn,
+         s.ffn},
         {"--seq-length", "tokens per sequence",
          " (a graph is built at one length: --seq, or `autopar graph --seq`)",
          m->shape.seq, s.seq},

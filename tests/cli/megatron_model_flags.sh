@@ -161,6 +161,8 @@ dsexpect() {
 }
 dsexpect "--moe-ffn-hidden-size 18432, but $ds has 2048 expert FFN size" \
     --megatron-args "$dsl --moe-ffn-hidden-size 18432"
+dsexpect "--ffn-hidden-size 2048, but $ds has 18432 FFN size" \
+    --megatron-args "$dsl --ffn-hidden-size 2048"
 dsexpect "--moe-shared-expert-intermediate-size 4096, but $ds has shared experts 2048 wide" \
     --megatron-args "$dsl --moe-shared-expert-intermediate-size 4096"
 dsexpect "--moe-layer-freq 1 makes layer 0 MoE, but in $ds it is dense: give --moe-layer-freq [0]*3+[1]*58" \
