@@ -113,15 +113,18 @@ static double measured(const ap_cluster *c, ap_coll op, int ranks, int nodes,
     return exp(log(lo->seconds) + f * log(hi->seconds / lo->seconds));
 }
 
+/* A group's nodes: at least one, at most one per rank. */
+static int group_nodes(int ranks, int nodes)
+{
+    return nodes < 1 ? 1 : nodes > ranks ? ranks : nodes;
+}
+
 double ap_cost_collective(const ap_cluster *c, ap_coll op, int ranks, int nodes,
                           double bytes)
 {
     if (ranks <= 1 || !(bytes > 0) || (int)op < 0 || op >= AP_NCOLL)
         return 0;
-    if (nodes < 1)
-        nodes = 1;
-    if (nodes > ranks)
-        nodes = ranks;
+    nodes = group_nodes(ranks, nodes);
     double t = c->ncoll ? measured(c, op, ranks, nodes, bytes) : -1;
     return t >= 0 ? t : analytic(c, op, ranks, nodes, bytes);
 }
@@ -177,10 +180,7 @@ double ap_cost_allreduce_small(const ap_cluster *c, int ranks, int nodes, double
 {
     if (ranks <= 1 || !(bytes > 0))
         return 0;
-    if (nodes < 1)
-        nodes = 1;
-    if (nodes > ranks)
-        nodes = ranks;
+    nodes = group_nodes(ranks, nodes);
     double t = c->ncoll ? measured(c, AP_COLL_ALLREDUCE, ranks, nodes, bytes) : -1;
     return t >= 0 ? t : allreduce_ll(ranks, nodes);
 }

@@ -94,6 +94,31 @@ static void sequence_parallel_gathers_into_fp8_layers_move_one_byte(void)
     ap_graph_free(g);
 }
 
+/* Llama 2 7B on 4 GPUs, tp 4 with sequence parallelism, in FP8 under
+ * delayed scaling (d) and tensorwise scaling (t). */
+typedef struct {
+    ap_graph *g;
+    ap_cluster c;
+    ap_plan d, t;
+} recipes;
+
+static int recipes_init(recipes *r)
+{
+    r->g = llama();
+    int a = ap_test_megatron_plan_ok(r->g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1", &r->c, &r->d);
+    int b = ap_test_megatron_plan_ok(r->g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1,fp8_recipe=tensorwise",
+                                     NULL, &r->t);
+    return a || b ? -1 : 0;
+}
+
+static void recipes_free(recipes *r)
+{
+    ap_plan_free(&r->d);
+    ap_plan_free(&r->t);
+    ap_cluster_free(&r->c);
+    ap_graph_free(r->g);
+}
+
 /* Delayed scaling: the norm fused into linear_qkv and linear_fc1 writes its
  * shard in FP8, so the gathered input's transpose, which the layer made in
  * the forward from a whole input, moves to the backward. Tensorwise: the
@@ -101,26 +126,20 @@ static void sequence_parallel_gathers_into_fp8_layers_move_one_byte(void)
  * whole tensor's cast, and the transpose follows in the backward. */
 static void the_gathered_input_is_quantized_on_its_shard(void)
 {
-    ap_graph *g = llama();
-    ap_cluster c;
-    ap_plan p, t;
-    CHECK(ap_test_megatron_plan_ok(g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1", &c, &p) == 0);
-    CHECK(ap_test_megatron_plan_ok(g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1,fp8_recipe=tensorwise",
-                                   NULL, &t) == 0);
-    if (g && p.nstages && t.nstages) {
+    recipes r;
+    if (recipes_init(&r) == 0) {
         double fwd, bwd, in = sh();
-        edge_casts(g, &c, &p, &fwd, &bwd);
-        CHECK_NEAR(fwd, -2 * transpose(&c, in), 1e-12);
-        CHECK_NEAR(bwd, 2 * transpose(&c, in), 1e-12);
-        edge_casts(g, &c, &t, &fwd, &bwd);
-        CHECK_NEAR(fwd, 2 * (shard_cast(&c, in / 4) - cast(&c, in)), 1e-12);
-        CHECK_NEAR(bwd, 2 * transpose(&c, in), 1e-12);
+        edge_casts(r.g, &r.c, &r.d, &fwd, &bwd);
+        CHECK_NEAR(fwd, -2 * transpose(&r.c, in), 1e-12);
+        CHECK_NEAR(bwd, 2 * transpose(&r.c, in), 1e-12);
+        edge_casts(r.g, &r.c, &r.t, &fwd, &bwd);
+        CHECK_NEAR(fwd, 2 * (shard_cast(&r.c, in / 4) - cast(&r.c, in)), 1e-12);
+        CHECK_NEAR(bwd, 2 * transpose(&r.c, in), 1e-12);
         CHECK(fwd + bwd < 0);
+    } else {
+        CHECK(0);
     }
-    ap_plan_free(&p);
-    ap_plan_free(&t);
-    ap_cluster_free(&c);
-    ap_graph_free(g);
+    recipes_free(&r);
 }
 
 /* The output projection's output gradient arrives as a sequence shard: TE
@@ -161,24 +180,18 @@ static void a_row_parallel_layer_quantizes_its_gradient_shard(void)
  * node: 3.6 us + 6 hops of 0.47 us. */
 static void tensorwise_reduces_each_shards_amax_over_the_tp_group(void)
 {
-    ap_graph *g = llama();
-    ap_cluster c;
-    ap_plan d, t;
-    CHECK(ap_test_megatron_plan_ok(g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1", &c, &d) == 0);
-    CHECK(ap_test_megatron_plan_ok(g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1,fp8_recipe=tensorwise",
-                                   NULL, &t) == 0);
-    if (g && d.nstages && t.nstages) {
-        const ap_block_point *a = ap_test_layer(&d), *b = ap_test_layer(&t);
+    recipes r;
+    if (recipes_init(&r) == 0) {
+        const ap_block_point *a = ap_test_layer(&r.d), *b = ap_test_layer(&r.t);
         double amax = 3.6e-6 + 6 * 0.47e-6;
-        CHECK_NEAR(ap_cost_allreduce_small(&c, 4, 1, 4), amax, 1e-15);
+        CHECK_NEAR(ap_cost_allreduce_small(&r.c, 4, 1, 4), amax, 1e-15);
         CHECK_NEAR(b->kfwd.reshard - a->kfwd.reshard, 2 * amax, 1e-12);
         CHECK_NEAR(b->kbwd.tp - a->kbwd.tp, 2 * amax, 1e-12);
-        CHECK(d.t_kinds.amax > 0 && t.t_kinds.amax == 0);
+        CHECK(r.d.t_kinds.amax > 0 && r.t.t_kinds.amax == 0);
+    } else {
+        CHECK(0);
     }
-    ap_plan_free(&d);
-    ap_plan_free(&t);
-    ap_cluster_free(&c);
-    ap_graph_free(g);
+    recipes_free(&r);
 }
 
 /* Delayed scaling: one all-reduce of the amaxes at each exit from the
