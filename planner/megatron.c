@@ -2051,8 +2051,12 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_
     int given = fg || ft;
     if (fg > 1 && (!ft || ft >= fg)) /* no limit */
         fg = ft = 0;
-    if (given ? fg == groups && ft == topk
-              : !groups || m->run.dispatcher == AP_DISPATCH_ALLTOALL)
+    /* Only the flex dispatcher's traffic depends on the groups: the
+     * alltoall and allgather dispatchers move every routed copy, or every
+     * token, wherever its experts are. */
+    int flex = m->run.dispatcher == AP_DISPATCH_DEEPEP ||
+               m->run.dispatcher == AP_DISPATCH_HYBRIDEP;
+    if (given ? fg == groups && ft == topk : !groups || !flex)
         return AP_OK;
     if (given) {
         char routes[48] = "over all experts";

@@ -121,6 +121,13 @@ refused "--moe-router-num-groups 8 --moe-router-group-topk 2, but" "$dsv3" 16 \
     "$dlay --moe-token-dispatcher-type flex --moe-router-num-groups 8 --moe-router-group-topk 2" --seq 1024
 a=$(est "$dsv3" 16 --seq 1024 --megatron-args "$dlay --moe-token-dispatcher-type alltoall")
 echo "$a" | grep -q '"step_time_s"' && ok || bad "DeepSeek-V3 alltoall without groups: $a"
+# The allgather dispatcher (at tp 1) gathers every token whatever its
+# groups: priced without the flags too.
+agl="--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 30
+ --expert-model-parallel-size 8 --num-experts 256 --moe-router-topk 8 --moe-grouped-gemm
+ --micro-batch-size 1 --global-batch-size 16 --moe-token-dispatcher-type allgather"
+a=$(est "$dsv3" 16 --seq 1024 --megatron-args "$agl")
+echo "$a" | grep -q '"step_time_s"' && ok || bad "DeepSeek-V3 allgather without groups: $a"
 # Token dropping: a capacity factor prices the experts' copies at min(F, 1)
 # of the dropless ones, padded at F; padding needs a factor; the flex
 # dispatcher is dropless.
