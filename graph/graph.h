@@ -288,6 +288,9 @@ const char *ap_op_kind_name(const ap_op *op); /* "matmul", "gelu", "rmsnorm" ...
 int ap_op_kind_from_name(const char *s, ap_op_kind *kind, int *sub);
 /* "core_attn", "mlp", ... for one ap_module bit; NULL for anything else. */
 const char *ap_module_name(unsigned bit);
+/* Every module's name in bit order, for messages that list them
+ * (tests/test_recompute_modules.c checks it against ap_module_name). */
+#define AP_MODULE_NAMES "core_attn, mlp, moe_act, layernorm, mla_up_proj, moe, shared_experts"
 /* The bit named s, or 0 when s names no module. */
 unsigned ap_module_from_name(const char *s);
 /* The ap_module bits of any op of g: the modules the model has. */

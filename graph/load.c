@@ -376,8 +376,7 @@ static int load_modules(const ctx *c, const cJSON *o, const char *path, ap_op *o
     for (const cJSON *s = arr->child; s; s = s->next, k++) {
         unsigned bit = cJSON_IsString(s) ? ap_module_from_name(s->valuestring) : 0;
         if (!bit)
-            return fail(c, "%s.modules[%d]: expected one of core_attn, mlp, moe_act, "
-                        "layernorm, mla_up_proj, moe, shared_experts", path, k);
+            return fail(c, "%s.modules[%d]: expected one of " AP_MODULE_NAMES, path, k);
         if (op->modules & bit)
             return fail(c, "%s.modules[%d]: \"%s\" named twice", path, k, s->valuestring);
         op->modules |= bit;

@@ -1273,8 +1273,7 @@ static int settle_modules(const audit *a, ap_megatron *m, char *err)
                  a->bad_module, foreign_module(a->bad_module)
                  ? "recomputes a layer autopar does not build (hyper-connections, "
                    "gated delta nets)"
-                 : "unknown module (core_attn, mlp, moe_act, layernorm, mla_up_proj, "
-                   "moe or shared_experts), which Megatron-Core refuses");
+                 : "unknown module (" AP_MODULE_NAMES "), which Megatron-Core refuses");
         return -1;
     }
     unsigned mods = a->modules_given ? a->modules : AP_MODULE_CORE_ATTN;

@@ -726,8 +726,8 @@ static int parse_recompute_modules(const reader *r, const cJSON *root, ap_plan_d
     if (!arr)
         return AP_OK;
     if (!cJSON_IsArray(arr) || !cJSON_GetArraySize(arr))
-        return fail(r, "recompute_modules", "expected an array of module names (core_attn, "
-                    "mlp, moe_act, layernorm, mla_up_proj, moe, shared_experts)");
+        return fail(r, "recompute_modules", "expected an array of module names ("
+                    AP_MODULE_NAMES ")");
     unsigned mods = 0;
     int k = 0;
     for (const cJSON *s = arr->child; s; s = s->next, k++) {
@@ -735,8 +735,7 @@ static int parse_recompute_modules(const reader *r, const cJSON *root, ap_plan_d
         if (!bit) {
             char at[64];
             snprintf(at, sizeof at, "recompute_modules[%d]", k);
-            return fail(r, at, "not a module name (core_attn, mlp, moe_act, layernorm, "
-                        "mla_up_proj, moe, shared_experts)");
+            return fail(r, at, "not a module name (" AP_MODULE_NAMES ")");
         }
         mods |= bit;
     }

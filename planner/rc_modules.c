@@ -30,8 +30,7 @@ int ap_rc_modules_parse(const char *list, const char *seps, unsigned *out, char 
          tok = strtok_r(NULL, seps, &save)) {
         unsigned bit = ap_module_from_name(tok);
         if (!bit) {
-            snprintf(err, AP_ERR_LEN, "unknown module \"%.64s\" (core_attn, mlp, moe_act, "
-                     "layernorm, mla_up_proj, moe or shared_experts)", tok);
+            snprintf(err, AP_ERR_LEN, "unknown module \"%.64s\" (" AP_MODULE_NAMES ")", tok);
             return AP_EINPUT;
         }
         m |= bit;

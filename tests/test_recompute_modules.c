@@ -66,6 +66,17 @@ static void the_builder_places_ops_in_megatron_modules(void)
     ap_graph_free(g);
 }
 
+/* The messages that list the modules name each once, in bit order. */
+static void the_listed_names_are_the_modules(void)
+{
+    char list[256] = "";
+    for (int i = 0; i < AP_MODULE_COUNT; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                 ap_module_name(1u << i));
+    CHECK(!strcmp(list, AP_MODULE_NAMES));
+    CHECK(ap_module_name(1u << AP_MODULE_COUNT) == NULL);
+}
+
 /* The project format keeps them: written and read back, the same ops are
  * in the same modules, and a name that is no module is refused. */
 static void the_project_format_keeps_the_modules(void)
@@ -359,6 +370,7 @@ static void refusals_name_the_rule(void)
 int main(void)
 {
     RUN(the_builder_places_ops_in_megatron_modules);
+    RUN(the_listed_names_are_the_modules);
     RUN(the_project_format_keeps_the_modules);
     RUN(recomputing_the_mlp_keeps_16sbh_over_t);
     RUN(the_backward_redoes_the_module_forward);
