@@ -322,11 +322,15 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
         if (s->q_lora)
             put(b, "  --q-lora-rank %lld\n", s->q_lora);
         put(b, "  --kv-lora-rank %lld\n  --qk-head-dim %lld\n  --qk-pos-emb-head-dim %lld\n"
-               "  --v-head-dim %lld\n  --qk-layernorm\n", s->kv_lora, s->qk_nope_dim,
-            s->qk_rope_dim, s->v_head_dim);
+               "  --v-head-dim %lld\n", s->kv_lora, s->qk_nope_dim, s->qk_rope_dim,
+            s->v_head_dim);
     } else if (s->head_dim && s->head_dim * s->heads != s->hidden) {
         put(b, "  --kv-channels %lld\n", s->head_dim);
     }
+    /* A norm on the queries and keys (Qwen3, OLMo 2), or under MLA on its
+     * latent ones. */
+    if (s->qk_norm)
+        put(b, "  --qk-layernorm\n");
     put(b, "  --ffn-hidden-size %lld\n", s->ffn);
     /* The experts as priced: the plan's dispatcher, stated even where it
      * is Megatron-Core's default (allgather), and TE's GroupedLinear, not
@@ -371,8 +375,13 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
         put(b, "  --squared-relu\n");
     if (!s->tied_embeddings)
         put(b, "  --untie-embeddings-and-output-weights\n");
-    if (!s->linear_bias)
+    /* Megatron-LM's biases: on every linear layer, or with
+     * --disable-bias-linear on none but, with --add-qkv-bias, Q, K and V's
+     * (Qwen2); check_architecture refuses the mixes no flag states. */
+    if (!s->other_bias)
         put(b, "  --disable-bias-linear\n");
+    if (!s->other_bias && s->qkv_bias)
+        put(b, "  --add-qkv-bias\n");
     /* Megatron-LM's default is 0.1 for both: say what the plan priced. */
     put(b, "  --hidden-dropout %g\n  --attention-dropout %g\n", s->hidden_dropout,
         s->attention_dropout);

@@ -608,6 +608,11 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
                       ap_launcher_name(to), "the model does not name them as a Hugging "
                       "Face config does (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
                       "v_head_dim)");
+    if (to == AP_LAUNCHER_MEGATRON && (s->other_bias == 2 || (s->other_bias && !s->qkv_bias)))
+        return refuse(p, err, "%s's linear layers have a bias on all of them, on none, or "
+                      "on the query, key and value projections alone (--add-qkv-bias); %s",
+                      ap_launcher_name(to), "the model has biases on some others, which no "
+                      "Megatron-LM flag states");
     if (to == AP_LAUNCHER_MEGATRON && s->experts && !strcmp(s->moe_freq, "?"))
         return refuse(p, err, "%s states which layers are MoE with --moe-layer-freq; %s",
                       ap_launcher_name(to), "the model's MoE layers follow no pattern it can "

@@ -1335,6 +1335,36 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
     return 0;
 }
 
+/* --position-embedding-type and --rotary-percent into m->shape: 1 when
+ * `tok` was one, 0 when not, -1 with err set for a bad value. Megatron-LM's
+ * mrope and relative embeddings are not built by autopar. */
+static int position_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    if (!strcmp(tok, "--position-embedding-type")) {
+        const char *v;
+        if (choice_into(tok, save, &v, "learned_absolute rope mrope relative none", err) < 0)
+            return -1;
+        if (!strcmp(v, "mrope") || !strcmp(v, "relative"))
+            return refuse(tok, v, "builds position embeddings autopar does not (it builds "
+                          "learned_absolute, rope and none)", err);
+        m->shape.positions = !strcmp(v, "learned_absolute") ? 1 : !strcmp(v, "rope") ? 2 : 3;
+        return 1;
+    }
+    if (strcmp(tok, "--rotary-percent"))
+        return 0;
+    char *v = flag_value(tok, save, err), *end;
+    if (!v)
+        return -1;
+    double f = strtod(v, &end);
+    if (*end || !(f > 0 && f <= 1)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" (a share of "
+                 "each head above 0, at most 1)", tok, v);
+        return -1;
+    }
+    m->shape.rotary_percent = f;
+    return 1;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[8192], who[80];
@@ -1397,10 +1427,18 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             return AP_EINPUT;
         if (!known && (known = mtp_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
+        if (!known && (known = position_flag(tok, &save, m, err)) < 0)
+            return AP_EINPUT;
         if (known)
             continue;
         if (!strcmp(tok, "--multi-latent-attention")) {
             m->shape.mla = 1;
+        } else if (!strcmp(tok, "--disable-bias-linear")) {
+            m->shape.no_bias = 1;
+        } else if (!strcmp(tok, "--add-qkv-bias")) {
+            m->shape.add_qkv_bias = 1;
+        } else if (!strcmp(tok, "--qk-layernorm")) {
+            m->shape.qk_norm = 1;
         } else if (!strcmp(tok, "--swiglu")) {
             m->shape.swiglu = 1;
         } else if (!strcmp(tok, "--squared-relu")) {
@@ -2176,6 +2214,65 @@ static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_mod
     return AP_EINPUT;
 }
 
+/* What the command line's biases, QK norms and position embeddings build
+ * (Megatron-LM's defaults: a bias on every linear layer, no QK norm,
+ * learned absolute positions, rope over the whole head), as
+ * check_structure checks its flags. */
+static void layer_flags_want(const ap_megatron *m, int whole, const ap_model_shape *s,
+                             int want[3], double *rotary)
+{
+    int bias_flags = m->shape.no_bias || m->shape.add_qkv_bias;
+    want[0] = bias_flags || whole ? (m->shape.no_bias ? 0 : 1) : s->other_bias;
+    want[1] = bias_flags || whole ? (!m->shape.no_bias || m->shape.add_qkv_bias) : s->qkv_bias;
+    want[2] = m->shape.positions ? m->shape.positions
+            : whole ? 1
+            : s->learned_positions ? 1 : s->rotary_percent > 0 ? 2 : 3;
+    *rotary = m->shape.rotary_percent ? m->shape.rotary_percent : whole ? 1 : s->rotary_percent;
+}
+
+static int check_layer_flags(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                             char *err)
+{
+    int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
+    int want[3];
+    double rotary;
+    layer_flags_want(m, whole, s, want, &rotary);
+    static const char *const positions[] = {"", "learned absolute positions",
+                                            "rotary embeddings", "no position embedding"};
+    int have_pos = s->learned_positions ? 1 : s->rotary_percent > 0 ? 2 : 3;
+    const char *flags = m->shape.no_bias && m->shape.add_qkv_bias
+                        ? "--disable-bias-linear --add-qkv-bias"
+                      : m->shape.no_bias ? "--disable-bias-linear"
+                      : m->shape.add_qkv_bias ? "--add-qkv-bias (with the default biases)"
+                                             : "no --disable-bias-linear (biases on every "
+                                               "linear layer, Megatron-LM's default)";
+    if (want[0] != s->other_bias || want[1] != s->qkv_bias) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s has %s on its query, key "
+                 "and value projections and %s on its other linear layers", flags, g->source,
+                 s->qkv_bias ? "biases" : "no biases", s->other_bias == 1 ? "biases"
+                 : s->other_bias ? "biases on some" : "none");
+    } else if ((m->shape.qk_norm || whole) && m->shape.qk_norm != s->qk_norm) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s has %s",
+                 m->shape.qk_norm ? "--qk-layernorm" : "no --qk-layernorm", g->source,
+                 s->qk_norm ? (s->mla ? "norms on its query and key-value latents"
+                                      : "a norm on its queries and keys")
+                            : "no norm on its queries and keys");
+    } else if (want[2] != have_pos) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s%s, but %s has %s",
+                 m->shape.positions ? "--position-embedding-type " : "no "
+                 "--position-embedding-type (learned_absolute, Megatron-LM's default)",
+                 m->shape.positions ? (want[2] == 1 ? "learned_absolute" : want[2] == 2
+                                      ? "rope" : "none") : "", g->source, positions[have_pos]);
+    } else if (want[2] == 2 && !s->mla && rotary != s->rotary_percent) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --rotary-percent %g%s, but %s rotates "
+                 "%g of each head", rotary, m->shape.rotary_percent ? ""
+                 : " (Megatron-LM's default)", g->source, s->rotary_percent);
+    } else {
+        return AP_OK;
+    }
+    return AP_EINPUT;
+}
+
 /* Multi-latent attention on the command line against the model's: the
  * flag, and under it each dimension given, or in a whole script left out
  * to Megatron-Core's default (no query LoRA, a key-value LoRA rank of 32,
@@ -2215,7 +2312,8 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
 {
     ap_model_shape s;
     ap_model_shape_of(g, &s);
-    if (check_structure(g, m, &s, err) || check_mla(g, m, &s, err))
+    if (check_structure(g, m, &s, err) || check_layer_flags(g, m, &s, err) ||
+        check_mla(g, m, &s, err))
         return AP_EINPUT;
     int attention = 0;
     for (int i = 0; i < g->nops; i++)

@@ -376,6 +376,8 @@ static cJSON *shape_json(const ap_graph *g)
     if (s.mtp_layers)
         cJSON_AddNumberToObject(o, "mtp_layers", s.mtp_layers);
     cJSON_AddBoolToObject(o, "linear_bias", s.linear_bias);
+    cJSON_AddBoolToObject(o, "qkv_bias", s.qkv_bias);
+    cJSON_AddBoolToObject(o, "qk_layernorm", s.qk_norm);
     cJSON_AddBoolToObject(o, "flash_attention", s.flash);
     cJSON_AddNumberToObject(o, "hidden_dropout", s.hidden_dropout);
     cJSON_AddNumberToObject(o, "attention_dropout", s.attention_dropout);

@@ -468,6 +468,10 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
         rc = get_bool(r, o, "linear_bias", at, &s->linear_bias);
     if (!rc)
         rc = get_bool(r, o, "flash_attention", at, &s->flash);
+    if (!rc && field(o, "qkv_bias"))
+        rc = get_bool(r, o, "qkv_bias", at, &s->qkv_bias);
+    if (!rc && field(o, "qk_layernorm"))
+        rc = get_bool(r, o, "qk_layernorm", at, &s->qk_norm);
     if (rc)
         return rc;
     if (strcmp(norm, "rmsnorm") && strcmp(norm, "layernorm") && strcmp(norm, "layernorm1p"))

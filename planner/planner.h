@@ -865,6 +865,12 @@ typedef struct {
          * --untie-embeddings-and-output-weights are given */
         int swiglu, squared_relu, untie;
         int norm;            /* --normalization: 1 LayerNorm, 2 RMSNorm; 0 not given */
+        int no_bias;         /* 1 where --disable-bias-linear is given */
+        int add_qkv_bias;    /* 1 where --add-qkv-bias is given */
+        int qk_norm;         /* 1 where --qk-layernorm is given */
+        int positions;       /* --position-embedding-type: 1 learned_absolute,
+                                2 rope, 3 none; 0 not given */
+        double rotary_percent; /* --rotary-percent; 0 not given */
         int shared_ffn;      /* --moe-shared-expert-intermediate-size; 0 not given */
         char moe_freq[256];  /* --moe-layer-freq as given; "" not given */
     } shape;
@@ -1080,6 +1086,12 @@ typedef struct {
     int mtp_layers;        /* multi-token-prediction modules after the head
                               (ap_graph.mtp_layers; --mtp-num-layers) */
     int linear_bias;       /* matmuls carry biases */
+    int qkv_bias;          /* the query, key and value projections (a layer's
+                              matmuls whose output has a heads label) do */
+    int other_bias;        /* the layers' other matmuls: 0 none has one,
+                              1 all, 2 some (no Megatron-LM flag says so) */
+    int qk_norm;           /* a norm on a projection's output (QK layernorm;
+                              MLA's norms on its latent ones) */
     int flash;             /* fused attention */
     double hidden_dropout;    /* dropout after attention and MLP, and */
     double attention_dropout; /* inside attention: probabilities, -1 in a

@@ -147,6 +147,40 @@ int ap_model_moe_layers(const ap_graph *g, unsigned char *moe)
     return n;
 }
 
+/* Whether op's output has an attention-heads label: Q, K and V. */
+static int heads_output(const ap_graph *g, const ap_op *op)
+{
+    const char *T = g->tensors[op->outputs[0]].shape;
+    char n = ap_graph_label_of(g, AP_DIM_HEADS), kv = ap_graph_label_of(g, AP_DIM_KV_HEADS);
+    return (n && strchr(T, n)) || (kv && strchr(T, kv));
+}
+
+/* Which of the layers' matmuls carry a bias, as Megatron-LM's flags say it
+ * (--disable-bias-linear, --add-qkv-bias), and whether a norm follows a
+ * projection (--qk-layernorm). */
+static void bias_shape(const ap_graph *g, ap_model_shape *s)
+{
+    int others = 0, biased = 0;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind == AP_OP_NORM && op->ninputs > 0) {
+            int p = g->tensors[op->inputs[0]].producer;
+            s->qk_norm |= op->layer >= 0 && p >= 0 && g->ops[p].kind == AP_OP_MATMUL;
+        }
+        if (op->kind != AP_OP_MATMUL || op->layer < 0 || op->noutputs < 1 ||
+            op->ninputs < 2 || !is_param(g, op->inputs[1]))
+            continue;
+        int bias = op->ninputs == 3;
+        if (heads_output(g, op)) {
+            s->qkv_bias |= bias;
+        } else {
+            others++;
+            biased += bias;
+        }
+    }
+    s->other_bias = !biased ? 0 : biased == others ? 1 : 2;
+}
+
 /* Each expert's FFN width (its weights' FFN label), the shared experts'
  * (the ops of the shared_experts module), and the MoE layers' pattern. */
 static void moe_shape(const ap_graph *g, ap_model_shape *s)
@@ -215,6 +249,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     }
     mla_shape(g, s);
     moe_shape(g, s);
+    bias_shape(g, s);
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);
     s->parallel_residual = has_parallel_residual(g);

@@ -167,6 +167,57 @@ static void partial_rotary_is_stated_as_rotary_percent(void)
     ap_graph_free(g);
 }
 
+/* A small config of `type` with `extra` fields, for the bias cases. */
+static ap_graph *tiny_hf(const char *type, const char *extra)
+{
+    char cfg[512], err[AP_ERR_LEN];
+    snprintf(cfg, sizeof cfg,
+             "{\"model_type\": \"%s\", \"num_hidden_layers\": 2, \"hidden_size\": 256,"
+             " \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+             " \"intermediate_size\": 512, \"vocab_size\": 1024,"
+             " \"max_position_embeddings\": 128%s}", type, extra);
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = NULL;
+    if (ap_graph_from_hf(cfg, strlen(cfg), "tiny.json", &o, &g, err))
+        fprintf(stderr, "%s\n", err);
+    return g;
+}
+
+/* Megatron-LM has a bias on every linear layer by default, none with
+ * --disable-bias-linear, and with --add-qkv-bias on Q, K and V too: Qwen2's
+ * layout. Qwen3's norms on queries and keys are --qk-layernorm. A model
+ * with biases on Q, K, V and the output projection but not its MLP (Llama's
+ * attention_bias) has no flag and is refused. */
+static void biases_and_qk_norms_are_stated_as_megatron_builds_them(void)
+{
+    const char *types[] = {"qwen2", "qwen3", "llama"};
+    const char *want[] = {"  --disable-bias-linear\n  --add-qkv-bias\n",
+                          "  --qk-layernorm\n", NULL};
+    for (int i = 0; i < 3; i++) {
+        ap_graph *g = tiny_hf(types[i], i == 2 ? ", \"attention_bias\": true" : "");
+        ap_plan_desc d;
+        char err[AP_ERR_LEN], *text = NULL;
+        if (!g || ap_test_megatron_desc(g, 2, "tp=2,pp=1,sp=1,mbs=1,gbs=8", &d, NULL)) {
+            CHECK(0);
+            ap_graph_free(g);
+            continue;
+        }
+        int rc = ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err);
+        if (want[i]) {
+            CHECK(rc == AP_OK);
+            CHECK_STR_HAS(text ? text : "", want[i]);
+        } else {
+            CHECK(rc == AP_EINPUT);
+            CHECK_STR_HAS(err, "the model has biases on some others, which no Megatron-LM "
+                               "flag states");
+        }
+        free(text);
+        ap_plan_desc_free(&d);
+        ap_graph_free(g);
+    }
+}
+
 /* Whole-head rotary, as Llama's, is Megatron-LM's default: no flag. */
 static void whole_head_rotary_needs_no_rotary_percent(void)
 {
@@ -712,6 +763,7 @@ int main(void)
     RUN(reader_names_the_field_at_fault);
     RUN(partial_rotary_is_stated_as_rotary_percent);
     RUN(whole_head_rotary_needs_no_rotary_percent);
+    RUN(biases_and_qk_norms_are_stated_as_megatron_builds_them);
     RUN(parallel_residual_is_refused_by_megatron_only);
     RUN(relu_mlp_is_refused_by_megatron_only);
     RUN(model_without_positions_is_stated_as_none);

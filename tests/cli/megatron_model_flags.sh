@@ -21,7 +21,7 @@ estimate() { "$bin" estimate "$model" --gpus 16 --json "$@" 2>&1; }
 # The model's own shape, with the flags a real script carries beside it
 # (optimizer, data, model structure), prices as the layout alone does.
 a=$(estimate --megatron-args "$layout")
-b=$(estimate --megatron-args "$layout $shape --swiglu --normalization RMSNorm --lr 3e-4 --bf16 --grad-reduce-in-bf16 --use-mcore-models --untie-embeddings-and-output-weights")
+b=$(estimate --megatron-args "$layout $shape --swiglu --normalization RMSNorm --disable-bias-linear --position-embedding-type rope --rotary-percent 1.0 --lr 3e-4 --bf16 --grad-reduce-in-bf16 --use-mcore-models --untie-embeddings-and-output-weights")
 echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok ||
     bad "the model's own shape flags change nothing: $a vs $b"
 
@@ -78,6 +78,22 @@ expect "--megatron-args: no --untie-embeddings-and-output-weights (tied, Megatro
     --megatron-args "$whole --swiglu"
 expect "--megatron-args: no --normalization (LayerNorm, Megatron-LM's default), but $model has RMSNorm" \
     --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights"
+expect "--megatron-args: no --disable-bias-linear (biases on every linear layer, Megatron-LM's default), but $model has no biases on its query, key and value projections and none on its other linear layers" \
+    --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm"
+expect "--megatron-args: --add-qkv-bias (with the default biases), but $model has no biases" \
+    --megatron-args "$layout --add-qkv-bias"
+expect "--megatron-args: --qk-layernorm, but $model has no norm on its queries and keys" \
+    --megatron-args "$layout --qk-layernorm"
+expect "--megatron-args: no --position-embedding-type (learned_absolute, Megatron-LM's default), but $model has rotary embeddings" \
+    --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear"
+expect "--megatron-args: --position-embedding-type learned_absolute, but $model has rotary embeddings" \
+    --megatron-args "$layout --position-embedding-type learned_absolute"
+expect "--megatron-args: --rotary-percent 0.5, but $model rotates 1 of each head" \
+    --megatron-args "$layout --rotary-percent 0.5"
+expect "--megatron-args: --rotary-percent: bad value \"1.5\"" \
+    --megatron-args "$layout --rotary-percent 1.5"
+expect "--megatron-args: --position-embedding-type mrope: builds position embeddings autopar does not" \
+    --megatron-args "$layout --position-embedding-type mrope"
 expect "--megatron-args: --normalization LayerNorm, but $model has RMSNorm" \
     --megatron-args "$layout --normalization LayerNorm"
 expect "--megatron-args: --normalization: bad value \"rms\"" \
@@ -177,7 +193,7 @@ dsexpect "--moe-layer-freq \"[0]*3+[1]*\": expected a number at \"the end\"" \
     --megatron-args "$dsl --moe-layer-freq [0]*3+[1]*"
 dsexpect "--moe-layer-freq \"0\": a frequency below 1" \
     --megatron-args "$dsl --moe-layer-freq 0"
-whole="--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-layernorm"
+whole="--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear --position-embedding-type rope --multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-layernorm"
 dsexpect "no --moe-shared-expert-intermediate-size (no shared experts, Megatron-LM's default), but $ds has shared experts 2048 wide: give --moe-shared-expert-intermediate-size 2048" \
     --megatron-args "$dsl $whole"
 dsexpect "no --moe-layer-freq (every layer MoE, Megatron-LM's default) makes layer 0 MoE, but in $ds it is dense: give --moe-layer-freq [0]*3+[1]*58" \

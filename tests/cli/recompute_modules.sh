@@ -24,7 +24,7 @@ tr -d ' \t\n' <"$tmp/plan.json" | grep -q '"recompute_modules":\["mlp","moe_act"
 grep -qxF "  --multi-latent-attention" "$tmp/args.sh" && grep -qxF "  --q-lora-rank 1536" "$tmp/args.sh" &&
     grep -qxF "  --kv-lora-rank 512" "$tmp/args.sh" && grep -qxF "  --qk-pos-emb-head-dim 64" "$tmp/args.sh" &&
     ok || bad "the export does not state MLA: $(grep -i lora "$tmp/args.sh")"
-whole="--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 --moe-layer-freq ([0]*3+[1]*58)"
+whole="--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear --position-embedding-type rope --qk-layernorm --moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 --moe-layer-freq ([0]*3+[1]*58)"
 "$bin" estimate "$model" --gpus 16 --seq 1024 --megatron-args "$args $whole" >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "no --multi-latent-attention, but" "$tmp/err" && ok ||
     bad "a whole script without MLA: $(cat "$tmp/err")"
