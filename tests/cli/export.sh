@@ -109,6 +109,11 @@ grep -q -- "--moe-ffn-hidden-size 2048$" "$tmp/args.sh" &&
     ! grep -q -- "--rotary-percent" "$tmp/args.sh" && ok ||
     bad "DeepSeek-V3's MoE layers in the export: $(grep moe "$tmp/args.sh")"
 
+# Qwen3's norms on queries and keys: --qk-layernorm, read back.
+roundtrip examples/hf/qwen3-30b-a3b.json 16 "tp=1,pp=2,ep=8,mbs=1,gbs=64"
+grep -q -- "--qk-layernorm$" "$tmp/args.sh" && ok ||
+    bad "Qwen3's QK norms in the export: $(grep -c qk "$tmp/args.sh")"
+
 # A plan says which dropout it was priced with, and the Megatron-LM export
 # says it too (Megatron's default is 0.1); a plan.json from before the
 # field is read, and exports the dropout of the model it reloads.
