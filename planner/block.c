@@ -155,8 +155,9 @@ static void add_rc_edge(const ap_price_ctx *x, int t, int u, const ap_strategy *
     ap_block_point k;
     memset(&k, 0, sizeof k);
     split_edge_comm(x, t, u, ps, v, cs, total, back, 0, &k);
+    double cast_back, cast = ap_price_edge_cast(x, t, u, ps, v, cs, &cast_back);
     out->rc_fwd += total - back;
-    out->rc_comm += total - back;
+    out->rc_comm += total - back - cast;
     add_comm_kinds(&out->rc_kinds, &k.kfwd);
 }
 

@@ -194,6 +194,23 @@ static void tensorwise_reduces_each_shards_amax_over_the_tp_group(void)
     recipes_free(&r);
 }
 
+/* The casts on the edges are compute, also where the MLP module is
+ * recomputed (its norm and fc1 redone, the shard's cast with them): the
+ * communication by kind still adds up to the communication. */
+static void recomputed_casts_stay_compute(void)
+{
+    ap_graph *g = llama();
+    ap_plan p;
+    CHECK(ap_test_megatron_plan_ok(g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1,recompute=selective,"
+                                   "recompute_modules=mlp", NULL, &p) == 0);
+    if (g && p.nstages) {
+        CHECK(ap_test_layer(&p)->rc_fwd > 0);
+        CHECK_NEAR(kinds_sum(&p.t_kinds), p.t_comm, 1e-12);
+    }
+    ap_plan_free(&p);
+    ap_graph_free(g);
+}
+
 /* Delayed scaling: one all-reduce of the amaxes at each exit from the
  * autocast, forward and backward, per micro-batch and model chunk, over
  * the stage's 16 ranks on 2 nodes: NCCL's LL tree, 4.4 us + 2 (7 hops of
@@ -231,6 +248,7 @@ int main(void)
     RUN(the_gathered_input_is_quantized_on_its_shard);
     RUN(a_row_parallel_layer_quantizes_its_gradient_shard);
     RUN(tensorwise_reduces_each_shards_amax_over_the_tp_group);
+    RUN(recomputed_casts_stay_compute);
     RUN(delayed_scaling_reduces_the_amaxes_at_each_autocast_exit);
     return DONE();
 }
