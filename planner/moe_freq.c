@@ -147,7 +147,7 @@ static value repeat(reader *r, value a, value b)
     long long times = a.is_list ? b.num : a.num;
     value out = {1, 0, NULL, 0};
     if (!grow(r, &out, (long long)l.n * times))
-        for (long long t = 0; t < times; t++, out.n += l.n)
+        for (long long t = 0; l.n && t < times; t++, out.n += l.n)
             memcpy(out.items + out.n, l.items, (size_t)l.n);
     release(&l);
     return out;
@@ -175,7 +175,7 @@ static value expr(reader *r)
             release(&w);
             break;
         }
-        if (!grow(r, &v, (long long)v.n + w.n)) {
+        if (w.n && !grow(r, &v, (long long)v.n + w.n)) {
             memcpy(v.items + v.n, w.items, (size_t)w.n);
             v.n += w.n;
         }

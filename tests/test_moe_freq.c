@@ -26,6 +26,12 @@ static void expressions_evaluate_as_python_does(void)
     /* * binds before +, a group repeats as a whole. */
     unsigned char alt[12] = {1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0};
     CHECK(ap_moe_freq_parse("([1]*3+[0])*3", 12, got, err) == AP_OK && same(got, alt, 12));
+    /* Empty lists, as Python allows them (a fuzzer's find: copying none
+     * of an empty list passed a null pointer to memcpy). */
+    CHECK(ap_moe_freq_parse("[]*3*149+[0]*3+[]+[1]*58", 61, got, err) == AP_OK &&
+          same(got, want, 61));
+    CHECK(ap_moe_freq_parse("([]*3*149]", 61, got, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "expected ')'");
     /* An integer N: layers 0, N, 2N, ... are MoE. */
     unsigned char every3[7] = {1, 0, 0, 1, 0, 0, 1};
     CHECK(ap_moe_freq_parse("3", 7, got, err) == AP_OK && same(got, every3, 7));
