@@ -491,6 +491,11 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (d->cp > 1)
         put(&b, "  --parallelism.context_parallel_rotate_method alltoall\n");
     put(&b, "  --parallelism.expert_parallel_degree %d\n", d->ep);
+    /* The experts split by the tensor-parallel ranks too, as Megatron-Core's
+     * --expert-tensor-parallel-size defaults to tp (torchtitan's default is
+     * 1, the experts whole on each rank). */
+    if (s->experts && d->etp > 1)
+        put(&b, "  --parallelism.expert_tensor_parallel_degree %d\n", d->etp);
     /* With a pipeline a step is one local batch cut into micro-batches;
      * without one, torchtitan accumulates gradients over local batches
      * until the global batch is reached. */

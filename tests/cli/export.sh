@@ -109,6 +109,16 @@ grep -q -- "--moe-ffn-hidden-size 2048$" "$tmp/args.sh" &&
     ! grep -q -- "--rotary-percent" "$tmp/args.sh" && ok ||
     bad "DeepSeek-V3's MoE layers in the export: $(grep moe "$tmp/args.sh")"
 
+# Mixtral at tp 2: each expert split over the two tensor-parallel ranks,
+# as priced (Megatron-Core's expert tensor parallelism defaults to tp), so
+# torchtitan is told its expert tensor parallel degree, whose default is 1.
+"$bin" estimate "$src/examples/hf/mixtral-8x7b.json" --gpus 64 \
+    --megatron "tp=2,pp=4,ep=8,sp=1,mbs=1,gbs=256" -o "$tmp/mx.json" >/dev/null 2>&1
+"$bin" export "$tmp/mx.json" --to torchtitan >"$tmp/mx.sh" 2>"$tmp/err" &&
+    grep -q -- "--parallelism.expert_parallel_degree 8$" "$tmp/mx.sh" &&
+    grep -q -- "--parallelism.expert_tensor_parallel_degree 2$" "$tmp/mx.sh" && ok ||
+    bad "Mixtral's torchtitan experts: $(cat "$tmp/err") $(grep expert "$tmp/mx.sh")"
+
 # Qwen3's norms on queries and keys: --qk-layernorm, read back.
 roundtrip examples/hf/qwen3-30b-a3b.json 16 "tp=1,pp=2,ep=8,mbs=1,gbs=64"
 grep -q -- "--qk-layernorm$" "$tmp/args.sh" && ok ||
