@@ -3,13 +3,15 @@
  * Hugging Face reader).
  *
  * Any input must either load or be refused with AP_EINPUT and a message; a
- * graph that loads must write itself back in the project format and load
- * again from that text, with the same totals. */
+ * graph that loads must give the shape the exports state (ap_model_shape_of)
+ * and write itself back in the project format and load again from that
+ * text, with the same totals. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph/graph.h"
+#include "planner/planner.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,6 +46,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                   &g, err);
     if (rc == AP_OK) {
         (void)ap_graph_active_params(g);
+        /* What the exports state of it: its dimensions, MoE layers, biases. */
+        ap_model_shape shape;
+        ap_model_shape_of(g, &shape);
         check_round_trip(g);
         ap_graph_free(g);
     } else if (g || !err[0]) {
