@@ -1338,8 +1338,13 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
 /* --position-embedding-type and --rotary-percent into m->shape: 1 when
  * `tok` was one, 0 when not, -1 with err set for a bad value. Megatron-LM's
  * mrope and relative embeddings are not built by autopar. */
-static int position_flag(const char *tok, char **save, ap_megatron *m, char *err)
+static int position_flag(const char *tok, char **save, ap_megatron *m, int *legacy_rope,
+                         char *err)
 {
+    if (!strcmp(tok, "--use-rotary-position-embeddings")) {
+        *legacy_rope = 1;
+        return 1;
+    }
     if (!strcmp(tok, "--position-embedding-type")) {
         const char *v;
         if (choice_into(tok, save, &v, "learned_absolute rope mrope relative none", err) < 0)
@@ -1378,7 +1383,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     m->overlap_grad = 0;
     m->overlap_param = 0;
     long layers_per_chunk = 0;
-    int groups = 0, gqa = 0, vpp_flag = 0, *shape;
+    int groups = 0, gqa = 0, vpp_flag = 0, legacy_rope = 0, *shape;
     rc_flags rcf = {0, 0, 0};
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
@@ -1427,7 +1432,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             return AP_EINPUT;
         if (!known && (known = mtp_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
-        if (!known && (known = position_flag(tok, &save, m, err)) < 0)
+        if (!known && (known = position_flag(tok, &save, m, &legacy_rope, err)) < 0)
             return AP_EINPUT;
         if (known)
             continue;
@@ -1476,6 +1481,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
          * past. */
     }
     m->shape.groups = gqa ? groups : 0;
+    if (legacy_rope)
+        m->shape.positions = 2;
     /* A dropout flag given says the command line is Megatron-LM's whole
      * one, so the other is Megatron-LM's default, 0.1. */
     if (drop[0] >= 0 || drop[1] >= 0)

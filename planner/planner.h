@@ -869,7 +869,9 @@ typedef struct {
         int add_qkv_bias;    /* 1 where --add-qkv-bias is given */
         int qk_norm;         /* 1 where --qk-layernorm is given */
         int positions;       /* --position-embedding-type: 1 learned_absolute,
-                                2 rope, 3 none; 0 not given */
+                                2 rope, 3 none; 0 not given; 2 under the
+                                legacy --use-rotary-position-embeddings,
+                                which Megatron-LM lets win */
         double rotary_percent; /* --rotary-percent; 0 not given */
         int shared_ffn;      /* --moe-shared-expert-intermediate-size; 0 not given */
         char moe_freq[256];  /* --moe-layer-freq as given; "" not given */

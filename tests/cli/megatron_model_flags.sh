@@ -88,6 +88,13 @@ expect "--megatron-args: no --position-embedding-type (learned_absolute, Megatro
     --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear"
 expect "--megatron-args: --position-embedding-type learned_absolute, but $model has rotary embeddings" \
     --megatron-args "$layout --position-embedding-type learned_absolute"
+# The legacy --use-rotary-position-embeddings is rope, whatever the type
+# says, as Megatron-LM's validate_args makes it.
+a=$(estimate --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear --use-rotary-position-embeddings")
+b=$(estimate --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear --position-embedding-type learned_absolute --use-rotary-position-embeddings")
+c=$(estimate --megatron-args "$layout")
+echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok ||
+    bad "--use-rotary-position-embeddings is rope: $a vs $b vs $c"
 expect "--megatron-args: --rotary-percent 0.5, but $model rotates 1 of each head" \
     --megatron-args "$layout --rotary-percent 0.5"
 expect "--megatron-args: --rotary-percent: bad value \"1.5\"" \
