@@ -1528,15 +1528,6 @@ static int regather_axes(const ap_price_ctx *x, int t, int prod,
     return mask;
 }
 
-/* Axes on which the edge's sequence-parallel collectives run beside the
- * consumer's GEMMs under --tp-comm-overlap: those of regather_axes(), into
- * a linear layer TE overlaps. */
-static int ub_axes(const ap_price_ctx *x, int t, int prod, const ap_strategy *ps,
-                   int cons, const ap_strategy *cs)
-{
-    return ub_linear(x, cons) ? regather_axes(x, t, prod, ps, cons, cs) : 0;
-}
-
 /* Bytes of t on one rank of the producer's layout, split only by the axis
  * other than a: what an all-gather along a moves. */
 static double gather_bytes(const ap_price_ctx *x, int t, int prod,
@@ -1563,15 +1554,12 @@ static double gather_scale(const ap_price_ctx *x, int t, int cons)
  * the shard's cast and the gathered tensor's transpose replace that, shared
  * with the fused module's other projections. Negative in the forward,
  * positive in the backward, less in all. */
-static double sp_cast(const ap_price_ctx *x, int t, int prod, const ap_strategy *ps,
-                      int cons, const ap_strategy *cs, double *bwd)
+static double sp_cast(const ap_price_ctx *x, int t, int cons, const ap_strategy *cs,
+                      int mask, double *bwd)
 {
     const ap_op *op = &x->g->ops[cons];
     *bwd = 0;
-    int mask = runs_fp8(x, op) && op->inputs[0] == t
-                   ? regather_axes(x, t, prod, ps, cons, cs)
-                   : 0;
-    if (!mask)
+    if (!mask || !runs_fp8(x, op) || op->inputs[0] != t)
         return 0;
     double k = (mask & 1 ? x->mesh->d[0] : 1) * (mask & 2 ? x->mesh->d[1] : 1);
     gemm_dims d = dims_of(x, op, cs);
@@ -1591,17 +1579,18 @@ double ap_price_edge_cast(const ap_price_ctx *x, int t, int prod, const ap_strat
     if (folding_boundary(x, prod, cons))
         return 0;
     x = expert_view(x, cons, &view);
-    return sp_cast(x, t, prod, ps, cons, cs, bwd);
+    return sp_cast(x, t, cons, cs, regather_axes(x, t, prod, ps, cons, cs), bwd);
 }
 
-/* The backward's second all-gather of a saved sequence shard; like the
- * forward gather, one serves every consumer, each edge carries its share. */
+/* The backward's second all-gather of a saved sequence shard, on the axes
+ * in mask (regather_axes); like the forward gather, one serves every
+ * consumer, each edge carries its share. Under --tp-comm-overlap, into a
+ * linear layer TE overlaps, it runs beside a GEMM. */
 static double regather_time(const ap_price_ctx *x, int t, int prod,
                             const ap_strategy *ps, int cons,
-                            const ap_strategy *cs)
+                            const ap_strategy *cs, int mask)
 {
-    int mask = regather_axes(x, t, prod, ps, cons, cs);
-    int ub = mask ? ub_axes(x, t, prod, ps, cons, cs) : 0;
+    int ub = ub_linear(x, cons) ? mask : 0;
     double gemm = ub ? fused_gemm(x, t, cons, cs) : 0;
     double time = 0;
     for (int a = 0; a < 2; a++) {
@@ -1629,9 +1618,9 @@ double ap_price_edge_saved(const ap_price_ctx *x, int t, int prod,
         return 0;
     }
     x = expert_view(x, cons, &view);
-    if (regather)
-        *regather = regather_time(x, t, prod, ps, cons, cs);
     int mask = regather_axes(x, t, prod, ps, cons, cs);
+    if (regather)
+        *regather = regather_time(x, t, prod, ps, cons, cs, mask);
     const ap_op *op = &x->g->ops[cons];
     int saver = -1;
     for (int i = 0; i < op->ninputs; i++)
@@ -1659,8 +1648,9 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
     const char *T = shape_of(x, t);
     double full = tensor_bytes(x, t);
     double cost = 0, back = 0;
-    int ub = ub_axes(x, t, prod, ps, cons, cs);
     int sp = regather_axes(x, t, prod, ps, cons, cs);
+    /* The sequence-parallel collectives TE overlaps with the GEMMs. */
+    int ub = ub_linear(x, cons) ? sp : 0;
     double gemm = ub ? fused_gemm(x, t, cons, cs) : 0;
     for (int a = 0; a < 2; a++) {
         if (x->mesh->d[a] == 1)
@@ -1677,11 +1667,11 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
              * q, k and v; each edge carries its share. Under
              * --tp-comm-overlap the gather is ring-exchanged into the
              * forward GEMM (qkv_fprop, fc1_fprop). */
-            double ag = coll(x, AP_COLL_ALLGATHER, mask,
-                             sp & mask ? bytes * gather_scale(x, t, cons) : bytes);
+            double scale = sp & mask ? gather_scale(x, t, cons) : 1;
+            double ag = coll(x, AP_COLL_ALLGATHER, mask, bytes * scale);
             if (ub & mask)
                 ag = ap_tp_overlap_exposed(x->c, AP_UB_RING, ag, gemm, x->mesh->d[a]);
-            if ((sp & mask) && gather_scale(x, t, cons) < 1)
+            if (scale < 1)
                 ag += tp_amax(x, mask);
             cost += ag / activation_consumers(x->g, t);
         } else if (!p && q) {
@@ -1706,8 +1696,8 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
             back += red / activation_consumers(x->g, t);
         }
     }
-    back += regather_time(x, t, prod, ps, cons, cs);
-    double cast_back, cast = sp_cast(x, t, prod, ps, cons, cs, &cast_back);
+    back += regather_time(x, t, prod, ps, cons, cs, sp);
+    double cast_back, cast = sp_cast(x, t, cons, cs, sp, &cast_back);
     cost += cast;
     back += cast_back;
     if (bwd)
