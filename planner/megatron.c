@@ -430,6 +430,20 @@ static int *shape_slot(ap_megatron *m, const char *flag, int *groups)
          : !strcmp(flag, "--num-experts") ? &m->shape.experts : NULL;
 }
 
+/* The model-structure switches (flags without a value), kept in m->shape
+ * and checked against the model (check_structure, check_layer_flags,
+ * check_mla). */
+static int *shape_switch(ap_megatron *m, const char *flag)
+{
+    return !strcmp(flag, "--multi-latent-attention") ? &m->shape.mla
+         : !strcmp(flag, "--disable-bias-linear") ? &m->shape.no_bias
+         : !strcmp(flag, "--add-qkv-bias") ? &m->shape.add_qkv_bias
+         : !strcmp(flag, "--qk-layernorm") ? &m->shape.qk_norm
+         : !strcmp(flag, "--swiglu") ? &m->shape.swiglu
+         : !strcmp(flag, "--squared-relu") ? &m->shape.squared_relu
+         : !strcmp(flag, "--untie-embeddings-and-output-weights") ? &m->shape.untie : NULL;
+}
+
 /* A positive integer flag value into *out; -1 with err set when it is
  * missing or bad. */
 static int count_value(const char *flag, char **save, int *out, char *err)
@@ -1436,20 +1450,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             return AP_EINPUT;
         if (known)
             continue;
-        if (!strcmp(tok, "--multi-latent-attention")) {
-            m->shape.mla = 1;
-        } else if (!strcmp(tok, "--disable-bias-linear")) {
-            m->shape.no_bias = 1;
-        } else if (!strcmp(tok, "--add-qkv-bias")) {
-            m->shape.add_qkv_bias = 1;
-        } else if (!strcmp(tok, "--qk-layernorm")) {
-            m->shape.qk_norm = 1;
-        } else if (!strcmp(tok, "--swiglu")) {
-            m->shape.swiglu = 1;
-        } else if (!strcmp(tok, "--squared-relu")) {
-            m->shape.squared_relu = 1;
-        } else if (!strcmp(tok, "--untie-embeddings-and-output-weights")) {
-            m->shape.untie = 1;
+        if ((shape = shape_switch(m, tok))) {
+            *shape = 1;
         } else if (!strcmp(tok, "--sequence-parallel")) {
             m->sp = 1;
         } else if (!strcmp(tok, "--use-distributed-optimizer")) {
