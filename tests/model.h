@@ -20,6 +20,22 @@ static inline ap_graph *ap_test_model_with(const char *rel, const ap_build_opts 
     return g;
 }
 
+/* A graph from a Hugging Face config given as text, at its own sizes;
+ * NULL, with the reason on stderr, when it does not build. The caller
+ * frees it (ap_graph_free). */
+static inline ap_graph *ap_test_hf_text(const char *json, const char *source)
+{
+    char err[AP_ERR_LEN];
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = NULL;
+    if (ap_graph_from_hf(json, strlen(json), source, &o, &g, err)) {
+        fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    return g;
+}
+
 /* The same at sequence length `seq` (0: the model's own). */
 static inline ap_graph *ap_test_model(const char *rel, int seq)
 {

@@ -133,17 +133,12 @@ static void megatron_flags_state_the_model_shape(void)
 
 static ap_graph *neox(const char *extra)
 {
-    char cfg[512], err[AP_ERR_LEN];
+    char cfg[512];
     snprintf(cfg, sizeof cfg,
              "{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 2, \"hidden_size\": 256,"
              " \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"vocab_size\": 1024,"
              " \"max_position_embeddings\": 128%s}", extra);
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    ap_graph *g = NULL;
-    if (ap_graph_from_hf(cfg, strlen(cfg), "neox.json", &o, &g, err))
-        fprintf(stderr, "%s\n", err);
-    return g;
+    return ap_test_hf_text(cfg, "neox.json");
 }
 
 /* GPT-NeoX rotates rotary_pct of each 64-wide head (16 of 64 here):
@@ -170,18 +165,13 @@ static void partial_rotary_is_stated_as_rotary_percent(void)
 /* A small config of `type` with `extra` fields, for the bias cases. */
 static ap_graph *tiny_hf(const char *type, const char *extra)
 {
-    char cfg[512], err[AP_ERR_LEN];
+    char cfg[512];
     snprintf(cfg, sizeof cfg,
              "{\"model_type\": \"%s\", \"num_hidden_layers\": 2, \"hidden_size\": 256,"
              " \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
              " \"intermediate_size\": 512, \"vocab_size\": 1024,"
              " \"max_position_embeddings\": 128%s}", type, extra);
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    ap_graph *g = NULL;
-    if (ap_graph_from_hf(cfg, strlen(cfg), "tiny.json", &o, &g, err))
-        fprintf(stderr, "%s\n", err);
-    return g;
+    return ap_test_hf_text(cfg, "tiny.json");
 }
 
 /* Megatron-LM has a bias on every linear layer by default, none with
