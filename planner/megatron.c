@@ -2226,36 +2226,47 @@ static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_mod
 /* What the command line's biases, QK norms and position embeddings build
  * (Megatron-LM's defaults: a bias on every linear layer, no QK norm,
  * learned absolute positions, rope over the whole head), as
- * check_structure checks its flags. */
-static void layer_flags_want(const ap_megatron *m, int whole, const ap_model_shape *s,
-                             int want[3], double *rotary)
+ * check_structure checks its flags; where a flag is not given and the
+ * script is not whole, what the model has. Positions are numbered as
+ * m->shape.positions: 1 learned_absolute, 2 rope, 3 none. */
+typedef struct {
+    int other_bias, qkv_bias, positions;
+    double rotary;
+} layer_flags;
+
+static const char *const position_types[] = {"", "learned_absolute", "rope", "none"};
+static const char *const position_words[] = {"", "learned absolute positions",
+                                             "rotary embeddings", "no position embedding"};
+
+static int model_positions(const ap_model_shape *s)
 {
-    int bias_flags = m->shape.no_bias || m->shape.add_qkv_bias;
-    want[0] = bias_flags || whole ? (m->shape.no_bias ? 0 : 1) : s->other_bias;
-    want[1] = bias_flags || whole ? (!m->shape.no_bias || m->shape.add_qkv_bias) : s->qkv_bias;
-    want[2] = m->shape.positions ? m->shape.positions
-            : whole ? 1
-            : s->learned_positions ? 1 : s->rotary_percent > 0 ? 2 : 3;
-    *rotary = m->shape.rotary_percent ? m->shape.rotary_percent : whole ? 1 : s->rotary_percent;
+    return s->learned_positions ? 1 : s->rotary_percent > 0 ? 2 : 3;
+}
+
+static layer_flags layer_flags_built(const ap_megatron *m, int whole, const ap_model_shape *s)
+{
+    int bias_flags = m->shape.no_bias || m->shape.add_qkv_bias || whole;
+    layer_flags f;
+    f.other_bias = bias_flags ? !m->shape.no_bias : s->other_bias;
+    f.qkv_bias = bias_flags ? !m->shape.no_bias || m->shape.add_qkv_bias : s->qkv_bias;
+    f.positions = m->shape.positions ? m->shape.positions : whole ? 1 : model_positions(s);
+    f.rotary = m->shape.rotary_percent ? m->shape.rotary_percent : whole ? 1 : s->rotary_percent;
+    return f;
 }
 
 static int check_layer_flags(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                              char *err)
 {
     int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
-    int want[3];
-    double rotary;
-    layer_flags_want(m, whole, s, want, &rotary);
-    static const char *const positions[] = {"", "learned absolute positions",
-                                            "rotary embeddings", "no position embedding"};
-    int have_pos = s->learned_positions ? 1 : s->rotary_percent > 0 ? 2 : 3;
+    layer_flags want = layer_flags_built(m, whole, s);
+    int have_pos = model_positions(s);
     const char *flags = m->shape.no_bias && m->shape.add_qkv_bias
                         ? "--disable-bias-linear --add-qkv-bias"
                       : m->shape.no_bias ? "--disable-bias-linear"
                       : m->shape.add_qkv_bias ? "--add-qkv-bias (with the default biases)"
                                              : "no --disable-bias-linear (biases on every "
                                                "linear layer, Megatron-LM's default)";
-    if (want[0] != s->other_bias || want[1] != s->qkv_bias) {
+    if (want.other_bias != s->other_bias || want.qkv_bias != s->qkv_bias) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s has %s on its query, key "
                  "and value projections and %s on its other linear layers", flags, g->source,
                  s->qkv_bias ? "biases" : "no biases", s->other_bias == 1 ? "biases"
@@ -2266,15 +2277,15 @@ static int check_layer_flags(const ap_graph *g, const ap_megatron *m, const ap_m
                  s->qk_norm ? (s->mla ? "norms on its query and key-value latents"
                                       : "a norm on its queries and keys")
                             : "no norm on its queries and keys");
-    } else if (want[2] != have_pos) {
+    } else if (want.positions != have_pos) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: %s%s, but %s has %s",
                  m->shape.positions ? "--position-embedding-type " : "no "
                  "--position-embedding-type (learned_absolute, Megatron-LM's default)",
-                 m->shape.positions ? (want[2] == 1 ? "learned_absolute" : want[2] == 2
-                                      ? "rope" : "none") : "", g->source, positions[have_pos]);
-    } else if (want[2] == 2 && !s->mla && rotary != s->rotary_percent) {
+                 m->shape.positions ? position_types[want.positions] : "", g->source,
+                 position_words[have_pos]);
+    } else if (want.positions == 2 && !s->mla && want.rotary != s->rotary_percent) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --rotary-percent %g%s, but %s rotates "
-                 "%g of each head", rotary, m->shape.rotary_percent ? ""
+                 "%g of each head", want.rotary, m->shape.rotary_percent ? ""
                  : " (Megatron-LM's default)", g->source, s->rotary_percent);
     } else {
         return AP_OK;
