@@ -385,8 +385,8 @@ static void amax_reduce(const ap_cluster *c, const ap_plan *p, const ap_stage *s
     amax[0] = amax[1] = 0;
     if (!p->run.fp8 || p->run.fp8_recipe != AP_FP8_DELAYED || !(fp8_gemms > 0))
         return;
-    int gpn = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
-    int nodes = (st->first_rank + st->ngpus - 1) / gpn - st->first_rank / gpn + 1;
+    /* The nodes the stage's mesh spans, its replicas included. */
+    int nodes = st->mesh.replicas > 1 ? st->mesh.sync_nodes[3] : st->mesh.nodes[2];
     double v = p->vchunks > 1 ? p->vchunks : 1;
     amax[0] = ap_cost_allreduce_small(c, st->ngpus, nodes, 3 * 4 * fp8_gemms / v);
     amax[1] = ap_cost_allreduce_small(c, st->ngpus, nodes, 2 * 4 * fp8_gemms / v);
@@ -429,7 +429,8 @@ static int price_stage(const ap_graph *g, const ap_cluster *c, const ap_plan *p,
                                                      : class_layers(g, p, st, b - 2, &n);
         if (times == 0)
             continue;
-        fp8_gemms += fp8_gemms_of(g, blk) * times;
+        if (p->run.fp8)
+            fp8_gemms += fp8_gemms_of(g, blk) * times;
         ap_block_point *bp = &blk->points[st->point[b]];
         ap_strategy *strat = bp->strat;
         ap_block_price(&x, blk->ops, blk->nops, strat, bp);
