@@ -126,12 +126,6 @@ static long long ffn_width(const ap_graph *g, const ap_op *op)
     return 0;
 }
 
-static int has_experts_label(const ap_graph *g, int t)
-{
-    char e = ap_graph_label_of(g, AP_DIM_EXPERTS);
-    return e && strchr(g->tensors[t].shape, e) != NULL;
-}
-
 int ap_model_moe_layers(const ap_graph *g, unsigned char *moe)
 {
     int n = 0;
@@ -191,7 +185,7 @@ static void moe_shape(const ap_graph *g, ap_model_shape *s)
         const ap_op *op = &g->ops[i];
         if (op->kind != AP_OP_MATMUL || op->layer < 0 || op->ninputs < 2)
             continue;
-        if (!s->moe_ffn && has_experts_label(g, op->inputs[1]))
+        if (!s->moe_ffn && ap_expert_op(g, i))
             s->moe_ffn = ffn_width(g, op);
         if (!s->shared_ffn && (op->modules & AP_MODULE_SHARED_EXPERTS))
             s->shared_ffn = ffn_width(g, op);
