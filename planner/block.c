@@ -96,19 +96,17 @@ static void add_comm_kinds(ap_comm_kinds *to, const ap_comm_kinds *k)
     to->grad_reduce += k->grad_reduce;
 }
 
-/* An edge's backward part by kind: pricing it again with the consumer's
- * axes that split a label the tensor lacks cleared leaves the layout
- * conversion alone; the difference is the partial gradient's reduction,
- * less the second all-gather of a saved sequence shard (regather), which
- * repeats the forward's gather and is resharding like it. */
+/* An edge's communication by kind (total and back: ap_price_edge's, its
+ * FP8 casts taken out): pricing it again with the consumer's axes that
+ * split a label the tensor lacks cleared leaves the layout conversion
+ * alone; the difference is the partial gradient's reduction, less the
+ * second all-gather of a saved sequence shard (regather), which repeats the
+ * forward's gather and is resharding like it. */
 static void split_edge_comm(const ap_price_ctx *x, int t, int prod,
                             const ap_strategy *ps, int cons,
                             const ap_strategy *cs, double total, double back,
                             double regather, ap_block_point *out)
 {
-    double cast_back, cast = ap_price_edge_cast(x, t, prod, ps, cons, cs, &cast_back);
-    total -= cast + cast_back;
-    back -= cast_back;
     ap_strategy conv = *cs;
     const ap_op_kind k = x->g->ops[cons].kind;
     for (int a = 0; a < 2; a++)
@@ -141,12 +139,13 @@ static void add_rc_op(const ap_price_ctx *x, int op, const ap_strategy *s,
     add_comm_kinds(&out->rc_kinds, &k.kfwd);
 }
 
-/* The same for an edge: its forward collectives again when both ends are in
- * one recomputed module, and its saved-bytes term where the tensor is
- * freed. */
+/* The same for an edge: its forward again (fwd, casts included;
+ * communication comm and comm_back as split_edge_comm takes them) when both
+ * ends are in one recomputed module, and its saved-bytes term where the
+ * tensor is freed. */
 static void add_rc_edge(const ap_price_ctx *x, int t, int u, const ap_strategy *ps, int v,
-                        const ap_strategy *cs, double total, double back, double saved,
-                        ap_block_point *out)
+                        const ap_strategy *cs, double fwd, double comm, double comm_back,
+                        double saved, ap_block_point *out)
 {
     if (ap_rc_frees(x, u, v))
         out->rc_freed += saved;
@@ -154,10 +153,9 @@ static void add_rc_edge(const ap_price_ctx *x, int t, int u, const ap_strategy *
         return;
     ap_block_point k;
     memset(&k, 0, sizeof k);
-    split_edge_comm(x, t, u, ps, v, cs, total, back, 0, &k);
-    double cast_back, cast = ap_price_edge_cast(x, t, u, ps, v, cs, &cast_back);
-    out->rc_fwd += total - back;
-    out->rc_comm += total - back - cast;
+    split_edge_comm(x, t, u, ps, v, cs, comm, comm_back, 0, &k);
+    out->rc_fwd += fwd;
+    out->rc_comm += comm - comm_back;
     add_comm_kinds(&out->rc_kinds, &k.kfwd);
 }
 
@@ -279,13 +277,15 @@ void ap_block_price(const ap_price_ctx *x, const int *ops, int nops,
         double total = ap_price_edge(x, e[k].tensor, u, ps, v, cs, &back);
         double saved = ap_price_edge_saved(x, e[k].tensor, u, ps, v, cs, &regather);
         out->act_bytes += saved;
+        /* Its FP8 casts are compute; the rest is communication. */
         double cast_back, cast = ap_price_edge_cast(x, e[k].tensor, u, ps, v, cs, &cast_back);
+        double comm = total - cast - cast_back, comm_back = back - cast_back;
         out->fwd += total - back;
         out->bwd += back;
-        out->comm_fwd += total - back - cast;
-        out->comm_bwd += back - cast_back;
-        split_edge_comm(x, e[k].tensor, u, ps, v, cs, total, back, regather, out);
-        add_rc_edge(x, e[k].tensor, u, ps, v, cs, total, back, saved, out);
+        out->comm_fwd += comm - comm_back;
+        out->comm_bwd += comm_back;
+        split_edge_comm(x, e[k].tensor, u, ps, v, cs, comm, comm_back, regather, out);
+        add_rc_edge(x, e[k].tensor, u, ps, v, cs, total - back, comm, comm_back, saved, out);
     }
     free(e);
     out->input_bytes = block_input_bytes(x, ops, nops, strat);
