@@ -388,7 +388,8 @@ double ap_price_edge_saved(const ap_price_ctx *x, int t, int prod,
  * recomputed module keeps its inputs and drops what it made, and under
  * Megatron-Core's CheckpointWithoutOutput, for layernorm, moe_act and
  * mla_up_proj, its outputs too); and the bytes of op's saved activations
- * (ap_op_cost.act_bytes) that are so dropped. */
+ * (ap_op_cost.act_bytes) that are so dropped, core_attn's included: an
+ * attention op's own statistics, or its probabilities without flash. */
 unsigned ap_op_rc_modules(const ap_price_ctx *x, int op);
 int ap_rc_frees(const ap_price_ctx *x, int prod, int saver);
 double ap_price_op_freed(const ap_price_ctx *x, int op, const ap_strategy *s);
@@ -491,8 +492,9 @@ typedef struct {
     double attn_flops;    /* their forward FLOPs */
     /* Selective recomputation of the run's modules beyond core_attn
      * (ap_op_rc_modules): the forward the backward redoes, collectives
-     * included (rc_comm of it, by kind in rc_kinds), its FLOPs, and the
-     * saved bytes it frees (of act_bytes). Zero without such modules. */
+     * included (rc_comm of it, by kind in rc_kinds), and its FLOPs, zero
+     * without such modules; and the saved bytes selective recomputation
+     * frees (of act_bytes), core_attn's too (ap_price_op_freed). */
     double rc_fwd, rc_comm, rc_flops, rc_freed;
     ap_comm_kinds rc_kinds;
     double grad_sync;     /* per step */

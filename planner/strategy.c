@@ -1329,10 +1329,25 @@ static double allgather_saved_out(const ap_price_ctx *x, const ap_op *op,
     return tensor_bytes(x, op->outputs[0]) / tensor_split(x, s, shape_of(x, op->outputs[0]));
 }
 
-/* Saved activations: each saved tensor at its own shard size; op-owned
- * extras (masks, statistics) at the size of the op's output shard, or of
- * the op's own shard where they have its inputs' shape (attention's
- * statistics, the loss's fp32 softmax). With `freed`, only what selective
+/* What op keeps for its backward that is no tensor of the graph (masks,
+ * statistics, attention's probabilities without flash), at the size of the
+ * op's output shard, or of the op's own shard where they have its inputs'
+ * shape (attention's statistics, the loss's fp32 softmax); and the copy the
+ * all-gather context parallelism keeps. */
+static double extra_bytes(const ap_price_ctx *x, const ap_op *op, const ap_strategy *s)
+{
+    double bytes = 0;
+    if (op->saved_extra > 0) {
+        double k = op->kind == AP_OP_ATTENTION || op->kind == AP_OP_LOSS
+                       ? shard_factor(x, s)
+                 : op->noutputs ? tensor_split(x, s, shape_of(x, op->outputs[0])) : 1;
+        bytes += op->saved_extra * loss_saved_scale(x, op) * batch_scale(x) / k;
+    }
+    return bytes + allgather_saved_out(x, op, s);
+}
+
+/* Saved activations: each saved tensor at its own shard size, and the
+ * op's extras (extra_bytes). With `freed`, only what selective
  * recomputation by module frees (ap_rc_frees): the op's saved inputs made
  * inside a recomputed module, and its own outputs and extras when it is in
  * one. */
@@ -1357,13 +1372,7 @@ static double saved_bytes(const ap_price_ctx *x, int opi, const ap_strategy *s, 
                     k *= x->mesh->d[a];
             bytes += tensor_bytes(x, op->outputs[i]) / k;
         }
-    if (op->saved_extra > 0) {
-        double k = op->kind == AP_OP_ATTENTION || op->kind == AP_OP_LOSS
-                       ? shard_factor(x, s)
-                 : op->noutputs ? tensor_split(x, s, shape_of(x, op->outputs[0])) : 1;
-        bytes += op->saved_extra * loss_saved_scale(x, op) * batch_scale(x) / k;
-    }
-    return bytes + allgather_saved_out(x, op, s);
+    return bytes + extra_bytes(x, op, s);
 }
 
 static void price_saved(const ap_price_ctx *x, const ap_op *op,
@@ -1709,7 +1718,15 @@ double ap_price_op_freed(const ap_price_ctx *x, int op, const ap_strategy *s)
 {
     expert_ctx view;
     x = expert_view(x, op, &view);
-    return ap_run_rc_modules(&x->run) & ~(unsigned)AP_MODULE_CORE_ATTN
-               ? saved_bytes(x, op, s, 1)
-               : 0;
+    unsigned mods = ap_run_rc_modules(&x->run);
+    double freed = mods & ~(unsigned)AP_MODULE_CORE_ATTN ? saved_bytes(x, op, s, 1) : 0;
+    /* Recomputing core_attn runs the attention kernel under a checkpoint
+     * that keeps its inputs and returns its output (which the output
+     * projection saves): what the kernel kept for itself, its statistics
+     * or, without flash, its probabilities and dropout mask, is gone
+     * (Korthikanti et al.'s 5as^2b). */
+    if ((mods & AP_MODULE_CORE_ATTN) && x->g->ops[op].kind == AP_OP_ATTENTION &&
+        !ap_op_rc_modules(x, op))
+        freed += extra_bytes(x, &x->g->ops[op], s);
+    return freed;
 }

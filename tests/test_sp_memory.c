@@ -13,14 +13,17 @@
 #define HIDDEN 12288.0
 #define HEADS 96.0
 
-static ap_graph *gpt3(int dropout)
+static ap_graph *gpt3_attention(int dropout, int flash)
 {
     ap_build_opts o;
     ap_build_opts_default(&o);
     o.seq = SEQ;
     o.dropout = dropout;
+    o.flash = flash;
     return ap_test_model_with("examples/hf/gpt3-175b.json", &o);
 }
+
+static ap_graph *gpt3(int dropout) { return gpt3_attention(dropout, 1); }
 
 /* s*b*h at micro-batch 1: the formulas' unit, in bytes per coefficient. */
 static double sbh(void) { return SEQ * 1.0 * HIDDEN; }
@@ -112,6 +115,31 @@ static void unsplit_layer_saves_34sbh(void)
     CHECK(per_op_saved(g, &c, &p) == layer->act_bytes);
     ap_plan_free(&p);
     ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* Without flash attention the kernel keeps its softmax probabilities
+ * (2 bytes), their dropout mask (1) and the dropped probabilities (2):
+ * Korthikanti et al.'s 5as^2b/t, 5.6 times the rest of the layer here.
+ * Selective recomputation runs the kernel under a checkpoint that keeps
+ * its inputs, and so frees exactly that term, as the paper's selective
+ * row (34sbh/t) says. */
+static void selective_recomputation_frees_5as2b_over_t_without_flash(void)
+{
+    ap_graph *g = gpt3_attention(1, 0);
+    double scores = 5 * HEADS * SEQ * (double)SEQ / 4;
+    ap_plan p, none;
+    char err[AP_ERR_LEN];
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", NULL,
+                                     &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=none", NULL,
+                                     &none, err), err);
+    const ap_block_point *layer = ap_test_layer(&p);
+    CHECK_NEAR(layer->act_bytes, 34 * sbh() / 4 + scores, 1e-9);
+    CHECK_NEAR(layer->rc_freed, scores, 1e-9);
+    CHECK_NEAR(none.stages[0].act_bytes - p.stages[0].act_bytes, 96 * scores, 1e-9);
+    ap_plan_free(&p);
+    ap_plan_free(&none);
     ap_graph_free(g);
 }
 
@@ -248,6 +276,7 @@ int main(void)
     RUN(without_dropout_the_layer_saves_32sbh_over_t);
     RUN(tensor_parallel_alone_saves_10_plus_24_over_t);
     RUN(unsplit_layer_saves_34sbh);
+    RUN(selective_recomputation_frees_5as2b_over_t_without_flash);
     RUN(backward_gathers_the_saved_shards_again);
     RUN(ilp_memory_row_counts_edge_terms);
     RUN(block_ilp_fits_a_budget_only_the_saved_shards_meet);
