@@ -449,6 +449,13 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                           char *err)
 {
     const char *who = ap_launcher_name(to);
+    /* A synchronous tensor-parallel backward is Megatron-LM of 2021 and
+     * earlier, which the exports do not target. */
+    if (d->run.tp_sync && d->tp > 1)
+        return refuse(p, err, "%s's command line cannot state %s the plan was priced "
+                      "with: estimate without tp_sync to export it", who,
+                      "the synchronous tensor-parallel backward of Megatron-LM before "
+                      "2022 (tp_sync=1)");
     /* torchtitan and DeepSpeed run the user's own loss, not Megatron-Core's
      * kernels, so a plan priced with them would promise what the launcher
      * does not run. */

@@ -50,6 +50,7 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "delay_wgrad") ? &m->run.delay_wgrad
          : !strcmp(k, "defer_wgrad") ? &m->run.defer_wgrad
          : !strcmp(k, "no_grad_fusion") ? &m->run.no_grad_fusion
+         : !strcmp(k, "tp_sync") ? &m->run.tp_sync
          : !strcmp(k, "shared_overlap") ? &m->run.shared_overlap
          : !strcmp(k, "pad_capacity") ? &m->run.pad_capacity : NULL;
 }
@@ -1397,7 +1398,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     m->overlap_grad = 0;
     m->overlap_param = 0;
     long layers_per_chunk = 0;
-    int groups = 0, gqa = 0, vpp_flag = 0, legacy_rope = 0, *shape;
+    int groups = 0, gqa = 0, vpp_flag = 0, legacy_rope = 0, no_async = 0, *shape;
     rc_flags rcf = {0, 0, 0};
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
@@ -1462,6 +1463,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             m->overlap_grad = 1;
         } else if (!strcmp(tok, "--group-query-attention")) {
             gqa = 1;
+        } else if (!strcmp(tok, "--no-async-tensor-model-parallel-allreduce")) {
+            no_async = 1;
         } else if (!strcmp(tok, "--account-for-embedding-in-pipeline-split")) {
             m->account_embedding = 1;
         } else if (!strcmp(tok, "--account-for-loss-in-pipeline-split")) {
@@ -1483,6 +1486,11 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
          * past. */
     }
     m->shape.groups = gqa ? groups : 0;
+    /* Megatron-LM (2022 to 2024) turned the asynchronous all-reduce off
+     * with it; under sequence parallelism the reduce-scatter and re-gather
+     * stayed asynchronous, so the flag changed nothing there. */
+    if (no_async && !m->sp)
+        m->run.tp_sync = 1;
     if (legacy_rope)
         m->shape.positions = 2;
     /* A dropout flag given says the command line is Megatron-LM's whole

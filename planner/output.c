@@ -201,6 +201,8 @@ static void add_moe_overlap(cJSON *o, const ap_plan *p)
         cJSON_AddNumberToObject(o, "wgrad_deferral_limit", p->run.wgrad_deferral_limit);
     if (p->run.no_grad_fusion)
         cJSON_AddBoolToObject(o, "gradient_accumulation_fusion", 0);
+    if (p->run.tp_sync)
+        cJSON_AddBoolToObject(o, "async_tensor_parallel_backward", 0);
 }
 
 double ap_plan_local_experts(const ap_plan *p, double *gemm_s)
@@ -284,6 +286,8 @@ static cJSON *prediction_json(const ap_plan *p)
     add_rate(pr, p);
     cJSON_AddBoolToObject(pr, "fp8", p->run.fp8);
     cJSON_AddBoolToObject(pr, "tp_comm_overlap", p->run.tp_overlap);
+    if (p->run.tp_sync)
+        cJSON_AddBoolToObject(pr, "tp_sync", 1);
     if (p->run.fp8_param_gather)
         cJSON_AddBoolToObject(pr, "fp8_param_gather", 1);
     if (p->run.fp8 && p->run.fp8_recipe != AP_FP8_DELAYED)
@@ -695,7 +699,8 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     fprintf(f, "  communication: tensor-parallel %.3f s, resharding %.3f s%s",
             p->t_kinds.tp, p->t_kinds.reshard,
             p->run.tp_overlap ? " (exposed: sequence-parallel collectives overlapped "
-                            "with GEMMs)" : "");
+                            "with GEMMs)"
+            : p->run.tp_sync ? " (synchronous backward, tp_sync)" : "");
     if (p->t_kinds.expert > 0)
         fprintf(f, ", expert all-to-all %.3f s", p->t_kinds.expert);
     if (p->run.moe_a2a_overlap)

@@ -563,8 +563,9 @@ static int parse_defer_wgrad(const reader *r, const cJSON *root, ap_plan_desc *p
     return AP_OK;
 }
 
-/* "gradient_accumulation_fusion"; absent reads as on, Megatron-LM's
- * default, as plans were before the field. "moe_dispatcher": deepep or
+/* "gradient_accumulation_fusion" and "async_tensor_parallel_backward";
+ * absent read as on, Megatron-LM's defaults, as plans were before the
+ * fields. "moe_dispatcher": deepep or
  * hybridep; absent, alltoall. "moe_shared_expert_overlap"; absent, off.
  * "moe_expert_capacity_factor" and "moe_pad_expert_input_to_capacity";
  * absent, dropless.
@@ -577,6 +578,11 @@ static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p
         (rc = get_bool(r, root, "gradient_accumulation_fusion", "", &fused)))
         return rc;
     p->run.no_grad_fusion = !fused;
+    int async = 1;
+    if (field(root, "async_tensor_parallel_backward") &&
+        (rc = get_bool(r, root, "async_tensor_parallel_backward", "", &async)))
+        return rc;
+    p->run.tp_sync = !async;
     char s[32];
     if (field(root, "moe_dispatcher")) {
         if ((rc = get_string(r, root, "moe_dispatcher", "", s, sizeof s, 1)))

@@ -114,6 +114,11 @@ typedef struct {
     ap_fp8_recipe fp8_recipe; /* under fp8; delayed, the zero, by default */
     int tp_overlap;   /* 1: sequence-parallel collectives of linear layers
                          overlap their GEMMs (ap_tp_overlap_exposed) */
+    int tp_sync;      /* 1: a column-parallel layer's backward waits for
+                         its input gradient's reduction and its input's
+                         re-gather, as Megatron-LM did before its
+                         asynchronous linear layers (2021); 0 runs them
+                         beside its GEMMs (ap_tp_async_exposed) */
     int fp8_param_gather; /* 1 (with fp8): an FP8 linear layer's weight is
                          Transformer Engine's FP8 tensor with no bf16 copy,
                          and ZeRO gathers it in FP8 (--fp8-param-gather) */
@@ -309,6 +314,15 @@ typedef enum {
 /* Exposed seconds of a collective of `comm` seconds overlapped by method m
  * with a GEMM of `gemm` seconds on a tp-way group, the GEMM's slowdown from
  * the SMs the communication kernel holds included; never more than comm. */
+/* Without userbuffers, a column-parallel linear layer's backward
+ * (Transformer Engine's Linear and LayerNormLinear, Megatron-Core's
+ * LinearWithGradAccumulationAndAsyncCommunication) starts the re-gather of
+ * its sequence-parallel input before its data-gradient GEMM and the
+ * reduction of its input gradient before its weight-gradient GEMM, each on
+ * NCCL's stream: the exposed part of such a collective of `comm` seconds
+ * beside a GEMM of `gemm` (docs/cost-model.md, "Tensor-parallel
+ * communication without userbuffers"). */
+double ap_tp_async_exposed(double comm, double gemm);
 double ap_tp_overlap_exposed(const ap_cluster *c, ap_ub_method m, double comm,
                              double gemm, int tp);
 

@@ -641,6 +641,15 @@ double ap_tp_overlap_exposed(const ap_cluster *c, ap_ub_method m, double comm,
     return fmin(e, comm);
 }
 
+/* A collective NCCL runs on its own stream while the compute stream runs
+ * a GEMM shows only where it outlasts the GEMM. The SMs NCCL's kernel
+ * holds meanwhile (one per channel) are not taken from the GEMM: how many
+ * channels NCCL picks is its own tuning, not a documented constant. */
+double ap_tp_async_exposed(double comm, double gemm)
+{
+    return comm > 0 ? fmax(0, comm - gemm) : 0;
+}
+
 /* Whether op is a linear layer whose sequence-parallel collectives TE's
  * userbuffers overlap: the transformer layers' linear layers, the ones TE
  * also runs in FP8 (the LM head and attention's own products are not TE
@@ -648,6 +657,18 @@ double ap_tp_overlap_exposed(const ap_cluster *c, ap_ub_method m, double comm,
 static int ub_linear(const ap_price_ctx *x, int op)
 {
     return x->run.tp_overlap && ap_fp8_linear(x->g, op);
+}
+
+/* Whether op's backward runs its tensor-parallel collectives beside its
+ * GEMMs without userbuffers: a linear layer with a trained weight, as
+ * Transformer Engine's Linear and LayerNormLinear and Megatron-Core's
+ * LinearWithGradAccumulationAndAsyncCommunication run it (ap_tp_async_exposed). */
+static int async_linear(const ap_price_ctx *x, int op)
+{
+    const ap_op *o = &x->g->ops[op];
+    return !x->run.tp_sync && !ub_linear(x, op) && o->kind == AP_OP_MATMUL &&
+           o->ninputs > 1 && x->g->tensors[o->inputs[1]].role == AP_TENSOR_PARAM &&
+           !expert_gemm(x, o);
 }
 
 /* The GEMM a collective on the edge into `cons` overlaps. Megatron fuses
@@ -1599,8 +1620,8 @@ static double regather_time(const ap_price_ctx *x, int t, int prod,
                             const ap_strategy *ps, int cons,
                             const ap_strategy *cs, int mask)
 {
-    int ub = ub_linear(x, cons) ? mask : 0;
-    double gemm = ub ? fused_gemm(x, t, cons, cs) : 0;
+    int ub = ub_linear(x, cons) ? mask : 0, async = async_linear(x, cons);
+    double gemm = ub || async ? fused_gemm(x, t, cons, cs) : 0;
     double time = 0;
     for (int a = 0; a < 2; a++) {
         if (!(mask & (1 << a)))
@@ -1611,6 +1632,8 @@ static double regather_time(const ap_price_ctx *x, int t, int prod,
          * (TE's bulk qkv_dgrad, fc1_dgrad), which needs no gathered input. */
         if (ub & (1 << a))
             ag = ap_tp_overlap_exposed(x->c, AP_UB_BULK, ag, gemm, x->mesh->d[a]);
+        else if (async)
+            ag = ap_tp_async_exposed(ag, gemm);
         time += ag / activation_consumers(x->g, t);
     }
     return time;
@@ -1659,8 +1682,8 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
     double cost = 0, back = 0;
     int sp = regather_axes(x, t, prod, ps, cons, cs);
     /* The sequence-parallel collectives TE overlaps with the GEMMs. */
-    int ub = ub_linear(x, cons) ? sp : 0;
-    double gemm = ub ? fused_gemm(x, t, cons, cs) : 0;
+    int ub = ub_linear(x, cons) ? sp : 0, async = async_linear(x, cons);
+    double gemm = ub || async ? fused_gemm(x, t, cons, cs) : 0;
     for (int a = 0; a < 2; a++) {
         if (x->mesh->d[a] == 1)
             continue;
@@ -1702,6 +1725,8 @@ double ap_price_edge(const ap_price_ctx *x, int t, int prod,
              * gradient's GEMM (TE's bulk qkv_wgrad, fc1_wgrad). */
             if (ub & mask)
                 red = ap_tp_overlap_exposed(x->c, AP_UB_BULK, red, gemm, x->mesh->d[a]);
+            else if (async)
+                red = ap_tp_async_exposed(red, gemm);
             back += red / activation_consumers(x->g, t);
         }
     }

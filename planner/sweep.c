@@ -92,6 +92,8 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         append(buf, len, &n, ",wgrad_deferral_limit=%d", m->run.wgrad_deferral_limit);
     if (m->run.no_grad_fusion)
         append(buf, len, &n, ",no_grad_fusion=1");
+    if (m->run.tp_sync)
+        append(buf, len, &n, ",tp_sync=1");
     if (m->run.cuda_graph)
         append(buf, len, &n, ",cuda_graph=%s", ap_cuda_graph_name(m->run.cuda_graph));
     if (m->run.dispatcher != AP_DISPATCH_ALLTOALL)

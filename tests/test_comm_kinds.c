@@ -3,7 +3,9 @@
  * 2019: two per layer forward, two backward, of b*s*h elements), sequence
  * parallelism's reduce-scatter and all-gather pairs (Korthikanti et al.
  * 2022), pipeline sends of one activation per micro-batch each way, and
- * ZeRO-3's weight gathers, with the kinds adding up to the total. */
+ * ZeRO-3's weight gathers, with the kinds adding up to the total. The
+ * layouts' collectives are priced whole here (tp_sync=1): what a
+ * column-parallel layer's GEMMs hide of them is test_tp_overlap.c's. */
 #include "model.h"
 
 static ap_graph *gpt13(void)
@@ -28,7 +30,7 @@ static void megatron_tp_layer_has_two_allreduces_each_way(void)
     ap_cluster c;
     ap_plan p;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,mbs=2,gbs=64", &c, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,mbs=2,gbs=64,tp_sync=1", &c, &p, err), err);
     const ap_block_point *bp = ap_test_layer(&p);
     double ar = ap_cost_allreduce(&c, 8, 1, activation_bytes(2));
     CHECK(ar > 0);
@@ -75,7 +77,8 @@ static void sequence_parallel_trades_allreduce_for_rs_and_ag(void)
     ap_cluster c;
     ap_plan p;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,mbs=2,gbs=64,sp=1", &c, &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 8, "tp=8,mbs=2,gbs=64,sp=1,tp_sync=1", &c, &p, err),
+               err);
     const ap_block_point *bp = ap_test_layer(&p);
     double b = activation_bytes(2);
     double rs = ap_cost_reducescatter(&c, 8, 1, b);

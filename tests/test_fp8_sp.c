@@ -63,14 +63,15 @@ static double kinds_sum(const ap_comm_kinds *k)
 }
 
 /* The two gathers before QKV and fc1 move s*h bytes, not 2*s*h, each way;
- * bf16 moves twice that. */
+ * bf16 moves twice that (priced whole, tp_sync=1). */
 static void sequence_parallel_gathers_into_fp8_layers_move_one_byte(void)
 {
     ap_graph *g = llama();
     ap_cluster c, cb;
     ap_plan p, b;
-    CHECK(ap_test_megatron_plan_ok(g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1", &c, &p) == 0);
-    CHECK(ap_test_megatron_plan_ok(g, 4, "tp=4,mbs=1,gbs=8,sp=1", &cb, &b) == 0);
+    CHECK(ap_test_megatron_plan_ok(g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1,tp_sync=1", &c, &p) ==
+          0);
+    CHECK(ap_test_megatron_plan_ok(g, 4, "tp=4,mbs=1,gbs=8,sp=1,tp_sync=1", &cb, &b) == 0);
     if (g && p.nstages && b.nstages) {
         const ap_block_point *f8 = ap_test_layer(&p), *bf = ap_test_layer(&b);
         double ag = ap_cost_allgather(&c, 4, 1, sh());

@@ -150,7 +150,7 @@ static void the_a100_preset_prices_its_median_run_at_the_measured_step(void)
     CHECK_NEAR(published, 3.697, 0.0005);
     ap_cluster c = preset("a100-80g", 64);
     double t = megatron_step(g, &c, "tp=2,pp=1,mbs=1,gbs=512,sp=0,recompute=full,zero=0,"
-                                    "overlap_grad=0");
+                                    "overlap_grad=0,tp_sync=1");
     CHECK_NEAR(t, published, 0.002 * published);
     ap_cluster_free(&c);
     ap_graph_free(g);

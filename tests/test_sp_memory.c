@@ -145,15 +145,16 @@ static void selective_recomputation_frees_5as2b_over_t_without_flash(void)
 
 /* The saved shard is gathered again for the weight gradients: one more
  * all-gather of s*b*h bf16 over the tensor-parallel group per forward
- * gather (before QKV, before fc1), priced like the forward's (exposed). */
+ * gather (before QKV, before fc1), priced like the forward's; whole here
+ * (tp_sync=1), where by default the data-gradient GEMM hides it. */
 static void backward_gathers_the_saved_shards_again(void)
 {
     ap_graph *g = gpt3(1);
     ap_cluster c;
     ap_plan p;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective", &c,
-                                     &p, err), err);
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,mbs=1,gbs=1,sp=1,recompute=selective,"
+                                        "tp_sync=1", &c, &p, err), err);
     const ap_block_point *bp = ap_test_layer(&p);
     double ag = ap_cost_allgather(&c, 4, 1, 2 * sbh());
     CHECK(ag > 0);

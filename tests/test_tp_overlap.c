@@ -3,7 +3,12 @@
  * each sequence-parallel collective of a linear layer shows only what its
  * GEMM cannot hide, by TE's method for it; nothing gets slower; tp = 1 and
  * plans without sequence parallelism are untouched; the spec, the flags
- * and plan.json carry the setting. */
+ * and plan.json carry the setting. Without it, a column-parallel layer's
+ * backward still runs its re-gather beside its data-gradient GEMM and its
+ * input gradient's reduction beside its weight-gradient GEMM, on NCCL's
+ * stream (Transformer Engine's Linear and LayerNormLinear, Megatron-Core's
+ * LinearWithGradAccumulationAndAsyncCommunication), unless tp_sync prices
+ * Megatron-LM before 2022, which waited for both. */
 #include <cjson/cJSON.h>
 
 #include "model.h"
@@ -35,6 +40,12 @@ static double pipelined(double comm, double gemm)
                           sm_share(comm, gemm));
 }
 
+/* A collective on NCCL's stream beside a GEMM: what outlasts it. */
+static double async(double comm, double gemm)
+{
+    return fmax(0, comm - gemm);
+}
+
 /* A whole collective beside a whole backward GEMM. */
 static double bulk(double comm, double gemm)
 {
@@ -61,18 +72,23 @@ static void a_gpt_layer_at_tp4_shows_what_its_gemms_cannot_hide(void)
 {
     ap_graph *g = gpt(2048);
     ap_cluster c, c1;
-    ap_plan off, on;
+    ap_cluster c2;
+    ap_plan off, on, sync;
     char err[AP_ERR_LEN];
     if (!g) {
         CHECK(0);
         return;
     }
+    REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,sp=1,mbs=1,gbs=8,tp_sync=1", &c2, &sync, err),
+               err);
     REQUIRE_OK(ap_test_megatron_plan(g, 4, "tp=4,sp=1,mbs=1,gbs=8", &c, &off, err), err);
     if (ap_test_megatron_plan(g, 4, "tp=4,sp=1,mbs=1,gbs=8,tp_overlap=1", &c1, &on, err)) {
         fprintf(stderr, "%s\n", err);
         CHECK(0);
         ap_plan_free(&off);
+        ap_plan_free(&sync);
         ap_cluster_free(&c);
+        ap_cluster_free(&c2);
         ap_graph_free(g);
         return;
     }
@@ -92,12 +108,24 @@ static void a_gpt_layer_at_tp4_shows_what_its_gemms_cannot_hide(void)
     double fc2_dgrad = ap_cost_gemm(&c, AP_BF16, s, 4 * h / t, h);
     CHECK(ag > 0 && rs > 0 && qkv > 0);
 
-    /* Without overlap: two gathers and two reduce-scatters forward; in
+    /* Synchronous: two gathers and two reduce-scatters forward; in
      * backward the row-parallel layers' gathers, the saved shards'
      * re-gathers and the column-parallel layers' reduce-scatters. */
+    const ap_block_point *z = ap_test_layer(&sync);
+    CHECK_NEAR(z->comm_fwd, 2 * ag + 2 * rs, 1e-12);
+    CHECK_NEAR(z->comm_bwd, 4 * ag + 2 * rs, 1e-12);
+
+    /* Without userbuffers: the forward's collectives and the output
+     * gradients' gathers wait; the re-gathers run beside the data-gradient
+     * GEMMs and the reduce-scatters beside the weight-gradient GEMMs,
+     * each as large as the forward's. */
     const ap_block_point *a = ap_test_layer(&off);
     CHECK_NEAR(a->comm_fwd, 2 * ag + 2 * rs, 1e-12);
-    CHECK_NEAR(a->comm_bwd, 4 * ag + 2 * rs, 1e-12);
+    CHECK_NEAR(a->comm_bwd, 2 * ag + async(ag, qkv) + async(ag, fc1) + async(rs, qkv) +
+                                async(rs, fc1), 1e-12);
+    CHECK(a->comm_bwd < z->comm_bwd);
+    CHECK_NEAR(a->fwd - a->comm_fwd, z->fwd - z->comm_fwd, 1e-12);
+    CHECK_NEAR(a->bwd - a->comm_bwd, z->bwd - z->comm_bwd, 1e-12);
 
     const ap_block_point *b = ap_test_layer(&on);
     double fwd = ring(ag, qkv, t) + pipelined(rs, proj) + ring(ag, fc1, t) +
@@ -114,8 +142,10 @@ static void a_gpt_layer_at_tp4_shows_what_its_gemms_cannot_hide(void)
     CHECK(on.step_time < off.step_time);
     ap_plan_free(&off);
     ap_plan_free(&on);
+    ap_plan_free(&sync);
     ap_cluster_free(&c);
     ap_cluster_free(&c1);
+    ap_cluster_free(&c2);
     ap_graph_free(g);
 }
 
