@@ -104,9 +104,9 @@ static const attn_rates fa3_cudnn_h100 = {
  * clocks and 700 W limit. */
 /* The two measured factors and the Hopper median run, named once because
  * the B200 carries the first and quotes the second. */
-#define HOPPER_SCALE 0.8465
-#define HOPPER_STEP_S 17.62
-#define HOPPER_RUN "NeMo 24.09 Llama 3.1 405B on 2304 H100 SXM"
+#define HOPPER_SCALE 0.8440
+#define HOPPER_STEP_S 8.85
+#define HOPPER_RUN "NeMo 24.09 Llama 3.1 405B (7-layer proxy) on 32 H100 SXM"
 #define AMPERE_SCALE 0.8519
 #define STR(x) #x
 #define XSTR(x) STR(x)
@@ -114,7 +114,7 @@ static const attn_rates fa3_cudnn_h100 = {
 static const training_rate hopper_rate = {
     HOPPER_SCALE, HOPPER_STEP_S,
     "the median of 19 published BF16 runs on H100 SXM (docs/validation.md): "
-    HOPPER_RUN ", tp 8 pp 9 cp 2 vpp 7 "
+    HOPPER_RUN ", tp 8 cp 2 "
     "(DGX Cloud benchmarking recipe), " XSTR(HOPPER_STEP_S) " s per step",
 };
 static const training_rate ampere_rate = {
@@ -127,7 +127,7 @@ static const training_rate ampere_rate = {
 /* No BF16 step on B200 with a stated configuration has been published.
  * The factor is not one GPU's: the A100's 24 runs and the H100's 19, two
  * generations, clocks, memories and software stacks years apart, give
- * x0.8519 and x0.8465, within 1%. Pricing a B200 at its kernel figures
+ * x0.8519 and x0.8440, within 1%. Pricing a B200 at its kernel figures
  * would claim that a training step loses nothing on it, which no measured
  * GPU does, so it carries the H100's, the nearest generation measured and
  * the one whose runs used the B200's software (NeMo, Megatron-Core,
@@ -148,7 +148,7 @@ static const training_rate blackwell_rate = {
  * the presets' factor because the measured GEMMs are already slower than
  * the kernel figures' 75% of peak. No other GPU has been profiled against
  * published runs, so every profile carries the H100's. */
-#define PROFILE_SCALE 0.8740
+#define PROFILE_SCALE 0.8724
 #define PROFILE_STEP_S 20.83
 
 static const training_rate profile_rate = {

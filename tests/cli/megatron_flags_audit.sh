@@ -234,6 +234,16 @@ same "--no-gradient-accumulation-fusion" "$llama" 16 \
     "$layout --no-gradient-accumulation-fusion" \
     "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,no_grad_fusion=1"
 
+# Megatron-LM (2022 to 2024) could turn off the all-reduce of a
+# column-parallel layer's input gradient beside its weight-gradient GEMM;
+# under sequence parallelism it changed nothing.
+same "--no-async-tensor-model-parallel-allreduce" "$llama" 16 \
+    "$layout --no-async-tensor-model-parallel-allreduce" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0,tp_sync=1"
+same "--no-async-tensor-model-parallel-allreduce with --sequence-parallel" "$llama" 16 \
+    "$layout --sequence-parallel --no-async-tensor-model-parallel-allreduce" \
+    "tp=2,mbs=1,gbs=64,sp=1,zero=0,overlap_grad=0"
+
 # Selective recomputation redoes the modules --recompute-modules names,
 # core_attn where the flag is left out; an empty list recomputes nothing;
 # under full recomputation the list is read past, as Megatron-LM does.
