@@ -210,7 +210,7 @@ static char *compare_json(const ap_graph *g, const column *cols, int n,
 typedef struct {
     ap_cli_common cm;
     ap_megatron m;
-    int have_megatron, sweep, json, quiet, batch_given, max_local_experts;
+    int have_megatron, args, sweep, json, quiet, batch_given, max_local_experts;
 } options;
 
 static int parse(int argc, char **argv, options *o)
@@ -251,6 +251,7 @@ static int parse(int argc, char **argv, options *o)
             if (rc < 0)
                 return -rc;
             o->have_megatron = 1;
+            o->args = !strcmp(a, "--megatron-args");
             i++;
         } else if (ap_cli_model_arg(&o->cm, "compare", a, usage_text)) {
             return 2;
@@ -266,11 +267,15 @@ static int parse(int argc, char **argv, options *o)
 }
 
 /* Both sides train the same global batch: the configuration's gbs, else
- * --global-batch; the two must agree when both are given. */
+ * --global-batch; the two must agree when both are given. A Megatron-LM
+ * command line without --global-batch-size trains Megatron-LM's default,
+ * one micro-batch per replica (ap_megatron_plan settles it), unless
+ * --global-batch says otherwise. */
 static int settle_batch(options *o)
 {
     if (o->m.gbs == 0) {
-        o->m.gbs = o->cm.global_batch;
+        if (!o->args || o->batch_given)
+            o->m.gbs = o->cm.global_batch;
     } else if (o->batch_given && o->m.gbs != o->cm.global_batch) {
         fprintf(stderr, "autopar compare: --global-batch %.0f and the configuration's "
                 "gbs=%.0f differ; give the batch once\n", o->cm.global_batch, o->m.gbs);
@@ -296,12 +301,13 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     if (!shown.dp)
         shown.dp = yours.gpus / (shown.tp * shown.pp * shown.cp);
     shown.vpp = yours.vchunks;
+    shown.gbs = yours.global_batch;
     ap_megatron_format(&shown, cols[0].config, sizeof cols[0].config);
     ap_plan_opts po;
     ap_plan_opts_default(&po);
     po.gpus = ap_cluster_gpus(c);
     po.gpus_per_node = c->gpus_per_node;
-    po.global_batch = o->m.gbs;
+    po.global_batch = yours.global_batch;
     po.progress = progress;
     po.run = o->m.run; /* all sides in the configuration's precision */
     po.max_local_experts = o->max_local_experts;
@@ -319,7 +325,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     if (o->sweep) {
         ap_sweep_opts so;
         ap_sweep_opts_default(&so);
-        so.global_batch = o->m.gbs;
+        so.global_batch = yours.global_batch;
         so.progress = progress;
         so.run = o->m.run;
         so.max_local_experts = o->max_local_experts;

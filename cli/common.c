@@ -159,8 +159,9 @@ static int megatron_flash(ap_cli_common *cm, const ap_megatron *m, const char *c
     if (cm->flash_given && cm->build.flash != on) {
         fprintf(stderr, "autopar %s: --flash-attention %s and --megatron-args disagree: "
                 "its %s say %s attention\n", cmd, cm->build.flash ? "on" : "off",
-                on ? "--attention-backend or --use-flash-attn" :
-                     "--attention-backend or --transformer-impl", on ? "fused" : "unfused");
+                on ? "--attention-backend or --use-flash-attn"
+                : m->shape.flash == -2 ? "flags of Megatron-LM before 2022"
+                : "--attention-backend or --transformer-impl", on ? "fused" : "unfused");
         return 2;
     }
     cm->build.flash = on;

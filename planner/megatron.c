@@ -515,6 +515,92 @@ static int recompute_flag(const char *tok, char **save, ap_megatron *m,
     return 1;
 }
 
+/* Flags of Megatron-LM before 2022 that command lines of its runs carry,
+ * read as those versions meant them: v1's --model-parallel-size (tensor
+ * parallelism, before pipelines) and --batch-size (the micro-batch, each
+ * data-parallel rank's, with no accumulation); v2's --checkpoint-activations
+ * (full recomputation, layers checkpointed in chunks of
+ * --checkpoint-num-layers) and their successors of late 2021,
+ * --activations-checkpoint-method and --activations-checkpoint-num-layers,
+ * which --recompute-granularity, --recompute-method and
+ * --recompute-num-layers replaced in 2022. Megatron-LM v2 refuses the v1
+ * flags and v3 the v2 ones, so a command line never mixes a flag with its
+ * successor; the v1 flags also say the backward was v1's (tp_sync). */
+typedef struct {
+    int mp, batch;          /* --model-parallel-size, --batch-size; 0 if not */
+    int checkpoint;         /* --checkpoint-activations */
+    const char *method;     /* --activations-checkpoint-method */
+    int layers, act_layers; /* --checkpoint-num-layers, --activations-...; 0 if not */
+    int tp_given, mbs_given;
+} legacy_flags;
+
+/* 1 when `tok` was one of them, 0 when not, -1 with err set for a bad or
+ * missing value. */
+static int legacy_flag(const char *tok, char **save, legacy_flags *f, char *err)
+{
+    if (!strcmp(tok, "--checkpoint-activations"))
+        return f->checkpoint = 1;
+    if (!strcmp(tok, "--activations-checkpoint-method")) {
+        f->method = flag_value(tok, save, err);
+        return f->method ? 1 : -1;
+    }
+    int *slot = !strcmp(tok, "--model-parallel-size") ? &f->mp
+              : !strcmp(tok, "--batch-size") ? &f->batch
+              : !strcmp(tok, "--checkpoint-num-layers") ? &f->layers
+              : !strcmp(tok, "--activations-checkpoint-num-layers") ? &f->act_layers : NULL;
+    return slot ? count_value(tok, save, slot, err) : 0;
+}
+
+/* Whether the command line has a flag only Megatron-LM before 2022 took. */
+static int legacy_line(const legacy_flags *f)
+{
+    return f->mp || f->batch || f->checkpoint || f->method;
+}
+
+static int legacy_clash(const char *old, const char *now, char *err)
+{
+    snprintf(err, AP_ERR_LEN, "--megatron-args: %s is Megatron-LM's flag before %s "
+             "replaced it, and no version takes both: give one", old, now);
+    return AP_EINPUT;
+}
+
+/* Applies what the legacy flags said; a legacy recomputation is full with
+ * its method named, as recompute_rules wants it (rc). */
+static int legacy_rules(ap_megatron *m, const legacy_flags *f, rc_flags *rc, char *err)
+{
+    int modern_rc = m->recompute != AP_RECOMPUTE_NONE || rc->method || rc->layers;
+    if (f->mp && f->tp_given)
+        return legacy_clash("--model-parallel-size", "--tensor-model-parallel-size", err);
+    if (f->batch && f->mbs_given)
+        return legacy_clash("--batch-size", "--micro-batch-size", err);
+    if (f->mp)
+        m->tp = f->mp;
+    if (f->batch)
+        m->mbs = f->batch;
+    /* v1's column-parallel layers reduced their input gradient after
+     * their backward (docs/cost-model.md, "Tensor-parallel communication
+     * without userbuffers"). */
+    if (f->mp || f->batch)
+        m->run.tp_sync = 1;
+    if (!f->checkpoint && !f->method)
+        return AP_OK;
+    if (modern_rc)
+        return legacy_clash(f->checkpoint ? "--checkpoint-activations"
+                                          : "--activations-checkpoint-method",
+                            "--recompute-granularity", err);
+    char layers[16];
+    snprintf(layers, sizeof layers, "%d", f->act_layers ? f->act_layers
+                                          : f->layers ? f->layers : 1);
+    m->recompute = AP_RECOMPUTE_FULL;
+    if (recompute_key(m, "recompute_method", f->method ? f->method : "uniform",
+                      "--megatron-args: --activations-checkpoint-method", err) < 0 ||
+        recompute_key(m, "recompute_layers", layers,
+                      "--megatron-args: --activations-checkpoint-num-layers", err) < 0)
+        return AP_EINPUT;
+    rc->method = rc->layers = 1;
+    return AP_OK;
+}
+
 /* Megatron-LM's rules for the recomputation flags (arguments.py and
  * Megatron-Core's TransformerConfig): full recomputation names its method
  * (none is the default, and the config refuses it), selective takes
@@ -704,6 +790,9 @@ static const struct {
      "backward than the fused kernel autopar prices"},
     {"--distribute-saved-activations", 0, "splits the recomputation checkpoints "
      "over the tensor-parallel group, which is not priced"},
+    {"--distribute-checkpointed-activations", 0, "splits the recomputation checkpoints "
+     "over the tensor-parallel group (--distribute-saved-activations before 2022), "
+     "which is not priced"},
     {"--moe-use-legacy-grouped-gemm", 0, "runs the experts as the legacy "
      "GroupedMLP; autopar prices Transformer Engine's GroupedLinear "
      "(--moe-grouped-gemm)"},
@@ -1400,6 +1489,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     long layers_per_chunk = 0;
     int groups = 0, gqa = 0, vpp_flag = 0, legacy_rope = 0, no_async = 0, *shape;
     rc_flags rcf = {0, 0, 0};
+    legacy_flags lg = {0};
+    int gbs_given = 0;
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
     grad_flags gf = {0, 0, 0, 0, NULL};
@@ -1420,6 +1511,9 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             if (rc)
                 return rc;
             vpp_flag |= !strcmp(flags[i].key, "vpp");
+            lg.tp_given |= !strcmp(flags[i].key, "tp");
+            lg.mbs_given |= !strcmp(flags[i].key, "mbs");
+            gbs_given |= !strcmp(flags[i].key, "gbs");
             known = 1;
         }
         if (!known && (known = fp8_flag(tok, &save, m, err)) < 0)
@@ -1431,6 +1525,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = tp_overlap_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = recompute_flag(tok, &save, m, &rcf, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = legacy_flag(tok, &save, &lg, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = dropout_flag(tok, &save, drop, err)) < 0)
             return AP_EINPUT;
@@ -1494,12 +1590,18 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     if (legacy_rope)
         m->shape.positions = 2;
     /* A dropout flag given says the command line is Megatron-LM's whole
-     * one, so the other is Megatron-LM's default, 0.1. */
-    if (drop[0] >= 0 || drop[1] >= 0)
+     * one, so the other is Megatron-LM's default, 0.1; so does a flag of
+     * Megatron-LM before 2022. */
+    if (drop[0] >= 0 || drop[1] >= 0 || legacy_line(&lg))
         m->shape.dropout = (drop[0] < 0 ? 0.1 : drop[0]) > 0 ||
                            (drop[1] < 0 ? 0.1 : drop[1]) > 0 ? 1 : -1;
-    if (recompute_rules(m, &rcf, err))
+    if (legacy_rules(m, &lg, &rcf, err) || recompute_rules(m, &rcf, err))
         return AP_EINPUT;
+    /* Without --global-batch-size Megatron-LM trains mbs * dp sequences a
+     * step (one micro-batch per replica), which check_config sets once dp
+     * is known. */
+    if (!gbs_given)
+        m->gbs = 0;
     /* Megatron-LM asserts this in validate_args: the layout says how many
      * virtual stages there are. */
     if (m->layout[0] && (layers_per_chunk || vpp_flag)) {
@@ -1524,7 +1626,13 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         return AP_EINPUT;
     if (layers_per_chunk) /* resolved against the layer count later */
         m->vpp = (int)-layers_per_chunk;
-    return settle_audit(&au, m, err) ? AP_EINPUT : AP_OK;
+    if (settle_audit(&au, m, err))
+        return AP_EINPUT;
+    /* Megatron-LM had no fused attention before 2023: its attention kept
+     * the s x s scores (flash-attn came with --use-flash-attn). */
+    if (legacy_line(&lg) && !m->shape.flash)
+        m->shape.flash = -2;
+    return AP_OK;
 }
 
 /* tp*pp*cp (and dp) checked against the GPUs one factor at a time, so that
@@ -2347,11 +2455,14 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
     for (int i = 0; i < g->nops; i++)
         attention |= g->ops[i].kind == AP_OP_ATTENTION;
     if (attention && m->shape.flash && (m->shape.flash > 0) != s.flash) {
-        snprintf(err, AP_ERR_LEN, "--megatron-args: its attention flags say %s, but %s "
+        snprintf(err, AP_ERR_LEN, "--megatron-args: its attention flags say %s, but %.160s "
                  "was built with %s (a graph is built with one: --flash-attention, or "
                  "`autopar graph --flash-attention`)", m->shape.flash > 0
                  ? "a fused kernel (--attention-backend flash, fused or auto, or "
                    "--use-flash-attn)"
+                 : m->shape.flash == -2
+                 ? "unfused attention (its flags are Megatron-LM's before 2022, "
+                   "which had no fused attention)"
                  : "unfused attention (--attention-backend unfused or local, or "
                    "--transformer-impl local)", g->source,
                  s.flash ? "a fused kernel (flash)" : "unfused attention");
@@ -2422,6 +2533,8 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
         m->vpp = 1;
     if (!m->dp)
         m->dp = gpus / (m->tp * m->pp * m->cp);
+    if (m->gbs <= 0)
+        m->gbs = (double)m->mbs * m->dp;
     if ((long)m->tp * m->pp * m->dp * m->cp != gpus) {
         snprintf(err, AP_ERR_LEN, "tp*pp*dp*cp = %d*%d*%d*%d = %ld, not the %d GPUs",
                  m->tp, m->pp, m->dp, m->cp, (long)m->tp * m->pp * m->dp * m->cp, gpus);

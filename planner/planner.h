@@ -796,7 +796,9 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err);
 #define AP_LAYOUT_LEN 1024
 
 /* A hand-tuned Megatron-LM configuration, priced as a plan with the
- * planner's own code. dp 0 means GPUs / (tp * pp * cp). first and last,
+ * planner's own code. dp 0 means GPUs / (tp * pp * cp); gbs 0, mbs * dp
+ * (Megatron-LM's default, which ap_megatron_parse_args leaves where
+ * --global-batch-size is not given). first and last,
  * when not 0, are the layers of the first and last pipeline stage
  * (--decoder-first/last-pipeline-num-layers); the other stages split the
  * rest evenly. overlap_grad: the data-parallel gradient reduction overlaps
@@ -865,8 +867,10 @@ typedef struct {
         int flash;   /* 1: the attention flags say a fused kernel
                         (--attention-backend flash, fused or auto,
                         --use-flash-attn); -1: unfused (--attention-backend
-                        unfused or local, --transformer-impl local); 0:
-                        none given */
+                        unfused or local, --transformer-impl local); -2:
+                        unfused, the line being Megatron-LM's before 2022
+                        (--checkpoint-activations and the like), which
+                        had no fused attention; 0: none given */
         int top_k;   /* --moe-router-topk under --num-experts (2,
                         Megatron-LM's default, where left out); else 0 */
         int moe_ffn; /* --moe-ffn-hidden-size; 0 where not given */
@@ -961,7 +965,9 @@ ap_strategy ap_megatron_layout(const ap_graph *g, const ap_megatron *m, int op);
 char *ap_plan_trace_json(const ap_plan *p, char *err);
 
 /* "tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,recompute=none,zero=1":
- * every field, in the form ap_megatron_parse reads back; overlap_grad=0,
+ * every field, in the form ap_megatron_parse reads back (gbs where set: a
+ * command line without --global-batch-size leaves it to be settled when
+ * planned); overlap_grad=0,
  * overlap_param (where it differs from what overlap_grad gives it), first,
  * last, fp8=1, tp_overlap=1, etp, fp8_param_gather=1, cross_entropy,
  * recompute_method, recompute_layers, grad_fp32=1, moe_a2a_overlap=1,

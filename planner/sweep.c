@@ -45,9 +45,12 @@ static void append(char *buf, size_t len, int *n, const char *fmt, ...)
 void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
 {
     int n = 0;
-    append(buf, len, &n, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,vpp=%d,mbs=%d,gbs=%.0f,"
-           "sp=%d,recompute=%s,zero=%d", m->tp, m->pp, m->dp, m->cp, m->ep, m->vpp,
-           m->mbs, m->gbs, m->sp, recompute_name(m->recompute), (int)m->zero);
+    append(buf, len, &n, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,vpp=%d,mbs=%d,", m->tp, m->pp,
+           m->dp, m->cp, m->ep, m->vpp, m->mbs);
+    if (m->gbs > 0)
+        append(buf, len, &n, "gbs=%.0f,", m->gbs);
+    append(buf, len, &n, "sp=%d,recompute=%s,zero=%d", m->sp, recompute_name(m->recompute),
+           (int)m->zero);
     if (!m->overlap_grad)
         append(buf, len, &n, ",overlap_grad=0");
     /* overlap_param only where it is not what overlap_grad gives it. */
