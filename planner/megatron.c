@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "planner/layout.h"
+#include "planner/megatron_flags.h"
 #include "planner/parts.h"
 #include "planner/planner.h"
 
@@ -549,6 +550,20 @@ static int legacy_flag(const char *tok, char **save, legacy_flags *f, char *err)
               : !strcmp(tok, "--checkpoint-num-layers") ? &f->layers
               : !strcmp(tok, "--activations-checkpoint-num-layers") ? &f->act_layers : NULL;
     return slot ? count_value(tok, save, slot, err) : 0;
+}
+
+/* Adds `tok` to m->unknown when it is a flag no Megatron-LM has. */
+static void note_unknown(ap_megatron *m, const char *tok)
+{
+    if (strncmp(tok, "--", 2) || ap_megatron_flag_known(tok))
+        return;
+    size_t n = strlen(m->unknown);
+    const char *near = ap_megatron_flag_nearest(tok);
+    char one[160];
+    snprintf(one, sizeof one, "%s%.64s%s%s%s", n ? ", " : "", tok, near ? " (" : "",
+             near ? near : "", near ? "?)" : "");
+    if (n + strlen(one) < sizeof m->unknown)
+        memcpy(m->unknown + n, one, strlen(one) + 1);
 }
 
 /* Whether the command line has a flag only Megatron-LM before 2022 took. */
@@ -1575,11 +1590,13 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
                          "(an integer from 1 to 2^30)", tok, v);
                 return AP_EINPUT;
             }
+        } else {
+            /* Other flags (optimizer, data, logging, the model's
+             * structure: --swiglu, --normalization) change neither the
+             * layout, the shapes checked nor the price (docs/megatron.md),
+             * and are read past; one that no Megatron-LM has is noted. */
+            note_unknown(m, tok);
         }
-        /* Other flags (optimizer, data, logging, the model's structure:
-         * --swiglu, --normalization) change neither the layout, the shapes
-         * checked nor the price (docs/megatron.md), and are read
-         * past. */
     }
     m->shape.groups = gqa ? groups : 0;
     /* Megatron-LM (2022 to 2024) turned the asynchronous all-reduce off

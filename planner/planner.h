@@ -825,6 +825,12 @@ typedef struct {
      * virtual stage of its own choosing, and sets vpp to its virtual
      * stages over pp (planner/layout.h). */
     char layout[AP_LAYOUT_LEN];
+    /* The flags ap_megatron_parse_args read past that no Megatron-LM
+     * version it knows has (planner/megatron_flags.c), each with the
+     * nearest flag where one is within two edits ("--tensor-model-paralel-size
+     * (--tensor-model-parallel-size?)"), separated by ", "; "" for none. A
+     * typo of a layout flag would otherwise price the layout without it. */
+    char unknown[AP_ERR_LEN];
     /* The launcher settings, each the spec's key of the same name (opt's:
      * main_params, exp_avg and exp_avg_sq), off, unfused, p2p or fp32 by
      * default. fp8: --fp8-format hybrid or e4m3, linear layers in FP8.

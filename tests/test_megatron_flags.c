@@ -1,0 +1,83 @@
+/* test_megatron_flags.c -- --megatron-args reads past the flags that do
+ * not change the step (data, logging, optimizer settings), and notes the
+ * ones no Megatron-LM has, with the nearest flag that does: a typo of a
+ * layout flag would otherwise price the layout without it. */
+#include "model.h"
+#include "planner/megatron_flags.h"
+
+static void megatron_lm_flags_of_every_era_are_known(void)
+{
+    const char *flags[] = {"--tensor-model-parallel-size", "--lr", "--data-path",
+                           "--use-mcore-models", "--no-rl-partial-rollouts",
+                           "--model-parallel-size", "--checkpoint-activations", "--DDP-impl",
+                           "--activations-checkpoint-method", "--use-custom-fsdp"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        CHECK(ap_megatron_flag_known(flags[i]));
+    CHECK(!ap_megatron_flag_known("--tensor-model-paralel-size"));
+    CHECK(!ap_megatron_flag_known("tensor-model-parallel-size"));
+    CHECK(!ap_megatron_flag_known(""));
+}
+
+static void the_nearest_flag_is_within_two_edits(void)
+{
+    CHECK_STR_HAS(ap_megatron_flag_nearest("--tensor-model-paralel-size"),
+                  "--tensor-model-parallel-size");
+    CHECK_STR_HAS(ap_megatron_flag_nearest("--sequence-paralel"), "--sequence-parallel");
+    CHECK_STR_HAS(ap_megatron_flag_nearest("--micro-batch-sizes"), "--micro-batch-size");
+    CHECK(ap_megatron_flag_nearest("--no-such-flag-at-all") == NULL);
+    CHECK(ap_megatron_flag_nearest("--tensor-parallel") == NULL);
+}
+
+static void a_typo_is_noted_and_a_real_line_is_not(void)
+{
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("--tensor-model-paralel-size 8 --lr 1e-4 --foo 3", &m,
+                                      err), err);
+    CHECK(m.tp == 1);
+    CHECK(!strcmp(m.unknown,
+                  "--tensor-model-paralel-size (--tensor-model-parallel-size?), --foo"));
+    /* Values, negative numbers and paths included, are not flags. */
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args(
+                   "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2 "
+                   "--sequence-parallel --micro-batch-size 1 --global-batch-size 64 "
+                   "--data-path 0.5 /data/a_text_document 0.5 /data/b_text_document "
+                   "--split 949,50,1 --lr 6.0e-5 --min-lr -1 --adam-beta2 0.95 "
+                   "--use-distributed-optimizer --overlap-grad-reduce --bf16 "
+                   "--tokenizer-type HuggingFaceTokenizer --log-interval 10 "
+                   "--tensorboard-dir /tb --save /ckpt --save-interval 1000",
+                   &m, err),
+               err);
+    CHECK(m.unknown[0] == '\0');
+}
+
+/* However many, the note stays in its buffer, whole flags only. */
+static void many_unknown_flags_fit_their_note(void)
+{
+    char line[4096] = "";
+    for (int i = 0; i < 200; i++) {
+        char one[32];
+        snprintf(one, sizeof one, "--unknown-flag-%03d ", i);
+        strcat(line, one);
+    }
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args(line, &m, err), err);
+    size_t n = strlen(m.unknown);
+    CHECK(n > 0 && n < sizeof m.unknown);
+    CHECK_STR_HAS(m.unknown, "--unknown-flag-000");
+    /* It ends with a whole flag's three digits. */
+    CHECK(n >= 18 && !strncmp(m.unknown + n - 18, "--unknown-flag-", 15));
+}
+
+int main(void)
+{
+    RUN(megatron_lm_flags_of_every_era_are_known);
+    RUN(the_nearest_flag_is_within_two_edits);
+    RUN(a_typo_is_noted_and_a_real_line_is_not);
+    RUN(many_unknown_flags_fit_their_note);
+    return DONE();
+}
