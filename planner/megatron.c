@@ -555,9 +555,9 @@ static int legacy_flag(const char *tok, char **save, legacy_flags *f, char *err)
 /* Adds `tok` to m->unknown when it is a flag no Megatron-LM has. */
 static void note_unknown(ap_megatron *m, const char *tok)
 {
-    if (strncmp(tok, "--", 2) || ap_megatron_flag_known(tok))
-        return;
     size_t n = strlen(m->unknown);
+    if (strncmp(tok, "--", 2) || n + 2 >= sizeof m->unknown || ap_megatron_flag_known(tok))
+        return;
     const char *near = ap_megatron_flag_nearest(tok);
     char one[160];
     snprintf(one, sizeof one, "%s%.64s%s%s%s", n ? ", " : "", tok, near ? " (" : "",
