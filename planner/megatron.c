@@ -532,6 +532,7 @@ typedef struct {
     int checkpoint;         /* --checkpoint-activations */
     const char *method;     /* --activations-checkpoint-method */
     int layers, act_layers; /* --checkpoint-num-layers, --activations-...; 0 if not */
+    const char *ddp;        /* --DDP-impl (until 2023) */
     int tp_given, mbs_given;
 } legacy_flags;
 
@@ -541,9 +542,10 @@ static int legacy_flag(const char *tok, char **save, legacy_flags *f, char *err)
 {
     if (!strcmp(tok, "--checkpoint-activations"))
         return f->checkpoint = 1;
-    if (!strcmp(tok, "--activations-checkpoint-method")) {
-        f->method = flag_value(tok, save, err);
-        return f->method ? 1 : -1;
+    if (!strcmp(tok, "--activations-checkpoint-method") || !strcmp(tok, "--DDP-impl")) {
+        const char **v = tok[2] == 'D' ? &f->ddp : &f->method;
+        *v = flag_value(tok, save, err);
+        return *v ? 1 : -1;
     }
     int *slot = !strcmp(tok, "--model-parallel-size") ? &f->mp
               : !strcmp(tok, "--batch-size") ? &f->batch
@@ -613,6 +615,39 @@ static int legacy_rules(ap_megatron *m, const legacy_flags *f, rc_flags *rc, cha
                       "--megatron-args: --activations-checkpoint-num-layers", err) < 0)
         return AP_EINPUT;
     rc->method = rc->layers = 1;
+    return AP_OK;
+}
+
+/* --DDP-impl torch wraps the model in PyTorch's DistributedDataParallel,
+ * which reduces the gradients in buckets during the backward; Megatron-LM
+ * holds its reduction back (no_sync) until the last micro-batch only
+ * without pipelining, so that is overlap_grad=1 there. It runs neither the
+ * distributed optimizer nor fp32 gradients (Megatron-LM asserts its local
+ * DDP for both). local, the default, changes nothing. */
+static int ddp_rule(const legacy_flags *f, ap_megatron *m, char *err)
+{
+    if (!f->ddp || !strcmp(f->ddp, "local"))
+        return AP_OK;
+    if (strcmp(f->ddp, "torch")) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --DDP-impl: bad value \"%.64s\" "
+                 "(local or torch)", f->ddp);
+        return AP_EINPUT;
+    }
+    const char *why =
+        m->pp > 1 ? "reduces every micro-batch's gradients under pipeline parallelism "
+                    "(Megatron-LM's pipeline schedules hold none back with no_sync), "
+                    "which is not priced"
+        : m->zero != AP_ZERO_NONE ? "cannot run with --use-distributed-optimizer, which "
+                                    "Megatron-LM runs on its local DDP only"
+        : m->run.grad_fp32 ? "reduces the gradients in their own dtype, where --bf16 or "
+                             "--accumulate-allreduce-grads-in-fp32 has Megatron-LM keep "
+                             "them in fp32, which it does in its local DDP only"
+        : NULL;
+    if (why) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --DDP-impl torch %s", why);
+        return AP_EINPUT;
+    }
+    m->overlap_grad = 1;
     return AP_OK;
 }
 
@@ -1639,7 +1674,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     }
     if (ce.fusion)
         m->run.cross_entropy = ce.impl;
-    if (grad_rule(&gf, m, err) || opt_rule(&of, m, gf.bf16, err))
+    if (grad_rule(&gf, m, err) || opt_rule(&of, m, gf.bf16, err) || ddp_rule(&lg, m, err))
         return AP_EINPUT;
     if (layers_per_chunk) /* resolved against the layer count later */
         m->vpp = (int)-layers_per_chunk;

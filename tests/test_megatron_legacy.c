@@ -4,9 +4,9 @@
  * and --batch-size (each replica's micro-batch, no accumulation), v2's
  * --checkpoint-activations (full recomputation in chunks of
  * --checkpoint-num-layers) and the --activations-checkpoint-* flags of late
- * 2021; a flag with its successor is refused, as no version takes both. A
- * command line without --global-batch-size trains one micro-batch per
- * replica, Megatron-LM's default. */
+ * 2021, --DDP-impl torch; a flag with its successor is refused, as no
+ * version takes both. A command line without --global-batch-size trains
+ * one micro-batch per replica, Megatron-LM's default. */
 #include "model.h"
 
 /* GPT 1.7B as Megatron-LM ran it before 2022: the attention's scores
@@ -100,6 +100,35 @@ static void such_a_line_trains_unfused_attention_with_dropout(void)
     ap_graph_free(g);
 }
 
+/* PyTorch's DDP reduces the gradients in buckets during the backward, and
+ * Megatron-LM holds its reduction back until the last micro-batch without
+ * pipelining: overlap_grad=1. What it cannot run is refused. */
+static void torch_ddp_overlaps_the_reduction_with_the_backward(void)
+{
+    ap_graph *g = gpt();
+    const char *layout = "--tensor-model-parallel-size 2 --micro-batch-size 1 "
+                         "--global-batch-size 64 --fp16";
+    char a[256];
+    snprintf(a, sizeof a, "%s --DDP-impl torch", layout);
+    same_step(g, 8, a, "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=1");
+    snprintf(a, sizeof a, "%s --DDP-impl local", layout);
+    same_step(g, 8, a, "tp=2,mbs=1,gbs=64,sp=0,zero=0,overlap_grad=0");
+    ap_graph_free(g);
+    const char *refused[][2] = {
+        {"--DDP-impl torch --fp16 --pipeline-model-parallel-size 2", "under pipeline parallelism"},
+        {"--DDP-impl torch --fp16 --use-distributed-optimizer", "--use-distributed-optimizer"},
+        {"--DDP-impl torch --bf16", "in fp32, which it does in its local DDP only"},
+        {"--DDP-impl xla", "--DDP-impl: bad value \"xla\" (local or torch)"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN] = "";
+        ap_megatron_default(&m);
+        CHECK(ap_megatron_parse_args(refused[i][0], &m, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, refused[i][1]);
+    }
+}
+
 static void a_flag_with_its_successor_is_refused(void)
 {
     const char *lines[][2] = {
@@ -154,6 +183,7 @@ int main(void)
     RUN(checkpoint_activations_is_full_recomputation_of_each_layer);
     RUN(version_one_flags_set_the_layout_and_its_backward);
     RUN(such_a_line_trains_unfused_attention_with_dropout);
+    RUN(torch_ddp_overlaps_the_reduction_with_the_backward);
     RUN(a_flag_with_its_successor_is_refused);
     RUN(without_a_global_batch_each_replica_trains_one_micro_batch);
     return DONE();
