@@ -48,6 +48,8 @@ static const char usage_text[] =
     "  --sweep                also price every valid Megatron configuration and\n"
     "                         show the fastest that fits\n"
     "  --global-batch B       sequences per step, when the configuration has no gbs\n"
+    "                         (without it, --megatron-args with no\n"
+    "                         --global-batch-size trains Megatron-LM's mbs*dp)\n"
     "  --json                 print the comparison as JSON\n"
     "  --max-experts-per-gpu E\n"
     "                         autopar's plan and the sweep keep at most E experts\n"

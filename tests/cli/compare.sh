@@ -35,6 +35,13 @@ a=$(grep -m1 '"step_time_s"' "$tmp/est" | tr -d ' \t,')
 b=$(grep -m1 '"step_time_s"' "$tmp/json" | tr -d ' \t,')
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "your column is estimate's price: $a vs $b"
 
+# Without --global-batch-size and --global-batch, Megatron-LM's own global
+# batch: one micro-batch of 2 on each of the 2 data-parallel replicas.
+"$bin" compare "$model" --gpus 4 --quiet --json \
+    --megatron-args "--tensor-model-parallel-size 2 --micro-batch-size 2" >"$tmp/gbs" 2>"$tmp/err"
+[ $? -eq 0 ] && grep -qF '"global_batch":	4' "$tmp/gbs" && ok ||
+    bad "a command line without a global batch trains mbs*dp: $(grep -m1 global_batch "$tmp/gbs") $(cat "$tmp/err")"
+
 expect() {
     want=$1
     shift
