@@ -456,6 +456,20 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     header(&b, "torchtitan", p, d);
     put(&b, "# CONFIG_FILE is the model's torchtitan .toml (%d layers, hidden %lld); these "
             "flags override its parallelism and batch.\n", s->layers, s->hidden);
+    /* torchtitan takes a MoE model's structure from its flavor, which no
+     * flag states: say what the plan was priced with, to check it by. */
+    if (s->experts) {
+        put(&b, "# Its MoE flavor must match what the plan was priced with: %lld experts of "
+                "FFN %lld, top %d, ", s->experts, s->moe_ffn, s->top_k);
+        if (s->moe_freq[0])
+            put(&b, "on the layers --moe-layer-freq \"%s\" marks, ", s->moe_freq);
+        else
+            put(&b, "on every layer, ");
+        if (s->shared_ffn)
+            put(&b, "shared experts of FFN %lld in all.\n", s->shared_ffn);
+        else
+            put(&b, "no shared experts.\n");
+    }
     if (d->dp > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
         put(&b, "# ZeRO-%d has no torchtitan equivalent: FSDP without resharding after "
                 "forward is the nearest, and also shards parameters.\n", (int)d->zero);
