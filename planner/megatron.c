@@ -542,10 +542,11 @@ static int legacy_flag(const char *tok, char **save, legacy_flags *f, char *err)
 {
     if (!strcmp(tok, "--checkpoint-activations"))
         return f->checkpoint = 1;
-    if (!strcmp(tok, "--activations-checkpoint-method") || !strcmp(tok, "--DDP-impl")) {
-        const char **v = tok[2] == 'D' ? &f->ddp : &f->method;
-        *v = flag_value(tok, save, err);
-        return *v ? 1 : -1;
+    const char **word = !strcmp(tok, "--activations-checkpoint-method") ? &f->method
+                      : !strcmp(tok, "--DDP-impl") ? &f->ddp : NULL;
+    if (word) {
+        *word = flag_value(tok, save, err);
+        return *word ? 1 : -1;
     }
     int *slot = !strcmp(tok, "--model-parallel-size") ? &f->mp
               : !strcmp(tok, "--batch-size") ? &f->batch
