@@ -606,15 +606,11 @@ static int legacy_rules(ap_megatron *m, const legacy_flags *f, rc_flags *rc, cha
         return legacy_clash(f->checkpoint ? "--checkpoint-activations"
                                           : "--activations-checkpoint-method",
                             "--recompute-granularity", err);
-    char layers[16];
-    snprintf(layers, sizeof layers, "%d", f->act_layers ? f->act_layers
-                                          : f->layers ? f->layers : 1);
-    m->recompute = AP_RECOMPUTE_FULL;
     if (recompute_key(m, "recompute_method", f->method ? f->method : "uniform",
-                      "--megatron-args: --activations-checkpoint-method", err) < 0 ||
-        recompute_key(m, "recompute_layers", layers,
-                      "--megatron-args: --activations-checkpoint-num-layers", err) < 0)
+                      "--megatron-args: --activations-checkpoint-method", err) < 0)
         return AP_EINPUT;
+    m->recompute = AP_RECOMPUTE_FULL;
+    m->recompute_layers = f->act_layers ? f->act_layers : f->layers ? f->layers : 1;
     rc->method = rc->layers = 1;
     return AP_OK;
 }
@@ -2124,32 +2120,39 @@ static int check_param_gather(const ap_megatron *m, char *err)
     return AP_OK;
 }
 
+/* Whether the command line states the model as a whole script does
+ * (--num-layers, --hidden-size and --num-attention-heads), so that a flag
+ * left out means Megatron-LM's default. */
+static int whole_script(const ap_megatron *m)
+{
+    return m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
+}
+
 /* The model flags of --megatron-args against the model's shape as the
  * exports state it (ap_model_shape_of): a flag given must agree. The FFN is
  * compared where the model has dense layers, whose FFN is Megatron's
  * --ffn-hidden-size; a model whose every layer is MoE builds none with it. */
-static int check_shape(const ap_graph *g, const ap_megatron *m, char *err)
+static int check_shape(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                       char *err)
 {
-    ap_model_shape s;
-    ap_model_shape_of(g, &s);
     const struct {
         const char *flag, *what, *hint;
         int given;
         long long model;
     } f[] = {
-        {"--num-layers", "layers", "", m->shape.layers, s.layers},
-        {"--hidden-size", "hidden size", "", m->shape.hidden, s.hidden},
-        {"--num-attention-heads", "attention heads", "", m->shape.heads, s.heads},
-        {"--num-query-groups", "KV heads", "", m->shape.groups, s.kv_heads},
-        {"--ffn-hidden-size", "FFN size", "", s.experts && !s.moe_freq[0] ? 0 : m->shape.ffn,
-         s.ffn},
+        {"--num-layers", "layers", "", m->shape.layers, s->layers},
+        {"--hidden-size", "hidden size", "", m->shape.hidden, s->hidden},
+        {"--num-attention-heads", "attention heads", "", m->shape.heads, s->heads},
+        {"--num-query-groups", "KV heads", "", m->shape.groups, s->kv_heads},
+        {"--ffn-hidden-size", "FFN size", "", s->experts && !s->moe_freq[0] ? 0 : m->shape.ffn,
+         s->ffn},
         {"--seq-length", "tokens per sequence",
          " (a graph is built at one length: --seq, or `autopar graph --seq`)",
-         m->shape.seq, s.seq},
-        {"--num-experts", "experts", "", m->shape.experts, s.experts},
+         m->shape.seq, s->seq},
+        {"--num-experts", "experts", "", m->shape.experts, s->experts},
         {"--mtp-num-layers", "multi-token-prediction modules",
          " (a Hugging Face config is built with them: --mtp-layers, or "
-         "--megatron-args itself)", m->shape.mtp, s.mtp_layers},
+         "--megatron-args itself)", m->shape.mtp, s->mtp_layers},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (!f[i].given || f[i].given == f[i].model)
@@ -2296,7 +2299,7 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_
 static int check_moe_layers(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                             char *err)
 {
-    int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
+    int whole = whole_script(m);
     if ((m->shape.shared_ffn || whole) && m->shape.shared_ffn != s->shared_ffn) {
         if (m->shape.shared_ffn && s->shared_ffn)
             snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-shared-expert-intermediate-size "
@@ -2353,7 +2356,7 @@ static int check_moe_layers(const ap_graph *g, const ap_megatron *m, const ap_mo
 static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                            char *err)
 {
-    int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
+    int whole = whole_script(m);
     long long kv = s->mla ? 0
                  : m->shape.kv_channels ? m->shape.kv_channels
                  : whole && s->heads ? s->hidden / s->heads : 0;
@@ -2426,7 +2429,7 @@ static layer_flags layer_flags_built(const ap_megatron *m, int whole, const ap_m
 static int check_layer_flags(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                              char *err)
 {
-    int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
+    int whole = whole_script(m);
     layer_flags want = layer_flags_built(m, whole, s);
     int have_pos = model_positions(s);
     const char *flags = m->shape.no_bias && m->shape.add_qkv_bias
@@ -2469,7 +2472,7 @@ static int check_layer_flags(const ap_graph *g, const ap_megatron *m, const ap_m
 static int check_mla(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                      char *err)
 {
-    int whole = m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
+    int whole = whole_script(m);
     if (m->shape.mla != s->mla && (m->shape.mla || whole)) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s has %s", m->shape.mla
                  ? "--multi-latent-attention" : "no --multi-latent-attention", g->source,
@@ -2497,17 +2500,16 @@ static int check_mla(const ap_graph *g, const ap_megatron *m, const ap_model_sha
     return AP_OK;
 }
 
-static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
+static int check_audited(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                         char *err)
 {
-    ap_model_shape s;
-    ap_model_shape_of(g, &s);
-    if (check_structure(g, m, &s, err) || check_layer_flags(g, m, &s, err) ||
-        check_mla(g, m, &s, err))
+    if (check_structure(g, m, s, err) || check_layer_flags(g, m, s, err) ||
+        check_mla(g, m, s, err))
         return AP_EINPUT;
     int attention = 0;
     for (int i = 0; i < g->nops; i++)
         attention |= g->ops[i].kind == AP_OP_ATTENTION;
-    if (attention && m->shape.flash && (m->shape.flash > 0) != s.flash) {
+    if (attention && m->shape.flash && (m->shape.flash > 0) != s->flash) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: its attention flags say %s, but %.160s "
                  "was built with %s (a graph is built with one: --flash-attention, or "
                  "`autopar graph --flash-attention`)", m->shape.flash > 0
@@ -2518,25 +2520,25 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, char *err)
                    "which had no fused attention)"
                  : "unfused attention (--attention-backend unfused or local, or "
                    "--transformer-impl local)", g->source,
-                 s.flash ? "a fused kernel (flash)" : "unfused attention");
+                 s->flash ? "a fused kernel (flash)" : "unfused attention");
         return AP_EINPUT;
     }
-    if (!s.experts)
+    if (!s->experts)
         return AP_OK;
-    if (m->shape.top_k && m->shape.top_k != s.top_k) {
+    if (m->shape.top_k && m->shape.top_k != s->top_k) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-router-topk %d%s, but %s "
                  "routes each token to %d experts", m->shape.top_k, m->shape.top_k == 2
-                 ? " (Megatron-LM's default where left out)" : "", g->source, s.top_k);
+                 ? " (Megatron-LM's default where left out)" : "", g->source, s->top_k);
         return AP_EINPUT;
     }
-    long long expert_ffn = s.moe_ffn ? s.moe_ffn : s.ffn;
+    long long expert_ffn = s->moe_ffn ? s->moe_ffn : s->ffn;
     if (m->shape.moe_ffn && m->shape.moe_ffn != expert_ffn) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-ffn-hidden-size %d, but %s "
                  "has %lld expert FFN size", m->shape.moe_ffn, g->source, expert_ffn);
         return AP_EINPUT;
     }
-    int rc = check_moe_layers(g, m, &s, err);
-    return rc ? rc : check_groups(g, m, &s, err);
+    int rc = check_moe_layers(g, m, s, err);
+    return rc ? rc : check_groups(g, m, s, err);
 }
 
 /* Token dropping: padding needs a capacity (Megatron-Core asserts it);
@@ -2563,8 +2565,10 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
                         ap_pipe_layout *lay, char *err)
 {
     int gpus = ap_cluster_gpus(c), L = g->nlayers;
-    int rc = check_shape(g, m, err);
-    if (rc || (rc = check_audited(g, m, err)))
+    ap_model_shape shape;
+    ap_model_shape_of(g, &shape);
+    int rc = check_shape(g, m, &shape, err);
+    if (rc || (rc = check_audited(g, m, &shape, err)))
         return rc;
     if (!fits_gpus(m, gpus, m->dp > 0)) {
         double p = (double)m->tp * m->pp * m->cp;
