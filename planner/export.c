@@ -134,8 +134,8 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
             return AP_EINPUT;
         }
     /* Plans written before these fields existed have neither. */
-    if ((p->shape.moe_ffn && p->shape.moe_ffn != m->moe_ffn) ||
-        (p->shape.moe_ffn && p->shape.shared_ffn != m->shared_ffn)) {
+    if (p->shape.moe_ffn &&
+        (p->shape.moe_ffn != m->moe_ffn || p->shape.shared_ffn != m->shared_ffn)) {
         errf(err, "%s: model_shape's experts are %lld wide with %lld of shared experts, "
                  "but the model %s has %lld and %lld; pass the plan's model with --model",
                  p->source, p->shape.moe_ffn, p->shape.shared_ffn, g->source, m->moe_ffn,
