@@ -148,15 +148,14 @@ static const training_rate blackwell_rate = {
  * the presets' factor because the measured GEMMs are already slower than
  * the kernel figures' 75% of peak. No other GPU has been profiled against
  * published runs, so every profile carries the H100's. */
-#define PROFILE_SCALE 0.8724
-#define PROFILE_STEP_S 20.83
+#define PROFILE_SCALE 0.8591
+#define PROFILE_STEP_S HOPPER_STEP_S
 
 static const training_rate profile_rate = {
     PROFILE_SCALE, PROFILE_STEP_S,
     "the median of 19 published BF16 runs on H100 SXM priced with a measured "
-    "H100 SXM profile (docs/validation.md): NeMo's Grok-1 on 512 H100 SXM, "
-    "tp 4 pp 8 vpp 8 cp 2 ep 8 (DGX Cloud benchmarking recipe), "
-    XSTR(PROFILE_STEP_S) " s per step",
+    "H100 SXM profile (docs/validation.md): " HOPPER_RUN ", tp 8 cp 2 "
+    "(DGX Cloud benchmarking recipe), " XSTR(PROFILE_STEP_S) " s per step",
 };
 
 #define A100_ATTN_FWD 0.6

@@ -38,17 +38,18 @@ int ap_prof_detect(const ap_profile_options *o, ap_profile_result *r,
 int ap_prof_gemm(const ap_profile_options *o, ap_profile_result *r, char *err);
 int ap_prof_hbm(const ap_profile_options *o, ap_profile_result *r, char *err);
 
-/* FP8 GEMMs through cuBLASLt (gpu_gemm_fp8.c), for ap_prof_gemm's timing
- * loop: create once per device, prepare once per shape (descriptors and the
- * heuristic's algorithm, outside the timed region), then launch D = A^T B on
- * the stream with A (k x m) and B (k x n) in E4M3 and D (m x n) in bf16,
+/* GEMMs through cuBLASLt as Transformer Engine runs them (gpu_gemm_lt.c),
+ * for ap_prof_gemm's timing loop: create once per device, prepare once per
+ * shape (descriptors and the heuristic's algorithm, outside the timed
+ * region), then launch D = A^T B on the stream with A (k x m) and B (k x n)
+ * in the shape's dtype and D (m x n) in its result dtype (bf16 for FP8),
  * column-major. */
-typedef struct ap_prof_fp8 ap_prof_fp8;
-int ap_prof_fp8_create(ap_prof_fp8 **f, char *err);
-int ap_prof_fp8_prepare(ap_prof_fp8 *f, const ap_profile_gemm_shape *s, char *err);
-int ap_prof_fp8_launch(ap_prof_fp8 *f, const void *a, const void *b, void *d,
-                       cudaStream_t stream, char *err);
-void ap_prof_fp8_destroy(ap_prof_fp8 *f);
+typedef struct ap_prof_lt ap_prof_lt;
+int ap_prof_lt_create(ap_prof_lt **f, char *err);
+int ap_prof_lt_prepare(ap_prof_lt *f, const ap_profile_gemm_shape *s, char *err);
+int ap_prof_lt_launch(ap_prof_lt *f, const void *a, const void *b, void *d,
+                      cudaStream_t stream, char *err);
+void ap_prof_lt_destroy(ap_prof_lt *f);
 
 /* Enqueues one collective of shape s for the rank `rank` of `nranks` on comm
  * (float elements; all-to-all as ncclSend/ncclRecv pairs, send/recv to the

@@ -39,7 +39,7 @@ else
 fi
 if command -v compute-sanitizer >/dev/null 2>&1; then
     echo "== compute-sanitizer memcheck over --quick, one iteration"
-    compute-sanitizer --tool memcheck --leak-check full "$prof" --quick --iters 1 --warmup 0 \
+    timeout 90 compute-sanitizer --tool memcheck --leak-check full "$prof" --quick --iters 1 --warmup 0 \
         -o "$out/sanitized.json" >"$out/$name-sanitizer.log" 2>&1; echo "exit $?"
     grep -E "ERROR SUMMARY|LEAK SUMMARY" "$out/$name-sanitizer.log"
     rm -f "$out/sanitized.json"
