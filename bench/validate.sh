@@ -273,6 +273,12 @@ for gpu, idx in sorted(groups.items()):
         calfile[i] = out
 held_out = {}
 for gpu, idx in sorted(groups.items()):
+    # One run alone (a GPU whose runs share the preset's rate with a GPU
+    # that --profile prices with a profile instead) has no others to be
+    # held out against: it stays at its preset and derives nothing.
+    if len(idx) == 1:
+        print(f"{gpu}: 1 BF16/FP16 run, held out against no other: priced at the preset")
+        continue
     rate = median_low([factor[i] for i in idx])
     mid = min(idx, key=lambda i: (abs(factor[i] - rate), i))
     preset = priced[idx[0]][0].get("cluster_rate_scale", 0)
@@ -291,7 +297,7 @@ for gpu, idx in sorted(groups.items()):
     # Each BF16 run at the median of the others'; FP8 runs at the preset,
     # or with --calibrated at the median derived here.
     for i in idx:
-        f = median_low([factor[j] for j in idx if j != i]) if len(idx) > 1 else factor[i]
+        f = median_low([factor[j] for j in idx if j != i])
         held_out[i] = f
         priced[i], errors[i] = price(runs[i], cluster_at(calfile[i], f,
                                                         os.path.join(caldir, f"held{i}.json")))

@@ -33,7 +33,7 @@ static void hopper_presets_run_their_tensor_cores_at_0_8440_of_the_kernel_figure
     for (int i = 0; i < 3; i++) {
         ap_cluster c = preset(names[i], 8);
         CHECK(c.calib_scale == HOPPER && c.calib_measured_s == 8.85);
-        CHECK_STR_HAS(c.calib_from, "the median of 19 published BF16 runs on H100 SXM");
+        CHECK_STR_HAS(c.calib_from, "the median of 20 published BF16 runs on H100 SXM and H200");
         CHECK_STR_HAS(c.calib_from, "Llama 3.1 405B (7-layer proxy) on 32 H100 SXM");
         CHECK_NEAR(c.gemm_eff, 0.75 * HOPPER, 1e-15);
         CHECK_NEAR(c.gemm_eff_fp8, 0.75 * 75.54 / 84.48 * HOPPER, 1e-15);

@@ -36,10 +36,10 @@ grep -q '"cluster_basis":[[:space:]]*"calibrated"' "$tmp/cal" &&
     grep -q "prices: h100-sxm calibrated, tensor-core rates scaled to a measured step" &&
     ok || bad "the report names the calibrated cluster"
 grep -q '"cluster_rate_scale":[[:space:]]*0.844,' "$tmp/preset" &&
-    grep -q '"cluster_rate_from":[[:space:]]*"the median of 19 published BF16 runs on H100 SXM' "$tmp/preset" &&
+    grep -q '"cluster_rate_from":[[:space:]]*"the median of 20 published BF16 runs on H100 SXM and H200' "$tmp/preset" &&
     ok || bad "the JSON names the preset's published step: $(grep rate "$tmp/preset")"
 "$bin" estimate "$model" --gpus 8 --megatron "$spec" 2>&1 |
-    grep -q "prices: the h100-sxm preset (datasheet peaks at published kernel efficiencies, the tensor-core rate x0.844 that published training steps imply, the median of 19 published BF16 runs on H100 SXM (docs/validation.md): NeMo 24.09 Llama 3.1 405B (7-layer proxy)" &&
+    grep -q "prices: the h100-sxm preset (datasheet peaks at published kernel efficiencies, the tensor-core rate x0.844 that published training steps imply, the median of 20 published BF16 runs on H100 SXM and H200 (docs/validation.md): NeMo 24.09 Llama 3.1 405B (7-layer proxy)" &&
     ok || bad "the report names the step the preset's rate came from"
 "$bin" estimate "$model" --gpus 8 --cluster b200 --megatron "$spec" 2>&1 |
     grep -q "prices: the b200 preset (.*rate x0.844 that published training steps imply, carried from the H100 SXM, not measured on a B200" &&
