@@ -13,7 +13,9 @@
 # OTHER BF16 runs of its GPU (leave one out); FP8 runs and GPUs without BF16
 # runs are priced at the preset. FP16 runs (Megatron-LM before 2021) count as
 # BF16 ones: the presets' FP16 and BF16 peaks are equal. Presets that carry
-# one training rate (the A100 80GB and 40GB) share one median. --calibrated
+# one training rate (the A100 80GB and 40GB; the H100, H200 and H800) share
+# one median; a rate's lone run (the H200's, when --profile prices the
+# H100's with a profile) is priced at its preset. --calibrated
 # prices the FP8 runs at the median derived here instead of the preset's,
 # to show what a stale preset changes. A run measured in FP8 carries
 # fp8=1 in its configuration (linear layers in FP8 as Transformer Engine runs
