@@ -167,7 +167,7 @@ static void print_table(const ap_graph *g, const column *cols, int n,
     ap_plan_print_basis(p, f);
     for (int i = 0; i < n; i++) {
         char caveat[768];
-        if (ap_plan_caveat_moe_host(cols[i].plan, caveat, sizeof caveat))
+        for (int k = 0; ap_plan_caveat(cols[i].plan, k, caveat, sizeof caveat); k++)
             fprintf(f, "  caveat (%s): %s\n", cols[i].title, caveat);
     }
 }

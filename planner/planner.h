@@ -1063,6 +1063,14 @@ int ap_plan_caveat_moe_host(const ap_plan *p, char *buf, size_t len);
  * graphs (run.cuda_graph), whose launch savings and static buffers are not
  * priced; else 0. */
 int ap_plan_caveat_cuda_graph(const ap_plan *p, char *buf, size_t len);
+/* 1, with the caveat's sentence in buf, when the plan hides expert
+ * all-to-alls behind another micro-batch's compute (run.moe_a2a_overlap),
+ * which the one published with-and-without pair showed priced too
+ * generously; else 0. */
+int ap_plan_caveat_moe_overlap(const ap_plan *p, char *buf, size_t len);
+/* 1, with the i-th of the plan's caveats (counting from 0, in the order the
+ * reports print them) in buf; 0 when it has no more. */
+int ap_plan_caveat(const ap_plan *p, int i, char *buf, size_t len);
 /* The data-parallel replicas (Megatron's dp) the micro-batch is split over:
  * a stage's mesh replicas times each mesh axis that splits the batch label
  * in every op of its layers that has one. 0 when the stages differ. */

@@ -25,6 +25,20 @@ grep -q '"local_experts":[[:space:]]*16,' "$tmp/qj" &&
     grep -q '"caveats":[[:space:]]*\["16 experts per GPU' "$tmp/qj" &&
     ok || bad "the Qwen3 JSON caveats: $(grep -A2 local_experts "$tmp/qj")"
 
+# The same layout hides expert all-to-alls behind the other micro-batch's
+# compute (moe_a2a_overlap=1): a second caveat, after the host one, names
+# the seconds hidden and the published pair that saved a third as much;
+# the JSON lists both in that order, and compare prints both for the
+# column.
+grep -q "^  caveat: [0-9.]* s of the expert all-to-all is priced hidden behind another micro-batch's compute (--overlap-moe-expert-parallel-comm), as if neither stream slowed the other" "$tmp/q" &&
+    grep -q "saved 2.1 s a step where autopar hides 6.0 s (docs/validation.md, finding 47): read the hidden part as an upper bound, and the step as a lower one$" "$tmp/q" &&
+    ok || bad "the overlap caveat: $(grep caveat "$tmp/q")"
+hidden=$(sed -n 's/.*expert all-to-all [0-9.]* s (\([0-9.]*\) s of it hidden.*/\1/p' "$tmp/q")
+grep -q "^  caveat: $hidden s of the expert all-to-all" "$tmp/q" && [ -n "$hidden" ] &&
+    ok || bad "the caveat's seconds are the report's hidden all-to-all ($hidden)"
+grep -q '"caveats":[[:space:]]*\["16 experts per GPU[^"]*", "[0-9.]* s of the expert all-to-all' "$tmp/qj" &&
+    ok || bad "the JSON's two caveats: $(grep caveats "$tmp/qj" | cut -c1-200)"
+
 # Mixtral 8x7B with ep = 8: one expert per GPU, no caveat, but the count.
 "$bin" estimate "$mixtral" --gpus 16 --seq 4096 --megatron "tp=2,ep=8,sp=1,mbs=1,gbs=64,zero=1" \
     --json >"$tmp/mj" 2>/dev/null
@@ -51,6 +65,8 @@ grep -q '"local_experts":[[:space:]]*1,' "$tmp/mj" && grep -q '"caveats":[[:spac
 grep -q "^  experts per GPU  *16 " "$tmp/c" && ok || bad "compare's experts row: $(grep experts "$tmp/c")"
 grep -q "^  caveat (megatron (yours)): 16 experts per GPU" "$tmp/c" && ok ||
     bad "compare's caveat for yours: $(grep caveat "$tmp/c")"
+grep -q "^  caveat (megatron (yours)): [0-9.]* s of the expert all-to-all is priced hidden" "$tmp/c" &&
+    ok || bad "compare's overlap caveat for yours: $(grep caveat "$tmp/c")"
 
 # --max-experts-per-gpu keeps the search to plans with at most that many
 # experts on a GPU. On 16 GPUs the unconstrained plan keeps 16 of Qwen3's
