@@ -171,17 +171,22 @@ static void drop_layouts(ap_prof_lt *f)
     f->a = f->b = f->d = NULL;
 }
 
+/* Every dimension positive, and for FP8 a multiple of 16. */
 static int dims_fit(const ap_profile_gemm_shape *s, char *err)
 {
-    if (s->dtype != AP_FP8 && s->m > 0 && s->n > 0 && s->k > 0)
+    int multiple = s->dtype == AP_FP8 ? FP8_DIM_MULTIPLE : 1;
+    if (s->m > 0 && s->n > 0 && s->k > 0 && s->m % multiple == 0 &&
+        s->n % multiple == 0 && s->k % multiple == 0)
         return AP_OK;
-    if (s->m > 0 && s->n > 0 && s->k > 0 && s->m % FP8_DIM_MULTIPLE == 0 &&
-        s->n % FP8_DIM_MULTIPLE == 0 && s->k % FP8_DIM_MULTIPLE == 0)
-        return AP_OK;
-    snprintf(err, AP_ERR_LEN,
-             "autopar profile: fp8 m=%ld n=%ld k=%ld: cuBLASLt's FP8 GEMMs need "
-             "every dimension a positive multiple of %d",
-             s->m, s->n, s->k, FP8_DIM_MULTIPLE);
+    if (multiple == 1)
+        snprintf(err, AP_ERR_LEN, "autopar profile: %s m=%ld n=%ld k=%ld: every "
+                 "dimension must be positive", ap_profile_gemm_dtype_name(s->dtype),
+                 s->m, s->n, s->k);
+    else
+        snprintf(err, AP_ERR_LEN,
+                 "autopar profile: fp8 m=%ld n=%ld k=%ld: cuBLASLt's FP8 GEMMs need "
+                 "every dimension a positive multiple of %d",
+                 s->m, s->n, s->k, FP8_DIM_MULTIPLE);
     return AP_EINTERNAL;
 }
 
