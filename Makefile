@@ -50,7 +50,8 @@ validate-calibrated: build
 	sh bench/validate.sh ./$(BUILD)/autopar --calibrated
 
 validate-profile: build
-	sh bench/validate.sh ./$(BUILD)/autopar --profile h100-sxm=examples/clusters/h100-sxm-profile.json
+	sh bench/validate.sh ./$(BUILD)/autopar --profile h100-sxm=examples/clusters/h100-sxm-profile.json \
+	    --profile h200=examples/clusters/h200-profile.json
 
 # libFuzzer harnesses (clang), FUZZ_SECONDS each, from fuzz/corpus/.
 FUZZ_SECONDS ?= 60

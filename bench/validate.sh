@@ -15,7 +15,7 @@
 # BF16 ones: the presets' FP16 and BF16 peaks are equal. Presets that carry
 # one training rate (the A100 80GB and 40GB; the H100, H200 and H800) share
 # one median; a rate's lone run (the H200's, when --profile prices the
-# H100's with a profile) is priced at its preset. --calibrated
+# H100's with a profile) is priced at its preset's or profile's own rate. --calibrated
 # prices the FP8 runs at the median derived here instead of the preset's,
 # to show what a stale preset changes. A run measured in FP8 carries
 # fp8=1 in its configuration (linear layers in FP8 as Transformer Engine runs
@@ -279,7 +279,8 @@ for gpu, idx in sorted(groups.items()):
     # that --profile prices with a profile instead) has no others to be
     # held out against: it stays at its preset and derives nothing.
     if len(idx) == 1:
-        print(f"{gpu}: 1 BF16/FP16 run, held out against no other: priced at the preset")
+        what = "the profile" if runs[idx[0]]["gpu"] in profiles else "the preset"
+        print(f"{gpu}: 1 BF16/FP16 run, held out against no other: priced at {what}'s own rate")
         continue
     rate = median_low([factor[i] for i in idx])
     mid = min(idx, key=lambda i: (abs(factor[i] - rate), i))
