@@ -439,8 +439,8 @@ static int parse_samples(ctx *x, const cJSON *m, ap_cluster *c)
 
 static int parse_measured(ctx *x, const cJSON *root, ap_cluster *c)
 {
-    static const char *const fields[] = {"date", "command", "hbm_bandwidth",
-                                         "gemm", "collectives", NULL};
+    static const char *const fields[] = {"date", "command", "gemm_timing",
+                                         "hbm_bandwidth", "gemm", "collectives", NULL};
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "measured");
     int rc;
     if (!m)
@@ -452,6 +452,8 @@ static int parse_measured(ctx *x, const cJSON *root, ap_cluster *c)
     if ((rc = check_fields(x, m, p, fields)) ||
         (rc = get_string(x, m, p, "date", 0, c->measured_date, sizeof c->measured_date)) ||
         (rc = get_string(x, m, p, "command", 0, c->measured_command, sizeof c->measured_command)) ||
+        (rc = get_string(x, m, p, "gemm_timing", 0, c->measured_gemm_timing,
+                         sizeof c->measured_gemm_timing)) ||
         (rc = get_number(x, m, p, "hbm_bandwidth", NUM_RATE, 0, &c->hbm_bw_measured)))
         return rc;
     return parse_samples(x, m, c);
@@ -669,6 +671,8 @@ static cJSON *measured_json(const ap_cluster *c)
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "date", c->measured_date);
     cJSON_AddStringToObject(m, "command", c->measured_command);
+    if (c->measured_gemm_timing[0])
+        cJSON_AddStringToObject(m, "gemm_timing", c->measured_gemm_timing);
     if (c->hbm_bw_measured > 0)
         cJSON_AddNumberToObject(m, "hbm_bandwidth", c->hbm_bw_measured);
     cJSON *g = cJSON_AddArrayToObject(m, "gemm");

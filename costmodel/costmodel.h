@@ -82,6 +82,10 @@ typedef struct {
     int has_measured;      /* the file had a "measured" section */
     char measured_date[64];
     char measured_command[256];
+    /* How the GEMM samples were timed, in words ("" for files written
+     * before the profiler said): a profile's training-step rate belongs to
+     * one way of timing, so a file records its own. */
+    char measured_gemm_timing[160];
     /* Added later still: the fraction of peak a flash-attention backward
      * reaches on its 2.5x-forward FLOPs; 0 means attn_eff (the pricing of
      * cluster files written before the field existed). */

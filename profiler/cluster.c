@@ -166,6 +166,7 @@ int ap_profile_build_cluster(const ap_profile_result *r, ap_cluster *c,
     c->has_measured = 1;
     copy_text(c->measured_date, sizeof c->measured_date, r->date);
     copy_text(c->measured_command, sizeof c->measured_command, r->command);
+    copy_text(c->measured_gemm_timing, sizeof c->measured_gemm_timing, AP_PROFILE_GEMM_TIMING);
     set_links(r, c);
     ap_cluster_profile_rate(c);
     return copy_tables(r, c, err);

@@ -116,6 +116,11 @@ typedef struct {
     size_t stride;
 } ap_profile_batch;
 ap_profile_batch ap_profile_gemm_batch(double single_s, size_t operand_bytes, size_t cap);
+/* What a cluster file's measured.gemm_timing says about the above and the
+ * cuBLASLt call each launch makes (gpu_gemm_lt.c). */
+#define AP_PROFILE_GEMM_TIMING                                                 \
+    "batches of launches back to back over operand sets beyond L2, median of " \
+    "the batches; cuBLASLt TN, 32 MiB workspace, the heuristic's first algorithm"
 
 /* Statistics over n samples (the input is not modified). The percentile p in
  * [0, 100] interpolates linearly between order statistics (numpy's default);

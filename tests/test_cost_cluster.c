@@ -99,6 +99,7 @@ static void same_cluster(const ap_cluster *a, const ap_cluster *b)
     CHECK(a->has_measured == b->has_measured);
     CHECK(!strcmp(a->measured_date, b->measured_date));
     CHECK(!strcmp(a->measured_command, b->measured_command));
+    CHECK(!strcmp(a->measured_gemm_timing, b->measured_gemm_timing));
     CHECK(a->attn_len_n == b->attn_len_n);
     for (int i = 0; i < a->attn_len_n && i < b->attn_len_n; i++) {
         CHECK(a->attn_len[i] == b->attn_len[i]);

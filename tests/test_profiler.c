@@ -427,6 +427,10 @@ static void written_file_reads_back_with_identical_tables(void)
     CHECK(c.hbm_bw_measured == 2.9e12);
     CHECK_STR_HAS(c.gpu_name, "H100");
     CHECK_STR_HAS(c.measured_date, "2026-01-02");
+    /* The file says how its GEMMs were timed, since its rate belongs to
+     * that way of timing. */
+    CHECK(!strcmp(c.measured_gemm_timing, AP_PROFILE_GEMM_TIMING));
+    CHECK_STR_HAS(c.measured_gemm_timing, "cuBLASLt");
     CHECK(c.ngemm == r.ngemm && c.ncoll == r.ncoll);
     for (int i = 0; i < c.ngemm && i < r.ngemm; i++)
         CHECK(c.gemm[i].dtype == r.gemm[i].dtype && c.gemm[i].m == r.gemm[i].m &&
