@@ -31,7 +31,9 @@ static double gemm_total(const ap_profile_options *o, const ap_cluster *c)
     ap_profile_gemm_shape *g;
     int n;
     char err[AP_ERR_LEN];
-    if (ap_profile_gemm_grid(o->quick, c->peak_flops[AP_FP8] > 0, &g, &n, err) != AP_OK)
+    unsigned dtypes;
+    if (ap_profile_run_dtypes(o, c->peak_flops[AP_FP8] > 0, &dtypes, err) != AP_OK ||
+        ap_profile_gemm_grid(o->quick, dtypes, &g, &n, err) != AP_OK)
         return 0;
     double t = 0;
     for (int i = 0; i < n; i++) {

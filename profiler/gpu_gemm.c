@@ -196,23 +196,27 @@ static int refill(bench *B, ap_dtype dt, void *host, char *err)
     return AP_OK;
 }
 
-/* FP8 is measured where the GPU has FP8 tensor cores; elsewhere one line
- * says why it is not. */
-static int wants_fp8(const ap_profile_result *r)
+/* The dtypes to measure. By default FP8 is measured where the GPU has FP8
+ * tensor cores, and elsewhere one line says why it is not. */
+static int run_dtypes(const ap_profile_options *o, const ap_profile_result *r,
+                      unsigned *dtypes, char *err)
 {
-    if (ap_profile_has_fp8(r->cc_major, r->cc_minor))
-        return 1;
-    fprintf(stderr, "autopar profile: skipping FP8 GEMMs: %s is compute capability "
-            "%d.%d; FP8 tensor cores need 8.9 (Ada, Hopper, Blackwell) or later\n",
-            r->gpu_name, r->cc_major, r->cc_minor);
-    return 0;
+    int fp8 = ap_profile_has_fp8(r->cc_major, r->cc_minor);
+    if (!fp8 && !o->dtypes)
+        fprintf(stderr, "autopar profile: skipping FP8 GEMMs: %s is compute capability "
+                "%d.%d; FP8 tensor cores need 8.9 (Ada, Hopper, Blackwell) or later\n",
+                r->gpu_name, r->cc_major, r->cc_minor);
+    return ap_profile_run_dtypes(o, fp8, dtypes, err);
 }
 
 int ap_prof_gemm(const ap_profile_options *o, ap_profile_result *r, char *err)
 {
     ap_profile_gemm_shape *g = NULL;
-    int n = 0, fp8 = wants_fp8(r);
-    int st = ap_profile_gemm_grid(o->quick, fp8, &g, &n, err);
+    int n = 0;
+    unsigned dtypes;
+    int st = run_dtypes(o, r, &dtypes, err);
+    if (st == AP_OK)
+        st = ap_profile_gemm_grid(o->quick, dtypes, &g, &n, err);
     if (st != AP_OK)
         return st;
     bench B = {0};

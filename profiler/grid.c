@@ -89,7 +89,7 @@ static int add_block(ap_profile_gemm_shape *g, int len, ap_dtype dt, long m,
     return len;
 }
 
-int ap_profile_gemm_grid(int quick, int fp8, ap_profile_gemm_shape **out,
+int ap_profile_gemm_grid(int quick, unsigned dtypes, ap_profile_gemm_shape **out,
                          int *n, char *err)
 {
     const long *hid = quick ? hidden_quick : hidden_full;
@@ -104,7 +104,7 @@ int ap_profile_gemm_grid(int quick, int fp8, ap_profile_gemm_shape **out,
     }
     int len = 0;
     for (int d = 0; d < NDTYPES; d++) {
-        if (gemm_dtypes[d] == AP_FP8 && !fp8)
+        if (!(dtypes & AP_PROFILE_DTYPE(gemm_dtypes[d])))
             continue;
         for (int i = 0; i < nh; i++)
             for (int j = 0; j < nt; j++)

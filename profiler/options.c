@@ -22,6 +22,9 @@ const char *ap_profile_usage(void)
            "  --iters N        timed repetitions per measurement (20; quick 10)\n"
            "  --warmup N       untimed repetitions first (5; quick 3)\n"
            "  --max-bytes N    largest collective buffer (1G)\n"
+           "  --dtypes LIST    GEMM dtypes, comma-separated: bf16, fp16, tf32 (or\n"
+           "                   fp32), fp8 (bf16,fp16,tf32, and fp8 where the GPU\n"
+           "                   has FP8 tensor cores)\n"
            "  --gpus N         use the first N devices (all)\n"
            "  --mpi            under `mpirun -np N`: one process per GPU, groups\n"
            "                   spanning nodes; rank 0 writes the file\n";
@@ -66,6 +69,56 @@ static int parse_bytes(const char *s, double *out, char *err)
              "autopar profile: --max-bytes: expected a size from 1K to 64G, got \"%s\"",
              s ? s : "");
     return AP_EINPUT;
+}
+
+/* bf16, fp16, tf32 (fp32 too, the inputs' type) and fp8, comma-separated,
+ * each at most once. */
+static int parse_dtypes(const char *s, unsigned *out, char *err)
+{
+    static const struct { const char *name; ap_dtype dt; } names[] = {
+        {"bf16", AP_BF16}, {"fp16", AP_FP16}, {"tf32", AP_FP32},
+        {"fp32", AP_FP32}, {"fp8", AP_FP8},
+    };
+    char buf[128];
+    unsigned set = 0;
+    if (!s || !*s || strlen(s) >= sizeof buf) {
+        snprintf(err, AP_ERR_LEN, "autopar profile: --dtypes: expected a comma-separated "
+                 "list of bf16, fp16, tf32, fp8, got \"%.64s\"", s ? s : "");
+        return AP_EINPUT;
+    }
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *p = buf, *next; p; p = next) {
+        next = strchr(p, ',');
+        if (next)
+            *next++ = '\0';
+        size_t i = 0;
+        while (i < sizeof names / sizeof names[0] && strcmp(p, names[i].name))
+            i++;
+        if (i == sizeof names / sizeof names[0]) {
+            snprintf(err, AP_ERR_LEN, "autopar profile: --dtypes: unknown dtype \"%.32s\" "
+                     "(bf16, fp16, tf32, fp8)", p);
+            return AP_EINPUT;
+        }
+        set |= AP_PROFILE_DTYPE(names[i].dt);
+    }
+    *out = set;
+    return AP_OK;
+}
+
+int ap_profile_run_dtypes(const ap_profile_options *o, int has_fp8,
+                          unsigned *dtypes, char *err)
+{
+    if (!o->dtypes) {
+        *dtypes = AP_PROFILE_DTYPES_DEFAULT | (has_fp8 ? AP_PROFILE_DTYPE(AP_FP8) : 0);
+        return AP_OK;
+    }
+    if ((o->dtypes & AP_PROFILE_DTYPE(AP_FP8)) && !has_fp8) {
+        snprintf(err, AP_ERR_LEN, "autopar profile: --dtypes fp8: this GPU has no FP8 "
+                 "tensor cores (compute capability 8.9 or later: Ada, Hopper, Blackwell)");
+        return AP_EINPUT;
+    }
+    *dtypes = o->dtypes;
+    return AP_OK;
 }
 
 static void record_command(int argc, char **argv, ap_profile_options *o)
@@ -114,6 +167,9 @@ int ap_profile_parse_args(int argc, char **argv, ap_profile_options *o,
             i++;
         } else if (!strcmp(a, "--max-bytes")) {
             st = parse_bytes(v, &o->max_bytes, err);
+            i++;
+        } else if (!strcmp(a, "--dtypes")) {
+            st = parse_dtypes(v, &o->dtypes, err);
             i++;
         } else {
             snprintf(err, AP_ERR_LEN, "autopar profile: unknown option \"%s\" (see --help)", a);

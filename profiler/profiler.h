@@ -30,8 +30,23 @@ typedef struct {
     int gpus;            /* --gpus N: the first N devices; 0 = every device */
     int mpi;             /* --mpi: one process per GPU under mpirun */
     int help;            /* --help was given; nothing else is meaningful */
+    unsigned dtypes;     /* --dtypes: AP_PROFILE_DTYPE bits; 0 = the default */
     char command[AP_PROFILE_CMD_LEN]; /* the command line, for the file */
 } ap_profile_options;
+
+/* A set of GEMM dtypes, one bit per ap_dtype. A run measures bf16, fp16
+ * and TF32 (AP_FP32), and FP8 where the GPU has FP8 tensor cores, unless
+ * --dtypes names fewer. */
+#define AP_PROFILE_DTYPE(dt) (1u << (unsigned)(dt))
+#define AP_PROFILE_DTYPES_DEFAULT \
+    (AP_PROFILE_DTYPE(AP_BF16) | AP_PROFILE_DTYPE(AP_FP16) | AP_PROFILE_DTYPE(AP_FP32))
+
+/* The dtypes a run on a GPU with (has_fp8) or without FP8 tensor cores
+ * measures, into *dtypes: --dtypes as given, else the default with FP8
+ * where the GPU has it. AP_EINPUT, naming the option, when --dtypes asks
+ * for FP8 on a GPU without it. */
+int ap_profile_run_dtypes(const ap_profile_options *o, int has_fp8,
+                          unsigned *dtypes, char *err);
 
 /* Parses the arguments after `autopar profile` into *o, defaults first.
  * AP_EINPUT with a message for an unknown option or a bad number. */
@@ -40,9 +55,9 @@ int ap_profile_parse_args(int argc, char **argv, ap_profile_options *o,
 /* The usage text of `autopar profile`. */
 const char *ap_profile_usage(void);
 
-/* The GEMM grid: for every dtype measured (bf16, fp16, and fp32 inputs with
- * TF32 tensor-core compute, recorded as AP_FP32; with fp8 != 0 also FP8, see
- * below), the forward, input-gradient and weight-gradient GEMMs of a
+/* The GEMM grid: for every dtype in `dtypes` (AP_PROFILE_DTYPE bits of
+ * bf16, fp16, fp32 inputs with TF32 tensor-core compute, recorded as
+ * AP_FP32, and FP8), the forward, input-gradient and weight-gradient GEMMs of a
  * transformer layer (fused QKV, attention output, MLP up and down projections
  * with a 4h MLP) for hidden sizes 4096 to 16384, sharded 1, 2, 4 and 8 ways
  * by tensor parallelism, at a few token counts per micro-batch. Every dtype
@@ -54,7 +69,7 @@ typedef struct {
     long m, n, k;
 } ap_profile_gemm_shape;
 
-int ap_profile_gemm_grid(int quick, int fp8, ap_profile_gemm_shape **out,
+int ap_profile_gemm_grid(int quick, unsigned dtypes, ap_profile_gemm_shape **out,
                          int *n, char *err);
 /* 2mnk. */
 double ap_profile_gemm_flops(double m, double n, double k);

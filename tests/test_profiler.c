@@ -11,6 +11,7 @@
 
 #define KIB 1024.0
 #define GIB (1024.0 * 1024.0 * 1024.0)
+#define WITH_FP8 (AP_PROFILE_DTYPES_DEFAULT | AP_PROFILE_DTYPE(AP_FP8))
 
 static int has_shape(const ap_profile_gemm_shape *g, int n, ap_dtype dt,
                      long m, long nn, long k)
@@ -32,7 +33,7 @@ static void gemm_grid_covers_bf16_fp16_tf32_sorted_without_duplicates(void)
     ap_profile_gemm_shape *g;
     int n;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(ap_profile_gemm_grid(0, 0, &g, &n, err), err);
+    REQUIRE_OK(ap_profile_gemm_grid(0, AP_PROFILE_DTYPES_DEFAULT, &g, &n, err), err);
     CHECK(n > 0);
     CHECK(g[0].dtype == AP_BF16);
     CHECK(g[n - 1].dtype == AP_FP32);
@@ -61,7 +62,7 @@ static void gemm_grid_holds_the_tensor_parallel_shapes_of_a_layer(void)
     ap_profile_gemm_shape *g;
     int n;
     char err[AP_ERR_LEN];
-    REQUIRE_OK(ap_profile_gemm_grid(0, 0, &g, &n, err), err);
+    REQUIRE_OK(ap_profile_gemm_grid(0, AP_PROFILE_DTYPES_DEFAULT, &g, &n, err), err);
     CHECK(has_shape(g, n, AP_BF16, 8192, 1536, 4096));
     CHECK(has_shape(g, n, AP_BF16, 8192, 4096, 1536));
     CHECK(has_shape(g, n, AP_BF16, 4096, 1536, 8192));
@@ -71,7 +72,7 @@ static void gemm_grid_holds_the_tensor_parallel_shapes_of_a_layer(void)
     for (int i = 0; i < n; i++)
         CHECK(g[i].m >= 512 && g[i].n >= 512 && g[i].k >= 512);
     free(g);
-    REQUIRE_OK(ap_profile_gemm_grid(1, 0, &g, &n, err), err);
+    REQUIRE_OK(ap_profile_gemm_grid(1, AP_PROFILE_DTYPES_DEFAULT, &g, &n, err), err);
     CHECK(has_shape(g, n, AP_BF16, 4096, 1536, 4096));
     free(g);
 }
@@ -89,8 +90,8 @@ static void gemm_grid_with_fp8_repeats_the_bf16_shapes_last(void)
     for (int quick = 0; quick <= 1; quick++) {
         ap_profile_gemm_shape *g, *plain;
         int n, np;
-        REQUIRE_OK(ap_profile_gemm_grid(quick, 1, &g, &n, err), err);
-        REQUIRE_OK(ap_profile_gemm_grid(quick, 0, &plain, &np, err), err);
+        REQUIRE_OK(ap_profile_gemm_grid(quick, WITH_FP8, &g, &n, err), err);
+        REQUIRE_OK(ap_profile_gemm_grid(quick, AP_PROFILE_DTYPES_DEFAULT, &plain, &np, err), err);
         int nbf16 = 0, nfp8 = 0, missing = 0, misplaced = 0;
         for (int i = 0; i < np; i++) {
             if (plain[i].dtype != AP_BF16)
@@ -121,7 +122,7 @@ static void gemm_grid_dimensions_are_multiples_of_16(void)
     for (int quick = 0; quick <= 1; quick++) {
         ap_profile_gemm_shape *g;
         int n, bad = 0;
-        REQUIRE_OK(ap_profile_gemm_grid(quick, 1, &g, &n, err), err);
+        REQUIRE_OK(ap_profile_gemm_grid(quick, WITH_FP8, &g, &n, err), err);
         for (int i = 0; i < n; i++)
             bad += g[i].m % 16 != 0 || g[i].n % 16 != 0 || g[i].k % 16 != 0;
         CHECK(n > 0 && bad == 0);
@@ -575,6 +576,63 @@ static void options_default_and_reject_bad_values(void)
     CHECK(parse("--help", &o, err) == AP_OK && o.help);
 }
 
+/* --dtypes narrows the GEMM grid to the dtypes a user trains in: names
+ * bf16, fp16, tf32 (or fp32, the inputs' type) and fp8, comma-separated.
+ * Without it a run measures bf16, fp16 and TF32, and FP8 where the GPU
+ * has FP8 tensor cores; asked for FP8 on a GPU without them, the run is
+ * refused, naming the option. */
+static void dtypes_option_narrows_the_grid(void)
+{
+    ap_profile_options o;
+    unsigned d;
+    char err[AP_ERR_LEN];
+    CHECK(parse("", &o, err) == AP_OK && o.dtypes == 0);
+    REQUIRE_OK(ap_profile_run_dtypes(&o, 1, &d, err), err);
+    CHECK(d == WITH_FP8);
+    REQUIRE_OK(ap_profile_run_dtypes(&o, 0, &d, err), err);
+    CHECK(d == AP_PROFILE_DTYPES_DEFAULT);
+    CHECK(parse("--dtypes bf16,fp8", &o, err) == AP_OK);
+    CHECK(o.dtypes == (AP_PROFILE_DTYPE(AP_BF16) | AP_PROFILE_DTYPE(AP_FP8)));
+    REQUIRE_OK(ap_profile_run_dtypes(&o, 1, &d, err), err);
+    CHECK(d == o.dtypes);
+    CHECK(ap_profile_run_dtypes(&o, 0, &d, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--dtypes fp8: this GPU has no FP8 tensor cores");
+    CHECK(parse("--dtypes fp32", &o, err) == AP_OK && o.dtypes == AP_PROFILE_DTYPE(AP_FP32));
+    CHECK(parse("--dtypes tf32,tf32", &o, err) == AP_OK && o.dtypes == AP_PROFILE_DTYPE(AP_FP32));
+    CHECK(parse("--dtypes bf16,int8", &o, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--dtypes: unknown dtype \"int8\" (bf16, fp16, tf32, fp8)");
+    CHECK(parse("--dtypes bf16,", &o, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "unknown dtype \"\"");
+    CHECK(parse("--dtypes", &o, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--dtypes: expected a comma-separated list");
+
+    /* The grid holds the named dtypes' shapes and no others, each dtype's
+     * as many as in the full grid: bf16 and fp8 are 2 of its 4 dtypes. */
+    ap_profile_gemm_shape *all, *two;
+    int nall, ntwo, other = 0;
+    REQUIRE_OK(ap_profile_gemm_grid(0, WITH_FP8, &all, &nall, err), err);
+    REQUIRE_OK(ap_profile_gemm_grid(0, AP_PROFILE_DTYPE(AP_BF16) | AP_PROFILE_DTYPE(AP_FP8),
+                                    &two, &ntwo, err), err);
+    for (int i = 0; i < ntwo; i++)
+        other += two[i].dtype != AP_BF16 && two[i].dtype != AP_FP8;
+    CHECK(ntwo * 2 == nall && other == 0);
+    CHECK(two[0].dtype == AP_BF16 && two[ntwo - 1].dtype == AP_FP8);
+    free(all);
+    free(two);
+
+    /* The time estimate prices only what is measured: bf16 alone on
+     * 8 x H100 is under a third of the default run's GEMMs. */
+    ap_cluster c;
+    ap_profile_options full, bf16;
+    REQUIRE_OK(ap_cluster_preset("h100-sxm", 8, 8, &c, err), err);
+    CHECK(parse("--max-bytes 1K", &full, err) == AP_OK);
+    CHECK(parse("--max-bytes 1K --dtypes bf16", &bf16, err) == AP_OK);
+    double t_full = ap_profile_estimate_seconds(&full, &c, 1);
+    double t_bf16 = ap_profile_estimate_seconds(&bf16, &c, 1);
+    CHECK(t_bf16 > 0 && t_bf16 < t_full / 3);
+    ap_cluster_free(&c);
+}
+
 /* A GEMM sample is many launches back to back, so that a short GEMM is
  * timed as a training step runs it (not after an idle queue) and on
  * operands it has not just read (not from L2). */
@@ -651,7 +709,8 @@ static void run_reports_a_missing_device_or_profiles_one(void)
     struct cudaDeviceProp p;
     int n;
     REQUIRE_OK(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
-    REQUIRE_OK(ap_profile_gemm_grid(1, ap_profile_has_fp8(p.major, p.minor), &g, &n, err), err);
+    unsigned dtypes = ap_profile_has_fp8(p.major, p.minor) ? WITH_FP8 : AP_PROFILE_DTYPES_DEFAULT;
+    REQUIRE_OK(ap_profile_gemm_grid(1, dtypes, &g, &n, err), err);
     free(g);
     if (ap_cluster_load(o.out, 0, 0, &c, err) == AP_OK) {
         CHECK(c.ngemm == n);
@@ -687,6 +746,7 @@ int main(void)
     RUN(measured_fp8_samples_price_fp8_gemms_only);
     RUN(unknown_gpu_is_scaled_to_its_measured_peak);
     RUN(options_default_and_reject_bad_values);
+    RUN(dtypes_option_narrows_the_grid);
     RUN(short_gemms_are_timed_in_batches_over_fresh_operands);
     RUN(default_grids_fit_their_time_budgets);
 #ifdef AP_HAVE_PROFILER

@@ -38,8 +38,9 @@ else
     echo "== PyTorch cross-check skipped: no python3 with torch"
 fi
 if command -v compute-sanitizer >/dev/null 2>&1; then
-    echo "== compute-sanitizer memcheck over --quick, one iteration"
-    timeout 90 compute-sanitizer --tool memcheck --leak-check full "$prof" --quick --iters 1 --warmup 0 \
+    echo "== compute-sanitizer memcheck over --quick in bf16 and fp8, one iteration"
+    timeout 240 compute-sanitizer --tool memcheck --leak-check full "$prof" --quick \
+        --dtypes bf16,fp8 --iters 1 --warmup 0 \
         -o "$out/sanitized.json" >"$out/$name-sanitizer.log" 2>&1; echo "exit $?"
     grep -E "ERROR SUMMARY|LEAK SUMMARY" "$out/$name-sanitizer.log"
     rm -f "$out/sanitized.json"
