@@ -12,9 +12,10 @@
 const char *ap_profile_usage(void)
 {
     return "usage: autopar profile [-o FILE] [--quick] [--iters N] [--warmup N]\n"
-           "                       [--max-bytes N[K|M|G]] [--gpus N] [--mpi]\n"
+           "                       [--max-bytes N[K|M|G]] [--gpus N] [--dtypes LIST]\n"
+           "                       [--mpi]\n"
            "\n"
-           "Measures GEMM throughput (cuBLAS), HBM bandwidth and NCCL collectives\n"
+           "Measures GEMM throughput (cuBLASLt), HBM bandwidth and NCCL collectives\n"
            "on this node's GPUs and writes a cluster file for `autopar plan`.\n"
            "\n"
            "  -o FILE          where to write the cluster file (cluster.json)\n"
