@@ -35,6 +35,11 @@ int ap_prof_detect(const ap_profile_options *o, ap_profile_result *r,
     r->sm_count = p.multiProcessorCount;
     r->cc_major = p.major;
     r->cc_minor = p.minor;
+    /* --dtypes fp8 on a GPU without FP8 tensor cores is refused before
+     * anything is measured. */
+    unsigned dtypes;
+    if (ap_profile_run_dtypes(o, ap_profile_has_fp8(p.major, p.minor), &dtypes, err))
+        return AP_EINPUT;
 
     /* A node of mixed GPUs is profiled as if every GPU were the first; the
      * planner assumes identical GPUs. Say so rather than hide it. */

@@ -136,9 +136,9 @@ fail:
     return AP_EINTERNAL;
 }
 
-/* A few launches alone size the batch, by the fastest of them: the first
- * use of a shape pays cuBLAS's heuristics and would make a short GEMM look
- * long enough to time alone. Then warm-up and timed batches. */
+/* The shape's cuBLASLt descriptors and algorithm, outside the timed
+ * launches; a half or fp32 shape without a cuBLASLt algorithm falls back to
+ * cublasGemmEx and says so. */
 static int prepare(bench *B, const ap_profile_gemm_shape *s, char *err)
 {
     B->gemmex = 0;
@@ -151,6 +151,9 @@ static int prepare(bench *B, const ap_profile_gemm_shape *s, char *err)
     return AP_OK;
 }
 
+/* A few launches alone size the batch, by the fastest of them: the first
+ * use of a shape pays cuBLAS's heuristics and would make a short GEMM look
+ * long enough to time alone. Then warm-up and timed batches. */
 static int run_one(bench *B, const ap_profile_gemm_shape *s,
                    const ap_profile_options *o, double *median, char *err)
 {
