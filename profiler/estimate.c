@@ -1,6 +1,8 @@
 /* estimate.c -- how long a profiling run takes, from the same roofline and
  * alpha-beta model the planner uses, so that the default grids can be checked
- * against their budgets on a machine without GPUs. */
+ * against their budgets on a machine without GPUs, and so that a run can say
+ * before it starts what it will measure and for about how long. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "profiler/profiler.h"
@@ -74,6 +76,59 @@ static double coll_total(const ap_profile_options *o, const ap_cluster *c,
     }
     free(sizes);
     return t;
+}
+
+/* "bf16, fp16, tf32, fp8": the dtypes in grid order. */
+static void dtype_list(unsigned dtypes, char *buf, size_t len)
+{
+    static const ap_dtype order[] = {AP_BF16, AP_FP16, AP_FP32, AP_FP8};
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof order / sizeof order[0] && n < len; i++)
+        if (dtypes & AP_PROFILE_DTYPE(order[i]))
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "",
+                                  ap_profile_gemm_dtype_name(order[i]));
+}
+
+/* Collective measurements: every size of every op for each power-of-two
+ * group from 2 to gpus (send/recv in pairs only). */
+static int coll_count(const ap_profile_options *o, int gpus)
+{
+    double *sizes;
+    int ns, n = 0;
+    char err[AP_ERR_LEN];
+    if (ap_profile_coll_sizes(o->quick, o->max_bytes, &sizes, &ns, err) != AP_OK)
+        return 0;
+    free(sizes);
+    for (int g = 2; g <= gpus; g *= 2)
+        n += ns * (g == 2 ? AP_NCOLL : AP_NCOLL - 1);
+    return n;
+}
+
+int ap_profile_describe(const ap_profile_options *o, const char *gpu_name,
+                        int has_fp8, int gpus, char *buf, size_t len, char *err)
+{
+    unsigned dtypes;
+    ap_profile_gemm_shape *g;
+    int n;
+    if (ap_profile_run_dtypes(o, has_fp8, &dtypes, err) ||
+        ap_profile_gemm_grid(o->quick, dtypes, &g, &n, err))
+        return AP_EINPUT;
+    free(g);
+    const char *name = ap_profile_preset_for_gpu(gpu_name);
+    ap_cluster c;
+    if (ap_cluster_preset(name ? name : "h100-sxm", gpus, gpus, &c, err))
+        return AP_EINTERNAL;
+    if (!has_fp8)
+        c.peak_flops[AP_FP8] = 0;
+    double t = ap_profile_estimate_seconds(o, &c, gpus);
+    ap_cluster_free(&c);
+    char list[64];
+    dtype_list(dtypes, list, sizeof list);
+    snprintf(buf, len, "%d GEMMs (%s) and %d collectives; about %.0f s by the %s "
+             "preset's figures", n, list, coll_count(o, gpus), t,
+             name ? name : "h100-sxm");
+    return AP_OK;
 }
 
 double ap_profile_estimate_seconds(const ap_profile_options *o,

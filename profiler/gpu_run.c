@@ -55,6 +55,10 @@ int ap_profile_run(const ap_profile_options *o, char *err)
     ap_prof_stamp(&r, o);
     fprintf(stderr, "autopar profile: %d x %s, %.0f GiB, %d SMs\n", ndev, r.gpu_name,
             r.hbm_bytes / (1 << 30), r.sm_count);
+    char plan[256];
+    if (ap_profile_describe(o, r.gpu_name, ap_profile_has_fp8(r.cc_major, r.cc_minor),
+                            ndev, plan, sizeof plan, err) == AP_OK)
+        fprintf(stderr, "autopar profile: measuring %s\n", plan);
     st = ap_prof_hbm(o, &r, err);
     if (st == AP_OK)
         st = ap_prof_gemm(o, &r, err);

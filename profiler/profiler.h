@@ -221,6 +221,14 @@ int ap_profile_write_file(const char *path, const char *text, char *err);
  * collectives, communicator set-up), used to keep the default grids inside
  * their budgets: --quick under 2 minutes and a full
  * run under 15 on an 8-GPU node. */
+/* One line, into buf, of what a run with options o on `gpus` GPUs named
+ * gpu_name (with FP8 tensor cores or not) measures and about how long it
+ * takes by ap_profile_estimate_seconds with the GPU's preset (h100-sxm's
+ * figures for a GPU no preset names), for the run to print before it
+ * starts. AP_EINPUT, with err set, when o asks for FP8 on a GPU without it. */
+int ap_profile_describe(const ap_profile_options *o, const char *gpu_name,
+                        int has_fp8, int gpus, char *buf, size_t len, char *err);
+
 double ap_profile_estimate_seconds(const ap_profile_options *o,
                                    const ap_cluster *c, int gpus);
 

@@ -581,6 +581,46 @@ static void options_default_and_reject_bad_values(void)
  * Without it a run measures bf16, fp16 and TF32, and FP8 where the GPU
  * has FP8 tensor cores; asked for FP8 on a GPU without them, the run is
  * refused, naming the option. */
+/* Before it measures, a run says what it will measure and about how long
+ * it takes, by the estimate with the GPU's preset: --quick on one H100 is
+ * 308 GEMMs in four dtypes and no collectives (19.5 s measured on
+ * 2026-11-27, docs/profiler.md); on 8 GPUs, group sizes 2, 4 and 8. An
+ * A100 has no FP8, and is priced with its own preset. */
+static void a_run_describes_itself_before_it_starts(void)
+{
+    ap_profile_options o;
+    char buf[256], err[AP_ERR_LEN];
+    CHECK(parse("--quick", &o, err) == AP_OK);
+    REQUIRE_OK(ap_profile_describe(&o, "NVIDIA H100 80GB HBM3", 1, 1, buf, sizeof buf, err),
+               err);
+    CHECK_STR_HAS(buf, "308 GEMMs (bf16, fp16, tf32, fp8) and 0 collectives; about ");
+    CHECK_STR_HAS(buf, "s by the h100-sxm preset's figures");
+    double t = atof(strstr(buf, "about ") + 6);
+    CHECK(t > 12 && t < 25);
+    /* 16 sizes of 1K..1G in steps of 16 (quick): 6; four ops at 4 and 8,
+     * five with send/recv at 2. */
+    REQUIRE_OK(ap_profile_describe(&o, "NVIDIA H100 80GB HBM3", 1, 8, buf, sizeof buf, err),
+               err);
+    double *sizes;
+    int ns;
+    REQUIRE_OK(ap_profile_coll_sizes(1, o.max_bytes, &sizes, &ns, err), err);
+    free(sizes);
+    char want[64];
+    snprintf(want, sizeof want, "and %d collectives", ns * (AP_NCOLL + 2 * (AP_NCOLL - 1)));
+    CHECK_STR_HAS(buf, want);
+    REQUIRE_OK(ap_profile_describe(&o, "NVIDIA A100-SXM4-80GB", 0, 1, buf, sizeof buf, err),
+               err);
+    CHECK_STR_HAS(buf, "231 GEMMs (bf16, fp16, tf32)");
+    CHECK_STR_HAS(buf, "a100-80g preset");
+    CHECK(parse("--quick --dtypes fp8", &o, err) == AP_OK);
+    CHECK(ap_profile_describe(&o, "NVIDIA A100-SXM4-80GB", 0, 1, buf, sizeof buf, err) ==
+          AP_EINPUT);
+    CHECK(parse("--dtypes bf16", &o, err) == AP_OK);
+    REQUIRE_OK(ap_profile_describe(&o, "Some Future GPU", 1, 1, buf, sizeof buf, err), err);
+    CHECK_STR_HAS(buf, "305 GEMMs (bf16)");
+    CHECK_STR_HAS(buf, "h100-sxm preset");
+}
+
 static void dtypes_option_narrows_the_grid(void)
 {
     ap_profile_options o;
@@ -747,6 +787,7 @@ int main(void)
     RUN(unknown_gpu_is_scaled_to_its_measured_peak);
     RUN(options_default_and_reject_bad_values);
     RUN(dtypes_option_narrows_the_grid);
+    RUN(a_run_describes_itself_before_it_starts);
     RUN(short_gemms_are_timed_in_batches_over_fresh_operands);
     RUN(default_grids_fit_their_time_budgets);
 #ifdef AP_HAVE_PROFILER
