@@ -67,7 +67,7 @@ static double coll_total(const ap_profile_options *o, const ap_cluster *c,
     for (int n = 2; n <= gpus; n *= 2) {
         t += COMM_INIT;
         for (int op = 0; op < AP_NCOLL; op++) {
-            if (op == AP_COLL_SENDRECV && n != 2)
+            if (!ap_profile_coll_applies((ap_coll)op, n))
                 continue;
             for (int i = 0; i < ns; i++)
                 t += (o->warmup + o->iters) *
@@ -78,31 +78,28 @@ static double coll_total(const ap_profile_options *o, const ap_cluster *c,
     return t;
 }
 
-/* "bf16, fp16, tf32, fp8": the dtypes in grid order. */
-static void dtype_list(unsigned dtypes, char *buf, size_t len)
+/* "bf16, fp16, tf32, fp8": the dtypes of grid g, which is sorted by
+ * dtype, in its order. */
+static void dtype_list(const ap_profile_gemm_shape *g, int n, char *buf, size_t len)
 {
-    static const ap_dtype order[] = {AP_BF16, AP_FP16, AP_FP32, AP_FP8};
-    size_t n = 0;
+    size_t used = 0;
     buf[0] = '\0';
-    for (size_t i = 0; i < sizeof order / sizeof order[0] && n < len; i++)
-        if (dtypes & AP_PROFILE_DTYPE(order[i]))
-            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "",
-                                  ap_profile_gemm_dtype_name(order[i]));
+    for (int i = 0; i < n && used < len; i++)
+        if (i == 0 || g[i].dtype != g[i - 1].dtype)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "",
+                                     ap_profile_gemm_dtype_name(g[i].dtype));
 }
 
-/* Collective measurements: every size of every op for each power-of-two
- * group from 2 to gpus (send/recv in pairs only). */
+/* The run's collective measurements (ap_profile_coll_count). */
 static int coll_count(const ap_profile_options *o, int gpus)
 {
     double *sizes;
-    int ns, n = 0;
+    int ns;
     char err[AP_ERR_LEN];
     if (ap_profile_coll_sizes(o->quick, o->max_bytes, &sizes, &ns, err) != AP_OK)
         return 0;
     free(sizes);
-    for (int g = 2; g <= gpus; g *= 2)
-        n += ns * (g == 2 ? AP_NCOLL : AP_NCOLL - 1);
-    return n;
+    return ap_profile_coll_count(gpus, ns);
 }
 
 int ap_profile_describe(const ap_profile_options *o, const char *gpu_name,
@@ -114,6 +111,8 @@ int ap_profile_describe(const ap_profile_options *o, const char *gpu_name,
     if (ap_profile_run_dtypes(o, has_fp8, &dtypes, err) ||
         ap_profile_gemm_grid(o->quick, dtypes, &g, &n, err))
         return AP_EINPUT;
+    char list[64];
+    dtype_list(g, n, list, sizeof list);
     free(g);
     const char *name = ap_profile_preset_for_gpu(gpu_name);
     ap_cluster c;
@@ -123,8 +122,6 @@ int ap_profile_describe(const ap_profile_options *o, const char *gpu_name,
         c.peak_flops[AP_FP8] = 0;
     double t = ap_profile_estimate_seconds(o, &c, gpus);
     ap_cluster_free(&c);
-    char list[64];
-    dtype_list(dtypes, list, sizeof list);
     snprintf(buf, len, "%d GEMMs (%s) and %d collectives; about %.0f s by the %s "
              "preset's figures", n, list, coll_count(o, gpus), t,
              name ? name : "h100-sxm");

@@ -3,6 +3,7 @@
 #ifndef AP_PROFILER_GPU_H
 #define AP_PROFILER_GPU_H
 
+#include <cublas_api.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -45,6 +46,11 @@ int ap_prof_hbm(const ap_profile_options *o, ap_profile_result *r, char *err);
  * in the shape's dtype and D (m x n) in its result dtype (bf16 for FP8),
  * column-major. */
 typedef struct ap_prof_lt ap_prof_lt;
+/* The CUDA type of a GEMM operand of dt (E4M3 for FP8) and the compute type
+ * its products accumulate in: TF32 tensor cores for fp32 inputs, as
+ * frameworks run them when TF32 is allowed, fp32 for every other type. */
+cudaDataType_t ap_prof_cuda_type(ap_dtype dt);
+cublasComputeType_t ap_prof_compute_type(ap_dtype dt);
 int ap_prof_lt_create(ap_prof_lt **f, char *err);
 int ap_prof_lt_prepare(ap_prof_lt *f, const ap_profile_gemm_shape *s, char *err);
 int ap_prof_lt_launch(ap_prof_lt *f, const void *a, const void *b, void *d,
@@ -58,10 +64,6 @@ void ap_prof_lt_destroy(ap_prof_lt *f);
 ncclResult_t ap_prof_launch(ap_coll op, const ap_profile_coll_shape *s,
                             const float *send, float *recv, int rank,
                             int nranks, ncclComm_t comm, cudaStream_t stream);
-
-/* The collectives measured on a group of n ranks: every op but send/recv,
- * which runs between pairs. */
-int ap_prof_op_applies(ap_coll op, int nranks);
 
 /* Appends a sample to r's table; AP_EINTERNAL when out of memory. */
 int ap_prof_add_coll(ap_profile_result *r, ap_coll_sample s, char *err);

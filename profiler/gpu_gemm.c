@@ -14,18 +14,6 @@
 
 #define FILL_CHUNK (16u << 20) /* bytes of host pattern copied repeatedly */
 
-static cudaDataType_t cuda_type(ap_dtype dt)
-{
-    return dt == AP_BF16 ? CUDA_R_16BF : dt == AP_FP16 ? CUDA_R_16F : CUDA_R_32F;
-}
-
-/* fp32 inputs are multiplied on TF32 tensor cores, as frameworks do when
- * TF32 is allowed; half types accumulate in fp32, as training does. */
-static cublasComputeType_t compute_type(ap_dtype dt)
-{
-    return dt == AP_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-}
-
 static unsigned short to_bf16(float f)
 {
     unsigned int u;
@@ -95,8 +83,8 @@ static int launch(bench *B, const ap_profile_gemm_shape *s, size_t offset, char 
         return ap_prof_lt_launch(B->lt, a, b, c, B->stream, err);
     cublasStatus_t st = cublasGemmEx(
         B->h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a,
-        cuda_type(s->dtype), m, b, cuda_type(s->dtype), k, &zero, c,
-        cuda_type(s->dtype), m, compute_type(s->dtype), CUBLAS_GEMM_DEFAULT);
+        ap_prof_cuda_type(s->dtype), m, b, ap_prof_cuda_type(s->dtype), k, &zero, c,
+        ap_prof_cuda_type(s->dtype), m, ap_prof_compute_type(s->dtype), CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, AP_ERR_LEN, "autopar profile: cublasGemmEx %s m=%d n=%d k=%d: %s",
                  ap_profile_gemm_dtype_name(s->dtype), m, n, k,

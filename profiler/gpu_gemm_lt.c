@@ -73,7 +73,7 @@ static int set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t at
     return AP_OK;
 }
 
-static cudaDataType_t input_type(ap_dtype dt)
+cudaDataType_t ap_prof_cuda_type(ap_dtype dt)
 {
     switch (dt) {
     case AP_FP8: return CUDA_R_8F_E4M3;
@@ -87,12 +87,10 @@ static cudaDataType_t input_type(ap_dtype dt)
  * others write their input type (ap_profile_gemm_result_dtype). */
 static cudaDataType_t output_type(ap_dtype dt)
 {
-    return dt == AP_FP8 ? CUDA_R_16BF : input_type(dt);
+    return dt == AP_FP8 ? CUDA_R_16BF : ap_prof_cuda_type(dt);
 }
 
-/* fp32 inputs are multiplied on TF32 tensor cores, as frameworks do when
- * TF32 is allowed; every other type accumulates in fp32. */
-static cublasComputeType_t compute_type(ap_dtype dt)
+cublasComputeType_t ap_prof_compute_type(ap_dtype dt)
 {
     return dt == AP_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
@@ -109,7 +107,7 @@ static int make_desc(ap_prof_lt *f, ap_dtype dt, char *err)
     if (f->desc)
         cublasLtMatmulDescDestroy(f->desc);
     f->desc = NULL;
-    LT_TRY(cublasLtMatmulDescCreate, (&f->desc, compute_type(dt), CUDA_R_32F), NULL);
+    LT_TRY(cublasLtMatmulDescCreate, (&f->desc, ap_prof_compute_type(dt), CUDA_R_32F), NULL);
     f->desc_dtype = dt;
     if (set_desc(f->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, "TRANSA", err) ||
         set_desc(f->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, "TRANSB", err))
@@ -199,7 +197,7 @@ int ap_prof_lt_prepare(ap_prof_lt *f, const ap_profile_gemm_shape *s, char *err)
         return AP_EINTERNAL;
     drop_layouts(f);
     uint64_t m = (uint64_t)s->m, n = (uint64_t)s->n, k = (uint64_t)s->k;
-    cudaDataType_t in = input_type(s->dtype), out = output_type(s->dtype);
+    cudaDataType_t in = ap_prof_cuda_type(s->dtype), out = output_type(s->dtype);
     LT_TRY(cublasLtMatrixLayoutCreate, (&f->a, in, k, m, (int64_t)k), s);
     LT_TRY(cublasLtMatrixLayoutCreate, (&f->b, in, k, n, (int64_t)k), s);
     LT_TRY(cublasLtMatrixLayoutCreate, (&f->d, out, m, n, (int64_t)m), s);

@@ -122,7 +122,7 @@ static int measure_group(ctx *x, const ap_profile_options *o, ap_profile_group g
     if (sub)
         AP_NCCL_TRY(ncclCommUserRank(sub, &subrank));
     for (int op = 0; op < AP_NCOLL && st == AP_OK; op++) {
-        if (!ap_prof_op_applies((ap_coll)op, nranks))
+        if (!ap_profile_coll_applies((ap_coll)op, nranks))
             continue;
         for (int i = 0; i < ns && st == AP_OK; i++) {
             ap_profile_coll_shape sh;

@@ -10,11 +10,6 @@
 
 #define ELEM sizeof(float)
 
-int ap_prof_op_applies(ap_coll op, int nranks)
-{
-    return op == AP_COLL_SENDRECV ? nranks == 2 : nranks >= 2;
-}
-
 static ncclResult_t alltoall(const ap_profile_coll_shape *s, const float *send,
                              float *recv, int nranks, ncclComm_t comm,
                              cudaStream_t stream)
@@ -219,15 +214,6 @@ static int measure(group *g, const ap_profile_options *o, ap_coll op,
     return AP_OK;
 }
 
-static int count_work(int ndev, int nsizes)
-{
-    int total = 0;
-    for (int n = 2; n <= ndev; n *= 2)
-        for (int op = 0; op < AP_NCOLL; op++)
-            total += ap_prof_op_applies((ap_coll)op, n) ? nsizes : 0;
-    return total;
-}
-
 int ap_prof_coll_local(const ap_profile_options *o, int ndev,
                        ap_profile_result *r, char *err)
 {
@@ -236,13 +222,13 @@ int ap_prof_coll_local(const ap_profile_options *o, int ndev,
     int st = ap_profile_coll_sizes(o->quick, o->max_bytes, &sizes, &ns, err);
     if (st != AP_OK)
         return st;
-    int total = count_work(ndev, ns);
+    int total = ap_profile_coll_count(ndev, ns);
     for (int n = 2; n <= ndev && st == AP_OK; n *= 2) {
         group g = {0};
         fprintf(stderr, "[coll] creating a communicator on %d GPUs\n", n);
         st = group_init(&g, n, (size_t)o->max_bytes, o->iters, err);
         for (int op = 0; op < AP_NCOLL && st == AP_OK; op++) {
-            if (!ap_prof_op_applies((ap_coll)op, n))
+            if (!ap_profile_coll_applies((ap_coll)op, n))
                 continue;
             for (int i = 0; i < ns && st == AP_OK; i++) {
                 ap_profile_coll_shape sh;

@@ -122,6 +122,20 @@ int ap_profile_gemm_grid(int quick, unsigned dtypes, ap_profile_gemm_shape **out
     return AP_OK;
 }
 
+int ap_profile_coll_applies(ap_coll op, int nranks)
+{
+    return op == AP_COLL_SENDRECV ? nranks == 2 : nranks >= 2;
+}
+
+int ap_profile_coll_count(int gpus, int nsizes)
+{
+    int total = 0;
+    for (int n = 2; n <= gpus; n *= 2)
+        for (int op = 0; op < AP_NCOLL; op++)
+            total += ap_profile_coll_applies((ap_coll)op, n) ? nsizes : 0;
+    return total;
+}
+
 int ap_profile_coll_sizes(int quick, double max_bytes, double **out, int *n,
                           char *err)
 {

@@ -96,6 +96,13 @@ unsigned char ap_profile_e4m3(float f);
  * (quick: steps of 16), ascending. *out is malloc'ed; the caller frees it. */
 int ap_profile_coll_sizes(int quick, double max_bytes, double **out, int *n,
                           char *err);
+/* The collectives measured on a group of n ranks: every op but send/recv,
+ * which runs between pairs. */
+int ap_profile_coll_applies(ap_coll op, int nranks);
+/* The collective measurements of a run on one node of `gpus` GPUs: each of
+ * nsizes sizes of every op that applies, for each power-of-two group from 2
+ * to gpus. */
+int ap_profile_coll_count(int gpus, int nsizes);
 
 /* A group of GPUs a collective runs on: the first `per_node` GPUs of each of
  * the first `nodes` nodes; with G GPUs per node its members are the ranks
@@ -221,6 +228,8 @@ int ap_profile_write_file(const char *path, const char *text, char *err);
  * collectives, communicator set-up), used to keep the default grids inside
  * their budgets: --quick under 2 minutes and a full
  * run under 15 on an 8-GPU node. */
+double ap_profile_estimate_seconds(const ap_profile_options *o,
+                                   const ap_cluster *c, int gpus);
 /* One line, into buf, of what a run with options o on `gpus` GPUs named
  * gpu_name (with FP8 tensor cores or not) measures and about how long it
  * takes by ap_profile_estimate_seconds with the GPU's preset (h100-sxm's
@@ -228,9 +237,6 @@ int ap_profile_write_file(const char *path, const char *text, char *err);
  * starts. AP_EINPUT, with err set, when o asks for FP8 on a GPU without it. */
 int ap_profile_describe(const ap_profile_options *o, const char *gpu_name,
                         int has_fp8, int gpus, char *buf, size_t len, char *err);
-
-double ap_profile_estimate_seconds(const ap_profile_options *o,
-                                   const ap_cluster *c, int gpus);
 
 /* Measures and writes o->out. Exists only when AP_HAVE_PROFILER is defined.
  * Progress goes to stderr. Returns AP_EINPUT when no usable CUDA device is
