@@ -26,7 +26,8 @@ int ap_cmd_calibrate(int argc, char **argv);
 #define AP_CLI_MAX_EXPERTS_PER_GPU (1 << 16) /* the most experts a model has */
 
 typedef struct {
-    const char *model;
+    const char *model;     /* NULL: the model is the one `script` states */
+    const ap_megatron *script; /* --megatron-args, when it is the model */
     const char *cluster;
     int gpus, gpus_per_node;
     double global_batch;
@@ -53,9 +54,10 @@ int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
                         ap_megatron *m);
 /* Builds the model as --megatron-args describes it: at its --seq-length,
  * with dropout when its --hidden-dropout or --attention-dropout say so,
- * without flash attention when its attention flags say unfused. Returns 0,
- * or 2 after printing why (it contradicts --seq, --dropout or
- * --flash-attention). */
+ * without flash attention when its attention flags say unfused. Without
+ * MODEL, the model is the one the flags state (ap_megatron_model), which
+ * ap_cli_setup builds. Returns 0, or 2 after printing why (it contradicts
+ * --seq, --dropout or --flash-attention). */
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);

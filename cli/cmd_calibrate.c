@@ -9,6 +9,8 @@
 
 static const char usage_text[] =
     "usage: autopar calibrate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
+    "       (MODEL may be left out where --megatron-args states the model, as a\n"
+    "       Megatron-LM script does: docs/megatron.md, \"A script without MODEL\")\n"
     "                         --measured-step SECONDS -o cluster.json\n"
     "                         [--gpus-per-node G] [--cluster NAME|FILE] [--seq N]\n"
     "                         [--flash-attention on|off] [--dropout on|off] [--mtp-layers N]\n"
@@ -35,6 +37,7 @@ typedef struct {
     ap_cli_common cm;
     ap_megatron m;
     const char *spec;
+    int args; /* spec is --megatron-args, which may state the model */
     double measured;
     const char *out;
 } calib_args;
@@ -56,6 +59,7 @@ static int parse_args(int argc, char **argv, calib_args *a)
             if (used < 0)
                 return -used;
             a->spec = v;
+            a->args = !strcmp(s, "--megatron-args");
             i++;
         } else if (!strcmp(s, "--measured-step") && v) {
             if (ap_cli_double("calibrate", s, v, 1e-6, 1e7, &a->measured))
@@ -68,10 +72,11 @@ static int parse_args(int argc, char **argv, calib_args *a)
             return 2;
         }
     }
-    if (a->cm.model && a->spec && a->measured > 0 && a->out)
+    if ((a->cm.model || a->args) && a->spec && a->measured > 0 && a->out)
         return -1;
     fprintf(stderr, "autopar calibrate: needs MODEL, --megatron or --megatron-args, "
-                    "--measured-step and -o\n%s", usage_text);
+                    "--measured-step and -o (MODEL may be left out where --megatron-args "
+                    "states the model)\n%s", usage_text);
     return 2;
 }
 
@@ -110,7 +115,8 @@ static int write_cluster(const calib_args *a, ap_cluster *c)
 {
     mark_name(c);
     snprintf(c->calib_from, sizeof c->calib_from, "%.80s on %d GPUs, --megatron %.120s",
-             a->cm.model, ap_cluster_gpus(c), a->spec);
+             a->cm.model ? a->cm.model : "the model --megatron-args states",
+             ap_cluster_gpus(c), a->spec);
     char *text = ap_cluster_to_json(c);
     int rc = !text || ap_cli_write_file(a->out, text);
     if (rc)

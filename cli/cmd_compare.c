@@ -12,6 +12,8 @@
 
 static const char usage_text[] =
     "usage: autopar compare MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
+    "       (MODEL may be left out where --megatron-args states the model, as a\n"
+    "       Megatron-LM script does: docs/megatron.md, \"A script without MODEL\")\n"
     "                       [--sweep] [--json] [--gpus-per-node G] [--cluster NAME|FILE]\n"
     "                       [--global-batch B] [--seq N] [--mtp-layers N]\n"
     "                       [--flash-attention on|off] [--quiet]\n"
@@ -259,7 +261,7 @@ static int parse(int argc, char **argv, options *o)
             return 2;
         }
     }
-    if (!o->cm.model || !o->have_megatron) {
+    if (!o->have_megatron || (!o->cm.model && !o->args)) {
         fprintf(stderr, "autopar compare: %s\n%s", o->cm.model
                 ? "a configuration (--megatron or --megatron-args) is required"
                 : "a model is required", usage_text);

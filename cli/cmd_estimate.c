@@ -9,10 +9,14 @@
 
 static const char usage_text[] =
     "usage: autopar estimate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
+    "       autopar estimate --gpus N --megatron-args \"SCRIPT'S FLAGS\"\n"
     "                        [--gpus-per-node G] [--cluster NAME|FILE] [--seq N] [--json]\n"
     "                        [--flash-attention on|off] [--dropout on|off] [--mtp-layers N]\n"
     "                        [--emit FORMAT] [-o plan.json]\n"
     "                        [--trace timeline.json]\n"
+    "\n"
+    "Without MODEL, --megatron-args must state the model, as a Megatron-LM\n"
+    "script does (docs/megatron.md, \"A script without MODEL\").\n"
     "\n"
     "Maps a Megatron-LM configuration onto a plan (tensor-parallel attention and\n"
     "MLP, sequence parallelism, even layer split or first/last stages of their\n"
@@ -207,7 +211,7 @@ int ap_cmd_estimate(int argc, char **argv)
     ap_cli_common_default(&cm);
     ap_megatron m;
     ap_megatron_default(&m);
-    int json = 0, have = 0;
+    int json = 0, have = 0, args = 0;
     ap_cli_output out;
     ap_cli_output_default(&out);
     char err[AP_ERR_LEN];
@@ -230,12 +234,14 @@ int ap_cmd_estimate(int argc, char **argv)
             if (used < 0)
                 return -used;
             have = 1;
+            args = !strcmp(a, "--megatron-args");
             i++;
         } else if (ap_cli_model_arg(&cm, "estimate", a, usage_text)) {
             return 2;
         }
     }
-    if (!cm.model || !have) {
+    /* Without MODEL, --megatron-args must state the model. */
+    if (!have || (!cm.model && !args)) {
         fputs(usage_text, stderr);
         return 2;
     }

@@ -190,6 +190,8 @@ static int megatron_mtp(ap_cli_common *cm, const ap_megatron *m, const char *cmd
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
 {
     int seq = m->shape.seq;
+    if (!cm->model)
+        cm->script = m;
     if (megatron_dropout(cm, m, cmd) || megatron_flash(cm, m, cmd) ||
         megatron_mtp(cm, m, cmd))
         return 2;
@@ -243,11 +245,30 @@ static void warn_node_size(const ap_cli_common *cm, const char *cmd,
             cmd, cm->cluster, c->nodes, c->nodes);
 }
 
+/* The model a Megatron-LM command line states, built as graph/ builds a
+ * Hugging Face config; its messages name the flags. */
+static int script_model(const ap_cli_common *cm, ap_graph **g, char *err)
+{
+    ap_decoder d;
+    unsigned char *moe_layer;
+    if (!cm->build.seq) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --seq-length is missing (Megatron-LM "
+                 "needs it), and no --seq");
+        return AP_EINPUT;
+    }
+    int rc = ap_megatron_model(cm->script, &d, &moe_layer, err);
+    if (!rc)
+        rc = ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, &cm->build, g, err);
+    free(moe_layer);
+    return rc;
+}
+
 int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
                  ap_cluster *c)
 {
     char err[AP_ERR_LEN];
-    int rc = ap_graph_load(cm->model, &cm->build, g, err);
+    int rc = cm->model ? ap_graph_load(cm->model, &cm->build, g, err)
+                       : script_model(cm, g, err);
     if (rc) {
         fprintf(stderr, "autopar %s: %s\n", cmd, err);
         return rc;

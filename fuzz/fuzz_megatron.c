@@ -4,7 +4,9 @@
  * that parses is then checked and priced against a small Llama-style model
  * on 8 GPUs, which reaches the arithmetic on the parsed sizes. The same text
  * is read as a --moe-layer-freq value too (ap_moe_freq_parse), whose
- * expression reader the dense model never reaches. */
+ * expression reader the dense model never reaches. Flags that state a model
+ * (ap_megatron_states_model) are built into one (ap_megatron_model,
+ * ap_graph_from_decoder), as `autopar estimate` without MODEL does. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,26 @@ static void price(const ap_megatron *m)
     ap_cluster_free(&c);
 }
 
+/* The model the flags state, built and freed: a refusal must say why. */
+static void build_stated(const ap_megatron *m)
+{
+    char err[AP_ERR_LEN];
+    ap_decoder d;
+    unsigned char *moe_layer;
+    ap_build_opts o;
+    ap_graph *g = NULL;
+    ap_build_opts_default(&o);
+    o.seq = m->shape.seq ? m->shape.seq : 64;
+    err[0] = 0;
+    int rc = ap_megatron_model(m, &d, &moe_layer, err);
+    if (rc == AP_OK)
+        rc = ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, &o, &g, err);
+    if (rc != AP_OK && !err[0])
+        abort();
+    ap_graph_free(g);
+    free(moe_layer);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || size > 8192)
@@ -60,6 +82,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     err[0] = 0;
     int rc = data[0] & 1 ? ap_megatron_parse_args(text, &m, err)
                          : ap_megatron_parse(text, &m, err);
+    if (rc == AP_OK && ap_megatron_states_model(&m))
+        build_stated(&m);
     if (rc == AP_OK)
         price(&m);
     else if (!err[0])

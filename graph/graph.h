@@ -259,6 +259,38 @@ int ap_graph_parse_json(const char *text, size_t len, const char *source,
                         ap_graph **out, char *err);
 int ap_graph_from_hf(const char *text, size_t len, const char *source,
                      const ap_build_opts *opt, ap_graph **out, char *err);
+
+/* A decoder-only transformer stated by its structure instead of a file: what
+ * a Megatron-LM command line says (the planner's ap_megatron_model fills
+ * it). ap_graph_from_decoder builds the graph ap_graph_from_hf builds for a
+ * Hugging Face config of the same structure, at opt->seq tokens (which it
+ * needs). Sizes are checked against the Hugging Face bounds and `source`
+ * names the description in messages. */
+typedef enum { AP_MLP_GELU, AP_MLP_SWIGLU, AP_MLP_SQUARED_RELU } ap_mlp_act;
+typedef struct {
+    int64_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
+    int64_t positions;     /* rows of a learned position table; 0: none */
+    double rotary_percent; /* share of each head rotary rotates; 0: none */
+    int rmsnorm;           /* else LayerNorm with a bias */
+    int layernorm_1p;      /* LayerNorm with a zero-centred gamma */
+    ap_mlp_act act;        /* the dense MLP's; experts are SwiGLU */
+    int qkv_bias, o_bias, mlp_bias;
+    int tied;    /* the output layer reads the embedding table */
+    int qk_norm; /* norms on queries and keys (on MLA's latents) */
+    /* Experts (0: dense), each moe_ffn wide, top_k per token, shared_ffn
+     * wide shared experts in all (0: none); moe_layer[i] 1 where layer i
+     * routes (NULL: every layer); group-limited routing (0, 0: none). */
+    int64_t experts, top_k, moe_ffn, shared_ffn;
+    const unsigned char *moe_layer;
+    int64_t route_groups, route_group_topk;
+    /* Multi-latent attention: its LoRA ranks (q_lora 0: none) and head
+     * dimensions; rotary then turns qk_rope of each head. */
+    int mla;
+    int64_t q_lora, kv_lora, qk_nope, qk_rope, v_head_dim;
+} ap_decoder;
+
+int ap_graph_from_decoder(const ap_decoder *d, const char *source,
+                          const ap_build_opts *opt, ap_graph **out, char *err);
 /* Parameters one token touches: every parameter, except that those with an
  * experts label count top_k/E of their elements (top_k from the router that
  * produces that label). Equals total_params for a dense model. */

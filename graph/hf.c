@@ -7,6 +7,8 @@
  * op is added; the builder then writes the blocks with small helpers whose
  * tensor lists are strings: "x q.w:hnd" reads the tensor x of the current
  * layer and declares the parameter q.w of shape "hnd". See docs/hf-models.md.
+ * A structure stated without a config (ap_decoder, from a Megatron-LM
+ * command line) is read into the same hf_model and built by the same code.
  */
 #include "graph/graph.h"
 
@@ -1018,19 +1020,37 @@ static int build(const hf_model *m, const ap_build_opts *opt, const char *source
     return AP_OK;
 }
 
-int ap_graph_from_hf(const char *text, size_t len, const char *source,
-                     const ap_build_opts *opt, ap_graph **out, char *err)
+/* The build options (NULL: the defaults) checked against the model (the
+ * sequence length, the batch, the MTP modules), then the build. */
+static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
+                         ap_graph **out)
 {
     ap_build_opts defaults;
-    hf_model m = {0};
-    hf_cfg c = {0};
-    int64_t seq = 0, batch;
-    int rc;
-    *out = NULL;
     if (!opt) {
         ap_build_opts_default(&defaults);
         opt = &defaults;
     }
+    int64_t seq = 0, batch = opt->batch > 0 ? opt->batch : 1;
+    int rc = pick_seq(c, m, opt, &seq);
+    if (rc == AP_OK && batch > MAX_BATCH) {
+        cfg_fail(c, "batch size %lld is above the limit %d", (long long)batch, MAX_BATCH);
+        rc = AP_EINPUT;
+    }
+    if (rc == AP_OK && (opt->mtp_layers < 0 || opt->mtp_layers > AP_MAX_MTP)) {
+        cfg_fail(c, "%d multi-token-prediction modules asked for; 0 to %d are built",
+                 opt->mtp_layers, AP_MAX_MTP);
+        rc = AP_EINPUT;
+    }
+    return rc == AP_OK ? build(m, opt, c->src, batch, seq, out, c->err) : rc;
+}
+
+int ap_graph_from_hf(const char *text, size_t len, const char *source,
+                     const ap_build_opts *opt, ap_graph **out, char *err)
+{
+    hf_model m = {0};
+    hf_cfg c = {0};
+    int rc;
+    *out = NULL;
     c.src = source;
     c.err = err;
     c.root = cJSON_ParseWithLength(text, len);
@@ -1039,22 +1059,123 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
         cJSON_Delete((cJSON *)c.root);
         return AP_EINPUT;
     }
-    batch = opt->batch > 0 ? opt->batch : 1;
     rc = read_model(&c, &m);
     if (rc == AP_OK)
-        rc = pick_seq(&c, &m, opt, &seq);
-    if (rc == AP_OK && batch > MAX_BATCH) {
-        cfg_fail(&c, "batch size %lld is above the limit %d", (long long)batch, MAX_BATCH);
-        rc = AP_EINPUT;
-    }
-    if (rc == AP_OK && (opt->mtp_layers < 0 || opt->mtp_layers > AP_MAX_MTP)) {
-        cfg_fail(&c, "%d multi-token-prediction modules asked for; 0 to %d are built",
-                 opt->mtp_layers, AP_MAX_MTP);
-        rc = AP_EINPUT;
-    }
+        rc = build_checked(&c, &m, opt, out);
     cJSON_Delete((cJSON *)c.root);
-    if (rc == AP_OK)
-        rc = build(&m, opt, source, batch, seq, out, err);
+    free(m.dense_only);
+    return rc;
+}
+
+/* A size of a decoder description within [lo, hi]; fails with its name. */
+static int decoder_size(hf_cfg *c, const char *what, int64_t v, int64_t lo, int64_t hi)
+{
+    if (!c->bad && (v < lo || v > hi))
+        cfg_fail(c, "%s is %lld; from %lld to %lld are built", what, (long long)v,
+                 (long long)lo, (long long)hi);
+    return !c->bad;
+}
+
+static void decoder_sizes(hf_cfg *c, const ap_decoder *d)
+{
+    decoder_size(c, "the layers", d->layers, 1, MAX_LAYERS);
+    decoder_size(c, "the hidden size", d->hidden, 1, MAX_HIDDEN);
+    decoder_size(c, "the attention heads", d->heads, 1, MAX_HEADS);
+    decoder_size(c, "the key-value heads", d->kv_heads, 1, d->heads);
+    decoder_size(c, "the head size", d->head_dim, 1, MAX_HIDDEN);
+    decoder_size(c, "the vocabulary", d->vocab, 1, MAX_VOCAB);
+    decoder_size(c, "the FFN size", d->ffn, 1, MAX_FFN);
+    decoder_size(c, "the position table", d->positions, 0, MAX_SEQ);
+    if (d->experts) {
+        decoder_size(c, "the experts", d->experts, 1, MAX_EXPERTS);
+        decoder_size(c, "the experts per token", d->top_k, 1, d->experts);
+        decoder_size(c, "the experts' FFN size", d->moe_ffn, 1, MAX_FFN);
+        decoder_size(c, "the shared experts' FFN size", d->shared_ffn, 0, MAX_FFN);
+    }
+    if (d->mla) {
+        decoder_size(c, "the query LoRA rank", d->q_lora, 0, MAX_HIDDEN);
+        decoder_size(c, "the key-value LoRA rank", d->kv_lora, 1, MAX_HIDDEN);
+        decoder_size(c, "the query and key head size without rotary", d->qk_nope, 1,
+                     MAX_HIDDEN);
+        decoder_size(c, "the rotary part of the query and key heads", d->qk_rope, 1,
+                     MAX_HIDDEN);
+        decoder_size(c, "the value head size", d->v_head_dim, 1, MAX_HIDDEN);
+    }
+    if (!c->bad && d->heads % d->kv_heads)
+        cfg_fail(c, "the attention heads (%lld) are not a multiple of the key-value "
+                 "heads (%lld)", (long long)d->heads, (long long)d->kv_heads);
+    if (!c->bad && !(d->rotary_percent >= 0 && d->rotary_percent <= 1))
+        cfg_fail(c, "the rotary share of each head (%g) is not from 0 to 1",
+                 d->rotary_percent);
+}
+
+/* The hf_model the description states. Which layers route to experts is
+ * kept as the layers that do not (dense_only), as Qwen-MoE's
+ * mlp_only_layers, so is_moe_layer reads it unchanged. */
+static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
+{
+    decoder_sizes(c, d);
+    if (c->bad)
+        return;
+    m->fam = d->experts ? FAM_QWEN3_MOE : FAM_LLAMA;
+    m->layers = d->layers;
+    m->hidden = d->hidden;
+    m->heads = d->heads;
+    m->kv_heads = d->mla ? d->heads : d->kv_heads;
+    m->head_dim = d->mla ? d->qk_nope + d->qk_rope : d->head_dim;
+    m->v_head_dim = d->mla ? d->v_head_dim : m->head_dim;
+    m->ffn = d->ffn;
+    m->vocab = d->vocab;
+    m->positions = m->max_pos = d->positions;
+    m->layernorm = !d->rmsnorm;
+    m->layernorm1p = !d->rmsnorm && d->layernorm_1p;
+    m->gelu_mlp = d->act == AP_MLP_GELU;
+    m->relu2_mlp = d->act == AP_MLP_SQUARED_RELU;
+    m->qkv_bias = d->qkv_bias;
+    m->o_bias = d->o_bias;
+    m->mlp_bias = d->mlp_bias;
+    m->tie = d->tied;
+    m->qk_norm = d->qk_norm;
+    m->mla = d->mla;
+    m->q_lora = d->q_lora;
+    m->kv_lora = d->kv_lora;
+    m->qk_nope = d->qk_nope;
+    m->qk_rope = d->qk_rope;
+    m->rot = d->mla ? d->qk_rope : (int64_t)((double)m->head_dim * d->rotary_percent);
+    if (m->rot % 2)
+        cfg_fail(c, "the rotary part of the head (%lld) must be even: rotary pairs its "
+                 "elements", (long long)m->rot);
+    if (!d->experts || c->bad)
+        return;
+    m->experts = d->experts;
+    m->top_k = d->top_k;
+    m->moe_ffn = d->moe_ffn;
+    m->shared_ffn = d->shared_ffn;
+    m->groups = d->route_groups;
+    m->group_topk = d->route_group_topk;
+    m->sparse_step = m->moe_freq = 1;
+    m->dense_only = calloc((size_t)m->layers, 1);
+    if (!m->dense_only) {
+        cfg_fail(c, "out of memory");
+        return;
+    }
+    for (int64_t i = 0; d->moe_layer && i < m->layers; i++)
+        m->dense_only[i] = !d->moe_layer[i];
+}
+
+int ap_graph_from_decoder(const ap_decoder *d, const char *source,
+                          const ap_build_opts *opt, ap_graph **out, char *err)
+{
+    hf_model m = {0};
+    hf_cfg c = {0};
+    int rc;
+    *out = NULL;
+    c.src = source;
+    c.err = err;
+    decoder_model(&c, d, &m);
+    if (!c.bad && (!opt || opt->seq <= 0))
+        cfg_fail(&c, "no sequence length");
+    rc = c.bad ? AP_EINPUT : build_checked(&c, &m, opt, out);
     free(m.dense_only);
     return rc;
 }

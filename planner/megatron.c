@@ -429,6 +429,9 @@ static int *shape_slot(ap_megatron *m, const char *flag, int *groups)
          : !strcmp(flag, "--qk-head-dim") ? &m->shape.qk_nope_dim
          : !strcmp(flag, "--qk-pos-emb-head-dim") ? &m->shape.qk_rope_dim
          : !strcmp(flag, "--v-head-dim") ? &m->shape.v_head_dim
+         : !strcmp(flag, "--vocab-size") ? &m->shape.vocab
+         : !strcmp(flag, "--make-vocab-size-divisible-by") ? &m->shape.vocab_divisor
+         : !strcmp(flag, "--max-position-embeddings") ? &m->shape.max_pos
          : !strcmp(flag, "--num-experts") ? &m->shape.experts : NULL;
 }
 
@@ -443,6 +446,7 @@ static int *shape_switch(ap_megatron *m, const char *flag)
          : !strcmp(flag, "--qk-layernorm") ? &m->shape.qk_norm
          : !strcmp(flag, "--swiglu") ? &m->shape.swiglu
          : !strcmp(flag, "--squared-relu") ? &m->shape.squared_relu
+         : !strcmp(flag, "--apply-layernorm-1p") ? &m->shape.layernorm_1p
          : !strcmp(flag, "--untie-embeddings-and-output-weights") ? &m->shape.untie : NULL;
 }
 
@@ -1521,6 +1525,25 @@ static int position_flag(const char *tok, char **save, ap_megatron *m, int *lega
     return 1;
 }
 
+/* --tokenizer-type, kept for the vocabulary of a model the command line
+ * states (ap_megatron_model): 1 when `tok` was it, 0 when not, -1 with err
+ * set for a missing or overlong value. */
+static int tokenizer_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    if (strcmp(tok, "--tokenizer-type"))
+        return 0;
+    char *v = flag_value(tok, save, err);
+    if (!v)
+        return -1;
+    if (strlen(v) >= sizeof m->shape.tokenizer) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: \"%.64s...\" is no tokenizer "
+                 "type", tok, v);
+        return -1;
+    }
+    strcpy(m->shape.tokenizer, v);
+    return 1;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[8192], who[80];
@@ -1591,6 +1614,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = mtp_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = position_flag(tok, &save, m, &legacy_rope, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = tokenizer_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (known)
             continue;
@@ -2120,10 +2145,7 @@ static int check_param_gather(const ap_megatron *m, char *err)
     return AP_OK;
 }
 
-/* Whether the command line states the model as a whole script does
- * (--num-layers, --hidden-size and --num-attention-heads), so that a flag
- * left out means Megatron-LM's default. */
-static int whole_script(const ap_megatron *m)
+int ap_megatron_states_model(const ap_megatron *m)
 {
     return m->shape.layers > 0 && m->shape.hidden > 0 && m->shape.heads > 0;
 }
@@ -2299,7 +2321,7 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_
 static int check_moe_layers(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                             char *err)
 {
-    int whole = whole_script(m);
+    int whole = ap_megatron_states_model(m);
     if ((m->shape.shared_ffn || whole) && m->shape.shared_ffn != s->shared_ffn) {
         if (m->shape.shared_ffn && s->shared_ffn)
             snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-shared-expert-intermediate-size "
@@ -2356,7 +2378,7 @@ static int check_moe_layers(const ap_graph *g, const ap_megatron *m, const ap_mo
 static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                            char *err)
 {
-    int whole = whole_script(m);
+    int whole = ap_megatron_states_model(m);
     long long kv = s->mla ? 0
                  : m->shape.kv_channels ? m->shape.kv_channels
                  : whole && s->heads ? s->hidden / s->heads : 0;
@@ -2429,7 +2451,7 @@ static layer_flags layer_flags_built(const ap_megatron *m, int whole, const ap_m
 static int check_layer_flags(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                              char *err)
 {
-    int whole = whole_script(m);
+    int whole = ap_megatron_states_model(m);
     layer_flags want = layer_flags_built(m, whole, s);
     int have_pos = model_positions(s);
     const char *flags = m->shape.no_bias && m->shape.add_qkv_bias
@@ -2472,7 +2494,7 @@ static int check_layer_flags(const ap_graph *g, const ap_megatron *m, const ap_m
 static int check_mla(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                      char *err)
 {
-    int whole = whole_script(m);
+    int whole = ap_megatron_states_model(m);
     if (m->shape.mla != s->mla && (m->shape.mla || whole)) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s has %s", m->shape.mla
                  ? "--multi-latent-attention" : "no --multi-latent-attention", g->source,

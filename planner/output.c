@@ -437,7 +437,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "format", "autopar-plan/1");
     cJSON_AddStringToObject(o, "model", p->model);
-    cJSON_AddStringToObject(o, "model_path", g->source);
+    cJSON_AddStringToObject(o, "model_path",
+                            strcmp(g->source, AP_MEGATRON_SOURCE) ? g->source : "");
     cJSON_AddItemToObject(o, "model_shape", shape_json(g));
     cJSON_AddStringToObject(o, "cluster", p->cluster);
     cJSON_AddStringToObject(o, "cluster_basis", p->cluster_basis);

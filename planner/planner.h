@@ -901,8 +901,37 @@ typedef struct {
         double rotary_percent; /* --rotary-percent; 0 not given */
         int shared_ffn;      /* --moe-shared-expert-intermediate-size; 0 not given */
         char moe_freq[256];  /* --moe-layer-freq as given; "" not given */
+        /* Read only where the command line is the model (ap_megatron_model):
+         * --vocab-size, --make-vocab-size-divisible-by,
+         * --max-position-embeddings and --tokenizer-type as given (0 and "":
+         * not given), and 1 where --apply-layernorm-1p is. */
+        int vocab, vocab_divisor, max_pos;
+        char tokenizer[48];
+        int layernorm_1p;
     } shape;
 } ap_megatron;
+
+/* Whether --megatron-args states the model whole, as a Megatron-LM script
+ * does (--num-layers, --hidden-size and --num-attention-heads), so that a
+ * flag left out means Megatron-LM's default. */
+int ap_megatron_states_model(const ap_megatron *m);
+/* The model such a command line trains, as Megatron-LM builds it: its
+ * defaults where a flag is left out (a GELU MLP 4 x hidden wide, or under
+ * --swiglu int(8 x hidden / 3 / 64) x 64; LayerNorm; learned absolute
+ * positions over --max-position-embeddings; a bias on every linear layer;
+ * tied embeddings; hidden / heads a head), and its vocabulary padded to a
+ * multiple of --make-vocab-size-divisible-by (128) x tp. The vocabulary is
+ * the tokenizer's: NullTokenizer's --vocab-size + 1, GPT2BPETokenizer's
+ * 50,257, another's --vocab-size. Fills *d; *moe_layer (one byte a layer)
+ * is the caller's to free, NULL where every layer is MoE or none is. Returns
+ * AP_OK, or AP_EINPUT with err naming the flag that is missing or that
+ * autopar cannot build from. */
+int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **moe_layer,
+                      char *err);
+/* The source name of a graph built from ap_megatron_model: messages say it,
+ * and a plan of it has no model file to name (plan.json's model_path is
+ * ""). */
+#define AP_MEGATRON_SOURCE "--megatron-args"
 
 /* The spec's defaults: tp, pp, cp, ep, vpp, mbs 1, gbs 512, ZeRO-1 (the
  * distributed optimizer), gradient reduction overlapped, the parameter

@@ -1,0 +1,206 @@
+/* megatron_model.c -- the model a whole Megatron-LM command line trains.
+ *
+ * A Megatron-LM script states its model by flags (--num-layers,
+ * --hidden-size, --swiglu, ...) and no config file. Read with Megatron-LM's
+ * own defaults for the flags it leaves out (megatron/training/arguments.py,
+ * validate_args and the parser; the vocabulary as build_tokenizer and
+ * _vocab_size_with_padding make it), the flags describe one decoder, which
+ * graph/ builds as it builds a Hugging Face config. ap_megatron_plan then
+ * checks the built graph against the same flags, as for any MODEL. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner.h"
+
+/* Megatron-LM's --make-vocab-size-divisible-by default. */
+#define VOCAB_DIVISOR 128
+/* The GPT-2 BPE vocabulary file's tokens, which GPT2BPETokenizer reads. */
+#define GPT2_VOCAB 50257
+
+__attribute__((format(printf, 2, 3))) static int fail(char *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, AP_ERR_LEN, fmt, ap);
+    va_end(ap);
+    return AP_EINPUT;
+}
+
+static int states_model(const ap_megatron *m, char *err)
+{
+    const char *missing = !m->shape.layers ? "--num-layers"
+                        : !m->shape.hidden ? "--hidden-size"
+                        : !m->shape.heads  ? "--num-attention-heads" : NULL;
+    if (!missing)
+        return AP_OK;
+    return fail(err, "--megatron-args does not state the model: %s is missing (a "
+                "Megatron-LM script gives --num-layers, --hidden-size and "
+                "--num-attention-heads, which autopar builds the model from); or give "
+                "MODEL, a model file or a Hugging Face config.json", missing);
+}
+
+/* The tokenizer's vocabulary, as Megatron-LM's build_tokenizer gets it:
+ * NullTokenizer counts an end-of-document token past --vocab-size; the
+ * others read their files, which autopar does not, so --vocab-size stands
+ * for them (TikTokenizer reads it too). */
+static int tokenizer_vocab(const ap_megatron *m, long long *v, char *err)
+{
+    const char *t = m->shape.tokenizer;
+    if (!strcmp(t, "NullTokenizer")) {
+        if (!m->shape.vocab)
+            return fail(err, "--megatron-args: --tokenizer-type %s needs --vocab-size "
+                        "(Megatron-LM asserts it)", t);
+        *v = (long long)m->shape.vocab + 1;
+    } else if (!strcmp(t, "GPT2BPETokenizer")) {
+        *v = GPT2_VOCAB;
+    } else if (m->shape.vocab) {
+        *v = m->shape.vocab;
+    } else if (t[0]) {
+        return fail(err, "--megatron-args: --tokenizer-type %s keeps its vocabulary in "
+                    "its files, which autopar does not read: add --vocab-size N, the "
+                    "tokenizer's vocabulary (Megatron-LM reads past it for this "
+                    "tokenizer), or give MODEL", t);
+    } else {
+        return fail(err, "--megatron-args: no --tokenizer-type or --vocab-size, so the "
+                    "vocabulary is unknown: add --vocab-size N, or give MODEL");
+    }
+    return AP_OK;
+}
+
+/* Megatron-LM pads the vocabulary so that each tensor-parallel rank's
+ * share of the embedding and output layer is a multiple of the divisor. */
+static long long padded_vocab(const ap_megatron *m, long long v)
+{
+    long long mult = (long long)(m->shape.vocab_divisor ? m->shape.vocab_divisor
+                                                        : VOCAB_DIVISOR) * m->tp;
+    return (v + mult - 1) / mult * mult;
+}
+
+static int attention_of(const ap_megatron *m, ap_decoder *d, char *err)
+{
+    d->heads = m->shape.heads;
+    d->kv_heads = m->shape.groups ? m->shape.groups : m->shape.heads;
+    if (m->shape.kv_channels) {
+        d->head_dim = m->shape.kv_channels;
+    } else if (m->shape.hidden % m->shape.heads) {
+        return fail(err, "--megatron-args: --hidden-size is not divisible by "
+                    "--num-attention-heads (Megatron-LM asserts it without "
+                    "--kv-channels)");
+    } else {
+        d->head_dim = m->shape.hidden / m->shape.heads;
+    }
+    if (d->heads % d->kv_heads)
+        return fail(err, "--megatron-args: --num-attention-heads is not a multiple of "
+                    "--num-query-groups");
+    d->qk_norm = m->shape.qk_norm;
+    if (!m->shape.mla)
+        return AP_OK;
+    /* Megatron-Core's MLATransformerConfig defaults. */
+    d->mla = 1;
+    d->q_lora = m->shape.q_lora;
+    d->kv_lora = m->shape.kv_lora ? m->shape.kv_lora : 32;
+    d->qk_nope = m->shape.qk_nope_dim ? m->shape.qk_nope_dim : 128;
+    d->qk_rope = m->shape.qk_rope_dim ? m->shape.qk_rope_dim : 64;
+    d->v_head_dim = m->shape.v_head_dim ? m->shape.v_head_dim : 128;
+    if (m->shape.positions != 2)
+        return fail(err, "--megatron-args: --multi-latent-attention without "
+                    "--position-embedding-type rope: autopar builds latent attention "
+                    "with its rotary part");
+    return AP_OK;
+}
+
+/* Positions: a learned table over --max-position-embeddings (Megatron-LM's
+ * default type), rotary over --rotary-percent of each head, or none. */
+static int positions_of(const ap_megatron *m, ap_decoder *d, char *err)
+{
+    int type = m->shape.positions ? m->shape.positions : 1;
+    if (type == 2)
+        d->rotary_percent = m->shape.rotary_percent > 0 ? m->shape.rotary_percent : 1;
+    if (type != 1)
+        return AP_OK;
+    if (!m->shape.max_pos)
+        return fail(err, "--megatron-args: learned absolute positions (%s) need "
+                    "--max-position-embeddings (Megatron-LM asserts it)", m->shape.positions
+                    ? "--position-embedding-type learned_absolute"
+                    : "no --position-embedding-type, Megatron-LM's default");
+    d->positions = m->shape.max_pos;
+    if (m->shape.seq > m->shape.max_pos)
+        return fail(err, "--megatron-args: --seq-length is longer than "
+                    "--max-position-embeddings, the learned position table");
+    return AP_OK;
+}
+
+static void mlp_of(const ap_megatron *m, ap_decoder *d)
+{
+    d->act = m->shape.swiglu ? AP_MLP_SWIGLU
+           : m->shape.squared_relu ? AP_MLP_SQUARED_RELU : AP_MLP_GELU;
+    if (m->shape.ffn)
+        d->ffn = m->shape.ffn;
+    else if (m->shape.swiglu)
+        d->ffn = (long long)(4.0 * m->shape.hidden * 2 / 3 / 64) * 64;
+    else
+        d->ffn = 4LL * m->shape.hidden;
+    d->rmsnorm = m->shape.norm == 2;
+    d->layernorm_1p = m->shape.layernorm_1p;
+    d->qkv_bias = !m->shape.no_bias || m->shape.add_qkv_bias;
+    d->o_bias = d->mlp_bias = !m->shape.no_bias;
+    d->tied = !m->shape.untie;
+}
+
+static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char **moe_layer,
+                      char *err)
+{
+    if (!m->shape.experts)
+        return AP_OK;
+    if (!m->shape.swiglu)
+        return fail(err, "--megatron-args: --num-experts without --swiglu: autopar "
+                    "builds SwiGLU experts only");
+    if (!m->shape.no_bias)
+        return fail(err, "--megatron-args: --num-experts without --disable-bias-linear: "
+                    "autopar builds experts without biases");
+    d->experts = m->shape.experts;
+    d->top_k = m->shape.top_k;
+    d->moe_ffn = m->shape.moe_ffn ? m->shape.moe_ffn : d->ffn;
+    d->shared_ffn = m->shape.shared_ffn;
+    d->route_groups = m->shape.route_groups;
+    d->route_group_topk = m->shape.route_group_topk;
+    if (!m->shape.moe_freq[0])
+        return AP_OK;
+    *moe_layer = malloc((size_t)m->shape.layers);
+    if (!*moe_layer) {
+        snprintf(err, AP_ERR_LEN, "out of memory reading --moe-layer-freq");
+        return AP_EINTERNAL;
+    }
+    return ap_moe_freq_parse(m->shape.moe_freq, m->shape.layers, *moe_layer, err);
+}
+
+int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **moe_layer,
+                      char *err)
+{
+    long long vocab = 0;
+    memset(d, 0, sizeof *d);
+    *moe_layer = NULL;
+    int rc = states_model(m, err);
+    if (!rc)
+        rc = tokenizer_vocab(m, &vocab, err);
+    if (!rc)
+        rc = attention_of(m, d, err);
+    if (!rc)
+        rc = positions_of(m, d, err);
+    if (!rc) {
+        d->layers = m->shape.layers;
+        d->hidden = m->shape.hidden;
+        d->vocab = padded_vocab(m, vocab);
+        mlp_of(m, d);
+        rc = experts_of(m, d, moe_layer, err);
+    }
+    d->moe_layer = *moe_layer;
+    if (rc) {
+        free(*moe_layer);
+        *moe_layer = NULL;
+        d->moe_layer = NULL;
+    }
+    return rc;
+}

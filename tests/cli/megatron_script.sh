@@ -1,0 +1,81 @@
+#!/bin/sh
+# A Megatron-LM script without MODEL: its model flags state the model, which
+# autopar builds with Megatron-LM's defaults and its padded vocabulary
+# (docs/megatron.md, "A script without MODEL"). The flags of each Megatron-LM
+# export, with the vocabulary stated, price exactly as the model file they
+# came from; estimate, compare and calibrate take such a line; a line that
+# does not state the model, or its vocabulary, is refused naming the flag
+# (tests/test_megatron_model.c has the graphs).
+set -u
+. "$(dirname "$0")/lib.sh"
+
+# Every family autopar builds, round-tripped at tp 1 (so the vocabulary,
+# padded to a multiple of 1 x tp, stays the model's).
+for m in examples/hf/llama-3-8b.json examples/hf/mixtral-8x7b.json \
+         examples/hf/deepseek-v3.json examples/hf/qwen3-30b-a3b.json \
+         examples/hf/gpt3-175b.json bench/validation/models/nemotron-4-15b.json; do
+    spec="tp=1,pp=1,mbs=1,gbs=8"
+    case $m in *deepseek* | *qwen3* | *mixtral*) spec="$spec,ep=8" ;; esac
+    "$bin" estimate "$src/$m" --gpus 8 --seq 2048 --megatron "$spec" --emit megatron \
+        >"$tmp/export.sh" 2>/dev/null
+    vocab=$(sed -n 's/.*(vocabulary \([0-9]*\)).*/\1/p' "$tmp/export.sh")
+    args=$(megatron_args "$tmp/export.sh")
+    "$bin" estimate "$src/$m" --gpus 8 --json --megatron-args "$args" >"$tmp/model" 2>/dev/null
+    "$bin" estimate --gpus 8 --json --megatron-args "$args --tokenizer-type \
+HuggingFaceTokenizer --vocab-size $vocab --make-vocab-size-divisible-by 1" \
+        >"$tmp/script" 2>"$tmp/err" || bad "$m without MODEL: $(cat "$tmp/err")"
+    [ -s "$tmp/model" ] && cmp -s "$tmp/model" "$tmp/script" && ok ||
+        bad "$m: the script's own model prices otherwise: $(diff "$tmp/model" "$tmp/script")"
+done
+
+# Llama 3 8B as Megatron-LM's own example script states it, on mock data:
+# NullTokenizer's 128,256 tokens and an end-of-document token, padded to a
+# multiple of 128 x 8 = 1,024: 129,024 rows.
+llama="--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 \
+--num-attention-heads 32 --group-query-attention --num-query-groups 8 --kv-channels 128 \
+--seq-length 8192 --max-position-embeddings 8192 --position-embedding-type rope \
+--normalization RMSNorm --swiglu --untie-embeddings-and-output-weights --disable-bias-linear \
+--tensor-model-parallel-size 8 --sequence-parallel --micro-batch-size 1 \
+--global-batch-size 16 --bf16 --use-distributed-optimizer --overlap-grad-reduce \
+--overlap-param-gather --tokenizer-type NullTokenizer --vocab-size 128256"
+"$bin" estimate --gpus 8 --megatron-args "$llama" --emit json >"$tmp/plan.json" \
+    2>"$tmp/err" || bad "estimate without MODEL: $(cat "$tmp/err")"
+grep -q '"vocab":[[:space:]]*129024,' "$tmp/plan.json" && ok ||
+    bad "padded vocabulary: $(grep '"vocab"' "$tmp/plan.json")"
+grep -q '"model_path":[[:space:]]*"",' "$tmp/plan.json" && ok ||
+    bad "model_path: $(grep model_path "$tmp/plan.json")"
+"$bin" estimate --gpus 8 --megatron-args "$llama" >"$tmp/out" 2>&1 &&
+    grep -q "^plan for --megatron-args on 8 GPUs" "$tmp/out" && ok ||
+    bad "the report's heading: $(head -1 "$tmp/out")"
+"$bin" compare --gpus 8 --quiet --megatron-args "$llama" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "megatron (yours)" "$tmp/out" && ok || bad "compare: $(cat "$tmp/err")"
+"$bin" calibrate --gpus 8 --megatron-args "$llama" --measured-step 9 -o "$tmp/c.json" \
+    >"$tmp/out" 2>"$tmp/err" && grep -q '"the model --megatron-args states on 8 GPUs' \
+    "$tmp/c.json" && ok || bad "calibrate: $(cat "$tmp/err") $(grep calib "$tmp/c.json")"
+
+# Refusals, each naming the flag (exit 2).
+refused() {
+    "$bin" estimate --gpus 8 --megatron-args "$1" >/dev/null 2>"$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -qF -- "$2" "$tmp/err" && ok ||
+        bad "'$1': exit $rc, $(cat "$tmp/err")"
+}
+refused "--hidden-size 1024 --num-attention-heads 16 --seq-length 1024" \
+    "--megatron-args does not state the model: --num-layers is missing"
+gpt="--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024"
+refused "$gpt --max-position-embeddings 1024" \
+    "no --tokenizer-type or --vocab-size, so the vocabulary is unknown"
+refused "$gpt --max-position-embeddings 1024 --tokenizer-type HuggingFaceTokenizer" \
+    "--tokenizer-type HuggingFaceTokenizer keeps its vocabulary in its files"
+refused "$gpt --max-position-embeddings 1024 --tokenizer-type NullTokenizer" \
+    "--tokenizer-type NullTokenizer needs --vocab-size"
+refused "$gpt --tokenizer-type GPT2BPETokenizer" "need --max-position-embeddings"
+refused "$gpt --tokenizer-type GPT2BPETokenizer --max-position-embeddings 512" \
+    "--seq-length is longer than --max-position-embeddings"
+refused "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 \
+--max-position-embeddings 1024 --tokenizer-type GPT2BPETokenizer" "--seq-length is missing"
+refused "$gpt --max-position-embeddings 1024 --tokenizer-type GPT2BPETokenizer \
+--num-experts 8 --moe-grouped-gemm" "--num-experts without --swiglu"
+"$bin" estimate --gpus 8 --megatron "tp=8" >/dev/null 2>&1
+[ $? -eq 2 ] && ok || bad "--megatron without MODEL was taken"
+finish
