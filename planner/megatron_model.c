@@ -42,12 +42,13 @@ static int states_model(const ap_megatron *m, char *err)
 }
 
 /* The tokenizer's vocabulary, as Megatron-LM's build_tokenizer gets it:
- * NullTokenizer counts an end-of-document token past --vocab-size; the
- * others read their files, which autopar does not, so --vocab-size stands
- * for them (TikTokenizer reads it too). */
+ * NullTokenizer counts an end-of-document token past --vocab-size;
+ * GPT2BPETokenizer, pretrain_gpt.py's default (its args_defaults), reads
+ * the GPT-2 vocabulary file; the others read their files, which autopar
+ * does not, so --vocab-size stands for them (TikTokenizer reads it too). */
 static int tokenizer_vocab(const ap_megatron *m, long long *v, char *err)
 {
-    const char *t = m->shape.tokenizer;
+    const char *t = m->shape.tokenizer[0] ? m->shape.tokenizer : "GPT2BPETokenizer";
     if (!strcmp(t, "NullTokenizer")) {
         if (!m->shape.vocab)
             return fail(err, "--megatron-args: --tokenizer-type %s needs --vocab-size "
@@ -57,14 +58,11 @@ static int tokenizer_vocab(const ap_megatron *m, long long *v, char *err)
         *v = GPT2_VOCAB;
     } else if (m->shape.vocab) {
         *v = m->shape.vocab;
-    } else if (t[0]) {
+    } else {
         return fail(err, "--megatron-args: --tokenizer-type %s keeps its vocabulary in "
                     "its files, which autopar does not read: add --vocab-size N, the "
                     "tokenizer's vocabulary (Megatron-LM reads past it for this "
                     "tokenizer), or give MODEL", t);
-    } else {
-        return fail(err, "--megatron-args: no --tokenizer-type or --vocab-size, so the "
-                    "vocabulary is unknown: add --vocab-size N, or give MODEL");
     }
     return AP_OK;
 }

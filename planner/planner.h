@@ -922,7 +922,8 @@ int ap_megatron_states_model(const ap_megatron *m);
  * tied embeddings; hidden / heads a head), and its vocabulary padded to a
  * multiple of --make-vocab-size-divisible-by (128) x tp. The vocabulary is
  * the tokenizer's: NullTokenizer's --vocab-size + 1, GPT2BPETokenizer's
- * 50,257, another's --vocab-size. Fills *d; *moe_layer (one byte a layer)
+ * 50,257 (also without --tokenizer-type, pretrain_gpt.py's default),
+ * another's --vocab-size. Fills *d; *moe_layer (one byte a layer)
  * is the caller's to free, NULL where every layer is MoE or none is. Returns
  * AP_OK, or AP_EINPUT with err naming the flag that is missing or that
  * autopar cannot build from. */

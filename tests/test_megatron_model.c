@@ -34,14 +34,14 @@ static long long dim(const ap_graph *g, char label)
 
 /* Megatron-LM's GPT with nothing but its sizes: learned positions, LayerNorm
  * with biases, a GELU MLP 4 x hidden wide, biases on every linear layer,
- * tied embeddings; the GPT-2 vocabulary of 50,257 padded to 128 x 8. */
+ * tied embeddings; pretrain_gpt.py's GPT2BPETokenizer, whose 50,257 tokens
+ * are padded to 128 x 8. */
 static void a_bare_gpt_script_gets_megatron_defaults(void)
 {
     char err[AP_ERR_LEN];
     ap_graph *g = script_graph("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
                                "--seq-length 2048 --max-position-embeddings 2048 "
-                               "--tensor-model-parallel-size 8 "
-                               "--tokenizer-type GPT2BPETokenizer", err);
+                               "--tensor-model-parallel-size 8", err);
     CHECK(g != NULL);
     if (!g) {
         fprintf(stderr, "%s\n", err);
@@ -113,7 +113,8 @@ static void moe_layer_freq_makes_the_dense_layers(void)
                                "--normalization RMSNorm --disable-bias-linear "
                                "--ffn-hidden-size 4096 --num-experts 16 --moe-router-topk 8 "
                                "--moe-ffn-hidden-size 512 --moe-layer-freq [0]+[1]*3 "
-                               "--moe-grouped-gemm --vocab-size 1000", err);
+                               "--moe-grouped-gemm --tokenizer-type TikTokenizer "
+                               "--vocab-size 1000", err);
     CHECK(g != NULL);
     if (!g) {
         fprintf(stderr, "%s\n", err);
@@ -123,7 +124,7 @@ static void moe_layer_freq_makes_the_dense_layers(void)
     ap_model_moe_layers(g, moe);
     CHECK(!moe[0] && moe[1] && moe[2] && moe[3]);
     CHECK(dim(g, 'f') == 4096 && dim(g, 'm') == 512 && dim(g, 'E') == 16);
-    /* 1,000 tokens as --vocab-size says them (no NullTokenizer), padded to 128. */
+    /* TikTokenizer's 1,000 tokens as --vocab-size says them, padded to 128. */
     CHECK(dim(g, 'v') == 1024);
     ap_graph_free(g);
 }

@@ -63,8 +63,6 @@ refused() {
 refused "--hidden-size 1024 --num-attention-heads 16 --seq-length 1024" \
     "--megatron-args does not state the model: --num-layers is missing"
 gpt="--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024"
-refused "$gpt --max-position-embeddings 1024" \
-    "no --tokenizer-type or --vocab-size, so the vocabulary is unknown"
 refused "$gpt --max-position-embeddings 1024 --tokenizer-type HuggingFaceTokenizer" \
     "--tokenizer-type HuggingFaceTokenizer keeps its vocabulary in its files"
 refused "$gpt --max-position-embeddings 1024 --tokenizer-type NullTokenizer" \
