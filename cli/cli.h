@@ -30,6 +30,7 @@ typedef struct {
     const ap_megatron *script; /* --megatron-args, when it is the model */
     const char *cluster;
     int gpus, gpus_per_node;
+    int gpus_given; /* --gpus was on the command line */
     double global_batch;
     ap_build_opts build;
     int dropout_given; /* --dropout on|off was on the command line */
@@ -54,10 +55,12 @@ int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
                         ap_megatron *m);
 /* Builds the model as --megatron-args describes it: at its --seq-length,
  * with dropout when its --hidden-dropout or --attention-dropout say so,
- * without flash attention when its attention flags say unfused. Without
+ * without flash attention when its attention flags say unfused; on the
+ * GPUs a torchrun line among them launches, where --gpus and
+ * --gpus-per-node leave them to it. Without
  * MODEL, the model is the one the flags state (ap_megatron_model), which
  * ap_cli_setup builds. Returns 0, or 2 after printing why (it contradicts
- * --seq, --dropout or --flash-attention). */
+ * --seq, --dropout, --flash-attention, --gpus or --gpus-per-node). */
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);

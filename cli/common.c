@@ -59,8 +59,10 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
             return -1;
         }
     }
-    if (!strcmp(a, "--gpus"))
+    if (!strcmp(a, "--gpus")) {
+        c->gpus_given = 1;
         return ap_cli_int(cmd, a, v, 1, AP_MAX_GPUS, &c->gpus) ? -1 : 2;
+    }
     if (!strcmp(a, "--gpus-per-node"))
         return ap_cli_int(cmd, a, v, 1, 1024, &c->gpus_per_node) ? -1 : 2;
     if (!strcmp(a, "--global-batch")) {
@@ -187,13 +189,40 @@ static int megatron_mtp(ap_cli_common *cm, const ap_megatron *m, const char *cmd
     return 0;
 }
 
+/* A torchrun line's --nproc-per-node x --nnodes (1 where left out, as
+ * torchrun takes it) are the GPUs, where --gpus and --gpus-per-node do not
+ * say otherwise. */
+static int megatron_launcher(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
+{
+    int nproc = m->launcher.nproc, nodes = m->launcher.nnodes ? m->launcher.nnodes : 1;
+    if (!nproc)
+        return 0;
+    long long gpus = (long long)nproc * nodes;
+    if (cm->gpus_per_node && cm->gpus_per_node != nproc) {
+        fprintf(stderr, "autopar %s: --gpus-per-node %d and --megatron-args' torchrun "
+                "--nproc-per-node %d disagree\n", cmd, cm->gpus_per_node, nproc);
+        return 2;
+    }
+    if ((cm->gpus_given && cm->gpus != gpus) || gpus > AP_MAX_GPUS) {
+        fprintf(stderr, "autopar %s: --megatron-args' torchrun line launches %lld GPUs "
+                "(--nproc-per-node %d x --nnodes %d)%s\n", cmd, gpus, nproc, nodes,
+                gpus > AP_MAX_GPUS ? ", more than autopar plans for" : "");
+        if (gpus <= AP_MAX_GPUS)
+            fprintf(stderr, "  but --gpus says %d: give one of them\n", cm->gpus);
+        return 2;
+    }
+    cm->gpus = (int)gpus;
+    cm->gpus_per_node = nproc;
+    return 0;
+}
+
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
 {
     int seq = m->shape.seq;
     if (!cm->model)
         cm->script = m;
     if (megatron_dropout(cm, m, cmd) || megatron_flash(cm, m, cmd) ||
-        megatron_mtp(cm, m, cmd))
+        megatron_mtp(cm, m, cmd) || megatron_launcher(cm, m, cmd))
         return 2;
     if (!seq)
         return 0;

@@ -1525,6 +1525,40 @@ static int position_flag(const char *tok, char **save, ap_megatron *m, int *lega
     return 1;
 }
 
+/* torchrun's own flags, which a pasted launch line carries before the
+ * training script (torch.distributed.run; both spellings it takes). */
+static const char *const torchrun_flags[] = {
+    "--nproc-per-node", "--nproc_per_node", "--nnodes", "--node-rank", "--node_rank",
+    "--master-addr", "--master_addr", "--master-port", "--master_port",
+    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
+    "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf", "--max-restarts",
+    "--max_restarts", "--monitor-interval", "--monitor_interval", "--start-method",
+    "--start_method", "--log-dir", "--log_dir", "--redirects", "--tee", "--local-addr",
+    "--local_addr", "--role"};
+
+/* A torchrun flag: its value read past, but for --nproc-per-node and
+ * --nnodes, which say how many GPUs the line launches (a range of nodes,
+ * elastic, says nothing). 1 when `tok` was one, 0 when not, -1 with err set
+ * for a missing value. */
+static int launcher_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    if (!strcmp(tok, "--standalone"))
+        return 1;
+    size_t i = 0, n = sizeof torchrun_flags / sizeof torchrun_flags[0];
+    while (i < n && strcmp(tok, torchrun_flags[i]))
+        i++;
+    if (i == n)
+        return 0;
+    char *v = flag_value(tok, save, err), *end;
+    if (!v)
+        return -1;
+    int *slot = i < 2 ? &m->launcher.nproc : i == 2 ? &m->launcher.nnodes : NULL;
+    long x = slot ? strtol(v, &end, 10) : 0;
+    if (slot && !*end && x >= 1 && x <= AP_MAX_GPUS)
+        *slot = (int)x;
+    return 1;
+}
+
 /* --tokenizer-type, kept for the vocabulary of a model the command line
  * states (ap_megatron_model): 1 when `tok` was it, 0 when not, -1 with err
  * set for a missing or overlong value. */
@@ -1616,6 +1650,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = position_flag(tok, &save, m, &legacy_rope, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = tokenizer_flag(tok, &save, m, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = launcher_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (known)
             continue;

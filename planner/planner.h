@@ -909,6 +909,12 @@ typedef struct {
         char tokenizer[48];
         int layernorm_1p;
     } shape;
+    /* A torchrun line pasted with the flags: its --nproc-per-node and
+     * --nnodes (0: not given, or a range of nodes), which the commands
+     * check --gpus and --gpus-per-node against. */
+    struct {
+        int nproc, nnodes;
+    } launcher;
 } ap_megatron;
 
 /* Whether --megatron-args states the model whole, as a Megatron-LM script

@@ -53,6 +53,17 @@ grep -q '"model_path":[[:space:]]*"",' "$tmp/plan.json" && ok ||
     >"$tmp/out" 2>"$tmp/err" && grep -q '"the model --megatron-args states on 8 GPUs' \
     "$tmp/c.json" && ok || bad "calibrate: $(cat "$tmp/err") $(grep calib "$tmp/c.json")"
 
+# A pasted torchrun line launches its --nproc-per-node x --nnodes GPUs,
+# unless --gpus says otherwise, which is refused.
+"$bin" estimate --megatron-args "torchrun --nproc-per-node 8 --nnodes 2 --node-rank 0 \
+--master-addr localhost --master-port 6000 pretrain_gpt.py $llama" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "^plan for --megatron-args on 16 GPUs (h100-sxm, 8 per node)" "$tmp/out" &&
+    ! grep -q "warning" "$tmp/err" && ok || bad "torchrun line: $(head -1 "$tmp/out") $(cat "$tmp/err")"
+"$bin" estimate --gpus 8 --megatron-args "torchrun --nproc_per_node 8 --nnodes 2 \
+pretrain_gpt.py $llama" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "torchrun line launches 16 GPUs (--nproc-per-node 8 x --nnodes 2)" \
+    "$tmp/err" && ok || bad "--gpus 8 against a 16-GPU torchrun line: $(cat "$tmp/err")"
+
 # Refusals, each naming the flag (exit 2).
 refused() {
     "$bin" estimate --gpus 8 --megatron-args "$1" >/dev/null 2>"$tmp/err"
