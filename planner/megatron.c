@@ -1578,6 +1578,24 @@ static int tokenizer_flag(const char *tok, char **save, ap_megatron *m, char *er
     return 1;
 }
 
+/* argparse takes --flag=value as --flag value: the first '=' of each flag
+ * becomes a space, so that the reading below sees one form. */
+static void split_equals(char *buf)
+{
+    for (char *p = buf; *p;) {
+        int flag = p[0] == '-' && p[1] == '-';
+        while (*p && !strchr(" \t\n", *p)) {
+            if (flag && *p == '=') {
+                *p = ' ';
+                flag = 0;
+            }
+            p++;
+        }
+        while (*p && strchr(" \t\n", *p))
+            p++;
+    }
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[8192], who[80];
@@ -1586,6 +1604,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         return AP_EINPUT;
     }
     strcpy(buf, args);
+    split_equals(buf);
     /* Megatron's defaults without the flags */
     m->zero = AP_ZERO_NONE;
     m->overlap_grad = 0;

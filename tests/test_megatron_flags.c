@@ -53,6 +53,21 @@ static void a_typo_is_noted_and_a_real_line_is_not(void)
     CHECK(m.unknown[0] == '\0');
 }
 
+/* argparse reads --flag=value as --flag value, and so does autopar: only
+ * the first '=' of a flag splits it. */
+static void a_flag_and_its_value_may_be_joined_by_equals(void)
+{
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("--tensor-model-parallel-size=4 --micro-batch-size=2 "
+                                      "--recompute-granularity=full --recompute-method=uniform --data-path=a=b "
+                                      "--sequence-parallel", &m, err), err);
+    CHECK(m.tp == 4 && m.mbs == 2 && m.sp == 1);
+    CHECK(m.recompute == AP_RECOMPUTE_FULL);
+    CHECK(m.unknown[0] == '\0');
+}
+
 /* However many, the note stays in its buffer, whole flags only. */
 static void many_unknown_flags_fit_their_note(void)
 {
@@ -79,5 +94,6 @@ int main(void)
     RUN(the_nearest_flag_is_within_two_edits);
     RUN(a_typo_is_noted_and_a_real_line_is_not);
     RUN(many_unknown_flags_fit_their_note);
+    RUN(a_flag_and_its_value_may_be_joined_by_equals);
     return DONE();
 }
