@@ -131,6 +131,9 @@ int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
         fprintf(stderr, "autopar %s: %s\n", cmd, err);
         return -rc;
     }
+    if (m->commented[0])
+        fprintf(stderr, "autopar %s: warning: --megatron-args: not read: %s, in a shell "
+                "comment ('#' to the end of its line)\n", cmd, m->commented);
     if (m->unknown[0])
         fprintf(stderr, "autopar %s: warning: --megatron-args: read past %s: no "
                 "Megatron-LM autopar knows has %s (docs/megatron.md)\n", cmd, m->unknown,

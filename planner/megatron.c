@@ -1578,11 +1578,38 @@ static int tokenizer_flag(const char *tok, char **save, ap_megatron *m, char *er
     return 1;
 }
 
-/* argparse takes --flag=value as --flag value: the first '=' of each flag
- * becomes a space, so that the reading below sees one form. */
-static void split_equals(char *buf)
+/* Adds the flag at p (to the next blank) to m->commented. */
+static void note_commented(ap_megatron *m, const char *p)
+{
+    size_t n = strlen(m->commented), len = strcspn(p, " \t\n");
+    if (n + len + 3 < sizeof m->commented)
+        snprintf(m->commented + n, sizeof m->commented - n, "%s%.*s", n ? ", " : "",
+                 (int)len, p);
+}
+
+/* Blanks a shell comment from p, a word starting with '#', to the end of
+ * its line, noting the flags in it; returns where the line ends. */
+static char *blank_comment(ap_megatron *m, char *p)
+{
+    int word = 1;
+    for (; *p && *p != '\n'; p++) {
+        if (word && p[0] == '-' && p[1] == '-')
+            note_commented(m, p);
+        word = *p == ' ' || *p == '\t';
+        *p = ' ';
+    }
+    return p;
+}
+
+/* The text as argparse would get it from the shell: a word starting with
+ * '#' comments out the rest of its line, and --flag=value is --flag value
+ * (the first '=' of each flag becomes a space), so that the reading below
+ * sees one form. */
+static void shell_words(ap_megatron *m, char *buf)
 {
     for (char *p = buf; *p;) {
+        if (*p == '#')
+            p = blank_comment(m, p);
         int flag = p[0] == '-' && p[1] == '-';
         while (*p && !strchr(" \t\n", *p)) {
             if (flag && *p == '=') {
@@ -1604,7 +1631,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         return AP_EINPUT;
     }
     strcpy(buf, args);
-    split_equals(buf);
+    m->commented[0] = 0;
+    shell_words(m, buf);
     /* Megatron's defaults without the flags */
     m->zero = AP_ZERO_NONE;
     m->overlap_grad = 0;

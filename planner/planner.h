@@ -831,6 +831,11 @@ typedef struct {
      * (--tensor-model-parallel-size?)"), separated by ", "; "" for none. A
      * typo of a layout flag would otherwise price the layout without it. */
     char unknown[AP_ERR_LEN];
+    /* The flags a shell comment held ('#' starting a word, to the end of its
+     * line, as the shell reads it), which were not read: a script pasted
+     * with its comments keeps commented-out flags out, and a line flattened
+     * after a comment loses what followed, which the note says. "" for none. */
+    char commented[AP_ERR_LEN];
     /* The launcher settings, each the spec's key of the same name (opt's:
      * main_params, exp_avg and exp_avg_sq), off, unfused, p2p or fp32 by
      * default. fp8: --fp8-format hybrid or e4m3, linear layers in FP8.

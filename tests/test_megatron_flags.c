@@ -68,6 +68,28 @@ static void a_flag_and_its_value_may_be_joined_by_equals(void)
     CHECK(m.unknown[0] == '\0');
 }
 
+/* A script pasted with its comments: a word starting with '#' comments out
+ * the rest of its line, as the shell reads it, and the flags it held are
+ * noted; a '#' inside a word is not a comment. */
+static void shell_comments_are_not_read(void)
+{
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("--tensor-model-parallel-size 2\n"
+                                      "  # --pipeline-model-parallel-size 4 # not set\n"
+                                      "  --attention-backend auto # flash/fused\n"
+                                      "  --data-path a#b --micro-batch-size 2", &m, err), err);
+    CHECK(m.tp == 2 && m.pp == 1 && m.mbs == 2);
+    CHECK(!strcmp(m.commented, "--pipeline-model-parallel-size"));
+    /* Flattened onto one line, a comment takes what follows it. */
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("--tensor-model-parallel-size 2 # tp --sequence-parallel "
+                                      "--micro-batch-size 2", &m, err), err);
+    CHECK(m.tp == 2 && m.sp == 0 && m.mbs == 1);
+    CHECK(!strcmp(m.commented, "--sequence-parallel, --micro-batch-size"));
+}
+
 /* However many, the note stays in its buffer, whole flags only. */
 static void many_unknown_flags_fit_their_note(void)
 {
@@ -95,5 +117,6 @@ int main(void)
     RUN(a_typo_is_noted_and_a_real_line_is_not);
     RUN(many_unknown_flags_fit_their_note);
     RUN(a_flag_and_its_value_may_be_joined_by_equals);
+    RUN(shell_comments_are_not_read);
     return DONE();
 }
