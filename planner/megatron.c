@@ -1604,9 +1604,13 @@ static char *blank_comment(ap_megatron *m, char *p)
 /* The text as argparse would get it from the shell: a word starting with
  * '#' comments out the rest of its line, and --flag=value is --flag value
  * (the first '=' of each flag becomes a space), so that the reading below
- * sees one form. */
+ * sees one form. Quotes go: a script's arrays quote a flag with its value
+ * ("--tokenizer-type NullTokenizer") and expand them unquoted, so the shell
+ * splits them; no value autopar reads has a blank in it. */
 static void shell_words(ap_megatron *m, char *buf)
 {
+    for (char *q = buf; (q = strpbrk(q, "\"'"));)
+        *q = ' ';
     for (char *p = buf; *p;) {
         if (*p == '#')
             p = blank_comment(m, p);

@@ -90,6 +90,20 @@ static void shell_comments_are_not_read(void)
     CHECK(!strcmp(m.commented, "--sequence-parallel, --micro-batch-size"));
 }
 
+/* A script's array of quoted flag-and-value strings, expanded unquoted, is
+ * split by the shell: Megatron-LM's Llama examples write their data flags so. */
+static void quoted_flags_with_values_are_split(void)
+{
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("\"--mock-data\" \"--tokenizer-type NullTokenizer\" "
+                                      "\"--vocab-size 128256\" \"--split '99,1,0'\" "
+                                      "--pipeline-model-parallel-size '2'", &m, err), err);
+    CHECK(!strcmp(m.shape.tokenizer, "NullTokenizer") && m.shape.vocab == 128256);
+    CHECK(m.pp == 2 && m.unknown[0] == '\0');
+}
+
 /* However many, the note stays in its buffer, whole flags only. */
 static void many_unknown_flags_fit_their_note(void)
 {
@@ -118,5 +132,6 @@ int main(void)
     RUN(many_unknown_flags_fit_their_note);
     RUN(a_flag_and_its_value_may_be_joined_by_equals);
     RUN(shell_comments_are_not_read);
+    RUN(quoted_flags_with_values_are_split);
     return DONE();
 }
