@@ -315,6 +315,18 @@ static char *flag_value(const char *flag, char **save, char *err)
     return v;
 }
 
+/* A value autopar reads that is a shell variable: a script pasted before
+ * the shell expanded it. Returns -1 with err saying so, else 0. */
+static int shell_variable(const char *flag, const char *v, char *err)
+{
+    if (v[0] != '$')
+        return 0;
+    snprintf(err, AP_ERR_LEN, "--megatron-args: %s %.64s: a shell variable; autopar "
+             "reads the values, so give the command line the script runs (`bash -x` "
+             "prints it)", flag, v);
+    return -1;
+}
+
 /* Delayed-scaling settings of FP8 training: they change its numerics, not
  * its speed, so their values are read past and not priced. */
 static const char *const fp8_tuning[] = {
@@ -455,7 +467,7 @@ static int *shape_switch(ap_megatron *m, const char *flag)
 static int count_value(const char *flag, char **save, int *out, char *err)
 {
     char *v = flag_value(flag, save, err), *end;
-    if (!v)
+    if (!v || shell_variable(flag, v, err))
         return -1;
     long n = strtol(v, &end, 10);
     if (!*v || *end || n < 1 || n > (1L << 30)) {
@@ -935,6 +947,8 @@ static int value_into(const char *tok, char **save, const char **slot, char *err
 static int one_of(const char *flag, const char *v, const char *choices, char *err)
 {
     size_t n = strlen(v);
+    if (shell_variable(flag, v, err))
+        return -1;
     for (const char *p = choices; *p; p += strcspn(p, " "), p += *p == ' ')
         if (strcspn(p, " ") == n && !strncmp(p, v, n))
             return 0;
@@ -1567,7 +1581,7 @@ static int tokenizer_flag(const char *tok, char **save, ap_megatron *m, char *er
     if (strcmp(tok, "--tokenizer-type"))
         return 0;
     char *v = flag_value(tok, save, err);
-    if (!v)
+    if (!v || shell_variable(tok, v, err))
         return -1;
     if (strlen(v) >= sizeof m->shape.tokenizer) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: %s: \"%.64s...\" is no tokenizer "
@@ -1659,7 +1673,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             if (strcmp(tok, flags[i].flag))
                 continue;
             char *v = flag_value(tok, &save, err);
-            if (!v)
+            if (!v || shell_variable(tok, v, err))
                 return AP_EINPUT;
             snprintf(who, sizeof who, "--megatron-args: %s", tok);
             int rc = set_key(m, flags[i].key, v, who, err);

@@ -85,6 +85,8 @@ refused "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 \
 --max-position-embeddings 1024 --tokenizer-type GPT2BPETokenizer" "--seq-length is missing"
 refused "$gpt --max-position-embeddings 1024 --tokenizer-type GPT2BPETokenizer \
 --num-experts 8 --moe-grouped-gemm" "--num-experts without --swiglu"
+refused '--num-layers $NUM_LAYERS --hidden-size 4096' \
+    '--num-layers $NUM_LAYERS: a shell variable; autopar reads the values'
 "$bin" estimate --gpus 8 --megatron "tp=8" >/dev/null 2>&1
 [ $? -eq 2 ] && ok || bad "--megatron without MODEL was taken"
 finish
