@@ -529,6 +529,7 @@ static int stage_data_parallel(const ap_graph *g, const ap_plan *p,
                                const ap_stage *st)
 {
     char batch = ap_graph_label_of(g, AP_DIM_BATCH);
+    char experts = ap_graph_label_of(g, AP_DIM_EXPERTS);
     int all[2] = {1, 1}, seen = 0;
     for (int b = 2; batch && b < 2 + p->nclasses; b++) {
         const ap_block *blk = &st->blocks[b];
@@ -536,7 +537,11 @@ static int stage_data_parallel(const ap_graph *g, const ap_plan *p,
             continue;
         const ap_strategy *s = blk->points[st->point[b]].strat;
         for (int i = 0; i < blk->nops; i++) {
-            if (!strchr(g->ops[blk->ops[i]].iter, batch))
+            /* The token exchanges of an MoE layer split experts, not the
+             * batch, over the ranks that hold the replicas (expert
+             * parallelism folded over data parallelism). */
+            const char *iter = g->ops[blk->ops[i]].iter;
+            if (!strchr(iter, batch) || (experts && strchr(iter, experts)))
                 continue;
             seen = 1;
             all[0] &= s[i].axis[0] == batch;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # MoE parallel folding from the command line: etp= and Megatron's
 # --expert-tensor-parallel-size price the same step, the report names the
-# experts' own mesh, plan.json records it and the Megatron export states
+# experts' own mesh and the data-parallel replicas' micro-batches,
+# plan.json records the mesh and the Megatron export states
 # ep and etp from it; a fold that does not divide the ranks is refused.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -22,6 +23,10 @@ cmp -s "$tmp/spec" "$tmp/flags" && ok || bad "etp=1 and --expert-tensor-parallel
 grep -q "mesh 8x2, experts 16x1 (ep x etp)" "$tmp/report" && ok ||
     bad "the report lacks the expert mesh: $(grep stage "$tmp/report" | head -1)"
 grep -q '"expert_mesh":' "$tmp/plan.json" && ok || bad "plan.json lacks expert_mesh"
+# The token exchanges split experts over the replicas' ranks; the batch is
+# still split over the 8 data-parallel replicas, a micro-batch of 1 each.
+grep -q "8 micro-batches of 1 per replica (8 across the 8 data-parallel replicas)" \
+    "$tmp/report" && ok || bad "the micro-batches: $(sed -n 2p "$tmp/report")"
 "$bin" export "$tmp/plan.json" --to megatron >"$tmp/export" 2>&1 || bad "export: $(cat "$tmp/export")"
 grep -q -- "--expert-model-parallel-size 16" "$tmp/export" &&
     grep -q -- "--expert-tensor-parallel-size 1" "$tmp/export" && ok ||
