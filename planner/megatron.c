@@ -1797,6 +1797,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     }
     if (ce.fusion)
         m->run.cross_entropy = ce.impl;
+    m->shape.half = gf.bf16 || gf.fp16;
     if (grad_rule(&gf, m, err) || opt_rule(&of, m, gf.bf16, err) || ddp_rule(&lg, m, err))
         return AP_EINPUT;
     if (layers_per_chunk) /* resolved against the layer count later */

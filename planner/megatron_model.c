@@ -194,6 +194,11 @@ int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **moe_l
         mlp_of(m, d);
         rc = experts_of(m, d, moe_layer, err);
     }
+    /* Without either flag Megatron-LM keeps and computes everything in
+     * fp32, which autopar's graphs, in 16-bit, would price as half. */
+    if (!rc && !m->shape.half)
+        rc = fail(err, "--megatron-args: no --bf16 or --fp16, so Megatron-LM trains in "
+                  "fp32, which autopar does not build: add --bf16, or give MODEL");
     d->moe_layer = *moe_layer;
     if (rc) {
         free(*moe_layer);

@@ -913,6 +913,7 @@ typedef struct {
         int vocab, vocab_divisor, max_pos;
         char tokenizer[48];
         int layernorm_1p;
+        int half; /* --bf16 or --fp16 was given */
     } shape;
     /* A torchrun line pasted with the flags: its --nproc-per-node and
      * --nnodes (0: not given, or a range of nodes), which the commands

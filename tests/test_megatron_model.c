@@ -32,7 +32,8 @@ static long long dim(const ap_graph *g, char label)
     return d ? (long long)d->size : 0;
 }
 
-/* Megatron-LM's GPT with nothing but its sizes: learned positions, LayerNorm
+/* Megatron-LM's GPT with nothing but its sizes (and --fp16, without which
+ * it would train in fp32, refused below): learned positions, LayerNorm
  * with biases, a GELU MLP 4 x hidden wide, biases on every linear layer,
  * tied embeddings; pretrain_gpt.py's GPT2BPETokenizer, whose 50,257 tokens
  * are padded to 128 x 8. */
@@ -41,7 +42,7 @@ static void a_bare_gpt_script_gets_megatron_defaults(void)
     char err[AP_ERR_LEN];
     ap_graph *g = script_graph("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
                                "--seq-length 2048 --max-position-embeddings 2048 "
-                               "--tensor-model-parallel-size 8", err);
+                               "--tensor-model-parallel-size 8 --fp16", err);
     CHECK(g != NULL);
     if (!g) {
         fprintf(stderr, "%s\n", err);
@@ -65,7 +66,7 @@ static void swiglu_ffn_defaults_to_two_thirds_of_four_h(void)
     ap_graph *g = script_graph("--num-layers 1 --hidden-size 4096 --num-attention-heads 32 "
                                "--seq-length 1024 --position-embedding-type rope --swiglu "
                                "--normalization RMSNorm --disable-bias-linear "
-                               "--tokenizer-type NullTokenizer --vocab-size 32000", err);
+                               "--tokenizer-type NullTokenizer --vocab-size 32000 --bf16", err);
     CHECK(g && dim(g, 'f') == 10880);
     /* NullTokenizer adds an end-of-document token: 32,001 padded to 128. */
     CHECK(g && dim(g, 'v') == 32128);
@@ -86,7 +87,7 @@ static void a_llama_script_builds_the_llama_graph(void)
                                "--normalization RMSNorm --disable-bias-linear "
                                "--untie-embeddings-and-output-weights "
                                "--tokenizer-type HuggingFaceTokenizer --vocab-size 128256 "
-                               "--make-vocab-size-divisible-by 1", err);
+                               "--make-vocab-size-divisible-by 1 --bf16", err);
     ap_graph *h = ap_test_hf_text(
         "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"hidden_size\": 4096,"
         " \"num_attention_heads\": 32, \"num_key_value_heads\": 8,"
@@ -114,7 +115,7 @@ static void moe_layer_freq_makes_the_dense_layers(void)
                                "--ffn-hidden-size 4096 --num-experts 16 --moe-router-topk 8 "
                                "--moe-ffn-hidden-size 512 --moe-layer-freq [0]+[1]*3 "
                                "--moe-grouped-gemm --tokenizer-type TikTokenizer "
-                               "--vocab-size 1000", err);
+                               "--vocab-size 1000 --bf16", err);
     CHECK(g != NULL);
     if (!g) {
         fprintf(stderr, "%s\n", err);
@@ -153,6 +154,10 @@ static void what_the_script_leaves_unknown_is_refused(void)
              "--multi-latent-attention", gpt);
     CHECK(!script_graph(line, err));
     CHECK_STR_HAS(err, "--multi-latent-attention without --position-embedding-type rope");
+    /* Neither --bf16 nor --fp16: Megatron-LM's fp32 training. */
+    snprintf(line, sizeof line, "%s--kv-channels 64", gpt);
+    CHECK(!script_graph(line, err));
+    CHECK_STR_HAS(err, "no --bf16 or --fp16, so Megatron-LM trains in fp32");
 }
 
 int main(void)
