@@ -96,6 +96,8 @@ static int load_model(const ap_plan_desc *p, const char *model, ap_graph **g)
         o.flash = p->shape.flash;
         o.dropout = p->shape.hidden_dropout > 0 || p->shape.attention_dropout > 0;
         o.mtp_layers = p->shape.mtp_layers;
+        o.bf16_first = p->shape.bf16_first;
+        o.bf16_last = p->shape.bf16_last;
     }
     int rc = ap_graph_load(model ? model : p->model_path, &o, g, err);
     if (rc)

@@ -227,6 +227,12 @@ int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *c
     if (megatron_dropout(cm, m, cmd) || megatron_flash(cm, m, cmd) ||
         megatron_mtp(cm, m, cmd) || megatron_launcher(cm, m, cmd))
         return 2;
+    /* Layers kept in bf16 are layer classes of their own, built so; without
+     * FP8 they are no different (ap_megatron_plan checks the graph). */
+    if (m->run.fp8) {
+        cm->build.bf16_first = m->bf16_first;
+        cm->build.bf16_last = m->bf16_last;
+    }
     if (!seq)
         return 0;
     if (cm->build.seq > 0 && cm->build.seq != seq) {

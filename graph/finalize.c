@@ -929,6 +929,7 @@ static int sig_op(const ap_graph *g, int layer, const ap_op *op,
              sig_push(s, op->causal) || sig_push(s, op->flash) ||
              sig_push(s, p) || sig_push(s, op->top_k) || sig_push(s, op->modules) ||
              sig_push(s, op->groups) || sig_push(s, op->group_topk) ||
+             sig_push(s, op->keep_bf16) ||
              sig_push(s, op->ninputs) || sig_push(s, op->noutputs);
     for (int i = 0; !rc && i < op->ninputs; i++) {
         int t = op->inputs[i], pr = g->tensors[t].producer;
@@ -1093,4 +1094,21 @@ int ap_graph_finalize(ap_graph *g, char *err)
     else
         g->finalized = 1;
     return rc;
+}
+
+int ap_graph_keep_bf16(ap_graph *g, int first, int last, char *err)
+{
+    int L = g->nlayers;
+    if (first < 0 || last < 0) {
+        ap_graph_fail(g, err, "layers kept in bf16: %d first and %d last, not counts",
+                      first, last);
+        return AP_EINPUT;
+    }
+    for (int i = 0; i < g->nops; i++) {
+        int l = g->ops[i].layer;
+        g->ops[i].keep_bf16 = l >= 0 && (l < first || l >= L - last);
+    }
+    g->bf16_first = first < L ? first : L;
+    g->bf16_last = last < L - g->bf16_first ? last : L - g->bf16_first;
+    return ap_graph_finalize(g, err);
 }

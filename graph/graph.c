@@ -177,6 +177,7 @@ void ap_build_opts_default(ap_build_opts *o)
     o->flash = 1;
     o->dropout = 0;
     o->mtp_layers = 0;
+    o->bf16_first = o->bf16_last = 0;
 }
 
 /* Name lookups go through one open-addressing hash table per item kind,

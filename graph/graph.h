@@ -168,6 +168,7 @@ typedef struct {
      * 0, 0: any experts. */
     int groups, group_topk;
     unsigned modules; /* ap_module bits; 0 for an op in none */
+    int keep_bf16;    /* in a layer kept in bf16 under FP8 (ap_graph_keep_bf16) */
 
     /* Derived by ap_graph_finalize(), at the batch size the graph declares. */
     char iter[AP_MAX_DIMS + 1]; /* labels of the iteration space, sorted */
@@ -210,6 +211,10 @@ typedef struct {
      * embedding, a projection of the two, a transformer layer, a norm, the
      * output layer and a loss. 0 without (docs/hf-models.md). */
     int mtp_layers;
+    /* Layers at the start and the end whose ops keep_bf16: under FP8 their
+     * linear layers run in bf16 (Megatron-LM's --first-last-layers-bf16,
+     * --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16). 0: none. */
+    int bf16_first, bf16_last;
 
     struct ap_graph_index *index; /* private to graph.c: names to indices */
 } ap_graph;
@@ -244,6 +249,8 @@ typedef struct {
                            the head (--mtp-num-layers); 0 (default) none. A
                            model file states its own ("mtp_layers"), which
                            this must then match or leave 0. */
+    int bf16_first, bf16_last; /* layers kept in bf16 under FP8 at the start
+                                  and end (ap_graph_keep_bf16); 0 (default) */
 } ap_build_opts;
 
 /* The most MTP modules a model may have. */
@@ -291,6 +298,11 @@ typedef struct {
 
 int ap_graph_from_decoder(const ap_decoder *d, const char *source,
                           const ap_build_opts *opt, ap_graph **out, char *err);
+/* Marks the ops of the first `first` and the last `last` layers keep_bf16 and
+ * finalizes g again, so that those layers are classes of their own: under
+ * FP8 Megatron-LM runs them in bf16 (--first-last-layers-bf16). Layers
+ * counted twice are kept once. Returns AP_OK, or the finalize's status. */
+int ap_graph_keep_bf16(ap_graph *g, int first, int last, char *err);
 /* Parameters one token touches: every parameter, except that those with an
  * experts label count top_k/E of their elements (top_k from the router that
  * produces that label). Equals total_params for a dense model. */

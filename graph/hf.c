@@ -1041,7 +1041,14 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
                  opt->mtp_layers, AP_MAX_MTP);
         rc = AP_EINPUT;
     }
-    return rc == AP_OK ? build(m, opt, c->src, batch, seq, out, c->err) : rc;
+    if (rc == AP_OK)
+        rc = build(m, opt, c->src, batch, seq, out, c->err);
+    if (rc == AP_OK && (opt->bf16_first || opt->bf16_last) &&
+        (rc = ap_graph_keep_bf16(*out, opt->bf16_first, opt->bf16_last, c->err))) {
+        ap_graph_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int ap_graph_from_hf(const char *text, size_t len, const char *source,

@@ -563,6 +563,12 @@ int ap_graph_load_buffer(const char *text, size_t len, const char *source,
     } else {
         rc = from_json(root, c.source, opt, out, err);
         cJSON_Delete(root);
+        if (!rc && (opt->bf16_first || opt->bf16_last))
+            rc = ap_graph_keep_bf16(*out, opt->bf16_first, opt->bf16_last, err);
+        if (rc) {
+            ap_graph_free(*out);
+            *out = NULL;
+        }
     }
     return rc;
 }

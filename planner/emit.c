@@ -246,6 +246,9 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --fp8-format hybrid\n");
     if (d->run.fp8 && d->run.fp8_recipe != AP_FP8_DELAYED)
         put(b, "  --fp8-recipe %s\n", ap_fp8_recipe_name(d->run.fp8_recipe));
+    if (d->run.fp8 && (s->bf16_first || s->bf16_last))
+        put(b, "  --first-last-layers-bf16\n  --num-layers-at-start-in-bf16 %d\n"
+               "  --num-layers-at-end-in-bf16 %d\n", s->bf16_first, s->bf16_last);
     if (d->run.cuda_graph)
         put(b, "  --cuda-graph-impl %s\n", ap_cuda_graph_name(d->run.cuda_graph));
     if (d->run.shared_overlap)

@@ -120,13 +120,13 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
     if (!p->has_shape)
         return AP_OK;
     const char *names[] = {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "experts",
-                           "mtp_layers"};
+                           "mtp_layers", "bf16_first_layers", "bf16_last_layers"};
     long long want[] = {p->shape.layers, p->shape.hidden, p->shape.heads,
                         p->shape.kv_heads, p->shape.ffn, p->shape.vocab, p->shape.experts,
-                        p->shape.mtp_layers};
+                        p->shape.mtp_layers, p->shape.bf16_first, p->shape.bf16_last};
     long long have[] = {m->layers, m->hidden, m->heads, m->kv_heads, m->ffn, m->vocab, m->experts,
-                        m->mtp_layers};
-    for (int i = 0; i < 8; i++)
+                        m->mtp_layers, m->bf16_first, m->bf16_last};
+    for (int i = 0; i < 10; i++)
         if (want[i] != have[i]) {
             errf(err, "%s: model_shape.%s is %lld but the model %s "
                      "has %lld; pass the plan's model with --model", p->source,
@@ -624,6 +624,11 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s states which layers are MoE with --moe-layer-freq; %s",
                       ap_launcher_name(to), "the model's MoE layers follow no pattern it can "
                       "state in 255 characters");
+    /* torchtitan's and DeepSpeed's FP8 has no such switch. */
+    if (to != AP_LAUNCHER_MEGATRON && (s->bf16_first || s->bf16_last))
+        return refuse(p, err, "%s has no switch that keeps %s in bf16 under FP8; export "
+                      "the plan to Megatron-LM (--first-last-layers-bf16)",
+                      ap_launcher_name(to), "the first and last layers");
     /* torchtitan's and DeepSpeed's models have no MTP module. */
     if (to != AP_LAUNCHER_MEGATRON && s->mtp_layers)
         return refuse(p, err, "%s's models have no %s; export the plan to Megatron-LM "

@@ -113,7 +113,8 @@ static int opt_key(ap_megatron *m, const char *k, const char *v, const char *who
  * limit (0: every micro-batch, Megatron-Core's default). */
 static int zero_ok(const char *k)
 {
-    return !strcmp(k, "sp") || !strcmp(k, "dp") || !strcmp(k, "wgrad_deferral_limit");
+    return !strcmp(k, "sp") || !strcmp(k, "dp") || !strcmp(k, "wgrad_deferral_limit") ||
+           !strcmp(k, "bf16_first") || !strcmp(k, "bf16_last");
 }
 
 /* v with one pair of quotes round it dropped (a command line pasted whole
@@ -219,6 +220,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
               : !strcmp(k, "mbs") ? &m->mbs : !strcmp(k, "sp") ? &m->sp
               : !strcmp(k, "first") ? &m->first : !strcmp(k, "last") ? &m->last
               : !strcmp(k, "etp") ? &m->etp
+              : !strcmp(k, "bf16_first") ? &m->bf16_first
+              : !strcmp(k, "bf16_last") ? &m->bf16_last
               : !strcmp(k, "wgrad_deferral_limit") ? &m->run.wgrad_deferral_limit : NULL;
     int *flag = flag_slot(m, k);
     if (!slot && !flag && strcmp(k, "gbs") && strcmp(k, "zero")) {
@@ -802,8 +805,6 @@ static const struct {
      "(autopar's FP8 keeps attention in bf16, Megatron-LM's default)"},
     {"--fp8-multi-head-attention", 0, "runs attention in FP8, which is not priced "
      "(autopar's FP8 keeps attention in bf16, Megatron-LM's default)"},
-    {"--first-last-layers-bf16", 0, "keeps the first and last layers in bf16 under "
-     "FP8, which is not priced"},
     {"--no-fp8-wgrad", 0, "runs the weight-gradient GEMMs in bf16 under FP8, which is "
      "not priced (autopar runs them in FP8, Megatron-LM's default)"},
     {"--keep-fp8-transpose-cache", 0, "keeps every layer's FP8 weight transposes "
@@ -1573,6 +1574,32 @@ static int launcher_flag(const char *tok, char **save, ap_megatron *m, char *err
     return 1;
 }
 
+/* --first-last-layers-bf16 and the counts --num-layers-at-start-in-bf16
+ * and --num-layers-at-end-in-bf16 (Megatron-LM's defaults, 1 each, where
+ * left out; read only under the switch, as Megatron-Core's get_fp8_context
+ * does). edge[0] is the switch, edge[1], edge[2] the counts, -1 where not
+ * given. 1 when `tok` was one, 0 when not, -1 with err set for a bad value. */
+static int bf16_edge_flag(const char *tok, char **save, int edge[3], char *err)
+{
+    if (!strcmp(tok, "--first-last-layers-bf16"))
+        return edge[0] = 1;
+    int k = !strcmp(tok, "--num-layers-at-start-in-bf16") ? 1
+          : !strcmp(tok, "--num-layers-at-end-in-bf16") ? 2 : 0;
+    if (!k)
+        return 0;
+    char *v = flag_value(tok, save, err), *end;
+    if (!v || shell_variable(tok, v, err))
+        return -1;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || n < 0 || n > (1L << 30)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" (an integer "
+                 "from 0 to 2^30)", tok, v);
+        return -1;
+    }
+    edge[k] = (int)n;
+    return 1;
+}
+
 /* --tokenizer-type, kept for the vocabulary of a model the command line
  * states (ap_megatron_model): 1 when `tok` was it, 0 when not, -1 with err
  * set for a missing or overlong value. */
@@ -1659,7 +1686,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     int groups = 0, gqa = 0, vpp_flag = 0, legacy_rope = 0, no_async = 0, *shape;
     rc_flags rcf = {0, 0, 0};
     legacy_flags lg = {0};
-    int gbs_given = 0;
+    int gbs_given = 0, edge[3] = {0, -1, -1};
     double drop[2] = {-1, -1}; /* hidden, attention; -1: not given */
     ce_flags ce = {0, AP_CE_NATIVE};
     grad_flags gf = {0, 0, 0, 0, NULL};
@@ -1717,6 +1744,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = tokenizer_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = launcher_flag(tok, &save, m, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = bf16_edge_flag(tok, &save, edge, err)) < 0)
             return AP_EINPUT;
         if (known)
             continue;
@@ -1798,6 +1827,10 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     if (ce.fusion)
         m->run.cross_entropy = ce.impl;
     m->shape.half = gf.bf16 || gf.fp16;
+    if (edge[0]) {
+        m->bf16_first = edge[1] < 0 ? 1 : edge[1];
+        m->bf16_last = edge[2] < 0 ? 1 : edge[2];
+    }
     if (grad_rule(&gf, m, err) || opt_rule(&of, m, gf.bf16, err) || ddp_rule(&lg, m, err))
         return AP_EINPUT;
     if (layers_per_chunk) /* resolved against the layer count later */
@@ -2134,6 +2167,34 @@ static int check_fp8_params(const ap_megatron *m, char *err)
         return AP_EINPUT;
     }
     return AP_OK;
+}
+
+/* Layers kept in bf16 under FP8: Megatron-Core asserts that delayed
+ * scaling does not take them (its amax reduction assumes one FP8 context
+ * over the whole block), and the graph must have been built with them, so
+ * that they are layer classes of their own. Without FP8 they change
+ * nothing, as get_fp8_context returns a null context for every layer. */
+static int check_bf16_layers(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    if (!m->run.fp8 || (!m->bf16_first && !m->bf16_last && !g->bf16_first &&
+                        !g->bf16_last))
+        return AP_OK;
+    if (m->run.fp8_recipe == AP_FP8_DELAYED && (m->bf16_first || m->bf16_last)) {
+        snprintf(err, AP_ERR_LEN, "bf16_first=%d,bf16_last=%d: --first-last-layers-bf16 "
+                 "with delayed scaling, which Megatron-Core refuses (\"Delayed scaling "
+                 "does not support first / last layer in BF16\"); give --fp8-recipe "
+                 "tensorwise", m->bf16_first, m->bf16_last);
+        return AP_EINPUT;
+    }
+    int L = g->nlayers, first = m->bf16_first < L ? m->bf16_first : L;
+    int last = m->bf16_last < L - first ? m->bf16_last : L - first;
+    if (g->bf16_first == first && g->bf16_last == last)
+        return AP_OK;
+    snprintf(err, AP_ERR_LEN, "bf16_first=%d,bf16_last=%d: %s keeps %d first and %d last "
+             "layers in bf16; build it with the configuration's (`autopar estimate` "
+             "does from --megatron or --megatron-args)", m->bf16_first, m->bf16_last,
+             g->source, g->bf16_first, g->bf16_last);
+    return AP_EINPUT;
 }
 
 /* The optimizer states in another dtype than fp32 are the distributed
@@ -2739,6 +2800,8 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
         return AP_EINPUT;
     }
     rc = check_fp8_params(m, err);
+    if (!rc)
+        rc = check_bf16_layers(g, m, err);
     if (rc || (rc = check_opt_dtypes(m, err)) || (rc = check_cp_comm(g, m, err)) || (rc = check_param_gather(m, err)) ||
         (rc = check_split(m, L, err)))
         return rc;

@@ -412,6 +412,10 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddBoolToObject(o, "tied_embeddings", s.tied_embeddings);
     if (s.mtp_layers)
         cJSON_AddNumberToObject(o, "mtp_layers", s.mtp_layers);
+    if (s.bf16_first || s.bf16_last) {
+        cJSON_AddNumberToObject(o, "bf16_first_layers", s.bf16_first);
+        cJSON_AddNumberToObject(o, "bf16_last_layers", s.bf16_last);
+    }
     cJSON_AddBoolToObject(o, "linear_bias", s.linear_bias);
     cJSON_AddBoolToObject(o, "qkv_bias", s.qkv_bias);
     cJSON_AddBoolToObject(o, "qk_layernorm", s.qk_norm);
@@ -679,7 +683,11 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                    "scaling), the rest in %s%s\n", ap_fp8_recipe_name(p->run.fp8_recipe),
                 ap_dtype_name(g->dtype), p->run.fp8_param_gather ? "; their weights held and gathered in FP8, "
                                       "no bf16 copy (--fp8-param-gather)" : "");
-    else
+    if (p->run.fp8 && (g->bf16_first || g->bf16_last))
+        fprintf(f, "  the first %d and last %d layers in %s throughout "
+                   "(--first-last-layers-bf16)\n", g->bf16_first, g->bf16_last,
+                ap_dtype_name(g->dtype));
+    if (!p->run.fp8)
         fprintf(f, "  precision: %s\n", ap_dtype_name(g->dtype));
     if (p->run.cross_entropy == AP_CE_NATIVE)
         fprintf(f, "  loss: Megatron-Core's fused cross entropy, torch.compile'd "

@@ -397,6 +397,11 @@ static int parse_rotary(const reader *r, const cJSON *o, int rotary, ap_model_sh
     /* Absent without MTP modules, as plans before them. */
     if (!rc && field(o, "mtp_layers"))
         rc = get_small(r, o, "mtp_layers", "model_shape", 0, AP_MAX_MTP, &s->mtp_layers);
+    /* Absent where no layer is kept in bf16 under FP8. */
+    if (!rc && field(o, "bf16_first_layers"))
+        rc = get_small(r, o, "bf16_first_layers", "model_shape", 0, 1 << 20, &s->bf16_first);
+    if (!rc && field(o, "bf16_last_layers"))
+        rc = get_small(r, o, "bf16_last_layers", "model_shape", 0, 1 << 20, &s->bf16_last);
     return rc;
 }
 

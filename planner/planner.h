@@ -292,7 +292,8 @@ int ap_expert_op(const ap_graph *g, int op);
  * --fp8-format (docs/cost-model.md, "FP8"): whether op `op` is a linear
  * layer whose GEMMs run at the FP8 peak, that is a matmul of an activation
  * by a parameter inside a transformer layer, not the LM head (an output
- * with a vocabulary label) and not attention. */
+ * with a vocabulary label), not attention, and not in a layer kept in bf16
+ * (ap_op.keep_bf16, --first-last-layers-bf16). */
 int ap_fp8_linear(const ap_graph *g, int op);
 /* AP_EINPUT, naming the cluster's GPU, when it has no FP8 tensor cores
  * (peak_flops[AP_FP8] is 0, as on the A100). */
@@ -820,6 +821,11 @@ typedef struct {
     int first, last;
     int account_embedding, account_loss;
     int etp;          /* --expert-tensor-parallel-size; 0 reads as tp */
+    /* Under FP8, the transformer layers at the start and the end kept in
+     * bf16 (--first-last-layers-bf16 with --num-layers-at-start-in-bf16 and
+     * --num-layers-at-end-in-bf16, 1 each by default; the spec's bf16_first,
+     * bf16_last). The graph must be built with them (ap_build_opts). */
+    int bf16_first, bf16_last;
     /* --pipeline-model-parallel-layout (the spec's layout=), as written;
      * "" for none. It places every layer, the embedding and the loss on a
      * virtual stage of its own choosing, and sets vpp to its virtual
@@ -1165,6 +1171,8 @@ typedef struct {
     int tied_embeddings;   /* the LM head reads the embedding table */
     int mtp_layers;        /* multi-token-prediction modules after the head
                               (ap_graph.mtp_layers; --mtp-num-layers) */
+    int bf16_first, bf16_last; /* layers kept in bf16 under FP8 at the start
+                                  and end (ap_graph.bf16_first, bf16_last) */
     int linear_bias;       /* matmuls carry biases */
     int qkv_bias;          /* the query, key and value projections (a layer's
                               matmuls whose output has a heads label) do */

@@ -249,4 +249,6 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     s->parallel_residual = has_parallel_residual(g);
     s->tied_embeddings = head_is_tied(g);
     s->mtp_layers = g->mtp_layers;
+    s->bf16_first = g->bf16_first;
+    s->bf16_last = g->bf16_last;
 }

@@ -479,7 +479,7 @@ int ap_fp8_linear(const ap_graph *g, int opi)
 {
     const ap_op *op = &g->ops[opi];
     if (op->kind != AP_OP_MATMUL || op->layer < 0 || op->ninputs < 2 ||
-        op->noutputs < 1)
+        op->noutputs < 1 || op->keep_bf16)
         return 0;
     /* Activation times weight: QKV, attention output, MLP and expert
      * projections. A product of two activations is attention's own. */

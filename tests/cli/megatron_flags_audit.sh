@@ -277,11 +277,27 @@ same "--recompute-modules under full recomputation" "$llama" 16 \
 same "--fp8-hybrid" "$llama" 16 "$layout --fp8-hybrid" "$spec,fp8=1"
 same "--fp8-e4m3" "$llama" 16 "$layout --fp8-e4m3" "$spec,fp8=1"
 
+# The first and last layers in bf16 under FP8 (tensorwise: Megatron-Core
+# refuses them with delayed scaling); 1 each where the counts are left out;
+# without FP8 they change nothing.
+cs="$layout --fp8-format hybrid --fp8-recipe tensorwise"
+same "--first-last-layers-bf16" "$llama" 16 "$cs --first-last-layers-bf16" \
+    "$spec,fp8=1,fp8_recipe=tensorwise,bf16_first=1,bf16_last=1"
+same "--num-layers-at-end-in-bf16" "$llama" 16 "$cs --first-last-layers-bf16 \
+--num-layers-at-start-in-bf16 0 --num-layers-at-end-in-bf16 3" \
+    "$spec,fp8=1,fp8_recipe=tensorwise,bf16_last=3"
+same "the counts alone" "$llama" 16 "$cs --num-layers-at-end-in-bf16 3" \
+    "$spec,fp8=1,fp8_recipe=tensorwise"
+same "--first-last-layers-bf16 without FP8" "$llama" 16 "$layout --first-last-layers-bf16" \
+    "$spec"
+refused "--first-last-layers-bf16 with delayed scaling, which Megatron-Core refuses" \
+    "$llama" 16 "$layout --fp8-format hybrid --first-last-layers-bf16"
+
 # Flags refused whatever their value.
 for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--fine-grained-activation-offloading" "--moe-latent-size 1024" "--moe-paged-stash" \
     "--fp4-format nvfp4" "--fp8-dot-product-attention" "--fp8-multi-head-attention" \
-    "--first-last-layers-bf16" "--no-fp8-wgrad" "--keep-fp8-transpose-cache" \
+    "--no-fp8-wgrad" "--keep-fp8-transpose-cache" \
     "--fp32-residual-connection" "--no-bias-gelu-fusion" "--window-size 4096 0" \
     "--window-attn-skip-freq 4" "--fallback-to-eager-attn" "--sequence-packing-scheduler dp_balanced" \
     "--max-seqlen-per-dp-cp-rank 8192" "--dynamic-context-parallel" "--hybrid-context-parallel" \

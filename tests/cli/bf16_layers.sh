@@ -1,0 +1,35 @@
+#!/bin/sh
+# The first and last layers in bf16 under FP8 from the command line: the
+# flags and the spec price alike, the report says so, plan.json records the
+# layers, the Megatron-LM export states them and its flags price the same
+# step; torchtitan and DeepSpeed exports refuse them (tests/test_bf16_layers.c
+# has the pricing).
+set -u
+. "$(dirname "$0")/lib.sh"
+
+model=$src/examples/hf/llama-3-8b.json
+flags="--micro-batch-size 1 --global-batch-size 64 --seq-length 2048 --fp8-format hybrid
+ --fp8-recipe tensorwise --first-last-layers-bf16 --num-layers-at-end-in-bf16 2
+ --use-distributed-optimizer --fp8-param-gather"
+"$bin" estimate "$model" --gpus 8 --megatron-args "$flags" -o "$tmp/plan.json" \
+    >"$tmp/report" 2>"$tmp/err" || bad "estimate: $(cat "$tmp/err")"
+grep -qF "the first 1 and last 2 layers in bf16 throughout (--first-last-layers-bf16)" \
+    "$tmp/report" && ok || bad "the report: $(sed -n 3,4p "$tmp/report")"
+grep -q '"bf16_first_layers":[[:space:]]*1,' "$tmp/plan.json" &&
+    grep -q '"bf16_last_layers":[[:space:]]*2,' "$tmp/plan.json" && ok ||
+    bad "plan.json lacks the layers"
+"$bin" export "$tmp/plan.json" --to megatron >"$tmp/export.sh" 2>"$tmp/err" ||
+    bad "export: $(cat "$tmp/err")"
+grep -qxF "  --num-layers-at-end-in-bf16 2" "$tmp/export.sh" &&
+    grep -qxF "  --first-last-layers-bf16" "$tmp/export.sh" && ok ||
+    bad "the export lacks the flags"
+a=$("$bin" estimate "$model" --gpus 8 --json --megatron-args "$flags" | grep step_time_s)
+b=$("$bin" estimate "$model" --gpus 8 --json --megatron-args "$(megatron_args "$tmp/export.sh")" |
+    grep step_time_s)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the export prices otherwise: $a vs $b"
+for to in torchtitan deepspeed; do
+    "$bin" export "$tmp/plan.json" --to $to >/dev/null 2>"$tmp/err"
+    [ $? -eq 2 ] && grep -q "no switch that keeps the first and last layers in bf16" \
+        "$tmp/err" && ok || bad "$to took them: $(cat "$tmp/err")"
+done
+finish
