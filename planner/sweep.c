@@ -75,6 +75,10 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         append(buf, len, &n, ",fp8=1");
     if (m->run.fp8 && m->run.fp8_recipe != AP_FP8_DELAYED)
         append(buf, len, &n, ",fp8_recipe=%s", ap_fp8_recipe_name(m->run.fp8_recipe));
+    if (m->run.fp8 && m->bf16_first)
+        append(buf, len, &n, ",bf16_first=%d", m->bf16_first);
+    if (m->run.fp8 && m->bf16_last)
+        append(buf, len, &n, ",bf16_last=%d", m->bf16_last);
     if (m->account_embedding)
         append(buf, len, &n, ",account_embedding=1");
     if (m->account_loss)
@@ -441,6 +445,13 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                  ap_launcher_name(o->launcher));
         return AP_EINPUT;
     }
+    if (o->run.fp8 && (g->bf16_first || g->bf16_last) &&
+        o->launcher != AP_LAUNCHER_MEGATRON) {
+        snprintf(err, AP_ERR_LEN, "sweep: %s has no switch that keeps the first and last "
+                 "layers in bf16 under FP8 (--first-last-layers-bf16)",
+                 ap_launcher_name(o->launcher));
+        return AP_EINPUT;
+    }
     if ((o->run.moe_a2a_overlap || o->run.cp_comm != AP_CP_P2P ||
          !ap_opt_dtypes_fp32(&o->run.opt)) && o->launcher != AP_LAUNCHER_MEGATRON) {
         snprintf(err, AP_ERR_LEN, "sweep: %s: %s runs neither Megatron-Core's expert "
@@ -455,6 +466,9 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     for (long i = 0; i < l.n; i++) {
         l.v[i].run = o->run;
         l.v[i].run.fp8_param_gather = 0; /* not swept (ap_sweep_opts) */
+        /* The layers kept in bf16 are the graph's, so every configuration's. */
+        l.v[i].bf16_first = g->bf16_first;
+        l.v[i].bf16_last = g->bf16_last;
         /* Where Megatron-LM refuses one (TP overlap without sequence
          * parallelism, say), the configuration runs without it. */
         ap_megatron_drop_unsupported(g, &l.v[i]);

@@ -2,8 +2,8 @@
 # The first and last layers in bf16 under FP8 from the command line: the
 # flags and the spec price alike, the report says so, plan.json records the
 # layers, the Megatron-LM export states them and its flags price the same
-# step; torchtitan and DeepSpeed exports refuse them (tests/test_bf16_layers.c
-# has the pricing).
+# step; compare's sweep keeps them; torchtitan and DeepSpeed exports refuse
+# them (tests/test_bf16_layers.c has the pricing).
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -27,6 +27,12 @@ a=$("$bin" estimate "$model" --gpus 8 --json --megatron-args "$flags" | grep ste
 b=$("$bin" estimate "$model" --gpus 8 --json --megatron-args "$(megatron_args "$tmp/export.sh")" |
     grep step_time_s)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the export prices otherwise: $a vs $b"
+# compare's sweep keeps the graph's bf16 layers in every configuration.
+"$bin" compare "$model" --gpus 8 --seq 2048 --quiet --sweep --megatron \
+    "tp=1,mbs=1,gbs=64,fp8=1,fp8_recipe=tensorwise,bf16_first=1,bf16_last=1" \
+    >"$tmp/compare" 2>"$tmp/err" &&
+    grep -q "megatron (sweep): .*bf16_first=1,bf16_last=1" "$tmp/compare" && ok ||
+    bad "compare --sweep: $(cat "$tmp/err") $(grep sweep "$tmp/compare")"
 for to in torchtitan deepspeed; do
     "$bin" export "$tmp/plan.json" --to $to >/dev/null 2>"$tmp/err"
     [ $? -eq 2 ] && grep -q "no switch that keeps the first and last layers in bf16" \
