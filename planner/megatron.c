@@ -1623,6 +1623,7 @@ static int tokenizer_flag(const char *tok, char **save, ap_megatron *m, char *er
 static void note_commented(ap_megatron *m, const char *p)
 {
     size_t n = strlen(m->commented), len = strcspn(p, " \t\n");
+    len -= len > 2 && p[len - 1] == ':'; /* a YAML key */
     if (n + len + 3 < sizeof m->commented)
         snprintf(m->commented + n, sizeof m->commented - n, "%s%.*s", n ? ", " : "",
                  (int)len, p);
@@ -1643,11 +1644,30 @@ static char *blank_comment(ap_megatron *m, char *p)
 }
 
 /* The text as argparse would get it from the shell: a word starting with
- * '#' comments out the rest of its line, and --flag=value is --flag value
- * (the first '=' of each flag becomes a space), so that the reading below
- * sees one form. Quotes go: a script's arrays quote a flag with its value
+ * '#' comments out the rest of its line, --flag=value is --flag value
+ * (the first '=' of each flag becomes a space) and so is a YAML key's
+ * "--flag: value" (yaml_flag), so that the reading below sees one form. Quotes go: a script's arrays quote a flag with its value
  * ("--tokenizer-type NullTokenizer") and expand them unquoted, so the shell
  * splits them; no value autopar reads has a blank in it. */
+/* A flag written as a YAML key, "--flag: value" (Megatron-MoE-ModelZoo's
+ * MODEL_ARGS, which its runner turns into a command line): the colon goes,
+ * a value of true is the switch alone and false leaves the flag out.
+ * `word` is the flag, `end` one past it. */
+static void yaml_flag(char *word, char *end)
+{
+    if (end - word < 4 || end[-1] != ':')
+        return;
+    end[-1] = ' ';
+    char *v = end + strspn(end, " \t\n");
+    size_t n = strcspn(v, " \t\n");
+    if (n == 4 && !strncmp(v, "true", 4)) {
+        memset(v, ' ', n);
+    } else if (n == 5 && !strncmp(v, "false", 5)) {
+        memset(v, ' ', n);
+        memset(word, ' ', (size_t)(end - word));
+    }
+}
+
 static void shell_words(ap_megatron *m, char *buf)
 {
     for (char *q = buf; (q = strpbrk(q, "\"'"));)
@@ -1655,7 +1675,10 @@ static void shell_words(ap_megatron *m, char *buf)
     for (char *p = buf; *p;) {
         if (*p == '#')
             p = blank_comment(m, p);
+        char *word = p;
         int flag = p[0] == '-' && p[1] == '-';
+        if (flag)
+            yaml_flag(word, word + strcspn(word, " \t\n"));
         while (*p && !strchr(" \t\n", *p)) {
             if (flag && *p == '=') {
                 *p = ' ';
@@ -1670,7 +1693,7 @@ static void shell_words(ap_megatron *m, char *buf)
 
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
-    char buf[8192], who[80];
+    char buf[32768], who[80];
     if (strlen(args) >= sizeof buf) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: too long");
         return AP_EINPUT;

@@ -104,6 +104,24 @@ static void quoted_flags_with_values_are_split(void)
     CHECK(m.pp == 2 && m.unknown[0] == '\0');
 }
 
+/* Megatron-MoE-ModelZoo's MODEL_ARGS are YAML keys: "--flag: value", true
+ * for a switch given, false for one left out. */
+static void yaml_keys_read_as_flags(void)
+{
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("  --tensor-model-parallel-size: 4\n"
+                                      "  --sequence-parallel: true\n"
+                                      "  --use-distributed-optimizer: false\n"
+                                      "  --moe-layer-freq: ([0]*3+[1]*58)\n"
+                                      "  # --micro-batch-size: 2\n"
+                                      "  --bf16: true\n", &m, err), err);
+    CHECK(m.tp == 4 && m.sp == 1 && m.zero == AP_ZERO_NONE && m.mbs == 1);
+    CHECK(!strcmp(m.shape.moe_freq, "([0]*3+[1]*58)") && m.shape.half);
+    CHECK(!strcmp(m.commented, "--micro-batch-size") && m.unknown[0] == '\0');
+}
+
 /* However many, the note stays in its buffer, whole flags only. */
 static void many_unknown_flags_fit_their_note(void)
 {
@@ -133,5 +151,6 @@ int main(void)
     RUN(a_flag_and_its_value_may_be_joined_by_equals);
     RUN(shell_comments_are_not_read);
     RUN(quoted_flags_with_values_are_split);
+    RUN(yaml_keys_read_as_flags);
     return DONE();
 }

@@ -53,6 +53,57 @@ grep -q '"model_path":[[:space:]]*"",' "$tmp/plan.json" && ok ||
     >"$tmp/out" 2>"$tmp/err" && grep -q '"the model --megatron-args states on 8 GPUs' \
     "$tmp/c.json" && ok || bad "calibrate: $(cat "$tmp/err") $(grep calib "$tmp/c.json")"
 
+# DeepSeek-V3 as Megatron-MoE-ModelZoo's YAML states it (MLA, 3 dense
+# layers, group-limited routing, DeepSeek's divisor 3,232 x tp 2 keeping
+# its 129,280 tokens), the vocabulary stated: the same graph and price as
+# its Hugging Face config.
+dsv3="--tensor-model-parallel-size: 2
+  --pipeline-model-parallel-size: 8
+  --decoder-first-pipeline-num-layers: 5
+  --decoder-last-pipeline-num-layers: 8
+  --expert-model-parallel-size: 64
+  --use-distributed-optimizer: true
+  --sequence-parallel: true
+  --disable-bias-linear: true
+  --micro-batch-size: 1
+  --global-batch-size: 8192
+  --seq-length: 4096
+  --tokenizer-type: HuggingFaceTokenizer
+  --tokenizer-model: unsloth/DeepSeek-V3
+  --vocab-size: 129280
+  --num-layers: 61
+  --hidden-size: 7168
+  --ffn-hidden-size: 18432
+  --num-attention-heads: 128
+  --kv-channels: 128
+  --max-position-embeddings: 4096
+  --position-embedding-type: rope
+  --make-vocab-size-divisible-by: 3232
+  --normalization: RMSNorm
+  --swiglu: true
+  --untie-embeddings-and-output-weights: true
+  --multi-latent-attention: true
+  --qk-layernorm: true
+  --num-experts: 256
+  --moe-layer-freq: ([0]*3+[1]*58)
+  --moe-ffn-hidden-size: 2048
+  --moe-shared-expert-intermediate-size: 2048
+  --moe-router-topk: 8
+  --moe-grouped-gemm: true
+  --moe-router-group-topk: 4
+  --moe-router-num-groups: 8
+  --moe-token-dispatcher-type: alltoall
+  --q-lora-rank: 1536
+  --kv-lora-rank: 512
+  --finetune: false
+  --bf16: true"
+"$bin" estimate --gpus 1024 --json --megatron-args "$dsv3" >"$tmp/script" 2>"$tmp/err" ||
+    bad "DeepSeek-V3's YAML: $(cat "$tmp/err")"
+"$bin" estimate "$src/examples/hf/deepseek-v3.json" --gpus 1024 --json --megatron-args "$dsv3" \
+    >"$tmp/model" 2>/dev/null
+[ -s "$tmp/script" ] && cmp -s "$tmp/script" "$tmp/model" && ok ||
+    bad "DeepSeek-V3's YAML prices otherwise than its config"
+
 # A pasted torchrun line launches its --nproc-per-node x --nnodes GPUs,
 # unless --gpus says otherwise, which is refused.
 "$bin" estimate --megatron-args "torchrun --nproc-per-node 8 --nnodes 2 --node-rank 0 \
