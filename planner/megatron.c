@@ -465,21 +465,27 @@ static int *shape_switch(ap_megatron *m, const char *flag)
          : !strcmp(flag, "--untie-embeddings-and-output-weights") ? &m->shape.untie : NULL;
 }
 
-/* A positive integer flag value into *out; -1 with err set when it is
- * missing or bad. */
-static int count_value(const char *flag, char **save, int *out, char *err)
+/* An integer flag value from lo to 2^30 into *out: 1, or -1 with err set
+ * when it is missing or bad. */
+static int int_value(const char *flag, char **save, long lo, int *out, char *err)
 {
     char *v = flag_value(flag, save, err), *end;
     if (!v || shell_variable(flag, v, err))
         return -1;
     long n = strtol(v, &end, 10);
-    if (!*v || *end || n < 1 || n > (1L << 30)) {
+    if (!*v || *end || n < lo || n > (1L << 30)) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" "
-                 "(an integer from 1 to 2^30)", flag, v);
+                 "(an integer from %ld to 2^30)", flag, v, lo);
         return -1;
     }
     *out = (int)n;
     return 1;
+}
+
+/* A positive integer flag value (int_value from 1). */
+static int count_value(const char *flag, char **save, int *out, char *err)
+{
+    return int_value(flag, save, 1, out, err);
 }
 
 /* --hidden-dropout and --attention-dropout: 1 when `tok` was one (its
@@ -1585,19 +1591,7 @@ static int bf16_edge_flag(const char *tok, char **save, int edge[3], char *err)
         return edge[0] = 1;
     int k = !strcmp(tok, "--num-layers-at-start-in-bf16") ? 1
           : !strcmp(tok, "--num-layers-at-end-in-bf16") ? 2 : 0;
-    if (!k)
-        return 0;
-    char *v = flag_value(tok, save, err), *end;
-    if (!v || shell_variable(tok, v, err))
-        return -1;
-    long n = strtol(v, &end, 10);
-    if (!*v || *end || n < 0 || n > (1L << 30)) {
-        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" (an integer "
-                 "from 0 to 2^30)", tok, v);
-        return -1;
-    }
-    edge[k] = (int)n;
-    return 1;
+    return k ? int_value(tok, save, 0, &edge[k], err) : 0;
 }
 
 /* --tokenizer-type, kept for the vocabulary of a model the command line
