@@ -1802,7 +1802,9 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             note_unknown(m, tok);
         }
     }
-    m->shape.groups = gqa ? groups : 0;
+    /* --num-query-groups defaults to 1 (multi-query attention) under
+     * --group-query-attention, as in Megatron-LM's parser. */
+    m->shape.groups = gqa ? (groups ? groups : 1) : 0;
     /* Megatron-LM (2022 to 2024) turned the asynchronous all-reduce off
      * with it; under sequence parallelism the reduce-scatter and re-gather
      * stayed asynchronous, so the flag changed nothing there. */

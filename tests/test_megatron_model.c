@@ -74,6 +74,19 @@ static void swiglu_ffn_defaults_to_two_thirds_of_four_h(void)
     ap_graph_free(g);
 }
 
+/* --group-query-attention without --num-query-groups is one group
+ * (multi-query attention), Megatron-LM's default. */
+static void one_query_group_by_default(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = script_graph("--num-layers 1 --hidden-size 1024 --num-attention-heads 8 "
+                               "--seq-length 1024 --position-embedding-type rope "
+                               "--group-query-attention --vocab-size 1000 "
+                               "--tokenizer-type TikTokenizer --bf16", err);
+    CHECK(g && dim(g, 'g') == 1 && dim(g, 'n') == 8);
+    ap_graph_free(g);
+}
+
 /* The same model from a script and from its Hugging Face config: Llama 3
  * 8B's two layers at 4,096 tokens, the vocabulary stated with a divisor
  * of 1. */
@@ -164,6 +177,7 @@ int main(void)
 {
     RUN(a_bare_gpt_script_gets_megatron_defaults);
     RUN(swiglu_ffn_defaults_to_two_thirds_of_four_h);
+    RUN(one_query_group_by_default);
     RUN(a_llama_script_builds_the_llama_graph);
     RUN(moe_layer_freq_makes_the_dense_layers);
     RUN(what_the_script_leaves_unknown_is_refused);
