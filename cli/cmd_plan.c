@@ -16,6 +16,7 @@ static const char usage_text[] =
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
     "                    [--fp8] [--tp-comm-overlap] [--cross-entropy IMPL]\n"
     "                    [--recompute-modules M,...] [--fp8-recipe delayed|tensorwise]\n"
+    "                    [--bf16-layers FIRST,LAST]\n"
     "                    [--dispatcher alltoall|deepep|hybridep]\n"
     "                    [--grad-fp32] [--max-experts-per-gpu E]\n"
     "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
@@ -66,6 +67,10 @@ static const char usage_text[] =
     "  --fp8-recipe R       with --fp8, Transformer Engine's scaling: delayed (the\n"
     "                       default) or tensorwise (current scaling, an amax pass\n"
     "                       before each cast; docs/cost-model.md, FP8)\n"
+    "  --bf16-layers F,L    with --fp8 --fp8-recipe tensorwise, keep the first F and\n"
+    "                       last L layers in bf16, as Megatron-LM's\n"
+    "                       --first-last-layers-bf16 (1,1 is Megatron-Bridge's\n"
+    "                       current-scaling recipe); the export states them\n"
     "  --dispatcher D       MoE models: the token dispatcher the plan runs with:\n"
     "                       alltoall (default), or deepep or hybridep (Megatron-\n"
     "                       Core's flex dispatcher; docs/cost-model.md)\n"
@@ -173,6 +178,15 @@ int ap_cmd_plan(int argc, char **argv)
             o.run.tp_overlap = 1;
         } else if (!strcmp(a, "--grad-fp32")) {
             o.run.grad_fp32 = 1;
+        } else if (!strcmp(a, "--bf16-layers") && v) {
+            char tail;
+            if (sscanf(v, "%d,%d%c", &cm.build.bf16_first, &cm.build.bf16_last, &tail) != 2 ||
+                cm.build.bf16_first < 0 || cm.build.bf16_last < 0) {
+                fprintf(stderr, "autopar plan: --bf16-layers: bad value \"%.64s\" (FIRST,LAST: "
+                        "layer counts, e.g. 1,1)\n", v);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--fp8-recipe") && v) {
             if (ap_fp8_recipe_parse(v, &o.run.fp8_recipe)) {
                 fprintf(stderr, "autopar plan: --fp8-recipe: bad value \"%.64s\" (delayed "
@@ -248,6 +262,15 @@ int ap_cmd_plan(int argc, char **argv)
     if (o.run.fp8_recipe != AP_FP8_DELAYED && !o.run.fp8) {
         fprintf(stderr, "autopar plan: --fp8-recipe %s scales FP8 tensors: give --fp8 too\n",
                 ap_fp8_recipe_name(o.run.fp8_recipe));
+        return 2;
+    }
+    /* Megatron-Core keeps layers in bf16 only under FP8, and refuses them
+     * with delayed scaling. */
+    if ((cm.build.bf16_first || cm.build.bf16_last) &&
+        (!o.run.fp8 || o.run.fp8_recipe == AP_FP8_DELAYED)) {
+        fprintf(stderr, "autopar plan: --bf16-layers keeps layers out of FP8: give --fp8 "
+                "--fp8-recipe tensorwise (Megatron-Core refuses them with delayed "
+                "scaling)\n");
         return 2;
     }
     ap_graph *g;

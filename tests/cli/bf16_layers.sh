@@ -27,6 +27,17 @@ a=$("$bin" estimate "$model" --gpus 8 --json --megatron-args "$flags" | grep ste
 b=$("$bin" estimate "$model" --gpus 8 --json --megatron-args "$(megatron_args "$tmp/export.sh")" |
     grep step_time_s)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the export prices otherwise: $a vs $b"
+# plan --bf16-layers searches with them and its export states them; it
+# needs FP8 with tensorwise scaling.
+"$bin" plan "$model" --gpus 8 --seq 2048 --global-batch 64 --fp8 --fp8-recipe tensorwise \
+    --bf16-layers 1,1 --target megatron --quiet -o "$tmp/searched.json" >"$tmp/report" \
+    2>"$tmp/err" || bad "plan --bf16-layers: $(cat "$tmp/err")"
+"$bin" export "$tmp/searched.json" --to megatron 2>&1 |
+    grep -qxF "  --num-layers-at-start-in-bf16 1" && ok || bad "the searched plan's export"
+"$bin" plan "$model" --gpus 8 --fp8 --bf16-layers 1,1 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "give --fp8 --fp8-recipe tensorwise" "$tmp/err" && ok ||
+    bad "plan --bf16-layers with delayed scaling: $(cat "$tmp/err")"
+
 # compare's sweep keeps the graph's bf16 layers in every configuration.
 "$bin" compare "$model" --gpus 8 --seq 2048 --quiet --sweep --megatron \
     "tp=1,mbs=1,gbs=64,fp8=1,fp8_recipe=tensorwise,bf16_first=1,bf16_last=1" \
