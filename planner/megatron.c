@@ -1613,78 +1613,6 @@ static int tokenizer_flag(const char *tok, char **save, ap_megatron *m, char *er
     return 1;
 }
 
-/* Adds the flag at p (to the next blank) to m->commented. */
-static void note_commented(ap_megatron *m, const char *p)
-{
-    size_t n = strlen(m->commented), len = strcspn(p, " \t\n");
-    len -= len > 2 && p[len - 1] == ':'; /* a YAML key */
-    if (n + len + 3 < sizeof m->commented)
-        snprintf(m->commented + n, sizeof m->commented - n, "%s%.*s", n ? ", " : "",
-                 (int)len, p);
-}
-
-/* Blanks a shell comment from p, a word starting with '#', to the end of
- * its line, noting the flags in it; returns where the line ends. */
-static char *blank_comment(ap_megatron *m, char *p)
-{
-    int word = 1;
-    for (; *p && *p != '\n'; p++) {
-        if (word && p[0] == '-' && p[1] == '-')
-            note_commented(m, p);
-        word = *p == ' ' || *p == '\t';
-        *p = ' ';
-    }
-    return p;
-}
-
-/* The text as argparse would get it from the shell: a word starting with
- * '#' comments out the rest of its line, --flag=value is --flag value
- * (the first '=' of each flag becomes a space) and so is a YAML key's
- * "--flag: value" (yaml_flag), so that the reading below sees one form. Quotes go: a script's arrays quote a flag with its value
- * ("--tokenizer-type NullTokenizer") and expand them unquoted, so the shell
- * splits them; no value autopar reads has a blank in it. */
-/* A flag written as a YAML key, "--flag: value" (Megatron-MoE-ModelZoo's
- * MODEL_ARGS, which its runner turns into a command line): the colon goes,
- * a value of true is the switch alone and false leaves the flag out.
- * `word` is the flag, `end` one past it. */
-static void yaml_flag(char *word, char *end)
-{
-    if (end - word < 4 || end[-1] != ':')
-        return;
-    end[-1] = ' ';
-    char *v = end + strspn(end, " \t\n");
-    size_t n = strcspn(v, " \t\n");
-    if (n == 4 && !strncmp(v, "true", 4)) {
-        memset(v, ' ', n);
-    } else if (n == 5 && !strncmp(v, "false", 5)) {
-        memset(v, ' ', n);
-        memset(word, ' ', (size_t)(end - word));
-    }
-}
-
-static void shell_words(ap_megatron *m, char *buf)
-{
-    for (char *q = buf; (q = strpbrk(q, "\"'"));)
-        *q = ' ';
-    for (char *p = buf; *p;) {
-        if (*p == '#')
-            p = blank_comment(m, p);
-        char *word = p;
-        int flag = p[0] == '-' && p[1] == '-';
-        if (flag)
-            yaml_flag(word, word + strcspn(word, " \t\n"));
-        while (*p && !strchr(" \t\n", *p)) {
-            if (flag && *p == '=') {
-                *p = ' ';
-                flag = 0;
-            }
-            p++;
-        }
-        while (*p && strchr(" \t\n", *p))
-            p++;
-    }
-}
-
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[32768], who[80];
@@ -1693,8 +1621,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         return AP_EINPUT;
     }
     strcpy(buf, args);
-    m->commented[0] = 0;
-    shell_words(m, buf);
+    ap_megatron_shell_words(buf, m->commented, sizeof m->commented);
     /* Megatron's defaults without the flags */
     m->zero = AP_ZERO_NONE;
     m->overlap_grad = 0;

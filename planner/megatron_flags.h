@@ -1,8 +1,10 @@
 /* megatron_flags.h -- private to planner/: whether a name is one of Megatron-LM's command-line
  * flags (planner/megatron_flags.c says which versions), and the nearest
- * that is. */
+ * that is; and a pasted command line made plain words (megatron_line.c). */
 #ifndef AP_PLANNER_MEGATRON_FLAGS_H
 #define AP_PLANNER_MEGATRON_FLAGS_H
+
+#include <stddef.h>
 
 /* Longer names are never near a flag. */
 #define AP_FLAG_NAME_LEN 64
@@ -12,5 +14,15 @@ int ap_megatron_flag_known(const char *flag);
 /* The flag within two edits of `flag`, the closest (the first of those
  * bytewise), or NULL; a static string. */
 const char *ap_megatron_flag_nearest(const char *flag);
+
+/* Rewrites a pasted command line in place as the shell would hand it to
+ * argparse (megatron_line.c): quotes dropped (a script's arrays quote a
+ * flag with its value and expand unquoted, so the shell splits them; no
+ * value autopar reads has a blank in it), a word starting with '#'
+ * commenting out the rest of its line, --flag=value and a YAML key's
+ * "--flag: value" (true: the switch alone; false: left out) made
+ * "--flag value". The flags comments held go to `note` (cap bytes, ", "
+ * between them; "" for none). */
+void ap_megatron_shell_words(char *buf, char *note, size_t cap);
 
 #endif
