@@ -44,6 +44,9 @@ grep -q '"vocab":[[:space:]]*129024,' "$tmp/plan.json" && ok ||
     bad "padded vocabulary: $(grep '"vocab"' "$tmp/plan.json")"
 grep -q '"model_path":[[:space:]]*"",' "$tmp/plan.json" && ok ||
     bad "model_path: $(grep model_path "$tmp/plan.json")"
+"$bin" export "$tmp/plan.json" --to megatron >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "a plan of the model --megatron-args states has none" "$tmp/err" &&
+    ok || bad "export without --model: $(cat "$tmp/err")"
 "$bin" estimate --gpus 8 --megatron-args "$llama" >"$tmp/out" 2>&1 &&
     grep -q "^plan for --megatron-args on 8 GPUs" "$tmp/out" && ok ||
     bad "the report's heading: $(head -1 "$tmp/out")"
