@@ -63,6 +63,14 @@ vg "$bin" plan examples/gpt-1.3b.json --gpus 8 --global-batch 64 --cluster examp
 vg "$bin" plan tests/data/bad/model_cycle.json --gpus 4
 vg "$bin" plan examples/hf/llama-3-70b.json --gpus 1 --global-batch 8 --quiet
 vg "$bin" estimate examples/hf/llama-3-8b.json --gpus 16 --megatron tp=3
+# A script without MODEL (its model built from the flags; a comment, a
+# YAML key and a torchrun prefix as users paste them), with bf16 edges.
+vg "$bin" estimate --megatron-args "torchrun --nproc-per-node 4 pretrain_gpt.py
+    --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024
+    --max-position-embeddings 1024 --swiglu: true # --pipeline-model-parallel-size 2
+    --tensor-model-parallel-size=2 --sequence-parallel --micro-batch-size 1
+    --global-batch-size 8 --bf16 --fp8-format hybrid --fp8-recipe tensorwise
+    --first-last-layers-bf16 --use-distributed-optimizer"
 
 if [ $failed -ne 0 ]; then
     echo "valgrind.sh: $failed command(s) with memcheck errors; see $log" >&2
