@@ -5,7 +5,8 @@
 #   sh bench/validate.sh build/autopar [runs.json]
 #
 # Every run is priced with the preset of its GPU and the Megatron-LM
-# configuration it used. Each preset's tensor-core rate is the median of the
+# configuration it used: a model file and a --megatron spec, or the command
+# line of the run's script (megatron_args), whose flags state the model. Each preset's tensor-core rate is the median of the
 # rates the GPU's published BF16 runs imply (costmodel/preset.c): every BF16
 # run is calibrated on its published step (`autopar calibrate`), and the
 # lower median of those factors is the preset's. So that no run is priced
@@ -118,7 +119,11 @@ def megatron_2021_flops(run):
 def model_of(run, tmp):
     """The model file to price: the run's own, or with graph_options (e.g.
     attention without flash for a 2021 run) converted by `autopar graph`
-    into a project-format model. Returns (path, None) or (None, error)."""
+    into a project-format model. Returns (path, None) or (None, error); a
+    run that is a script's command line has no model file ("", None): its
+    flags state the model."""
+    if "megatron_args" in run:
+        return "", None
     model = run["model"]
     if run.get("graph_options"):
         model = os.path.join(tmp, "model.json")
@@ -131,8 +136,11 @@ def model_of(run, tmp):
 
 
 def run_args(run, model, cluster):
-    return [model, "--gpus", str(run["gpus"]), "--gpus-per-node", str(run["gpus_per_node"]),
-            "--cluster", cluster, "--seq", str(run["seq"]), "--megatron", run["megatron"]]
+    config = ["--megatron-args", run["megatron_args"]] if "megatron_args" in run \
+        else ["--megatron", run["megatron"]]
+    return ([model] if model else []) + \
+        ["--gpus", str(run["gpus"]), "--gpus-per-node", str(run["gpus_per_node"]),
+         "--cluster", cluster, "--seq", str(run["seq"])] + config
 
 
 def estimate(run, tmp, cluster=None):
@@ -189,6 +197,8 @@ def price(run, cluster=None):
 
 
 def is_fp8(run):
+    if "megatron_args" in run:
+        return "--fp8-format" in run["megatron_args"].split()
     return "fp8=1" in run["megatron"].split(",")
 
 
