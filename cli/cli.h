@@ -62,6 +62,11 @@ int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
  * ap_cli_setup builds. Returns 0, or 2 after printing why (it contradicts
  * --seq, --dropout, --flash-attention, --gpus or --gpus-per-node). */
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd);
+/* The graph of the model a Megatron-LM command line states
+ * (ap_megatron_model), built with `build`, whose seq it needs. Returns the
+ * status, the message in err; the caller frees *g. */
+int ap_cli_script_graph(const ap_megatron *m, const ap_build_opts *build, ap_graph **g,
+                        char *err);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,

@@ -10,14 +10,16 @@
 #include "graph/graph.h"
 
 static const char usage_text[] =
-    "usage: autopar graph MODEL [--json] [--seq N] [--batch N]\n"
+    "usage: autopar graph (MODEL | --megatron-args \"FLAGS\") [--json] [--seq N] [--batch N]\n"
     "                     [--flash-attention on|off] [--dropout on|off]\n"
     "                     [--mtp-layers N] [-o OUT.json]\n"
     "\n"
     "Summarises a model's operator graph: dimensions, layers and layer\n"
     "classes, ops by kind, parameters, activation bytes saved for backward\n"
     "and forward FLOPs. MODEL is a model in the project format\n"
-    "(docs/model-format.md) or a Hugging Face config.json.\n"
+    "(docs/model-format.md) or a Hugging Face config.json; or, with\n"
+    "--megatron-args, the model a Megatron-LM script's flags state, built as\n"
+    "`autopar estimate` builds it (docs/megatron.md, \"A script without MODEL\").\n"
     "\n"
     "  --json                 print the summary as a JSON object\n"
     "  --seq N, --batch N     build at this sequence length and batch; for a\n"
@@ -33,8 +35,10 @@ static const char usage_text[] =
 
 typedef struct {
     const char *model, *out;
-    int json, flash_set;
+    int json, flash_set, dropout_set, mtp_set;
     ap_build_opts build;
+    int script; /* --megatron-args states the model */
+    ap_megatron m;
 } options;
 
 static int parse_count(const char *flag, const char *s, long long max,
@@ -67,6 +71,7 @@ static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
     ap_build_opts_default(&o->build);
+    ap_megatron_default(&o->m);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
@@ -84,11 +89,18 @@ static int parse_args(int argc, char **argv, options *o)
             int64_t n = 0;
             rc = v && !strcmp(v, "0") ? 0 : parse_count(a, v, AP_MAX_MTP, &n);
             o->build.mtp_layers = (int)n;
+            o->mtp_set = 1;
         } else if (!strcmp(a, "--flash-attention")) {
             rc = parse_switch(a, v, &o->build.flash);
             o->flash_set = 1;
         } else if (!strcmp(a, "--dropout")) {
             rc = parse_switch(a, v, &o->build.dropout);
+            o->dropout_set = 1;
+        } else if (!strcmp(a, "--megatron-args") && v) {
+            int used = ap_cli_megatron_arg("graph", a, v, &o->m);
+            if (used < 0)
+                return -used;
+            o->script = 1;
         } else if (!strcmp(a, "-o")) {
             if (!v) {
                 fprintf(stderr, "autopar graph: -o needs a file name\n");
@@ -111,11 +123,30 @@ static int parse_args(int argc, char **argv, options *o)
             return rc;
         i++; /* the option's value */
     }
-    if (!o->model) {
-        fprintf(stderr, "autopar graph: no model given\n%s", usage_text);
+    if (!o->model == !o->script) {
+        fprintf(stderr, "autopar graph: %s\n%s", o->model ? "MODEL or --megatron-args, "
+                "not both" : "no model given", usage_text);
         return 2;
     }
     return 0;
+}
+
+/* The model --megatron-args states, at its --seq-length and with the
+ * dropout, attention kernel and MTP modules its flags say, as the planning
+ * commands build it (ap_cli_megatron_build). */
+static int script_graph(options *o, ap_graph **g, char *err)
+{
+    ap_cli_common cm;
+    ap_cli_common_default(&cm);
+    cm.build = o->build;
+    cm.flash_given = o->flash_set;
+    cm.dropout_given = o->dropout_set;
+    cm.mtp_given = o->mtp_set;
+    if (ap_cli_megatron_build(&cm, &o->m, "graph"))
+        return AP_EINPUT;
+    o->build = cm.build;
+    o->flash_set = 0; /* applied in the build */
+    return ap_cli_script_graph(&o->m, &o->build, g, err);
 }
 
 /* What the summary reports per layer class and for the ops outside layers. */
@@ -355,9 +386,15 @@ int ap_cmd_graph(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
-    char err[AP_ERR_LEN];
+    char err[AP_ERR_LEN] = "";
     ap_graph *g = NULL;
-    rc = ap_graph_load(o.model, &o.build, &g, err);
+    if (o.script) {
+        rc = script_graph(&o, &g, err);
+        if (rc && !g && !err[0]) /* ap_cli_megatron_build printed why */
+            return rc;
+    } else {
+        rc = ap_graph_load(o.model, &o.build, &g, err);
+    }
     if (!rc && o.flash_set)
         rc = apply_flash(g, o.build.flash, err);
     if (rc) {

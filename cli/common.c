@@ -283,20 +283,20 @@ static void warn_node_size(const ap_cli_common *cm, const char *cmd,
             cmd, cm->cluster, c->nodes, c->nodes);
 }
 
-/* The model a Megatron-LM command line states, built as graph/ builds a
- * Hugging Face config; its messages name the flags. */
-static int script_model(const ap_cli_common *cm, ap_graph **g, char *err)
+int ap_cli_script_graph(const ap_megatron *m, const ap_build_opts *build, ap_graph **g,
+                        char *err)
 {
     ap_decoder d;
     unsigned char *moe_layer;
-    if (!cm->build.seq) {
+    *g = NULL;
+    if (!build->seq) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --seq-length is missing (Megatron-LM "
                  "needs it), and no --seq");
         return AP_EINPUT;
     }
-    int rc = ap_megatron_model(cm->script, &d, &moe_layer, err);
+    int rc = ap_megatron_model(m, &d, &moe_layer, err);
     if (!rc)
-        rc = ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, &cm->build, g, err);
+        rc = ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, build, g, err);
     free(moe_layer);
     return rc;
 }
@@ -306,7 +306,7 @@ int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
 {
     char err[AP_ERR_LEN];
     int rc = cm->model ? ap_graph_load(cm->model, &cm->build, g, err)
-                       : script_model(cm, g, err);
+                       : ap_cli_script_graph(cm->script, &cm->build, g, err);
     if (rc) {
         fprintf(stderr, "autopar %s: %s\n", cmd, err);
         return rc;

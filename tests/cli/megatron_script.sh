@@ -107,6 +107,19 @@ dsv3="--tensor-model-parallel-size: 2
 [ -s "$tmp/script" ] && cmp -s "$tmp/script" "$tmp/model" && ok ||
     bad "DeepSeek-V3's YAML prices otherwise than its config"
 
+# `autopar graph --megatron-args` shows that model and writes it as a model
+# file, which prices as the line does.
+"$bin" graph --megatron-args "$llama" -o "$tmp/llama.json" >"$tmp/summary" 2>"$tmp/err" &&
+    grep -q "v=129024 (vocab)" "$tmp/summary" && grep -q "^params    8.04 B params" \
+    "$tmp/summary" && ok || bad "graph --megatron-args: $(cat "$tmp/err") $(head -3 "$tmp/summary")"
+a=$("$bin" estimate --gpus 8 --json --megatron-args "$llama" | grep step_time_s)
+b=$("$bin" estimate "$tmp/llama.json" --gpus 8 --json --megatron-args "$llama" 2>/dev/null |
+    grep step_time_s)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the written model prices otherwise: $a vs $b"
+"$bin" graph "$src/examples/gpt-tiny.json" --megatron-args "$llama" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "MODEL or --megatron-args, not both" "$tmp/err" && ok ||
+    bad "graph with both: $(cat "$tmp/err")"
+
 # A pasted torchrun line launches its --nproc-per-node x --nnodes GPUs,
 # unless --gpus says otherwise, which is refused.
 "$bin" estimate --megatron-args "torchrun --nproc-per-node 8 --nnodes 2 --node-rank 0 \
