@@ -1108,7 +1108,7 @@ int ap_graph_keep_bf16(ap_graph *g, int first, int last, char *err)
         int l = g->ops[i].layer;
         g->ops[i].keep_bf16 = l >= 0 && (l < first || l >= L - last);
     }
-    g->bf16_first = first < L ? first : L;
-    g->bf16_last = last < L - g->bf16_first ? last : L - g->bf16_first;
+    g->bf16_first = first;
+    g->bf16_last = last;
     return ap_graph_finalize(g, err);
 }

@@ -213,7 +213,8 @@ typedef struct {
     int mtp_layers;
     /* Layers at the start and the end whose ops keep_bf16: under FP8 their
      * linear layers run in bf16 (Megatron-LM's --first-last-layers-bf16,
-     * --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16). 0: none. */
+     * --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16), as given:
+     * counts past the model's layers keep every layer. 0: none. */
     int bf16_first, bf16_last;
 
     struct ap_graph_index *index; /* private to graph.c: names to indices */

@@ -2132,9 +2132,7 @@ static int check_bf16_layers(const ap_graph *g, const ap_megatron *m, char *err)
                  "tensorwise", m->bf16_first, m->bf16_last);
         return AP_EINPUT;
     }
-    int L = g->nlayers, first = m->bf16_first < L ? m->bf16_first : L;
-    int last = m->bf16_last < L - first ? m->bf16_last : L - first;
-    if (g->bf16_first == first && g->bf16_last == last)
+    if (g->bf16_first == m->bf16_first && g->bf16_last == m->bf16_last)
         return AP_OK;
     snprintf(err, AP_ERR_LEN, "bf16_first=%d,bf16_last=%d: %s keeps %d first and %d last "
              "layers in bf16; build it with the configuration's (`autopar estimate` "
