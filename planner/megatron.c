@@ -2691,11 +2691,14 @@ static int check_capacity(const ap_megatron *m, char *err)
 }
 
 static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
-                        ap_pipe_layout *lay, char *err)
+                        const ap_model_shape *known, ap_pipe_layout *lay, char *err)
 {
     int gpus = ap_cluster_gpus(c), L = g->nlayers;
     ap_model_shape shape;
-    ap_model_shape_of(g, &shape);
+    if (known)
+        shape = *known;
+    else
+        ap_model_shape_of(g, &shape);
     int rc = check_shape(g, m, &shape, err);
     if (rc || (rc = check_audited(g, m, &shape, err)))
         return rc;
@@ -2783,9 +2786,9 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
 /* The configuration checked, m resolved (dp, vpp), and its layout parsed
  * into *lay (zeroed by the caller, freed by it on success). */
 static int check(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
-                 ap_pipe_layout *lay, char *err)
+                 const ap_model_shape *shape, ap_pipe_layout *lay, char *err)
 {
-    int rc = check_config(g, c, m, lay, err);
+    int rc = check_config(g, c, m, shape, lay, err);
     if (rc)
         ap_layout_free(lay);
     return rc;
@@ -2961,10 +2964,17 @@ static int megatron_chunks(const ap_megatron *m, int L, ap_pipe_layout *lay)
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
                      const ap_megatron *cfg, ap_plan *p, char *err)
 {
+    return ap_megatron_plan_shaped(g, c, cfg, NULL, p, err);
+}
+
+int ap_megatron_plan_shaped(const ap_graph *g, const ap_cluster *c,
+                            const ap_megatron *cfg, const ap_model_shape *shape,
+                            ap_plan *p, char *err)
+{
     ap_megatron m = *cfg;
     memset(p, 0, sizeof *p);
     ap_pipe_layout lay = {0};
-    int rc = check(g, c, &m, &lay, err);
+    int rc = check(g, c, &m, shape, &lay, err);
     if (rc)
         return rc;
     ap_parts pt;

@@ -1187,6 +1187,12 @@ typedef struct {
 } ap_model_shape;
 
 void ap_model_shape_of(const ap_graph *g, ap_model_shape *out);
+/* ap_megatron_plan with g's shape already found (ap_model_shape_of), for a
+ * caller that prices many configurations of one model: the sweep. NULL
+ * finds it, as ap_megatron_plan does. */
+int ap_megatron_plan_shaped(const ap_graph *g, const ap_cluster *c,
+                            const ap_megatron *m, const ap_model_shape *shape,
+                            ap_plan *out, char *err);
 /* Puts 1 in moe[i] for each of g's layers i that routes to experts, 0 for
  * the others (g->nlayers entries); returns how many are MoE. */
 int ap_model_moe_layers(const ap_graph *g, unsigned char *moe);

@@ -135,9 +135,17 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
             append(buf, len, &n, ",%s=%s", keys[i], ap_opt_dtype_name(dt[i]));
 }
 
+/* One listed configuration: what the listing varies. The rest of its
+ * ap_megatron, a few kilobytes, is the sweep's template (make_config), so a
+ * sweep over many GPUs lists 10^5 configurations in a few megabytes. */
+typedef struct {
+    int tp, pp, dp, cp, ep, vpp, mbs, first, last;
+    unsigned char sp, recompute, zero, overlap_grad, account_embedding, account_loss;
+} entry;
+
 /* A growing list of candidate configurations. */
 typedef struct {
-    ap_megatron *v;
+    entry *v;
     long n, cap;
     int oom;
 } list;
@@ -148,7 +156,7 @@ static void push(list *l, const ap_megatron *m)
         return;
     if (l->n == l->cap) {
         long cap = l->cap ? 2 * l->cap : 256;
-        ap_megatron *v = realloc(l->v, sizeof *v * (size_t)cap);
+        entry *v = realloc(l->v, sizeof *v * (size_t)cap);
         if (!v) {
             l->oom = 1;
             return;
@@ -156,7 +164,36 @@ static void push(list *l, const ap_megatron *m)
         l->v = v;
         l->cap = cap;
     }
-    l->v[l->n++] = *m;
+    l->v[l->n++] = (entry){m->tp, m->pp, m->dp, m->cp, m->ep, m->vpp, m->mbs, m->first,
+                           m->last, (unsigned char)m->sp, (unsigned char)m->recompute,
+                           (unsigned char)m->zero, (unsigned char)m->overlap_grad,
+                           (unsigned char)m->account_embedding,
+                           (unsigned char)m->account_loss};
+}
+
+/* The configuration an entry lists: the template with the entry's choices,
+ * less what Megatron-LM refuses beside them (TP overlap without sequence
+ * parallelism, say), which the configuration then runs without. */
+static void make_config(const ap_graph *g, const ap_megatron *tmpl, const entry *e,
+                        ap_megatron *m)
+{
+    *m = *tmpl;
+    m->tp = e->tp;
+    m->pp = e->pp;
+    m->dp = e->dp;
+    m->cp = e->cp;
+    m->ep = e->ep;
+    m->vpp = e->vpp;
+    m->mbs = e->mbs;
+    m->first = e->first;
+    m->last = e->last;
+    m->sp = e->sp;
+    m->recompute = (ap_recompute)e->recompute;
+    m->zero = (ap_zero)e->zero;
+    m->overlap_grad = e->overlap_grad;
+    m->account_embedding = e->account_embedding;
+    m->account_loss = e->account_loss;
+    ap_megatron_drop_unsupported(g, m);
 }
 
 static long dim_size(const ap_graph *g, ap_dim_kind k)
@@ -223,21 +260,22 @@ static void add_variants(const space *s, ap_megatron m, list *out)
 }
 
 /* Micro-batch sizes (powers of two dividing the per-replica batch) and
- * interleaving (chunks dividing a stage's layers, with at least two stages
- * and a micro-batch count divisible by them). DeepSpeed does not
- * interleave. */
-static void add_batching(const space *s, ap_megatron m, list *out)
+ * interleaving (v chunks a stage, with at least two stages and a
+ * micro-batch count divisible by them). `unit` is what every stage's layer
+ * count is a multiple of (its slots, where the embedding and the loss count
+ * as layers), so v divides it. DeepSpeed does not interleave. */
+static void add_batching(const space *s, ap_megatron m, int unit, list *out)
 {
     if (fmod(s->gbs, m.dp) != 0)
         return;
     long per_replica = (long)(s->gbs / m.dp);
-    int max_v = s->launcher == AP_LAUNCHER_DEEPSPEED || m.pp < 2 ? 1 : s->layers / m.pp;
+    int max_v = s->launcher == AP_LAUNCHER_DEEPSPEED || m.pp < 2 ? 1 : unit;
     for (long mbs = 1; mbs <= per_replica; mbs *= 2) {
         if (per_replica % mbs)
             break;
         long nmicro = per_replica / mbs;
         for (int v = 1; v <= max_v; v++) {
-            if ((s->layers / m.pp) % v || (v > 1 && nmicro % m.pp))
+            if (unit % v || (v > 1 && nmicro % m.pp))
                 continue;
             m.mbs = (int)mbs;
             m.vpp = v;
@@ -259,7 +297,8 @@ static int cp_ok(const space *s, int rest, int cp)
            s->launcher != AP_LAUNCHER_DEEPSPEED;
 }
 
-static void add_cp(const space *s, ap_megatron m, int rest, int cp, list *out)
+static void add_cp(const space *s, ap_megatron m, int rest, int cp, int unit,
+                   list *out)
 {
     if (!cp_ok(s, rest, cp))
         return;
@@ -271,16 +310,52 @@ static void add_cp(const space *s, ap_megatron m, int rest, int cp, list *out)
         if (s->max_local_experts > 0 && s->experts / ep > s->max_local_experts)
             continue;
         m.ep = ep;
-        add_batching(s, m, out);
+        add_batching(s, m, unit, out);
     }
 }
 
-static void add_cp_ep(const space *s, ap_megatron m, list *out)
+static void add_cp_ep(const space *s, ap_megatron m, int unit, list *out)
 {
     int rest = s->gpus / (m.tp * m.pp);
     for (int cp = 1; cp <= rest / 2; cp *= 2)
-        add_cp(s, m, rest, cp, out);
-    add_cp(s, m, rest, rest, out);
+        add_cp(s, m, rest, cp, unit, out);
+    add_cp(s, m, rest, rest, unit, out);
+}
+
+static int gcd(int a, int b)
+{
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Layers that pp does not divide, split as Megatron-LM can: the embedding
+ * and the loss counted as a layer each (--account-for-embedding/loss-in-
+ * pipeline-split), where that makes the count divide; and the middle
+ * stages at the larger share with the first and last stage holding what
+ * is left, the last (beside the output layer and the loss) no more than
+ * the first (--decoder-first/last-pipeline-num-layers). Those are the two
+ * splits Megatron-LM's recipes use for Llama 3.1 405B's 126 layers; a
+ * layout can place layers otherwise, which the sweep does not try. */
+static void add_uneven(const space *s, ap_megatron m, list *out)
+{
+    int L = s->layers, pp = m.pp;
+    if (pp < 2 || s->launcher != AP_LAUNCHER_MEGATRON)
+        return;
+    if ((L + 2) % pp == 0 && (L + 2) / pp >= 2) {
+        ap_megatron a = m;
+        a.account_embedding = a.account_loss = 1;
+        add_cp_ep(s, a, (L + 2) / pp, out);
+    }
+    int share = (L + pp - 1) / pp, left = L - share * (pp - 2);
+    if (left < 2 || left > 2 * share)
+        return;
+    m.first = (left + 1) / 2;
+    m.last = left / 2;
+    add_cp_ep(s, m, pp == 2 ? gcd(m.first, m.last) : gcd(gcd(m.first, m.last), share), out);
 }
 
 static int enumerate(const space *s, list *out)
@@ -291,12 +366,15 @@ static int enumerate(const space *s, list *out)
     for (int tp = 1; tp <= s->gpus; tp++) {
         if (s->gpus % tp || !tp_ok(s, tp))
             continue;
-        for (int pp = 1; pp <= s->gpus / tp; pp++) {
-            if ((s->gpus / tp) % pp || s->layers % pp)
+        for (int pp = 1; pp <= s->gpus / tp && pp <= s->layers; pp++) {
+            if ((s->gpus / tp) % pp)
                 continue;
             m.tp = tp;
             m.pp = pp;
-            add_cp_ep(s, m, out);
+            if (s->layers % pp == 0)
+                add_cp_ep(s, m, s->layers / pp, out);
+            else
+                add_uneven(s, m, out);
         }
     }
     return out->oom ? AP_EINTERNAL : AP_OK;
@@ -316,6 +394,8 @@ typedef struct {
     const ap_graph *g;
     const ap_cluster *c;
     const list *l;
+    const ap_megatron *tmpl;
+    const ap_model_shape *shape;
     int index, nthreads, progress;
     double t0;
     long valid, refused, fit, best;
@@ -335,7 +415,9 @@ static void *price_share(void *arg)
             w->progress = 2;
         }
         ap_plan p;
-        int rc = ap_megatron_plan(w->g, w->c, &w->l->v[i], &p, w->err);
+        ap_megatron m;
+        make_config(w->g, w->tmpl, &w->l->v[i], &m);
+        int rc = ap_megatron_plan_shaped(w->g, w->c, &m, w->shape, &p, w->err);
         if (rc == AP_EINPUT) {
             w->refused++; /* a rule of ap_megatron_plan the list missed */
             continue;
@@ -370,8 +452,8 @@ static int better(const worker *a, const worker *b)
            (a->plan.step_time == b->plan.step_time && a->best < b->best);
 }
 
-static int merge(worker *w, int n, const list *l, ap_sweep_result *out,
-                 char *err)
+static int merge(worker *w, int n, const list *l, const ap_megatron *tmpl,
+                 ap_sweep_result *out, char *err)
 {
     int rc = AP_OK, win = -1;
     for (int t = 0; t < n; t++) {
@@ -393,7 +475,7 @@ static int merge(worker *w, int n, const list *l, ap_sweep_result *out,
     if (!rc && win >= 0) {
         out->found = 1;
         out->plan = w[win].plan;
-        out->best = l->v[w[win].best];
+        make_config(w[win].g, tmpl, &l->v[w[win].best], &out->best);
     }
     return rc;
 }
@@ -463,15 +545,21 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     }
     list l = {0};
     int n = 0, rc = enumerate(&s, &l);
-    for (long i = 0; i < l.n; i++) {
-        l.v[i].run = o->run;
-        l.v[i].run.fp8_param_gather = 0; /* not swept (ap_sweep_opts) */
-        /* The layers kept in bf16 are the graph's, so every configuration's. */
-        l.v[i].bf16_first = g->bf16_first;
-        l.v[i].bf16_last = g->bf16_last;
-        /* Where Megatron-LM refuses one (TP overlap without sequence
-         * parallelism, say), the configuration runs without it. */
-        ap_megatron_drop_unsupported(g, &l.v[i]);
+    /* What every configuration shares: the run's settings but the FP8
+     * weights' gather (not swept, ap_sweep_opts) and the graph's layers
+     * kept in bf16. */
+    ap_megatron *tmpl = malloc(sizeof *tmpl);
+    ap_model_shape shape;
+    ap_model_shape_of(g, &shape);
+    if (tmpl) {
+        ap_megatron_default(tmpl);
+        tmpl->gbs = s.gbs;
+        tmpl->run = o->run;
+        tmpl->run.fp8_param_gather = 0;
+        tmpl->bf16_first = g->bf16_first;
+        tmpl->bf16_last = g->bf16_last;
+    } else {
+        rc = AP_EINTERNAL;
     }
     worker *w = NULL;
     if (!rc) {
@@ -481,6 +569,7 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     }
     if (rc) {
         free(l.v);
+        free(tmpl);
         snprintf(err, AP_ERR_LEN, "out of memory listing configurations");
         return AP_EINTERNAL;
     }
@@ -488,7 +577,7 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     pthread_t *tid = calloc((size_t)n, sizeof *tid);
     int *started = calloc((size_t)n, sizeof *started);
     for (int t = 0; t < n; t++) {
-        w[t] = (worker){.g = g, .c = c, .l = &l, .index = t, .nthreads = n,
+        w[t] = (worker){.g = g, .c = c, .l = &l, .tmpl = tmpl, .shape = &shape, .index = t, .nthreads = n,
                         .progress = t == 0 && o->progress, .t0 = t0, .best = -1};
         /* Thread 0 is this one; a thread that cannot start is done here. */
         if (t > 0 && tid && started)
@@ -503,11 +592,12 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     }
     if (w[0].progress == 2)
         fprintf(stderr, "\r%60s\r", "");
-    rc = merge(w, n, &l, out, err);
+    rc = merge(w, n, &l, tmpl, out, err);
     free(tid);
     free(started);
     free(w);
     free(l.v);
+    free(tmpl);
     out->seconds = now() - t0;
     return rc;
 }
