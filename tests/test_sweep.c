@@ -66,6 +66,62 @@ static void megatron_space_is_counted_by_hand(void)
     ap_graph_free(g);
 }
 
+/* A small Llama of `layers` layers (4 heads, 4 KV heads, sequence 256). */
+static ap_graph *llama_of(int layers)
+{
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"model_type\": \"llama\", \"num_hidden_layers\": %d, "
+             "\"hidden_size\": 128, \"num_attention_heads\": 4, "
+             "\"num_key_value_heads\": 4, \"intermediate_size\": 512, "
+             "\"vocab_size\": 1024, \"max_position_embeddings\": 256}", layers);
+    ap_graph *g = ap_test_hf_text(json, "llama-small");
+    CHECK(g != NULL);
+    return g;
+}
+
+/* Three layers on 4 GPUs: pp = 2 does not divide them. Megatron-LM splits
+ * them 2 + 1 with --decoder-first/last-pipeline-num-layers (the embedding
+ * and the loss counted as layers make 5, which 2 does not divide either),
+ * so the sweep lists exactly what the 2-layer model lists at pp = 2, one
+ * split, no interleaving: the 294 of gpt-tiny, where skipping the uneven
+ * split would list 210. */
+static void layers_pp_does_not_divide_split_first_and_last(void)
+{
+    ap_graph *g = llama_of(3);
+    if (!g)
+        return;
+    ap_sweep_result r = sweep(g, 4, 16, AP_LAUNCHER_MEGATRON, 0);
+    CHECK(r.candidates == megatron_by_hand());
+    CHECK(r.valid == r.candidates && r.refused == 0);
+    ap_sweep_result_free(&r);
+    ap_graph_free(g);
+}
+
+/* Six layers on 4 GPUs. pp = 1 lists gpt-tiny's 210; pp = 2 (three layers
+ * a stage) interleaves in 3 chunks where the micro-batches divide by 2:
+ * tp1 cp1 dp2 (4 + 3 batchings) x 3 recompute x 2 ZeRO = 42, tp1 cp2 dp1
+ * (5 + 4) x 3 x 2 = 54, tp2 (5 + 4) x 2 sp x 3 = 54. pp = 4 (tp 1, one
+ * replica) has two splits: the embedding and the loss counted (8 slots, 2
+ * a stage, so vpp 2 too where 4 divides the micro-batches: 5 + 3
+ * batchings x 3 = 24) and first = last = 1 with 2 in each middle stage (5
+ * x 3 = 15). */
+static void layers_pp_does_not_divide_count_the_embedding_and_loss(void)
+{
+    ap_graph *g = llama_of(6);
+    if (!g)
+        return;
+    ap_sweep_result r = sweep(g, 4, 16, AP_LAUNCHER_MEGATRON, 0);
+    CHECK(r.candidates == 210 + (42 + 54 + 54) + (24 + 15));
+    CHECK(r.valid == r.candidates && r.refused == 0);
+    ap_sweep_result_free(&r);
+    /* torchtitan and DeepSpeed export no uneven split: pp = 4 is not theirs. */
+    r = sweep(g, 4, 16, AP_LAUNCHER_DEEPSPEED, 0);
+    CHECK(r.valid == r.candidates && r.refused == 0);
+    ap_sweep_result_free(&r);
+    ap_graph_free(g);
+}
+
 static void torchtitan_and_deepspeed_spaces_are_counted_by_hand(void)
 {
     ap_graph *g = load("examples/gpt-tiny.json");
@@ -242,6 +298,8 @@ static void format_reads_back(void)
 int main(void)
 {
     RUN(megatron_space_is_counted_by_hand);
+    RUN(layers_pp_does_not_divide_split_first_and_last);
+    RUN(layers_pp_does_not_divide_count_the_embedding_and_loss);
     RUN(torchtitan_and_deepspeed_spaces_are_counted_by_hand);
     RUN(best_is_no_slower_than_hand_picked_configurations);
     RUN(answer_does_not_depend_on_threads);
