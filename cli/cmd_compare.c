@@ -14,7 +14,8 @@ static const char usage_text[] =
     "usage: autopar compare MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "       (MODEL may be left out where --megatron-args states the model, as a\n"
     "       Megatron-LM script does: docs/megatron.md, \"A script without MODEL\")\n"
-    "                       [--sweep] [--json] [--gpus-per-node G] [--cluster NAME|FILE]\n"
+    "                       [--sweep] [--no-sweep] [--json] [--gpus-per-node G]\n"
+    "                       [--cluster NAME|FILE]\n"
     "                       [--global-batch B] [--seq N] [--mtp-layers N]\n"
     "                       [--flash-attention on|off] [--quiet]\n"
     "                       [--dropout on|off] [--max-experts-per-gpu E]\n"
@@ -47,8 +48,12 @@ static const char usage_text[] =
     "  --megatron-args FLAGS  the real flags (see `autopar estimate --help`; flags\n"
     "                         that change the step in ways autopar does not price\n"
     "                         are refused, docs/megatron.md)\n"
-    "  --sweep                also price every valid Megatron configuration and\n"
-    "                         show the fastest that fits\n"
+    "  --sweep                show the fastest valid Megatron configuration that\n"
+    "                         fits in a column of its own\n"
+    "  --no-sweep             autopar's plan is its search's alone; without it\n"
+    "                         the plan is the faster of the search's and the\n"
+    "                         fastest Megatron configuration (`autopar plan\n"
+    "                         --help`)\n"
     "  --global-batch B       sequences per step, when the configuration has no gbs\n"
     "                         (without it, --megatron-args with no\n"
     "                         --global-batch-size trains Megatron-LM's mbs*dp)\n"
@@ -215,6 +220,7 @@ typedef struct {
     ap_cli_common cm;
     ap_megatron m;
     int have_megatron, args, sweep, json, quiet, batch_given, max_local_experts;
+    int no_plan_sweep; /* --no-sweep: autopar's plan is the search's alone */
 } options;
 
 static int parse(int argc, char **argv, options *o)
@@ -233,6 +239,8 @@ static int parse(int argc, char **argv, options *o)
             return -1;
         } else if (!strcmp(a, "--sweep")) {
             o->sweep = 1;
+        } else if (!strcmp(a, "--no-sweep")) {
+            o->no_plan_sweep = 1;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
         } else if (!strcmp(a, "--quiet")) {
@@ -315,28 +323,39 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.progress = progress;
     po.run = o->m.run; /* all sides in the configuration's precision */
     po.max_local_experts = o->max_local_experts;
-    rc = ap_plan_search(g, c, &po, &ours, err);
+    /* One sweep serves both: autopar's plan is the faster of the search's
+     * and the sweep's (ap_plan_best), and --sweep shows the sweep's own. */
+    po.no_sweep = o->no_plan_sweep && !o->sweep;
+    ap_plan_origin origin;
+    rc = ap_plan_best(g, c, &po, &ours, &origin, &sw, err);
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
+        ap_sweep_result_free(&sw);
         ap_plan_free(&yours);
         return rc;
     }
+    if (o->no_plan_sweep && origin.from_sweep) {
+        /* --no-plan-sweep with --sweep: the search's plan alone. */
+        ap_plan_free(&ours);
+        po.no_sweep = 1;
+        rc = ap_plan_search(g, c, &po, &ours, err);
+        if (rc) {
+            fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
+            ap_sweep_result_free(&sw);
+            ap_plan_free(&yours);
+            return rc;
+        }
+    }
     ap_cli_warn_timeouts("compare", &ours, po.ilp_time_limit);
-    describe_plan(g, &ours, cols[1].config, sizeof cols[1].config);
+    if (origin.from_sweep && !o->no_plan_sweep)
+        ap_megatron_format(&origin.best, cols[1].config, sizeof cols[1].config);
+    else
+        describe_plan(g, &ours, cols[1].config, sizeof cols[1].config);
     cols[0].plan = &yours;
     cols[1].plan = &ours;
     int n = 2;
     if (o->sweep) {
-        ap_sweep_opts so;
-        ap_sweep_opts_default(&so);
-        so.global_batch = yours.global_batch;
-        so.progress = progress;
-        so.run = o->m.run;
-        so.max_local_experts = o->max_local_experts;
-        rc = ap_sweep(g, c, &so, &sw, err);
-        if (rc)
-            fprintf(stderr, "autopar compare: sweep: %s\n", err);
-        else if (!sw.found)
+        if (!sw.found)
             fprintf(stderr, "autopar compare: no Megatron configuration fits; the leanest "
                     "needs %.1f GiB per GPU\n", gib(sw.least_memory));
         else {

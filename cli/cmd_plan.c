@@ -40,6 +40,11 @@ static const char usage_text[] =
     "                       Face configs\n"
     "  --no-pipeline        one stage on all GPUs: intra-op sharding only\n"
     "  --max-stages P       at most P pipeline stages\n"
+    "  --no-sweep           the search's plan alone: without it, every valid\n"
+    "                       Megatron-LM configuration is priced too and the\n"
+    "                       plan is the faster of the search's and theirs\n"
+    "                       (docs/planner.md; not under --no-pipeline or\n"
+    "                       --max-stages)\n"
     "  --ilp-time-limit S   seconds per ILP solve (default 10); a configuration\n"
     "                       whose ILP finds nothing in time is left out, with\n"
     "                       a warning\n"
@@ -168,6 +173,8 @@ int ap_cmd_plan(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--no-pipeline")) {
             o.no_pipeline = 1;
+        } else if (!strcmp(a, "--no-sweep")) {
+            o.no_sweep = 1;
         } else if (!strcmp(a, "--json")) {
             out.emit = "json";
         } else if (!strcmp(a, "--quiet")) {
@@ -290,8 +297,12 @@ int ap_cmd_plan(int argc, char **argv)
         rc = 2;
     } else if (targeted) {
         rc = target_plan(g, &c, target, &o, &plan, line, sizeof line);
-    } else if ((rc = ap_plan_search(g, &c, &o, &plan, err))) {
-        fprintf(stderr, "autopar plan: %s\n", err);
+    } else {
+        ap_plan_origin origin;
+        if ((rc = ap_plan_best(g, &c, &o, &plan, &origin, NULL, err)))
+            fprintf(stderr, "autopar plan: %s\n", err);
+        else
+            ap_plan_origin_line(&origin, line, sizeof line);
     }
     if (rc) {
         ap_graph_free(g);

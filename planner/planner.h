@@ -735,6 +735,7 @@ typedef struct {
     double ilp_gap;       /* 0: 1e-4 */
     int progress;         /* print progress to stderr when slow */
     int max_local_experts;/* at most this many experts per GPU, 0: any */
+    int no_sweep;         /* ap_plan_best: the search's plan alone */
     /* 1: search the recompute modules too (ap_plan_search), the
      * run's recompute_modules ignored. */
     int auto_modules;
@@ -1090,6 +1091,36 @@ typedef struct {
 int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
              ap_sweep_result *out, char *err);
 void ap_sweep_result_free(ap_sweep_result *r);
+
+/* What ap_plan_best found beside its plan. */
+typedef struct {
+    int swept;          /* the sweep ran */
+    int from_sweep;     /* the plan is the sweep's, faster than the search's */
+    double search_step; /* the search's plan's step; 0: it found none */
+    double sweep_step;  /* the sweep's fastest that fits; 0: none fits */
+    long valid, fit;    /* the sweep's counts */
+    ap_megatron best;   /* the sweep's fastest, where sweep_step > 0 */
+} ap_plan_origin;
+
+/* The planner's answer: the search's plan (ap_plan_search) or, where it is
+ * faster, the fastest Megatron-LM configuration that fits (ap_sweep with
+ * o's batch, threads, settings and expert limit). The search's stages are
+ * 2-D meshes and it interleaves only the cuts 1F1B chose; Megatron-LM's
+ * stages of data- and context-parallel replicas of a tensor-parallel
+ * group, and interleaving on any split, are the sweep's. Ties keep the
+ * search's plan. The sweep is not run under o->no_sweep, o->no_pipeline or
+ * o->max_stages (its space has no such bound), nor where the search
+ * fails: its error (a model that cannot fit, settings the model refuses)
+ * stands. On success
+ * *out is the caller's to free (ap_plan_free). *sweep, when not NULL, gets
+ * the sweep's result (found 0 where it did not run), which the caller
+ * frees with ap_sweep_result_free whatever the return. */
+int ap_plan_best(const ap_graph *g, const ap_cluster *c, const ap_plan_opts *o,
+                 ap_plan *out, ap_plan_origin *origin, ap_sweep_result *sweep,
+                 char *err);
+/* A sentence on where the plan came from (empty when the sweep did not
+ * run), for the summary's first line. */
+void ap_plan_origin_line(const ap_plan_origin *o, char *buf, size_t len);
 
 /* plan.json (docs/plan-format.md) and the summary a person reads. */
 char *ap_plan_to_json(const ap_graph *g, const ap_plan *p);

@@ -48,6 +48,7 @@ cmp -s "$tmp/threads1.json" "$tmp/threads2.json" &&
 
 # Out of ILP time is the user's limit, not a crash: the configurations left
 # unsolved are counted, and with none solved the message says what to raise.
+# The warning stands where Megatron-LM's fastest configuration is the plan.
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 4 --global-batch 16 --quiet \
     --ilp-time-limit 0.001 >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "raise --ilp-time-limit" "$tmp/err" && ok ||
