@@ -1056,6 +1056,10 @@ typedef struct {
                             passed; the caller decides (a tty) */
     int max_local_experts; /* only ep with at most this many experts per
                               GPU; 0: any */
+    int price_all;       /* price even the configurations whose weights,
+                            gradients and optimizer states alone are over
+                            the memory (the answer is the same; counts
+                            them in skipped otherwise) */
     /* Every configuration runs with these settings, where it can: TP
      * overlap leaves out configurations with tp > 1 and no sp; a fused loss
      * and fp32 gradients only for Megatron-LM; the expert all-to-all
@@ -1075,6 +1079,8 @@ typedef struct {
     long refused;        /* listed but refused by ap_megatron_plan (0 unless
                             the list and the checks disagree) */
     long fit;            /* valid and within the usable memory */
+    long skipped;        /* valid, not priced: their weights, gradients and
+                            optimizer states alone are over the memory */
     int found;           /* some configuration fits */
     ap_megatron best;    /* the fastest that fits; ties keep the first listed
                             (smaller tp, then pp, cp, ep, mbs, vpp; sp off,

@@ -396,14 +396,29 @@ typedef struct {
     const list *l;
     const ap_megatron *tmpl;
     const ap_model_shape *shape;
+    double usable;      /* bytes per GPU a plan may hold; 0: price all */
     int index, nthreads, progress;
     double t0;
     long valid, refused, fit, best;
+    long priced, skipped; /* skipped: over the memory by their states alone */
     ap_plan plan;
     double least_memory;
     int rc;
     char err[AP_ERR_LEN];
 } worker;
+
+/* The least a configuration's GPUs hold: their share of the weights,
+ * gradients and optimizer states. The fullest stage holds at least 1/pp of
+ * the parameters, and tensor and expert parallelism split a parameter at
+ * most tp*ep ways; the distributed optimizer shards its states at most
+ * over the dp*cp replicas. Activations and buffers only add. */
+static double states_floor(const ap_graph *g, const ap_megatron *t, const entry *e)
+{
+    double params = g->total_params / ((double)e->pp * e->tp * e->ep);
+    int shards = e->zero >= AP_ZERO_1 ? e->dp * e->cp : 1;
+    return ap_mem_model_states_opt(params, shards, (ap_zero)e->zero,
+                                   ap_run_grad_bytes(&t->run), &t->run.opt).total;
+}
 
 static void *price_share(void *arg)
 {
@@ -413,6 +428,13 @@ static void *price_share(void *arg)
         if (w->progress && (i / w->nthreads) % 64 == 0 && now() - w->t0 > 1) {
             fprintf(stderr, "\rsweep: %ld of %ld configurations priced", i, w->l->n);
             w->progress = 2;
+        }
+        /* A configuration whose model states alone are over the memory
+         * does not fit whatever its price: counted, not priced. */
+        if (w->usable > 0 && states_floor(w->g, w->tmpl, &w->l->v[i]) > w->usable) {
+            w->valid++;
+            w->skipped++;
+            continue;
         }
         ap_plan p;
         ap_megatron m;
@@ -426,8 +448,9 @@ static void *price_share(void *arg)
             w->rc = rc;
             break;
         }
-        if (w->valid++ == 0 || p.max_mem_bytes < w->least_memory)
+        if (w->priced++ == 0 || p.max_mem_bytes < w->least_memory)
             w->least_memory = p.max_mem_bytes;
+        w->valid++;
         int fits = p.max_mem_bytes <= p.hbm_limit;
         w->fit += fits;
         if (fits && (w->best < 0 || p.step_time < w->plan.step_time)) {
@@ -460,7 +483,8 @@ static int merge(worker *w, int n, const list *l, const ap_megatron *tmpl,
         out->valid += w[t].valid;
         out->refused += w[t].refused;
         out->fit += w[t].fit;
-        if (w[t].valid && (out->least_memory == 0 || w[t].least_memory < out->least_memory))
+        out->skipped += w[t].skipped;
+        if (w[t].priced && (out->least_memory == 0 || w[t].least_memory < out->least_memory))
             out->least_memory = w[t].least_memory;
         if (w[t].rc && !rc) {
             rc = w[t].rc;
@@ -478,6 +502,46 @@ static int merge(worker *w, int n, const list *l, const ap_megatron *tmpl,
         make_config(w[win].g, tmpl, &l->v[w[win].best], &out->best);
     }
     return rc;
+}
+
+/* What every pass over the list shares. */
+typedef struct {
+    const ap_graph *g;
+    const ap_cluster *c;
+    const list *l;
+    const ap_megatron *tmpl;
+    const ap_model_shape *shape;
+    int progress;
+    double t0;
+} pass;
+
+/* Prices the list on n threads (w: n workers), leaving unpriced the
+ * configurations whose model states alone exceed `usable` bytes (0: none). */
+static int price_all(const pass *ps, worker *w, int n, double usable,
+                     ap_sweep_result *out, char *err)
+{
+    pthread_t *tid = calloc((size_t)n, sizeof *tid);
+    int *started = calloc((size_t)n, sizeof *started);
+    for (int t = 0; t < n; t++) {
+        w[t] = (worker){.g = ps->g, .c = ps->c, .l = ps->l, .tmpl = ps->tmpl,
+                        .shape = ps->shape, .usable = usable, .index = t, .nthreads = n,
+                        .progress = t == 0 && ps->progress, .t0 = ps->t0, .best = -1};
+        /* Thread 0 is this one; a thread that cannot start is done here. */
+        if (t > 0 && tid && started)
+            started[t] = !pthread_create(&tid[t], NULL, price_share, &w[t]);
+    }
+    price_share(&w[0]);
+    for (int t = 1; t < n; t++) {
+        if (started && started[t])
+            pthread_join(tid[t], NULL);
+        else
+            price_share(&w[t]);
+    }
+    if (w[0].progress == 2)
+        fprintf(stderr, "\r%60s\r", "");
+    free(tid);
+    free(started);
+    return merge(w, n, ps->l, ps->tmpl, out, err);
 }
 
 static int thread_count(int asked, long work)
@@ -551,16 +615,8 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     ap_megatron *tmpl = malloc(sizeof *tmpl);
     ap_model_shape shape;
     ap_model_shape_of(g, &shape);
-    if (tmpl) {
-        ap_megatron_default(tmpl);
-        tmpl->gbs = s.gbs;
-        tmpl->run = o->run;
-        tmpl->run.fp8_param_gather = 0;
-        tmpl->bf16_first = g->bf16_first;
-        tmpl->bf16_last = g->bf16_last;
-    } else {
+    if (!tmpl)
         rc = AP_EINTERNAL;
-    }
     worker *w = NULL;
     if (!rc) {
         n = thread_count(o->threads, l.n);
@@ -574,27 +630,21 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
         return AP_EINTERNAL;
     }
     out->candidates = l.n;
-    pthread_t *tid = calloc((size_t)n, sizeof *tid);
-    int *started = calloc((size_t)n, sizeof *started);
-    for (int t = 0; t < n; t++) {
-        w[t] = (worker){.g = g, .c = c, .l = &l, .tmpl = tmpl, .shape = &shape, .index = t, .nthreads = n,
-                        .progress = t == 0 && o->progress, .t0 = t0, .best = -1};
-        /* Thread 0 is this one; a thread that cannot start is done here. */
-        if (t > 0 && tid && started)
-            started[t] = !pthread_create(&tid[t], NULL, price_share, &w[t]);
+    ap_megatron_default(tmpl);
+    tmpl->gbs = s.gbs;
+    tmpl->run = o->run;
+    tmpl->run.fp8_param_gather = 0;
+    tmpl->bf16_first = g->bf16_first;
+    tmpl->bf16_last = g->bf16_last;
+    pass ps = {g, c, &l, tmpl, &shape, o->progress, t0};
+    rc = price_all(&ps, w, n, o->price_all ? 0 : ap_cluster_usable_bytes(c), out, err);
+    /* Nothing fits: the leanest configuration's memory is the answer, so
+     * the ones left unpriced are priced too. */
+    if (!rc && !out->found && out->skipped) {
+        memset(out, 0, sizeof *out);
+        out->candidates = l.n;
+        rc = price_all(&ps, w, n, 0, out, err);
     }
-    price_share(&w[0]);
-    for (int t = 1; t < n; t++) {
-        if (started && started[t])
-            pthread_join(tid[t], NULL);
-        else
-            price_share(&w[t]);
-    }
-    if (w[0].progress == 2)
-        fprintf(stderr, "\r%60s\r", "");
-    rc = merge(w, n, &l, tmpl, out, err);
-    free(tid);
-    free(started);
     free(w);
     free(l.v);
     free(tmpl);

@@ -192,6 +192,41 @@ static void best_is_no_slower_than_hand_picked_configurations(void)
     ap_graph_free(g);
 }
 
+/* Configurations whose weights, gradients and optimizer states alone are
+ * over the memory are counted without being priced: the answer, the counts
+ * and, where nothing fits, the leanest memory are those of pricing all. */
+static void states_over_memory_are_not_priced(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = load("examples/hf/llama-3-70b.json");
+    if (!g)
+        return;
+    const int gpus[] = {16, 4};
+    for (int k = 0; k < 2; k++) {
+        ap_cluster c;
+        REQUIRE_OK(ap_cluster_preset("h100-sxm", gpus[k], 8, &c, err), err);
+        ap_sweep_opts o;
+        ap_sweep_opts_default(&o);
+        o.global_batch = 16;
+        ap_sweep_result a, b;
+        REQUIRE_OK(ap_sweep(g, &c, &o, &a, err), err);
+        o.price_all = 1;
+        REQUIRE_OK(ap_sweep(g, &c, &o, &b, err), err);
+        /* 70B's 16 bytes a parameter are 1.1 TB: on 16 GPUs tp*pp of 4 or
+         * less leaves over 70 GiB a GPU. */
+        CHECK(k == 1 || a.skipped > 0);
+        CHECK(b.skipped == 0);
+        CHECK(a.candidates == b.candidates && a.valid == b.valid && a.fit == b.fit);
+        CHECK(a.found == (k == 0) && b.found == a.found);
+        CHECK(!a.found || a.plan.step_time == b.plan.step_time);
+        CHECK(a.found || a.least_memory == b.least_memory);
+        ap_sweep_result_free(&a);
+        ap_sweep_result_free(&b);
+        ap_cluster_free(&c);
+    }
+    ap_graph_free(g);
+}
+
 static void answer_does_not_depend_on_threads(void)
 {
     ap_graph *g = load("examples/gpt-1.3b.json");
@@ -302,6 +337,7 @@ int main(void)
     RUN(layers_pp_does_not_divide_count_the_embedding_and_loss);
     RUN(torchtitan_and_deepspeed_spaces_are_counted_by_hand);
     RUN(best_is_no_slower_than_hand_picked_configurations);
+    RUN(states_over_memory_are_not_priced);
     RUN(answer_does_not_depend_on_threads);
     RUN(moe_sweep_includes_expert_parallelism);
     RUN(unsupported_settings_drop_per_configuration);
