@@ -86,11 +86,11 @@ void ap_plan_origin_line(const ap_plan_origin *o, char *buf, size_t len)
     ap_megatron_format(&o->best, spec, sizeof spec);
     if (o->from_sweep)
         snprintf(buf, len, "Megatron-LM configuration %s: the fastest of %ld valid (%ld fit), "
-                 "faster than the search's plan (%.3f s)", spec, o->valid, o->fit,
+                 "faster than the search's plan (%.4g s)", spec, o->valid, o->fit,
                  o->search_step);
     else if (o->sweep_step > 0)
         snprintf(buf, len, "the search's plan: no slower than the fastest of %ld valid "
-                 "Megatron-LM configurations (%s, %.3f s)", o->valid, spec, o->sweep_step);
+                 "Megatron-LM configurations (%s, %.4g s)", o->valid, spec, o->sweep_step);
     else
         snprintf(buf, len, "the search's plan: none of %ld valid Megatron-LM "
                  "configurations fits", o->valid);

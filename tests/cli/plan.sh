@@ -59,4 +59,23 @@ cmp -s "$tmp/threads1.json" "$tmp/threads2.json" &&
     grep -q '"timeouts":' "$tmp/partial.json" && ok ||
     bad "some ILPs out of time: a plan, a warning and solver.timeouts: $(cat "$tmp/err")"
 
+# The plan is the faster of the search's and the fastest Megatron-LM
+# configuration. gpt-1.3b on 16 GPUs at 8 sequences: tp 2 over 8
+# data-parallel replicas, a mesh the search has not; its first line says
+# so, its plan.json is that configuration's own (estimate's, byte for
+# byte), and --no-sweep gives the search's slower plan.
+"$bin" plan "$src/examples/gpt-1.3b.json" --gpus 16 --global-batch 8 --quiet \
+    -o "$tmp/best.json" >"$tmp/best.txt" 2>"$tmp/err" || bad "plan: $(cat "$tmp/err")"
+spec=$(sed -n '1s/^Megatron-LM configuration \([^:]*\): the fastest of .* faster than the search.s plan .*/\1/p' "$tmp/best.txt")
+case "$spec" in tp=2,pp=1,dp=8,*) ok ;; *) bad "the sweep's configuration heads the plan: $(head -1 "$tmp/best.txt")" ;; esac
+"$bin" estimate "$src/examples/gpt-1.3b.json" --gpus 16 --megatron "$spec" \
+    -o "$tmp/est.json" >/dev/null 2>"$tmp/err" || bad "estimate $spec: $(cat "$tmp/err")"
+cmp -s "$tmp/best.json" "$tmp/est.json" && ok || bad "the plan is not the configuration's own"
+"$bin" plan "$src/examples/gpt-1.3b.json" --gpus 16 --global-batch 8 --quiet --no-sweep \
+    -o "$tmp/search.json" >"$tmp/search.txt" 2>&1 || bad "plan --no-sweep: $(cat "$tmp/search.txt")"
+step() { sed -n 's/.*"step_time_s":[[:space:]]*\([0-9.e+-]*\).*/\1/p' "$1" | head -1; }
+awk -v a="$(step "$tmp/best.json")" -v b="$(step "$tmp/search.json")" 'BEGIN { exit !(a < b) }' &&
+    ! grep -q "Megatron-LM configuration" "$tmp/search.txt" && ok ||
+    bad "--no-sweep: the search's plan, slower: $(step "$tmp/best.json") against $(step "$tmp/search.json")"
+
 finish
