@@ -387,18 +387,25 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* One thread's share of the list: every nthreads-th configuration. Each
- * keeps its own best, the lowest index among equal times, so that the
- * merged answer is the one a single thread would give. */
+/* What every pass over the list shares: the model, the cluster, the list,
+ * the template its entries fill and the model's shape. */
 typedef struct {
     const ap_graph *g;
     const ap_cluster *c;
     const list *l;
     const ap_megatron *tmpl;
     const ap_model_shape *shape;
+    int progress;
+    double t0;
+} pass;
+
+/* One thread's share of the list: every nthreads-th configuration. Each
+ * keeps its own best, the lowest index among equal times, so that the
+ * merged answer is the one a single thread would give. */
+typedef struct {
+    const pass *ps;
     double usable;      /* bytes per GPU a plan may hold; 0: price all */
     int index, nthreads, progress;
-    double t0;
     long valid, refused, fit, best;
     long priced, skipped; /* skipped: over the memory by their states alone */
     ap_plan plan;
@@ -423,23 +430,24 @@ static double states_floor(const ap_graph *g, const ap_megatron *t, const entry 
 static void *price_share(void *arg)
 {
     worker *w = arg;
+    const pass *ps = w->ps;
     w->best = -1;
-    for (long i = w->index; i < w->l->n; i += w->nthreads) {
-        if (w->progress && (i / w->nthreads) % 64 == 0 && now() - w->t0 > 1) {
-            fprintf(stderr, "\rsweep: %ld of %ld configurations priced", i, w->l->n);
+    for (long i = w->index; i < ps->l->n; i += w->nthreads) {
+        if (w->progress && (i / w->nthreads) % 64 == 0 && now() - ps->t0 > 1) {
+            fprintf(stderr, "\rsweep: %ld of %ld configurations priced", i, ps->l->n);
             w->progress = 2;
         }
         /* A configuration whose model states alone are over the memory
          * does not fit whatever its price: counted, not priced. */
-        if (w->usable > 0 && states_floor(w->g, w->tmpl, &w->l->v[i]) > w->usable) {
+        if (w->usable > 0 && states_floor(ps->g, ps->tmpl, &ps->l->v[i]) > w->usable) {
             w->valid++;
             w->skipped++;
             continue;
         }
         ap_plan p;
         ap_megatron m;
-        make_config(w->g, w->tmpl, &w->l->v[i], &m);
-        int rc = ap_megatron_plan_shaped(w->g, w->c, &m, w->shape, &p, w->err);
+        make_config(ps->g, ps->tmpl, &ps->l->v[i], &m);
+        int rc = ap_megatron_plan_shaped(ps->g, ps->c, &m, ps->shape, &p, w->err);
         if (rc == AP_EINPUT) {
             w->refused++; /* a rule of ap_megatron_plan the list missed */
             continue;
@@ -475,8 +483,7 @@ static int better(const worker *a, const worker *b)
            (a->plan.step_time == b->plan.step_time && a->best < b->best);
 }
 
-static int merge(worker *w, int n, const list *l, const ap_megatron *tmpl,
-                 ap_sweep_result *out, char *err)
+static int merge(worker *w, int n, const pass *ps, ap_sweep_result *out, char *err)
 {
     int rc = AP_OK, win = -1;
     for (int t = 0; t < n; t++) {
@@ -499,21 +506,10 @@ static int merge(worker *w, int n, const list *l, const ap_megatron *tmpl,
     if (!rc && win >= 0) {
         out->found = 1;
         out->plan = w[win].plan;
-        make_config(w[win].g, tmpl, &l->v[w[win].best], &out->best);
+        make_config(ps->g, ps->tmpl, &ps->l->v[w[win].best], &out->best);
     }
     return rc;
 }
-
-/* What every pass over the list shares. */
-typedef struct {
-    const ap_graph *g;
-    const ap_cluster *c;
-    const list *l;
-    const ap_megatron *tmpl;
-    const ap_model_shape *shape;
-    int progress;
-    double t0;
-} pass;
 
 /* Prices the list on n threads (w: n workers), leaving unpriced the
  * configurations whose model states alone exceed `usable` bytes (0: none). */
@@ -523,9 +519,8 @@ static int price_all(const pass *ps, worker *w, int n, double usable,
     pthread_t *tid = calloc((size_t)n, sizeof *tid);
     int *started = calloc((size_t)n, sizeof *started);
     for (int t = 0; t < n; t++) {
-        w[t] = (worker){.g = ps->g, .c = ps->c, .l = ps->l, .tmpl = ps->tmpl,
-                        .shape = ps->shape, .usable = usable, .index = t, .nthreads = n,
-                        .progress = t == 0 && ps->progress, .t0 = ps->t0, .best = -1};
+        w[t] = (worker){.ps = ps, .usable = usable, .index = t, .nthreads = n,
+                        .progress = t == 0 && ps->progress, .best = -1};
         /* Thread 0 is this one; a thread that cannot start is done here. */
         if (t > 0 && tid && started)
             started[t] = !pthread_create(&tid[t], NULL, price_share, &w[t]);
@@ -541,7 +536,7 @@ static int price_all(const pass *ps, worker *w, int n, double usable,
         fprintf(stderr, "\r%60s\r", "");
     free(tid);
     free(started);
-    return merge(w, n, ps->l, ps->tmpl, out, err);
+    return merge(w, n, ps, out, err);
 }
 
 static int thread_count(int asked, long work)
@@ -609,9 +604,6 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     }
     list l = {0};
     int n = 0, rc = enumerate(&s, &l);
-    /* What every configuration shares: the run's settings but the FP8
-     * weights' gather (not swept, ap_sweep_opts) and the graph's layers
-     * kept in bf16. */
     ap_megatron *tmpl = malloc(sizeof *tmpl);
     ap_model_shape shape;
     ap_model_shape_of(g, &shape);
@@ -630,6 +622,9 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
         return AP_EINTERNAL;
     }
     out->candidates = l.n;
+    /* What every configuration shares: the run's settings but the FP8
+     * weights' gather (not swept, ap_sweep_opts) and the graph's layers
+     * kept in bf16. */
     ap_megatron_default(tmpl);
     tmpl->gbs = s.gbs;
     tmpl->run = o->run;
