@@ -76,4 +76,21 @@ grep -q '"traceEvents":\[' "$tmp/trace.json" && grep -q '"ph":"X"' "$tmp/trace.j
     >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "cannot write" "$tmp/err" && ok || bad "an unwritable --trace fails"
 
+# autopar's column is the faster of the search's plan and the fastest
+# Megatron-LM configuration, and one sweep serves it and --sweep's column:
+# gpt-1.3b on 16 GPUs at 8 sequences, where tp 2 over 8 replicas wins.
+# --no-sweep shows the search's plan, slower.
+"$bin" compare "$src/examples/gpt-1.3b.json" --gpus 16 --megatron "tp=2,pp=2,mbs=1,gbs=8,sp=1" \
+    --sweep --quiet >"$tmp/best.txt" 2>"$tmp/err" || bad "compare: $(cat "$tmp/err")"
+auto=$(sed -n 's/^  autopar: //p' "$tmp/best.txt")
+swept=$(sed -n 's/^  megatron (sweep): //p' "$tmp/best.txt")
+case "$auto" in tp=2,pp=1,dp=8,*) ok ;; *) bad "autopar's column is the sweep's configuration: $auto" ;; esac
+[ "$auto" = "$swept" ] && ok || bad "autopar's and the sweep's configurations differ: $auto / $swept"
+[ "$(grep -c "the sweep priced" "$tmp/best.txt")" = 1 ] && ok || bad "one sweep line"
+"$bin" compare "$src/examples/gpt-1.3b.json" --gpus 16 --megatron "tp=2,pp=2,mbs=1,gbs=8,sp=1" \
+    --no-sweep --json --quiet >"$tmp/search.json" 2>"$tmp/err" || bad "compare --no-sweep: $(cat "$tmp/err")"
+grep -q '"configuration":[[:space:]]*"[0-9]* stage' "$tmp/search.json" &&
+    ! grep -q '"sweep"' "$tmp/search.json" && ok ||
+    bad "--no-sweep: the search's plan, no sweep column: $(head -c 400 "$tmp/search.json")"
+
 finish
