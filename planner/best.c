@@ -51,10 +51,12 @@ int ap_plan_best(const ap_graph *g, const ap_cluster *c, const ap_plan_opts *o,
     origin->swept = 1;
     origin->valid = sw.valid;
     origin->fit = sw.fit;
+    if (sw.found) {
+        origin->sweep_step = sw.plan.step_time;
+        origin->best = sw.best;
+    }
     if (!sw.found || sw.plan.step_time >= out->step_time)
         goto done;
-    origin->sweep_step = sw.plan.step_time;
-    origin->best = sw.best;
     /* The winner priced again, so that the sweep's result stays whole for
      * the caller: the same configuration gives the same plan. */
     int timeouts = out->ilp_timeouts;
@@ -66,10 +68,6 @@ int ap_plan_best(const ap_graph *g, const ap_cluster *c, const ap_plan_opts *o,
     if (!rc)
         out->ilp_timeouts = timeouts;
 done:
-    if (sw.found && !origin->sweep_step) {
-        origin->sweep_step = sw.plan.step_time;
-        origin->best = sw.best;
-    }
     if (sweep)
         *sweep = sw;
     else
