@@ -326,30 +326,26 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.run = o->m.run; /* all sides in the configuration's precision */
     po.max_local_experts = o->max_local_experts;
     /* One sweep serves both: autopar's plan is the faster of the search's
-     * and the sweep's (ap_plan_best), and --sweep shows the sweep's own. */
-    po.no_sweep = o->no_plan_sweep && !o->sweep;
-    ap_plan_origin origin;
-    rc = ap_plan_best(g, c, &po, &ours, &origin, &sw, err);
+     * and the sweep's (ap_plan_best), and --sweep shows the sweep's own.
+     * Under --no-sweep the plan is the search's, and --sweep's column
+     * still gets its sweep. */
+    ap_plan_origin origin = {0};
+    if (!o->no_plan_sweep) {
+        rc = ap_plan_best(g, c, &po, &ours, &origin, &sw, err);
+    } else if (!(rc = ap_plan_search(g, c, &po, &ours, err)) && o->sweep) {
+        ap_sweep_opts so;
+        ap_sweep_opts_of(&po, AP_LAUNCHER_MEGATRON, &so);
+        if ((rc = ap_sweep(g, c, &so, &sw, err)))
+            ap_plan_free(&ours);
+    }
     if (rc) {
         fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
         ap_sweep_result_free(&sw);
         ap_plan_free(&yours);
         return rc;
     }
-    if (o->no_plan_sweep && origin.from_sweep) {
-        /* --no-plan-sweep with --sweep: the search's plan alone. */
-        ap_plan_free(&ours);
-        po.no_sweep = 1;
-        rc = ap_plan_search(g, c, &po, &ours, err);
-        if (rc) {
-            fprintf(stderr, "autopar compare: autopar's plan: %s\n", err);
-            ap_sweep_result_free(&sw);
-            ap_plan_free(&yours);
-            return rc;
-        }
-    }
     ap_cli_warn_timeouts("compare", &ours, po.ilp_time_limit);
-    if (origin.from_sweep && !o->no_plan_sweep)
+    if (origin.from_sweep)
         ap_megatron_format(&origin.best, cols[1].config, sizeof cols[1].config);
     else
         describe_plan(g, &ours, cols[1].config, sizeof cols[1].config);

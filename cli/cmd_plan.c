@@ -115,13 +115,7 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
                        const ap_plan_opts *o, ap_plan *out, char *line, size_t len)
 {
     ap_sweep_opts so;
-    ap_sweep_opts_default(&so);
-    so.launcher = l;
-    so.global_batch = o->global_batch;
-    so.threads = o->threads;
-    so.progress = o->progress;
-    so.run = o->run;
-    so.max_local_experts = o->max_local_experts;
+    ap_sweep_opts_of(o, l, &so);
     ap_sweep_result r;
     char err[AP_ERR_LEN];
     int rc = ap_sweep(g, c, &so, &r, err);

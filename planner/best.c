@@ -18,20 +18,6 @@ static int sweep_applies(const ap_plan_opts *o)
     return !o->no_sweep && !o->no_pipeline && !o->max_stages;
 }
 
-static int run_sweep(const ap_graph *g, const ap_cluster *c, const ap_plan_opts *o,
-                     ap_sweep_result *r, char *err)
-{
-    ap_sweep_opts so;
-    ap_sweep_opts_default(&so);
-    so.launcher = AP_LAUNCHER_MEGATRON;
-    so.global_batch = o->global_batch > 0 ? o->global_batch : 512;
-    so.threads = o->threads;
-    so.progress = o->progress;
-    so.run = o->run;
-    so.max_local_experts = o->max_local_experts;
-    return ap_sweep(g, c, &so, r, err);
-}
-
 int ap_plan_best(const ap_graph *g, const ap_cluster *c, const ap_plan_opts *o,
                  ap_plan *out, ap_plan_origin *origin, ap_sweep_result *sweep,
                  char *err)
@@ -44,7 +30,9 @@ int ap_plan_best(const ap_graph *g, const ap_cluster *c, const ap_plan_opts *o,
         origin->search_step = out->step_time;
     if (rc || !sweep_applies(o))
         goto done;
-    if ((rc = run_sweep(g, c, o, &sw, err))) {
+    ap_sweep_opts so;
+    ap_sweep_opts_of(o, AP_LAUNCHER_MEGATRON, &so);
+    if ((rc = ap_sweep(g, c, &so, &sw, err))) {
         ap_plan_free(out);
         goto done;
     }

@@ -1072,6 +1072,9 @@ typedef struct {
 } ap_sweep_opts;
 
 void ap_sweep_opts_default(ap_sweep_opts *o);
+/* The sweep of launcher l over what o plans: its global batch (512 where
+ * 0), threads, progress, settings and expert limit. */
+void ap_sweep_opts_of(const ap_plan_opts *o, ap_launcher l, ap_sweep_opts *so);
 
 typedef struct {
     long candidates;     /* configurations listed */

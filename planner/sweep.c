@@ -24,6 +24,18 @@ void ap_sweep_opts_default(ap_sweep_opts *o)
     o->global_batch = 512;
 }
 
+void ap_sweep_opts_of(const ap_plan_opts *o, ap_launcher l, ap_sweep_opts *so)
+{
+    ap_sweep_opts_default(so);
+    so->launcher = l;
+    if (o->global_batch > 0)
+        so->global_batch = o->global_batch;
+    so->threads = o->threads;
+    so->progress = o->progress;
+    so->run = o->run;
+    so->max_local_experts = o->max_local_experts;
+}
+
 static const char *recompute_name(ap_recompute r)
 {
     return r == AP_RECOMPUTE_FULL ? "full" : r == AP_RECOMPUTE_SELECTIVE ? "selective" : "none";

@@ -8,6 +8,23 @@
 #include "planner/planner.h"
 #include "model.h"
 
+/* The model at `rel` on `gpus` H100s in nodes of up to 8; 0 when either
+ * fails to load (reported). The caller frees both. */
+static int setup(const char *rel, int gpus, ap_graph **g, ap_cluster *c)
+{
+    char err[AP_ERR_LEN];
+    *g = ap_test_model(rel, 0);
+    CHECK(*g != NULL);
+    int rc = ap_cluster_preset("h100-sxm", gpus, gpus < 8 ? gpus : 8, c, err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    CHECK(rc == AP_OK);
+    if (*g && !rc)
+        return 1;
+    ap_graph_free(*g);
+    return 0;
+}
+
 static ap_plan_opts opts(int gpus, double gbs)
 {
     ap_plan_opts o;
@@ -23,11 +40,9 @@ static ap_plan_opts opts(int gpus, double gbs)
 static void faster_of_search_and_sweep(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
+    ap_graph *g;
     ap_cluster c;
-    CHECK(g != NULL);
-    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 8, &c, err), err);
-    if (!g)
+    if (!setup("examples/gpt-1.3b.json", 16, &g, &c))
         return;
     ap_plan_opts o = opts(16, 8);
     ap_plan search, best;
@@ -80,11 +95,9 @@ static void faster_of_search_and_sweep(void)
 static void search_kept_when_no_slower(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = ap_test_model("examples/gpt-1.3b.json", 0);
+    ap_graph *g;
     ap_cluster c;
-    CHECK(g != NULL);
-    REQUIRE_OK(ap_cluster_preset("h100-sxm", 16, 8, &c, err), err);
-    if (!g)
+    if (!setup("examples/gpt-1.3b.json", 16, &g, &c))
         return;
     ap_plan_opts o = opts(16, 128);
     ap_plan p;
@@ -104,11 +117,9 @@ static void search_kept_when_no_slower(void)
 static void search_errors_stand(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = ap_test_model("examples/hf/llama-3-70b.json", 0);
+    ap_graph *g;
     ap_cluster c;
-    CHECK(g != NULL);
-    REQUIRE_OK(ap_cluster_preset("h100-sxm", 1, 1, &c, err), err);
-    if (!g)
+    if (!setup("examples/hf/llama-3-70b.json", 1, &g, &c))
         return;
     ap_plan_opts o = opts(1, 8);
     ap_plan p;
