@@ -457,6 +457,26 @@ double ap_cost_attention_rect(const ap_cluster *c, ap_dtype dt, double bn, doubl
     return attention_time(c, dt, flops, bytes, eff);
 }
 
+double ap_cost_attention_window(const ap_cluster *c, ap_dtype dt, double bn, double s,
+                                double w, double d, double e, int backward)
+{
+    if (!(bn > 0 && s > 0 && d > 0 && e > 0))
+        return 0;
+    if (!(w > 0 && w < s))
+        return backward ? ap_cost_attention_backward(c, dt, bn, s, s, d, e, 1)
+                        : ap_cost_attention(c, dt, bn, s, s, d, e, 1);
+    double flops = 2 * bn * (s * w - w * w / 2) * (d + e);
+    double bytes = attention_bytes(dt, bn, s, s, d, e);
+    if (backward) {
+        double base = c->attn_bwd_eff > 0 ? c->attn_bwd_eff : forward_eff(c);
+        double eff = attention_eff(base, ap_attention_length_factor(c, AP_ATTN_BWD, w));
+        return attention_time(c, dt, 2.5 * flops, 2 * bytes, eff);
+    }
+    double eff = attention_eff(forward_eff(c),
+                               ap_attention_length_factor(c, AP_ATTN_FWD_CAUSAL, w));
+    return attention_time(c, dt, flops, bytes, eff);
+}
+
 /* Context-parallel attention as Transformer Engine's AttnFuncWithCPAndKVP2P
  * runs it (transformer_engine/pytorch/attention/dot_product_attention/
  * context_parallel.py; Megatron-Core's --cp-comm-type p2p), bshd or sbhd,

@@ -321,6 +321,14 @@ double ap_cost_attention_cp_rank(const ap_cluster *c, ap_dtype dt, double bn,
  * mask, is ap_cost_attention(_backward). */
 double ap_cost_attention_rect(const ap_cluster *c, ap_dtype dt, double bn, double s,
                               double t, double d, double e, int causal, int backward);
+/* One causal flash-attention kernel over s tokens under a sliding window
+ * of w keys per query (its own included), forward or backward: the
+ * kernel skips the blocks outside the band, leaving s*w - w*w/2 scores
+ * per head, and each block of queries (forward) or of keys (backward)
+ * loops over at most w of the other, so the length curves are read at w.
+ * A window of s or more, or 0, is ap_cost_attention(_backward). */
+double ap_cost_attention_window(const ap_cluster *c, ap_dtype dt, double bn, double s,
+                                double w, double d, double e, int backward);
 
 /* Context parallelism's communication type: Megatron-LM's --cp-comm-type,
  * Transformer Engine's cp_comm_type. The zero value is the p2p ring, so a

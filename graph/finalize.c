@@ -257,6 +257,9 @@ static int check_attention(const check *c)
     if (!(c->op->dropout_p >= 0 && c->op->dropout_p < 1))
         return bad(c, ".dropout", "dropout probability %g is not in [0, 1)",
                    c->op->dropout_p);
+    if (c->op->window < 0 || (c->op->window && !c->op->causal))
+        return bad(c, ".window", "a sliding window needs causal attention and at "
+                   "least one key (window %lld)", (long long)c->op->window);
     return 0;
 }
 
@@ -655,6 +658,7 @@ static double unary_flops_per_elem(int sub)
      * and an add (rotate_half itself only moves and negates). */
     case AP_UNARY_ROTARY: return 3;
     case AP_UNARY_RELU2: return 2; /* a max and a multiply */
+    case AP_UNARY_SOFTCAP: return 10; /* two multiplies around a tanh, counted as gelu's 8 */
     default: return 1; /* relu, scale */
     }
 }
@@ -686,7 +690,7 @@ static double op_flops(const ap_graph *g, const ap_op *op)
     case AP_OP_ATTENTION: {
         const char *q = x->shape, *v = g->tensors[op->inputs[2]].shape;
         double b = dsize(g, q[0]), s = dsize(g, q[1]), n = dsize(g, q[2]);
-        double ss = b * n * s * s;
+        double ss = b * n * ap_attention_scores(s, op->window);
         return 2 * ss * (dsize(g, q[3]) + dsize(g, v[3])) + 5 * ss;
     }
     case AP_OP_ROUTER: {
@@ -927,6 +931,7 @@ static int sig_op(const ap_graph *g, int layer, const ap_op *op,
     memcpy(&p, &op->dropout_p, sizeof p);
     int rc = sig_push(s, op->kind) || sig_push(s, op->sub) ||
              sig_push(s, op->causal) || sig_push(s, op->flash) ||
+             sig_push(s, op->window) ||
              sig_push(s, p) || sig_push(s, op->top_k) || sig_push(s, op->modules) ||
              sig_push(s, op->groups) || sig_push(s, op->group_topk) ||
              sig_push(s, op->keep_bf16) ||

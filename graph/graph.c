@@ -90,6 +90,7 @@ static const struct {
     {"scale", AP_OP_UNARY, AP_UNARY_SCALE},
     {"rotary", AP_OP_UNARY, AP_UNARY_ROTARY},
     {"relu2", AP_OP_UNARY, AP_UNARY_RELU2},
+    {"softcap", AP_OP_UNARY, AP_UNARY_SOFTCAP},
     {"add", AP_OP_BINARY, AP_BINARY_ADD},
     {"mul", AP_OP_BINARY, AP_BINARY_MUL},
     {"layernorm", AP_OP_NORM, AP_NORM_LAYER},
@@ -114,7 +115,7 @@ static const struct {
 static int sub_count(ap_op_kind k)
 {
     switch (k) {
-    case AP_OP_UNARY: return 6;
+    case AP_OP_UNARY: return AP_UNARY_SOFTCAP + 1;
     case AP_OP_BINARY: return 2;
     case AP_OP_NORM: return 3;
     case AP_OP_RESHAPE: return 4;
@@ -289,6 +290,14 @@ int ap_graph_find_op(const ap_graph *g, const char *name)
     if (!name || !g->index)
         return -1;
     return table_find(g, &g->index->ops, op_name, name);
+}
+
+double ap_attention_scores(double s, int64_t window)
+{
+    double w = (double)window;
+    if (window <= 0 || w >= s)
+        return s * s;
+    return 2 * s * w - w * w;
 }
 
 int ap_glu_activation(const ap_graph *g, const ap_op *op, int i)

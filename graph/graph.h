@@ -89,14 +89,16 @@ typedef enum {
  * x [..., d] and, optionally, its cos/sin table [s, r] (an input, r <= d, even):
  * the first r elements of each head are rotated, the rest copied. Without a
  * table the whole last label is rotated. AP_UNARY_RELU2 is the squared ReLU,
- * relu(x)^2, of Nemotron's MLP: one fused elementwise kernel. */
+ * relu(x)^2, of Nemotron's MLP: one fused elementwise kernel.
+ * AP_UNARY_SOFTCAP is c * tanh(x / c), Gemma 2's cap on its logits. */
 typedef enum {
     AP_UNARY_GELU,
     AP_UNARY_SILU,
     AP_UNARY_RELU,
     AP_UNARY_SCALE,
     AP_UNARY_ROTARY,
-    AP_UNARY_RELU2
+    AP_UNARY_RELU2,
+    AP_UNARY_SOFTCAP
 } ap_unary;
 typedef enum { AP_BINARY_ADD, AP_BINARY_MUL } ap_binary;
 /* AP_NORM_LAYER1P is LayerNorm with a zero-centred gamma (it scales by
@@ -160,6 +162,10 @@ typedef struct {
     /* Attributes; meaningful only for the kinds named. */
     int causal;       /* attention */
     int flash;        /* attention: fused kernel that saves no s x s matrix */
+    /* Attention: a sliding window, each query meeting the `window` keys
+     * ending at its own position (causal only); 0 for none. A window as
+     * long as the sequence or longer changes nothing. */
+    int64_t window;
     double dropout_p; /* dropout, and attention's internal dropout */
     int top_k;        /* router, dispatch, combine */
     /* Router, dispatch, combine: group-limited routing (DeepSeek-V3's
@@ -295,6 +301,11 @@ typedef struct {
      * dimensions; rotary then turns qk_rope of each head. */
     int mla;
     int64_t q_lora, kv_lora, qk_nope, qk_rope, v_head_dim;
+    /* A sliding window of `window` keys per query, its own included (0:
+     * none), on the layers where window_layer[i] is 1 (NULL: every layer);
+     * the others attend to the whole sequence. */
+    int64_t window;
+    const unsigned char *window_layer;
 } ap_decoder;
 
 int ap_graph_from_decoder(const ap_decoder *d, const char *source,
@@ -321,6 +332,12 @@ int ap_graph_find_op(const ap_graph *g, const char *name);
  * product (AP_BINARY_MUL) when that op is an activation (gelu, silu, relu,
  * relu2), else -1. */
 int ap_glu_activation(const ap_graph *g, const ap_op *op, int i);
+/* The scores per head that attention over s tokens counts in its FLOPs:
+ * s * s for full attention (Megatron-LM's convention, which counts the half
+ * a causal mask skips too), and under a sliding window of w < s keys twice
+ * the w*s - w*w/2 scores the window leaves, 2*s*w - w*w, so that the two
+ * agree at w = s. window 0 is none. */
+double ap_attention_scores(double s, int64_t window);
 /* The label of the first dimension of a kind, or 0 if the model has none. */
 char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind);
 

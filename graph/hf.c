@@ -1,6 +1,6 @@
 /* hf.c -- builds the operator graph of one training step from a Hugging Face
  * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
- * DeepSeek-V3, Nemotron).
+ * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3).
  *
  * The config is read into an hf_model first, so that every field is checked
  * (present, of the right type, within sane bounds, consistent) before a single
@@ -42,12 +42,17 @@ typedef enum {
     FAM_QWEN3_MOE,
     FAM_DEEPSEEK_V3,
     FAM_NEMOTRON,
+    FAM_PHI3,
+    FAM_GEMMA,
+    FAM_GEMMA2,
+    FAM_GEMMA3,
     FAM_COUNT
 } family;
 
 static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
-    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron"};
+    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
+    "phi3", "gemma", "gemma2", "gemma3_text"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -64,6 +69,14 @@ typedef struct {
     int parallel_residual;
     int tie;
     int qk_norm;
+    int geglu;          /* gated MLP with GELU in place of SiLU (Gemma) */
+    int sandwich_norm;  /* a norm after attention and after the MLP too (Gemma 2, 3) */
+    int embed_scale;    /* embeddings scaled by sqrt(hidden) (Gemma) */
+    int logit_softcap;  /* logits capped as c * tanh(x / c) before the loss (Gemma 2) */
+    /* Sliding-window attention: `window` keys per query, its own included,
+     * on the layers where swa[i] is 1 (NULL: every layer); 0: none. */
+    int64_t window;
+    unsigned char *swa;
     /* MoE */
     int64_t experts, top_k, moe_ffn, shared_ffn;
     int64_t groups, group_topk; /* DeepSeek's n_group, topk_group; 0: none */
@@ -349,17 +362,23 @@ static void read_mla(hf_cfg *c, hf_model *m)
     m->head_dim = m->qk_nope + m->qk_rope;
 }
 
-/* Nemotron rotates int(head_dim * partial_rotary_factor) elements of each
- * head, as HF's default rope init does; 0.5 is NemotronConfig's default. */
-static int64_t nemotron_rotary(hf_cfg *c, const hf_model *m)
+/* Nemotron and Phi-3 rotate int(head_dim * partial_rotary_factor) elements
+ * of each head, as HF's default rope init does; `def` is the config class's
+ * default (NemotronConfig's 0.5, Phi3Config's 1). */
+static int64_t partial_rotary(hf_cfg *c, const hf_model *m, double def)
 {
-    double f = cfg_fraction(c, "partial_rotary_factor", 0.5);
+    double f = cfg_fraction(c, "partial_rotary_factor", def);
     int64_t r = (int64_t)((double)m->head_dim * f);
     if (!c->bad && r % 2)
         cfg_fail(c, "\"partial_rotary_factor\" (%g) of the head size %lld rotates "
                  "an odd number of elements (%lld); rotary pairs them", f,
                  (long long)m->head_dim, (long long)r);
     return r;
+}
+
+static int is_gemma(family f)
+{
+    return f == FAM_GEMMA || f == FAM_GEMMA2 || f == FAM_GEMMA3;
 }
 
 /* Llama and its descendants share the field names. */
@@ -375,7 +394,8 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     m->vocab = cfg_int(c, "vocab_size", 1, 0, 1, MAX_VOCAB);
     m->ffn = cfg_int(c, "intermediate_size", 1, 0, 1, MAX_FFN);
     m->max_pos = cfg_int(c, "max_position_embeddings", 0, 0, 1, INT64_C(1) << 40);
-    m->tie = cfg_bool(c, "tie_word_embeddings", 0);
+    /* GemmaConfig and its successors tie by default. */
+    m->tie = cfg_bool(c, "tie_word_embeddings", is_gemma(f));
     if (f != FAM_DEEPSEEK_V3)
         m->head_dim = cfg_int(c, "head_dim", 0, 0, 1, MAX_HIDDEN);
     /* Qwen2 and Qwen2-MoE always have a bias on Q, K and V; the others
@@ -387,7 +407,7 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     }
     if (f == FAM_LLAMA || f == FAM_NEMOTRON)
         m->mlp_bias = cfg_bool(c, "mlp_bias", 0);
-    m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE;
+    m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE || f == FAM_GEMMA3;
     if (moe && !c->bad) {
         m->dense_only = calloc((size_t)m->layers, 1);
         if (!m->dense_only) {
@@ -403,8 +423,12 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
      * whatever num_key_value_heads says. */
     if (m->mla)
         m->kv_heads = m->heads;
-    m->rot = m->mla ? m->qk_rope : f == FAM_NEMOTRON && !c->bad ? nemotron_rotary(c, m)
-                                                                : m->head_dim;
+    if (m->mla)
+        m->rot = m->qk_rope;
+    else if (c->bad || (f != FAM_NEMOTRON && f != FAM_PHI3))
+        m->rot = m->head_dim;
+    else
+        m->rot = partial_rotary(c, m, f == FAM_NEMOTRON ? 0.5 : 1.0);
     if (!c->bad && m->rot % 2)
         cfg_fail(c, "the rotary part of the head (%lld) must be even: rotary "
                  "pairs its elements", (long long)m->rot);
@@ -417,6 +441,11 @@ static int is_moe_layer(const hf_model *m, int64_t i)
     if (m->fam == FAM_DEEPSEEK_V3)
         return i >= m->first_dense && i % m->moe_freq == 0;
     return (i + 1) % m->sparse_step == 0;
+}
+
+static int64_t layer_window(const hf_model *m, int64_t i)
+{
+    return m->window && (!m->swa || m->swa[i]) ? m->window : 0;
 }
 
 static int any_dense_layer(const hf_model *m)
@@ -447,6 +476,7 @@ typedef struct {
     char scope[16];           /* prefix of local names: "l3.", "mtp0.", "" */
     char in[AP_NAME_LEN];     /* the residual stream entering this block */
     unsigned modules;         /* ap_module bits of the ops added now */
+    int64_t window;           /* the current block's sliding window, 0: none */
 } bld;
 
 /* Resolves a tensor token: "^" is the block input, "=name" a global name,
@@ -574,6 +604,7 @@ static void attention(bld *b, const ap_build_opts *opt, const char *q,
         b->g->ops[i].causal = 1;
         b->g->ops[i].flash = opt->flash;
         b->g->ops[i].dropout_p = opt->dropout ? DROPOUT_P : 0.0;
+        b->g->ops[i].window = b->window;
     }
 }
 
@@ -684,12 +715,13 @@ static void dense_mlp(bld *b, const hf_model *m, const char *name, const char *x
         snprintf(n, sizeof n, "%s.up", name);
         snprintf(y, sizeof y, "%s.up.y:bs%c", name, f);
         linear(b, n, x, w, fb, y);
-        snprintf(n, sizeof n, "%s.silu", name);
+        const char *act = m->geglu ? "gelu" : "silu";
+        snprintf(n, sizeof n, "%s.%s", name, act);
         snprintf(in2, sizeof in2, "%s.gate.y", name);
-        snprintf(y, sizeof y, "%s.silu.y:bs%c", name, f);
-        op(b, n, AP_OP_UNARY, AP_UNARY_SILU, in2, y);
+        snprintf(y, sizeof y, "%s.%s.y:bs%c", name, act, f);
+        op(b, n, AP_OP_UNARY, m->geglu ? AP_UNARY_GELU : AP_UNARY_SILU, in2, y);
         snprintf(n, sizeof n, "%s.mul", name);
-        snprintf(in2, sizeof in2, "%s.silu.y %s.up.y", name, name);
+        snprintf(in2, sizeof in2, "%s.%s.y %s.up.y", name, act, name);
         snprintf(y, sizeof y, "%s.act.y:bs%c", name, f);
         op(b, n, AP_OP_BINARY, AP_BINARY_MUL, in2, y);
     }
@@ -788,8 +820,11 @@ static void residual2(bld *b, const char *x)
  * mlp(ln2(x)) instead. */
 static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i)
 {
-    const char *a = opt->dropout ? "attn_drop.y" : "o.y";
-    const char *f = opt->dropout ? "mlp_drop.y" : "mlp.y";
+    const char *ao = m->sandwich_norm ? "post_attn_norm.y" : "o.y";
+    const char *fo = m->sandwich_norm ? "post_mlp_norm.y" : "mlp.y";
+    const char *a = opt->dropout ? "attn_drop.y" : ao;
+    const char *f = opt->dropout ? "mlp_drop.y" : fo;
+    b->window = layer_window(m, i);
     /* Megatron-Core's Transformer Engine layers fuse a norm into the
      * linear layer after it, unless more than one module reads it: MLA's
      * two down projections, a MoE layer's router and experts. The MLP's
@@ -801,15 +836,26 @@ static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i
         latent_attention(b, m, opt, "ln1.y");
     else
         self_attention(b, m, opt, "ln1.y");
+    b->window = 0;
+    /* Gemma 2 and 3 norm each sublayer's output before its residual add;
+     * nothing fuses it into a linear layer. */
+    b->modules = AP_MODULE_LAYERNORM;
+    if (m->sandwich_norm)
+        norm(b, m, "post_attn_norm", "o.y", 'h', "post_attn_norm.y:bsh");
+    b->modules = 0;
     if (opt->dropout)
-        dropout(b, "attn_drop", "o.y", "attn_drop.y:bsh");
+        dropout(b, "attn_drop", ao, "attn_drop.y:bsh");
     if (!m->parallel_residual)
         residual1(b, a);
     b->modules = m->experts && is_moe_layer(m, i) ? AP_MODULE_LAYERNORM : AP_MODULE_MLP;
     norm(b, m, "ln2", m->parallel_residual ? "^" : "res1.y", 'h', "ln2.y:bsh");
     feed_forward(b, m, i, "ln2.y");
+    b->modules = AP_MODULE_LAYERNORM;
+    if (m->sandwich_norm)
+        norm(b, m, "post_mlp_norm", "mlp.y", 'h', "post_mlp_norm.y:bsh");
+    b->modules = 0;
     if (opt->dropout)
-        dropout(b, "mlp_drop", "mlp.y", "mlp_drop.y:bsh");
+        dropout(b, "mlp_drop", fo, "mlp_drop.y:bsh");
     if (m->parallel_residual)
         residual1(b, a);
     residual2(b, f);
@@ -839,6 +885,10 @@ static void embedding(bld *b, const hf_model *m)
     tensor(b, "labels", "bs", AP_INT32, AP_TENSOR_INPUT);
     op(b, "embed", AP_OP_EMBEDDING, 0, "tokens wte:vh", "embed.y:bsh");
     snprintf(b->in, sizeof b->in, "embed.y");
+    if (m->embed_scale) {
+        op(b, "embed_scale", AP_OP_UNARY, AP_UNARY_SCALE, "embed.y", "embed_scale.y:bsh");
+        snprintf(b->in, sizeof b->in, "embed_scale.y");
+    }
     if (m->positions) {
         tensor(b, "positions", "bs", AP_INT32, AP_TENSOR_INPUT);
         op(b, "pos_embed", AP_OP_EMBEDDING, 0, "positions wpe:ph", "pos_embed.y:bsh");
@@ -856,7 +906,10 @@ static void head(bld *b, const hf_model *m)
 {
     norm(b, m, "final_norm", "^", 'h', "final_norm.y:bsh");
     op(b, "lm_head", AP_OP_MATMUL, 0,
-       m->tie ? "final_norm.y wte" : "final_norm.y lm_head.w:vh", "logits:bsv");
+       m->tie ? "final_norm.y wte" : "final_norm.y lm_head.w:vh",
+       m->logit_softcap ? "lm_head.y:bsv" : "logits:bsv");
+    if (m->logit_softcap)
+        op(b, "softcap", AP_OP_UNARY, AP_UNARY_SOFTCAP, "lm_head.y", "logits:bsv");
     op(b, "loss", AP_OP_LOSS, 0, "logits labels", "loss:");
 }
 
@@ -928,6 +981,83 @@ static void dims(bld *b, const hf_model *m, int64_t batch, int64_t seq, int mtp)
     }
 }
 
+/* Which layers have the window: "layer_types" where the config lists them
+ * (HF's configs since 4.53), else the rule of the family's config class:
+ * Qwen's layers from max_window_layers on, Gemma 2's every other layer
+ * from the first, Gemma 3's all but every sliding_window_pattern-th,
+ * Mistral's, Mixtral's and Phi-3's every layer. */
+static void read_window_layers(hf_cfg *c, hf_model *m)
+{
+    const cJSON *types = cfg_item(c, "layer_types"), *e;
+    family f = m->fam;
+    int64_t i = 0, first = 0, pattern = 0;
+    if (types) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != m->layers) {
+            cfg_fail(c, "\"layer_types\" must be an array of %lld strings, one per layer",
+                     (long long)m->layers);
+            return;
+        }
+        cJSON_ArrayForEach(e, types) {
+            int swa = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
+            if (!swa && !(cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention"))) {
+                cfg_fail(c, "\"layer_types\"[%lld] must be \"sliding_attention\" or "
+                         "\"full_attention\" (other attention is not built)", (long long)i);
+                return;
+            }
+            m->swa[i++] = (unsigned char)swa;
+        }
+        return;
+    }
+    if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3 || f == FAM_QWEN3_MOE)
+        first = cfg_int(c, "max_window_layers", 0, 28, 0, MAX_LAYERS);
+    if (f == FAM_GEMMA3)
+        pattern = cfg_int(c, "sliding_window_pattern", 0, 6, 1, MAX_LAYERS);
+    for (i = 0; i < m->layers; i++)
+        m->swa[i] = (unsigned char)(f == FAM_GEMMA2 ? i % 2 == 0
+                                    : pattern      ? (i + 1) % pattern != 0
+                                                   : i >= first);
+}
+
+/* Sliding-window attention, where the family has it: sliding_window keys
+ * per query (HF masks keys more than sliding_window - 1 behind the query),
+ * for Qwen only under use_sliding_window. Gemma 2 and 3 default to the
+ * config classes' 4096. */
+static void read_window(hf_cfg *c, hf_model *m)
+{
+    family f = m->fam;
+    int qwen = f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3 || f == FAM_QWEN3_MOE;
+    if (c->bad || !(qwen || f == FAM_MISTRAL || f == FAM_MIXTRAL || f == FAM_PHI3 ||
+                    f == FAM_GEMMA2 || f == FAM_GEMMA3))
+        return;
+    int64_t w = cfg_int(c, "sliding_window", 0, f == FAM_GEMMA2 || f == FAM_GEMMA3 ? 4096 : 0,
+                        1, INT64_C(1) << 40);
+    if (c->bad || !w || (qwen && !cfg_bool(c, "use_sliding_window", 0)))
+        return;
+    m->swa = calloc((size_t)m->layers, 1);
+    if (!m->swa) {
+        cfg_fail(c, "out of memory");
+        return;
+    }
+    m->window = w;
+    read_window_layers(c, m);
+}
+
+/* Gemma: a GeGLU MLP (HF runs GELU's tanh form whatever hidden_act says),
+ * embeddings scaled by sqrt(hidden); Gemma 2 and 3 norm each sublayer's
+ * output too, and Gemma 2 caps its logits. */
+static void read_gemma(hf_cfg *c, hf_model *m)
+{
+    const cJSON *cap = cfg_item(c, "final_logit_softcapping");
+    if (c->bad)
+        return;
+    if (cap && !cJSON_IsNumber(cap))
+        cfg_fail(c, "\"final_logit_softcapping\" must be a number, not %s",
+                 json_type_name(cap));
+    m->geglu = m->embed_scale = 1;
+    m->sandwich_norm = m->fam != FAM_GEMMA;
+    m->logit_softcap = cap && cJSON_IsNumber(cap) && cap->valuedouble > 0;
+}
+
 /* Nemotron is a Llama-like config with LayerNorm1P (with bias) and a
  * squared-ReLU MLP that is not gated. hidden_act names that activation in
  * HF's ACT2FN; another one would be another MLP, so it is refused. */
@@ -958,6 +1088,9 @@ static int read_model(hf_cfg *c, hf_model *m)
         m->layernorm = m->gelu_mlp = 0;
     if (m->fam == FAM_NEMOTRON)
         read_nemotron(c, m);
+    if (is_gemma(m->fam))
+        read_gemma(c, m);
+    read_window(c, m);
     return c->bad ? AP_EINPUT : AP_OK;
 }
 
@@ -1071,6 +1204,7 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
         rc = build_checked(&c, &m, opt, out);
     cJSON_Delete((cJSON *)c.root);
     free(m.dense_only);
+    free(m.swa);
     return rc;
 }
 
@@ -1116,6 +1250,24 @@ static void decoder_sizes(hf_cfg *c, const ap_decoder *d)
                  d->rotary_percent);
 }
 
+/* The description's sliding window, its layers copied (NULL: every layer). */
+static void decoder_window(hf_cfg *c, const ap_decoder *d, hf_model *m)
+{
+    if (c->bad || !d->window)
+        return;
+    if (!decoder_size(c, "the sliding window", d->window, 1, INT64_C(1) << 40))
+        return;
+    m->window = d->window;
+    if (!d->window_layer)
+        return;
+    m->swa = malloc((size_t)m->layers);
+    if (!m->swa) {
+        cfg_fail(c, "out of memory");
+        return;
+    }
+    memcpy(m->swa, d->window_layer, (size_t)m->layers);
+}
+
 /* The hf_model the description states. Which layers route to experts is
  * kept as the layers that do not (dense_only), as Qwen-MoE's
  * mlp_only_layers, so is_moe_layer reads it unchanged. */
@@ -1152,6 +1304,7 @@ static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
     if (m->rot % 2)
         cfg_fail(c, "the rotary part of the head (%lld) must be even: rotary pairs its "
                  "elements", (long long)m->rot);
+    decoder_window(c, d, m);
     if (!d->experts || c->bad)
         return;
     m->experts = d->experts;
@@ -1184,6 +1337,7 @@ int ap_graph_from_decoder(const ap_decoder *d, const char *source,
         cfg_fail(&c, "no sequence length");
     rc = c.bad ? AP_EINPUT : build_checked(&c, &m, opt, out);
     free(m.dense_only);
+    free(m.swa);
     return rc;
 }
 

@@ -66,7 +66,8 @@ static int attrs_json(cJSON *o, const ap_op *op)
     case AP_OP_ATTENTION:
         return cJSON_AddBoolToObject(o, "causal", op->causal) &&
                cJSON_AddBoolToObject(o, "flash", op->flash) &&
-               cJSON_AddNumberToObject(o, "dropout", op->dropout_p);
+               cJSON_AddNumberToObject(o, "dropout", op->dropout_p) &&
+               (!op->window || cJSON_AddNumberToObject(o, "window", (double)op->window));
     case AP_OP_DROPOUT:
         return cJSON_AddNumberToObject(o, "p", op->dropout_p) != NULL;
     case AP_OP_ROUTER:
