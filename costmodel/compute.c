@@ -432,6 +432,23 @@ double ap_cost_attention_backward(const ap_cluster *c, ap_dtype dt, double bn,
                           2 * attention_bytes(dt, bn, s, t, d, e), eff);
 }
 
+/* A causal kernel that skips the blocks its mask leaves empty: `flops`
+ * and `bytes` are its forward's (the backward does 2.5x the FLOPs and
+ * twice the traffic), and each thread block loops `fwd_len` keys forward
+ * and `bwd_len` queries backward, where the length curves are read. */
+static double masked_kernel(const ap_cluster *c, ap_dtype dt, double flops, double bytes,
+                            double fwd_len, double bwd_len, int backward)
+{
+    if (backward) {
+        double base = c->attn_bwd_eff > 0 ? c->attn_bwd_eff : forward_eff(c);
+        double eff = attention_eff(base, ap_attention_length_factor(c, AP_ATTN_BWD, bwd_len));
+        return attention_time(c, dt, 2.5 * flops, 2 * bytes, eff);
+    }
+    double eff = attention_eff(forward_eff(c),
+                               ap_attention_length_factor(c, AP_ATTN_FWD_CAUSAL, fwd_len));
+    return attention_time(c, dt, flops, bytes, eff);
+}
+
 /* A kernel whose s queries are the last s of its t >= s keys: a causal
  * mask aligned to the bottom right (cuDNN's causal_bottom_right, which TE
  * asks for when the lengths differ) leaves s*t - s*s/2 scores of every
@@ -445,16 +462,8 @@ double ap_cost_attention_rect(const ap_cluster *c, ap_dtype dt, double bn, doubl
     if (!causal || t <= s)
         return backward ? ap_cost_attention_backward(c, dt, bn, s, t, d, e, causal)
                         : ap_cost_attention(c, dt, bn, s, t, d, e, causal);
-    double flops = 2 * bn * (s * t - s * s / 2) * (d + e);
-    double bytes = attention_bytes(dt, bn, s, t, d, e);
-    if (backward) {
-        double base = c->attn_bwd_eff > 0 ? c->attn_bwd_eff : forward_eff(c);
-        double eff = attention_eff(base, ap_attention_length_factor(c, AP_ATTN_BWD, s));
-        return attention_time(c, dt, 2.5 * flops, 2 * bytes, eff);
-    }
-    double eff = attention_eff(forward_eff(c),
-                               ap_attention_length_factor(c, AP_ATTN_FWD_CAUSAL, t));
-    return attention_time(c, dt, flops, bytes, eff);
+    return masked_kernel(c, dt, 2 * bn * (s * t - s * s / 2) * (d + e),
+                         attention_bytes(dt, bn, s, t, d, e), t, s, backward);
 }
 
 double ap_cost_attention_window(const ap_cluster *c, ap_dtype dt, double bn, double s,
@@ -465,16 +474,8 @@ double ap_cost_attention_window(const ap_cluster *c, ap_dtype dt, double bn, dou
     if (!(w > 0 && w < s))
         return backward ? ap_cost_attention_backward(c, dt, bn, s, s, d, e, 1)
                         : ap_cost_attention(c, dt, bn, s, s, d, e, 1);
-    double flops = 2 * bn * (s * w - w * w / 2) * (d + e);
-    double bytes = attention_bytes(dt, bn, s, s, d, e);
-    if (backward) {
-        double base = c->attn_bwd_eff > 0 ? c->attn_bwd_eff : forward_eff(c);
-        double eff = attention_eff(base, ap_attention_length_factor(c, AP_ATTN_BWD, w));
-        return attention_time(c, dt, 2.5 * flops, 2 * bytes, eff);
-    }
-    double eff = attention_eff(forward_eff(c),
-                               ap_attention_length_factor(c, AP_ATTN_FWD_CAUSAL, w));
-    return attention_time(c, dt, flops, bytes, eff);
+    return masked_kernel(c, dt, 2 * bn * (s * w - w * w / 2) * (d + e),
+                         attention_bytes(dt, bn, s, s, d, e), w, w, backward);
 }
 
 /* Context-parallel attention as Transformer Engine's AttnFuncWithCPAndKVP2P
