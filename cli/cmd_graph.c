@@ -226,6 +226,16 @@ static int distinct_kinds(const ap_graph *g, const char **kinds)
     return n;
 }
 
+/* The sliding window of layer l's attention, 0 for none (a layer
+ * class's layers all have the same). */
+static int64_t layer_window(const ap_graph *g, int l)
+{
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer == l && g->ops[i].kind == AP_OP_ATTENTION)
+            return g->ops[i].window;
+    return 0;
+}
+
 static int print_text(const ap_graph *g)
 {
     char b1[32], b2[32], b3[32];
@@ -258,11 +268,14 @@ static int print_text(const ap_graph *g)
         if (g->layer_class[l] != l)
             continue;
         const span *s = &sums[l + 1];
-        printf("  class %-3d %3d layer%s  %s params  saved %s  forward %s\n",
+        printf("  class %-3d %3d layer%s  %s params  saved %s  forward %s",
                l, s->count, s->count == 1 ? " " : "s",
                human(b1, sizeof b1, s->params, count_units),
                human(b2, sizeof b2, s->saved, byte_units),
                human(b3, sizeof b3, s->flops, flop_units));
+        if (layer_window(g, l))
+            printf("  window %lld", (long long)layer_window(g, l));
+        printf("\n");
     }
     span out = sums[0];
     free(sums);
@@ -312,6 +325,8 @@ static cJSON *summary_json(const ap_graph *g)
             cJSON_AddItemToArray(classes, c);
             cJSON_AddNumberToObject(c, "class", l);
             cJSON_AddNumberToObject(c, "count", s.count);
+            if (layer_window(g, l))
+                cJSON_AddNumberToObject(c, "window", (double)layer_window(g, l));
         }
         cJSON_AddNumberToObject(c, "params", s.params);
         cJSON_AddNumberToObject(c, "saved_bytes", s.saved);

@@ -47,4 +47,15 @@ for args in "" "--seq" "--seq 0 x.json" "--flash-attention maybe x.json" \
     [ "$rc" -eq 2 ] && ok || bad "'graph $args' exit $rc, expected 2"
 done
 
+# Gemma 2's windows: every other layer at 4,096 keys. At 8,192 tokens the
+# windowed class does fewer FLOPs than the full one and the summary says
+# which class has the window; 9,241,705,984 parameters, the released count.
+out=$("$bin" graph "$src/examples/hf/gemma-2-9b.json" --seq 8192) || bad "gemma-2 exit $?"
+has "$out" "42 in 2 classes" "gemma-2 classes"
+has "$out" "21 layers  198 M params  saved 1.26 GB  forward 4.08 TFLOP  window 4096" "gemma-2 window"
+has "$out" "1 softcap" "gemma-2 logit cap"
+json=$("$bin" graph "$src/examples/hf/gemma-2-9b.json" --json) || bad "gemma-2 --json exit $?"
+has "$json" '"params":	9241705984' "gemma-2 params"
+has "$json" '"window":	4096' "gemma-2 --json window"
+
 finish
