@@ -287,17 +287,17 @@ int ap_cli_script_graph(const ap_megatron *m, const ap_build_opts *build, ap_gra
                         char *err)
 {
     ap_decoder d;
-    unsigned char *moe_layer;
+    unsigned char *layers;
     *g = NULL;
     if (!build->seq) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --seq-length is missing (Megatron-LM "
                  "needs it), and no --seq");
         return AP_EINPUT;
     }
-    int rc = ap_megatron_model(m, &d, &moe_layer, err);
+    int rc = ap_megatron_model(m, &d, &layers, err);
     if (!rc)
         rc = ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, build, g, err);
-    free(moe_layer);
+    free(layers);
     return rc;
 }
 

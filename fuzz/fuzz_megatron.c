@@ -52,19 +52,19 @@ static void build_stated(const ap_megatron *m)
 {
     char err[AP_ERR_LEN];
     ap_decoder d;
-    unsigned char *moe_layer;
+    unsigned char *layers;
     ap_build_opts o;
     ap_graph *g = NULL;
     ap_build_opts_default(&o);
     o.seq = m->shape.seq ? m->shape.seq : 64;
     err[0] = 0;
-    int rc = ap_megatron_model(m, &d, &moe_layer, err);
+    int rc = ap_megatron_model(m, &d, &layers, err);
     if (rc == AP_OK)
         rc = ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, &o, &g, err);
     if (rc != AP_OK && !err[0])
         abort();
     ap_graph_free(g);
-    free(moe_layer);
+    free(layers);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -372,6 +372,13 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
     /* Megatron-LM's default attention (auto) runs a fused kernel. */
     if (!s->flash)
         put(b, "  --attention-backend unfused\n");
+    /* Transformer Engine's (L, 0): each query meets itself and the L keys
+     * before it; the skip frequency, written bare as --moe-layer-freq is,
+     * where not every layer has the window. */
+    if (s->window > 0)
+        put(b, "  --window-size %lld,0\n", s->window - 1);
+    if (s->window > 0 && s->window_freq[0])
+        put(b, "  --window-attn-skip-freq %s\n", s->window_freq);
     if (s->swiglu)
         put(b, "  --swiglu\n");
     else if (s->squared_relu)
@@ -473,6 +480,14 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
         else
             put(&b, "no shared experts.\n");
     }
+    /* Nor does a flag state a sliding window. */
+    if (s->window > 0 && s->window_freq[0])
+        put(&b, "# Its attention must have the sliding window the plan was priced with: "
+                "%lld keys per query, on the layers --window-attn-skip-freq \"%s\" "
+                "marks.\n", s->window, s->window_freq);
+    else if (s->window > 0)
+        put(&b, "# Its attention must have the sliding window the plan was priced with: "
+                "%lld keys per query, on every layer.\n", s->window);
     if (d->dp > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
         put(&b, "# ZeRO-%d has no torchtitan equivalent: FSDP without resharding after "
                 "forward is the nearest, and also shards parameters.\n", (int)d->zero);

@@ -624,6 +624,15 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s states which layers are MoE with --moe-layer-freq; %s",
                       ap_launcher_name(to), "the model's MoE layers follow no pattern it can "
                       "state in 255 characters");
+    /* Megatron-LM states one window, on the layers of one pattern. */
+    if (to == AP_LAUNCHER_MEGATRON && s->window < 0)
+        return refuse(p, err, "%s states one sliding window (--window-size); %s",
+                      ap_launcher_name(to), "the model's layers have windows of different "
+                      "lengths");
+    if (to == AP_LAUNCHER_MEGATRON && s->window > 0 && !strcmp(s->window_freq, "?"))
+        return refuse(p, err, "%s states which layers have the sliding window with "
+                      "--window-attn-skip-freq; %s", ap_launcher_name(to), "the model's "
+                      "windowed layers follow no pattern it can state in 255 characters");
     /* torchtitan's and DeepSpeed's FP8 has no such switch. */
     if (to != AP_LAUNCHER_MEGATRON && (s->bf16_first || s->bf16_last))
         return refuse(p, err, "%s has no switch that keeps %s in bf16 under FP8; export "

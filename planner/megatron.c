@@ -819,10 +819,6 @@ static const struct {
      "not priced"},
     {"--no-bias-gelu-fusion", 0, "runs bias and GELU unfused, which keeps more for "
      "backward than the fused kernel priced"},
-    {"--window-size", -1, "gives attention a sliding window, which the graph does not "
-     "have"},
-    {"--window-attn-skip-freq", 1, "mixes sliding-window and full attention layers, "
-     "which the graph does not have"},
     {"--fallback-to-eager-attn", 0, "runs attention eagerly, unfused, which autopar "
      "prices only for a model built with --flash-attention off (and "
      "--attention-backend unfused)"},
@@ -1613,6 +1609,64 @@ static int tokenizer_flag(const char *tok, char **save, ap_megatron *m, char *er
     return 1;
 }
 
+/* --window-size L,R as Megatron-LM's tuple_type reads it ("L,R", or
+ * "(L,R)" with the parentheses stripped): Transformer Engine's window, query
+ * i meeting keys i - L to i + R, L = -1 unbounded. Into m->shape.window as
+ * L + 1 keys, -1 for L = -1. Only a causal window is built: R above 0
+ * would let a query meet keys after it. */
+static int window_size(const char *tok, const char *v, ap_megatron *m, char *err)
+{
+    char buf[64], *p = buf, *end;
+    if (unquote_into(v, buf, sizeof buf))
+        buf[0] = 0;
+    p += strspn(p, "()");
+    size_t n = strlen(p);
+    while (n && (p[n - 1] == '(' || p[n - 1] == ')'))
+        p[--n] = 0;
+    long l = strtol(p, &end, 10), r = 0;
+    int ok = end != p && *end == ',';
+    if (ok) {
+        p = end + 1;
+        r = strtol(p, &end, 10);
+        ok = end != p && !*end && l >= -1 && l < (1L << 30) && r >= -1;
+    }
+    if (!ok) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" (L,R: the keys "
+                 "before and after each query, L from -1, unbounded, to 2^30; \"4095,0\" for "
+                 "4,096 keys)", tok, v);
+        return -1;
+    }
+    if (r != 0) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s %.64s: R = %ld%s lets each query "
+                 "meet keys after it, which causal attention does not; autopar builds causal "
+                 "sliding windows only (R = 0, as Transformer Engine takes them under GPT's "
+                 "causal mask): give --window-size %ld,0", tok, v, r, r < 0 ? " (unbounded)"
+                 : "", l);
+        return -1;
+    }
+    m->shape.window = l < 0 ? -1 : (int)l + 1;
+    return 1;
+}
+
+/* --window-size and --window-attn-skip-freq into m->shape: 1 when `tok`
+ * was one, 0 when not, -1 with err set for a missing or bad value. The
+ * skip frequency's layers are read against the model's (check_windows,
+ * ap_megatron_model). */
+static int window_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    int size = !strcmp(tok, "--window-size");
+    if (!size && strcmp(tok, "--window-attn-skip-freq"))
+        return 0;
+    char *v = flag_value(tok, save, err);
+    if (!v || shell_variable(tok, v, err))
+        return -1;
+    if (size)
+        return window_size(tok, v, m, err);
+    if (unquote_into(v, m->shape.window_freq, sizeof m->shape.window_freq))
+        return refuse(tok, v, "is empty or longer than autopar reads (255 characters)", err);
+    return 1;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[32768], who[80];
@@ -1690,6 +1744,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = launcher_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = bf16_edge_flag(tok, &save, edge, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = window_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (known)
             continue;
@@ -2338,6 +2394,24 @@ static int check_cp_comm(const ap_graph *g, const ap_megatron *m, char *err)
     return AP_OK;
 }
 
+/* Context parallelism under a sliding window shorter than the sequence:
+ * Transformer Engine's p2p ring refuses the window (its all-gather and
+ * all-to-all take it), and autopar prices context-parallel attention under
+ * none; its own search does not split such an op's sequence either. A
+ * window as long as the sequence changes nothing and is priced. */
+static int check_window_cp(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    long long seq = 0, w = m->cp > 1 ? ap_model_short_window(g, &seq) : 0;
+    if (!w)
+        return AP_OK;
+    snprintf(err, AP_ERR_LEN, "cp=%d (--context-parallel-size %d): context parallelism "
+             "with a sliding window of %lld keys shorter than the sequence %lld is not "
+             "priced (Transformer Engine's p2p ring refuses the window; its all-gather and "
+             "all-to-all take it, which autopar does not price): give cp=1", m->cp, m->cp,
+             w, seq);
+    return AP_EINPUT;
+}
+
 /* The method and its layers under a checked split. Megatron-LM's uniform
  * groups run past a chunk's last layer when N does not divide the chunk's
  * layers (an IndexError), and N = 0 never leaves the first group. The spec
@@ -2629,12 +2703,105 @@ static int check_mla(const ap_graph *g, const ap_megatron *m, const ap_model_sha
     return AP_OK;
 }
 
+/* --window-size as given, for messages: "4095,0" or "-1,0". */
+static void window_text(const ap_megatron *m, char *buf, size_t len)
+{
+    snprintf(buf, len, "%d,0", m->shape.window > 0 ? m->shape.window - 1 : -1);
+}
+
+/* The first layer where the windows the flags build (want, each of
+ * `keys` keys) and the model's (have) differ, said as the flag to give. */
+static int window_differs(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                          long long keys, const unsigned char *want,
+                          const unsigned char *have, char *err)
+{
+    char size[32], flags[144], give[136];
+    window_text(m, size, sizeof size);
+    int i = 0;
+    while (i < s->layers && want[i] == have[i])
+        i++;
+    if (i == s->layers && (!keys || !s->window || keys == s->window))
+        return AP_OK;
+    if (!strcmp(s->window_freq, "?"))
+        snprintf(give, sizeof give, "a pattern no --window-attn-skip-freq of 255 characters "
+                 "states");
+    else
+        snprintf(give, sizeof give, "--window-size %lld,0%s%.64s", s->window - 1,
+                 s->window_freq[0] ? " --window-attn-skip-freq " : "", s->window_freq);
+    if (m->shape.window > 0 && m->shape.window_freq[0])
+        snprintf(flags, sizeof flags, "--window-size %s --window-attn-skip-freq %.64s", size,
+                 m->shape.window_freq);
+    else if (m->shape.window > 0)
+        snprintf(flags, sizeof flags, "--window-size %s without --window-attn-skip-freq "
+                 "(every layer windowed)", size);
+    else
+        snprintf(flags, sizeof flags, "%s%s", m->shape.window ? "--window-size " : "no "
+                 "--window-size (no sliding window, Megatron-LM's default)",
+                 m->shape.window ? size : "");
+    if (keys && s->window && keys != s->window)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --window-size %s gives each query %lld "
+                 "keys, but %.128s's sliding window is %lld keys: give --window-size %lld,0",
+                 size, keys, g->source, s->window, s->window - 1);
+    else if (!s->window)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s gives layer %d a sliding window of "
+                 "%lld keys, but %.128s has no sliding window: give no --window-size", flags,
+                 i, keys, g->source);
+    else
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s makes layer %d %s, but in %.96s it "
+                 "%s: give %s", flags, i, want[i] ? "windowed" : "attend over the whole "
+                 "sequence", g->source, have[i] ? "has a sliding window"
+                 : "attends over the whole sequence", give);
+    return AP_EINPUT;
+}
+
+/* The sliding window on the command line against the model's: its length
+ * (--window-size L,0 is L + 1 keys) and which layers have it
+ * (--window-attn-skip-freq, every layer where left out), as stated even
+ * where the window is no shorter than the sequence. Without --window-size
+ * a whole script states no window (Megatron-LM's default) and another line
+ * takes the model's; Megatron-LM reads the skip frequency only under
+ * --window-size (is_layer_window_attention), and so does autopar. */
+static int check_windows(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                         char *err)
+{
+    if (!m->shape.window && !(ap_megatron_states_model(m) && s->window))
+        return AP_OK;
+    if (s->window < 0) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %.128s has sliding windows of different "
+                 "lengths on its layers, which Megatron-LM's one --window-size does not "
+                 "state", g->source);
+        return AP_EINPUT;
+    }
+    long long keys = m->shape.window > 0 ? m->shape.window : 0;
+    unsigned char *want = malloc((size_t)s->layers + 1), *have = malloc((size_t)s->layers + 1);
+    int rc = want && have ? AP_OK : AP_EINTERNAL;
+    if (rc)
+        snprintf(err, AP_ERR_LEN, "out of memory reading --window-attn-skip-freq");
+    else if (keys && m->shape.window_freq[0])
+        rc = ap_window_freq_parse(m->shape.window_freq, s->layers, want, err);
+    else
+        memset(want, keys > 0, (size_t)s->layers);
+    if (!rc) {
+        int any = 0;
+        for (int i = 0; i < s->layers; i++)
+            any |= want[i];
+        ap_model_window_layers(g, have);
+        rc = window_differs(g, m, s, any ? keys : 0, want, have, err);
+    }
+    free(want);
+    free(have);
+    return rc;
+}
+
 static int check_audited(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                          char *err)
 {
     if (check_structure(g, m, s, err) || check_layer_flags(g, m, s, err) ||
         check_mla(g, m, s, err))
         return AP_EINPUT;
+    int rc = check_windows(g, m, s, err);
+    if (rc)
+        return rc;
     int attention = 0;
     for (int i = 0; i < g->nops; i++)
         attention |= g->ops[i].kind == AP_OP_ATTENTION;
@@ -2666,7 +2833,7 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, const ap_model
                  "has %lld expert FFN size", m->shape.moe_ffn, g->source, expert_ffn);
         return AP_EINPUT;
     }
-    int rc = check_moe_layers(g, m, s, err);
+    rc = check_moe_layers(g, m, s, err);
     return rc ? rc : check_groups(g, m, s, err);
 }
 
@@ -2749,7 +2916,8 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     rc = check_fp8_params(m, err);
     if (!rc)
         rc = check_bf16_layers(g, m, err);
-    if (rc || (rc = check_opt_dtypes(m, err)) || (rc = check_cp_comm(g, m, err)) || (rc = check_param_gather(m, err)) ||
+    if (rc || (rc = check_opt_dtypes(m, err)) || (rc = check_cp_comm(g, m, err)) ||
+        (rc = check_window_cp(g, m, err)) || (rc = check_param_gather(m, err)) ||
         (rc = check_split(m, L, err)))
         return rc;
     if ((rc = check_recompute(m, L, lay, err)) || (rc = ap_rc_modules_check(g, &m->run, err)))

@@ -147,7 +147,7 @@ static void mlp_of(const ap_megatron *m, ap_decoder *d)
     d->tied = !m->shape.untie;
 }
 
-static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char **moe_layer,
+static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char *moe_layer,
                       char *err)
 {
     if (!m->shape.experts)
@@ -166,21 +166,50 @@ static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char **moe_l
     d->route_group_topk = m->shape.route_group_topk;
     if (!m->shape.moe_freq[0])
         return AP_OK;
-    *moe_layer = malloc((size_t)m->shape.layers);
-    if (!*moe_layer) {
-        snprintf(err, AP_ERR_LEN, "out of memory reading --moe-layer-freq");
-        return AP_EINTERNAL;
-    }
-    return ap_moe_freq_parse(m->shape.moe_freq, m->shape.layers, *moe_layer, err);
+    d->moe_layer = moe_layer;
+    return ap_moe_freq_parse(m->shape.moe_freq, m->shape.layers, moe_layer, err);
 }
 
-int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **moe_layer,
-                      char *err)
+/* The sliding window where --window-size gives one (L of 0 or more): L + 1
+ * keys, on the layers --window-attn-skip-freq windows, every layer where
+ * it is left out. */
+static int window_of(const ap_megatron *m, ap_decoder *d, unsigned char *window_layer,
+                     char *err)
+{
+    if (m->shape.window <= 0)
+        return AP_OK;
+    d->window = m->shape.window;
+    if (!m->shape.window_freq[0])
+        return AP_OK;
+    d->window_layer = window_layer;
+    return ap_window_freq_parse(m->shape.window_freq, m->shape.layers, window_layer, err);
+}
+
+/* One byte a layer for each pattern the flags give (--moe-layer-freq
+ * under --num-experts, --window-attn-skip-freq under a window), in one
+ * allocation: *layers, NULL where neither is given. */
+static int layer_patterns(const ap_megatron *m, unsigned char **layers, char *err)
+{
+    size_t moe = m->shape.experts && m->shape.moe_freq[0];
+    size_t window = m->shape.window > 0 && m->shape.window_freq[0];
+    if (!moe && !window)
+        return AP_OK;
+    *layers = malloc((moe + window) * (size_t)m->shape.layers);
+    if (*layers)
+        return AP_OK;
+    snprintf(err, AP_ERR_LEN, "out of memory reading --moe-layer-freq and "
+             "--window-attn-skip-freq");
+    return AP_EINTERNAL;
+}
+
+int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **layers, char *err)
 {
     long long vocab = 0;
     memset(d, 0, sizeof *d);
-    *moe_layer = NULL;
+    *layers = NULL;
     int rc = states_model(m, err);
+    if (!rc)
+        rc = layer_patterns(m, layers, err);
     if (!rc)
         rc = tokenizer_vocab(m, &vocab, err);
     if (!rc)
@@ -192,18 +221,21 @@ int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **moe_l
         d->hidden = m->shape.hidden;
         d->vocab = padded_vocab(m, vocab);
         mlp_of(m, d);
-        rc = experts_of(m, d, moe_layer, err);
+        /* The MoE pattern first in *layers, the window's after it. */
+        size_t moe = m->shape.experts && m->shape.moe_freq[0] ? (size_t)d->layers : 0;
+        rc = experts_of(m, d, *layers, err);
+        if (!rc)
+            rc = window_of(m, d, *layers ? *layers + moe : NULL, err);
     }
     /* Without either flag Megatron-LM keeps and computes everything in
      * fp32, which autopar's graphs, in 16-bit, would price as half. */
     if (!rc && !m->shape.half)
         rc = fail(err, "--megatron-args: no --bf16 or --fp16, so Megatron-LM trains in "
                   "fp32, which autopar does not build: add --bf16, or give MODEL");
-    d->moe_layer = *moe_layer;
     if (rc) {
-        free(*moe_layer);
-        *moe_layer = NULL;
-        d->moe_layer = NULL;
+        free(*layers);
+        *layers = NULL;
+        d->moe_layer = d->window_layer = NULL;
     }
     return rc;
 }

@@ -1,11 +1,15 @@
-/* moe_freq.c -- Megatron-LM's --moe-layer-freq: which layers are MoE.
+/* moe_freq.c -- Megatron-LM's per-layer patterns: --moe-layer-freq (which
+ * layers are MoE) and --window-attn-skip-freq (which have a sliding window).
  *
- * Megatron-LM takes an integer N (layer i is MoE when i % N == 0) or a
- * Python list expression it evaluates ("[0]*3+[1]*58", "([1]*3+[0])*2"),
- * one 0 or 1 per layer. The expressions are read here with that grammar
- * (lists of integers, + to concatenate, * by an integer to repeat,
- * parentheses), and the model's own pattern is written in the shortest of
- * the forms Megatron-LM reads back. */
+ * Megatron-LM reads both with moe_freq_type: an integer N or a Python list
+ * expression it evaluates ("[0]*3+[1]*58", "([1]*3+[0])*2"), one 0 or 1 per
+ * layer. The integer means something else for each flag: layer i (from 0)
+ * is MoE when i % N == 0, but has the window when its 1-based number is
+ * not a multiple of N, (i + 1) % N != 0 (is_layer_window_attention), one
+ * full-attention layer after N - 1 windowed ones. The expressions are read
+ * here with Python's grammar (lists of integers, + to concatenate, * by an
+ * integer to repeat, parentheses), and the model's own pattern is written
+ * in the shortest of the forms Megatron-LM reads back. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,13 +33,27 @@ typedef struct {
     char *err;
     int failed;
     int depth; /* parentheses open, bounded so that no input runs the stack deep */
+    const char *flag; /* for messages */
 } reader;
+
+/* What the integer form N says of layer i (from 0), for each flag. */
+typedef int (*every_fn)(int i, long long n);
+
+static int moe_every(int i, long long n)
+{
+    return i % n == 0;
+}
+
+static int window_every(int i, long long n)
+{
+    return (i + 1) % n != 0;
+}
 
 static void fail(reader *r, const char *what)
 {
     if (!r->failed)
-        snprintf(r->err, AP_ERR_LEN, "--megatron-args: --moe-layer-freq \"%.64s\": %s at "
-                 "\"%.16s\"", r->s, what, *r->at ? r->at : "the end");
+        snprintf(r->err, AP_ERR_LEN, "--megatron-args: %s \"%.64s\": %s at \"%.16s\"",
+                 r->flag, r->s, what, *r->at ? r->at : "the end");
     r->failed = 1;
 }
 
@@ -184,9 +202,10 @@ static value expr(reader *r)
     return v;
 }
 
-int ap_moe_freq_parse(const char *text, int layers, unsigned char *moe, char *err)
+static int parse_pattern(const char *flag, every_fn every, const char *text, int layers,
+                         unsigned char *out, char *err)
 {
-    reader r = {text, text, err, 0, 0};
+    reader r = {text, text, err, 0, 0, flag};
     value v = strchr(text, '[') ? expr(&r) : (value){0, integer(&r), NULL, 0};
     skip_space(&r);
     if (!r.failed && *r.at)
@@ -194,14 +213,24 @@ int ap_moe_freq_parse(const char *text, int layers, unsigned char *moe, char *er
     if (!r.failed && !v.is_list && v.num < 1)
         fail(&r, "a frequency below 1");
     if (!r.failed && v.is_list && v.n != layers) {
-        snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-layer-freq \"%.64s\" has %d "
-                 "entries, but the model has %d layers", text, v.n, layers);
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s \"%.64s\" has %d entries, but the "
+                 "model has %d layers", flag, text, v.n, layers);
         r.failed = 1;
     }
     for (int i = 0; !r.failed && i < layers; i++)
-        moe[i] = v.is_list ? v.items[i] : i % v.num == 0;
+        out[i] = v.is_list ? v.items[i] : (unsigned char)every(i, v.num);
     release(&v);
     return r.failed ? AP_EINPUT : AP_OK;
+}
+
+int ap_moe_freq_parse(const char *text, int layers, unsigned char *moe, char *err)
+{
+    return parse_pattern("--moe-layer-freq", moe_every, text, layers, moe, err);
+}
+
+int ap_window_freq_parse(const char *text, int layers, unsigned char *window, char *err)
+{
+    return parse_pattern("--window-attn-skip-freq", window_every, text, layers, window, err);
 }
 
 /* Appends "[v]*n" (or "[v]" for one) to buf at *at; -1 when it does not fit. */
@@ -216,15 +245,15 @@ static int put_run(char *buf, size_t len, size_t *at, int v, int n)
 }
 
 /* The pattern as runs of equal entries: "[0]*3+[1]*58". */
-static int runs(const unsigned char *moe, int layers, char *buf, size_t len)
+static int runs(const unsigned char *v, int layers, char *buf, size_t len)
 {
     size_t at = 0;
     buf[0] = '\0';
     for (int i = 0; i < layers;) {
         int j = i;
-        while (j < layers && moe[j] == moe[i])
+        while (j < layers && v[j] == v[i])
             j++;
-        if (put_run(buf, len, &at, moe[i], j - i))
+        if (put_run(buf, len, &at, v[i], j - i))
             return -1;
         i = j;
     }
@@ -232,18 +261,18 @@ static int runs(const unsigned char *moe, int layers, char *buf, size_t len)
 }
 
 /* The shortest period p of the pattern that divides it: "([0]+[1])*24". */
-static int periodic(const unsigned char *moe, int layers, char *buf, size_t len)
+static int periodic(const unsigned char *v, int layers, char *buf, size_t len)
 {
     for (int p = 1; p < layers; p++) {
         if (layers % p)
             continue;
         int same = 1;
         for (int i = p; i < layers && same; i++)
-            same = moe[i] == moe[i - p];
+            same = v[i] == v[i - p];
         if (!same)
             continue;
         char inner[128];
-        if (runs(moe, p, inner, sizeof inner))
+        if (runs(v, p, inner, sizeof inner))
             return -1;
         int w = snprintf(buf, len, "(%s)*%d", inner, layers / p);
         return w < 0 || (size_t)w >= len ? -1 : 0;
@@ -251,31 +280,42 @@ static int periodic(const unsigned char *moe, int layers, char *buf, size_t len)
     return -1;
 }
 
-int ap_moe_freq_format(const unsigned char *moe, int layers, char *buf, size_t len)
+static int format_pattern(every_fn every, const unsigned char *v, int layers, char *buf,
+                          size_t len)
 {
     int all = 1;
     for (int i = 0; i < layers; i++)
-        all &= moe[i];
+        all &= v[i];
     if (!len)
         return -1;
     buf[0] = '\0';
     if (all)
         return 0;
     /* Megatron-LM's integer form, where it says the same. */
-    for (int n = 2; n <= layers; n++) {
+    for (int n = 1; n <= layers; n++) {
         int same = 1;
         for (int i = 0; i < layers && same; i++)
-            same = moe[i] == (i % n == 0);
+            same = v[i] == every(i, n);
         if (same) {
             int w = snprintf(buf, len, "%d", n);
             return w < 0 || (size_t)w >= len ? -1 : 0;
         }
     }
     char a[512], b[512];
-    int ra = runs(moe, layers, a, sizeof a), rb = periodic(moe, layers, b, sizeof b);
+    int ra = runs(v, layers, a, sizeof a), rb = periodic(v, layers, b, sizeof b);
     const char *best = ra ? (rb ? NULL : b) : rb ? a : strlen(b) < strlen(a) ? b : a;
     if (!best)
         return -1;
     int w = snprintf(buf, len, "%s", best);
     return w < 0 || (size_t)w >= len ? -1 : 0;
+}
+
+int ap_moe_freq_format(const unsigned char *moe, int layers, char *buf, size_t len)
+{
+    return format_pattern(moe_every, moe, layers, buf, len);
+}
+
+int ap_window_freq_format(const unsigned char *window, int layers, char *buf, size_t len)
+{
+    return format_pattern(window_every, window, layers, buf, len);
 }

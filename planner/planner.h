@@ -913,6 +913,10 @@ typedef struct {
         double rotary_percent; /* --rotary-percent; 0 not given */
         int shared_ffn;      /* --moe-shared-expert-intermediate-size; 0 not given */
         char moe_freq[256];  /* --moe-layer-freq as given; "" not given */
+        /* --window-size L,0: L + 1, the keys each query meets; -1 for
+         * L = -1 (no window, stated); 0 not given. */
+        int window;
+        char window_freq[256]; /* --window-attn-skip-freq as given; "" not given */
         /* Read only where the command line is the model (ap_megatron_model):
          * --vocab-size, --make-vocab-size-divisible-by,
          * --max-position-embeddings and --tokenizer-type as given (0 and "":
@@ -942,12 +946,14 @@ int ap_megatron_states_model(const ap_megatron *m);
  * multiple of --make-vocab-size-divisible-by (128) x tp. The vocabulary is
  * the tokenizer's: NullTokenizer's --vocab-size + 1, GPT2BPETokenizer's
  * 50,257 (also without --tokenizer-type, pretrain_gpt.py's default),
- * another's --vocab-size. Fills *d; *moe_layer (one byte a layer)
- * is the caller's to free, NULL where every layer is MoE or none is. Returns
- * AP_OK, or AP_EINPUT with err naming the flag that is missing or that
- * autopar cannot build from. */
-int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **moe_layer,
-                      char *err);
+ * another's --vocab-size. A sliding window of L + 1 keys under
+ * --window-size L,0, on the layers --window-attn-skip-freq windows (every
+ * layer without it). Fills *d; *layers, the one allocation d->moe_layer
+ * and d->window_layer point into (a byte a layer each), is the caller's to
+ * free, NULL where neither pattern is given (every layer MoE or none is;
+ * every layer windowed or none is). Returns AP_OK, or AP_EINPUT with err
+ * naming the flag that is missing or that autopar cannot build from. */
+int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **layers, char *err);
 /* The source name of a graph built from ap_megatron_model: messages say it,
  * and a plan of it has no model file to name (plan.json's model_path is
  * ""). */
@@ -1221,6 +1227,13 @@ typedef struct {
     int qk_norm;           /* a norm on a projection's output (QK layernorm;
                               MLA's norms on its latent ones) */
     int flash;             /* fused attention */
+    /* Sliding-window attention: the keys each query of a windowed layer
+     * meets (0: no layer has a window; -1: layers with windows of different
+     * lengths), and which layers have it as Megatron-LM's
+     * --window-attn-skip-freq reads it ("": every layer;
+     * ap_window_freq_format; "?" where no form fits). */
+    long long window;
+    char window_freq[256];
     double hidden_dropout;    /* dropout after attention and MLP, and */
     double attention_dropout; /* inside attention: probabilities, -1 in a
                                  plan read back that does not say */
@@ -1245,6 +1258,27 @@ int ap_moe_freq_parse(const char *text, int layers, unsigned char *moe, char *er
  * its forms: "" where every layer is MoE (its default), "N", runs
  * ("[0]*3+[1]*58") or a period ("([0]+[1])*24"). -1 when none fits len. */
 int ap_moe_freq_format(const unsigned char *moe, int layers, char *buf, size_t len);
+/* Puts 1 in window[i] for each of g's layers i whose attention has a
+ * sliding window, 0 for the others (g->nlayers entries); returns the
+ * window in keys, 0 where no layer has one, -1 where layers have windows
+ * of different lengths. */
+long long ap_model_window_layers(const ap_graph *g, unsigned char *window);
+/* The shortest sliding window of g's attention that is shorter than the
+ * sequence its op attends over (*seq gets that sequence, where seq is not
+ * NULL); 0 where no window is: context parallelism is not priced under
+ * such a window. */
+long long ap_model_short_window(const ap_graph *g, long long *seq);
+/* Megatron-LM's --window-attn-skip-freq into window[0..layers), 1 where the
+ * layer has the window: an integer N windows layer i (from 0) when
+ * (i + 1) % N != 0 (one full-attention layer after N - 1 windowed ones,
+ * not --moe-layer-freq's i % N == 0), or a list expression as
+ * ap_moe_freq_parse reads it, 1 for a windowed layer. AP_EINPUT, naming
+ * the flag, as ap_moe_freq_parse. */
+int ap_window_freq_parse(const char *text, int layers, unsigned char *window, char *err);
+/* The windowed layers window[0..layers) as that flag reads them back, the
+ * shortest of its forms: "" where every layer has the window (Megatron-LM's
+ * default), "N", or a list expression. -1 when none fits len. */
+int ap_window_freq_format(const unsigned char *window, int layers, char *buf, size_t len);
 
 /* plan.json as read back: the layout the exporter needs, no prices beyond
  * the predicted step time. Each stage lists every op of its blocks with

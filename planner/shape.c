@@ -141,6 +141,56 @@ int ap_model_moe_layers(const ap_graph *g, unsigned char *moe)
     return n;
 }
 
+long long ap_model_window_layers(const ap_graph *g, unsigned char *window)
+{
+    long long w = 0;
+    memset(window, 0, (size_t)g->nlayers);
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind != AP_OP_ATTENTION || !op->window || op->layer < 0 ||
+            op->layer >= g->nlayers)
+            continue;
+        window[op->layer] = 1;
+        if (w && w != op->window)
+            w = -1;
+        else if (!w)
+            w = op->window;
+    }
+    return w;
+}
+
+long long ap_model_short_window(const ap_graph *g, long long *seq)
+{
+    long long w = 0, s = 0;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind != AP_OP_ATTENTION || !op->window || op->ninputs < 1)
+            continue;
+        const ap_dim *d = ap_graph_dim(g, g->tensors[op->inputs[0]].shape[1]);
+        if (d && op->window < d->size && (!w || op->window < w)) {
+            w = op->window;
+            s = d->size;
+        }
+    }
+    if (seq)
+        *seq = s;
+    return w;
+}
+
+/* The sliding window and its layers, as Megatron-LM's --window-size and
+ * --window-attn-skip-freq state them. */
+static void window_shape(const ap_graph *g, ap_model_shape *s)
+{
+    unsigned char *window = malloc((size_t)(g->nlayers > 0 ? g->nlayers : 1));
+    if (!window)
+        return;
+    s->window = ap_model_window_layers(g, window);
+    if (s->window && ap_window_freq_format(window, g->nlayers, s->window_freq,
+                                           sizeof s->window_freq))
+        snprintf(s->window_freq, sizeof s->window_freq, "?");
+    free(window);
+}
+
 /* Whether op's output has an attention-heads label: Q, K and V. */
 static int heads_output(const ap_graph *g, const ap_op *op)
 {
@@ -243,6 +293,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     }
     mla_shape(g, s);
     moe_shape(g, s);
+    window_shape(g, s);
     bias_shape(g, s);
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);

@@ -222,6 +222,7 @@ typedef struct {
     long heads, kv_heads, seq, experts;
     double gbs;
     int max_local_experts;
+    long long short_window; /* ap_model_short_window: no cp above 1 under it */
 } space;
 
 static int tp_ok(const space *s, int tp)
@@ -300,12 +301,14 @@ static void add_batching(const space *s, ap_megatron m, int unit, list *out)
  * and pp leave, the rest data parallel (the stage is then dp replicas of a
  * (cp, tp) mesh), plus cp taking all of it when that is not a power of two.
  * Expert parallelism goes with cp = 1 only: experts split over
- * context-parallel ranks are not modelled. */
+ * context-parallel ranks are not modelled. Nor is context parallelism
+ * under a sliding window shorter than the sequence, which ap_megatron_plan
+ * refuses. */
 static int cp_ok(const space *s, int rest, int cp)
 {
     if (cp == 1)
         return 1;
-    return rest % cp == 0 && s->seq && s->seq % cp == 0 &&
+    return rest % cp == 0 && s->seq && s->seq % cp == 0 && !s->short_window &&
            s->launcher != AP_LAUNCHER_DEEPSPEED;
 }
 
@@ -572,7 +575,7 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                g->nlayers > 0 ? g->nlayers : 1, dim_size(g, AP_DIM_HEADS),
                dim_size(g, AP_DIM_KV_HEADS), dim_size(g, AP_DIM_SEQ),
                dim_size(g, AP_DIM_EXPERTS), o->global_batch > 0 ? o->global_batch : 512,
-               o->max_local_experts};
+               o->max_local_experts, ap_model_short_window(g, NULL)};
     if (s.gbs != floor(s.gbs) || s.gbs > 1e9) {
         snprintf(err, AP_ERR_LEN, "sweep: the global batch must be a whole number "
                  "of sequences, not %g", s.gbs);

@@ -302,6 +302,102 @@ static void relu_mlp_is_refused_by_megatron_only(void)
     ap_graph_free(g);
 }
 
+/* A four-layer Qwen2 at 128 tokens whose layers from the second on have a
+ * sliding window of 64 keys (max_window_layers 1). */
+static ap_graph *qwen_windowed(void)
+{
+    return ap_test_hf_text(
+        "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 4, \"hidden_size\": 256,"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 4,"
+        " \"intermediate_size\": 1024, \"vocab_size\": 1024,"
+        " \"max_position_embeddings\": 128, \"use_sliding_window\": true,"
+        " \"sliding_window\": 64, \"max_window_layers\": 1}", "qwen.json");
+}
+
+/* Megatron-LM states the window as Transformer Engine's (L, 0), L = 63 for
+ * 64 keys, and the windowed layers with --window-attn-skip-freq (the first
+ * layer full: no integer says it, a list does), and the flags price as the
+ * plan. torchtitan and DeepSpeed run the user's own model code: torchtitan's
+ * export says the window the plan was priced with, as it says a MoE
+ * flavour. */
+static void sliding_windows_are_stated_as_megatron_builds_them(void)
+{
+    ap_graph *g = qwen_windowed();
+    REQUIRE_OK(g ? 0 : 1, "qwen.json did not load");
+    ap_plan_desc d;
+    double step = 0;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=2,pp=1,sp=1,mbs=1,gbs=64", &d, &step),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "  --window-size 63,0\n  --window-attn-skip-freq [0]+[1]*3\n");
+    ap_plan p;
+    REQUIRE_OK(price_exported(g, text, 8, &p, err), err);
+    CHECK_NEAR(p.step_time, step, 1e-12);
+    ap_plan_free(&p);
+    free(text);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "64 keys per query, on the layers --window-attn-skip-freq "
+                        "\"[0]+[1]*3\" marks");
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* gpt-tiny with windows of w0 and w1 keys on its two layers' attention. */
+static ap_graph *tiny_with_windows(int w0, int w1)
+{
+    char path[512], err[AP_ERR_LEN];
+    snprintf(path, sizeof path, "%s/examples/gpt-tiny.json", ap_test_src());
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    static char buf[1 << 16], out[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f), o = 0;
+    fclose(f);
+    buf[n] = 0;
+    const char *from = "\"causal\": true,", *p = buf;
+    int w[2] = {w0, w1}, i = 0;
+    for (const char *q; (q = strstr(p, from)); p = q + strlen(from))
+        o += (size_t)snprintf(out + o, sizeof out - o, "%.*s\"causal\": true, \"window\": %d,",
+                              (int)(q - p), p, w[i++ % 2]);
+    snprintf(out + o, sizeof out - o, "%s", p);
+    ap_graph *g = NULL;
+    if (ap_graph_parse_json(out, strlen(out), "windows.json", &g, err) != AP_OK)
+        fprintf(stderr, "%s\n", err);
+    return g;
+}
+
+/* One --window-size cannot state windows of two lengths: Megatron-LM's
+ * export refuses them, and so does a command line against that model. */
+static void windows_of_two_lengths_are_refused_by_megatron(void)
+{
+    ap_graph *g = tiny_with_windows(64, 32);
+    REQUIRE_OK(g ? 0 : 1, "the windowed model did not load");
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    CHECK(s.window == -1);
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,mbs=1,gbs=64,zero=0,overlap_grad=0", &d,
+                                     NULL), "see above");
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "Megatron-LM states one sliding window (--window-size); the model's "
+                       "layers have windows of different lengths");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err), err);
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_plan p;
+    CHECK(ap_test_megatron_plan(g, 8, "--window-size 63,0", NULL, &p, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "windows.json has sliding windows of different lengths on its layers");
+    ap_graph_free(g);
+    g = tiny_with_windows(64, 64);
+    REQUIRE_OK(g ? 0 : 1, "the windowed model did not load");
+    ap_model_shape_of(g, &s);
+    CHECK(s.window == 64 && !strcmp(s.window_freq, ""));
+    ap_graph_free(g);
+}
+
 /* A model with neither a position table nor rotary ops (gpt-tiny without
  * its position add) is stated as Megatron-LM's "none", not as RoPE. */
 static void model_without_positions_is_stated_as_none(void)
@@ -757,6 +853,8 @@ int main(void)
     RUN(parallel_residual_is_refused_by_megatron_only);
     RUN(relu_mlp_is_refused_by_megatron_only);
     RUN(model_without_positions_is_stated_as_none);
+    RUN(sliding_windows_are_stated_as_megatron_builds_them);
+    RUN(windows_of_two_lengths_are_refused_by_megatron);
     RUN(chunked_plan_exports_its_layout_alone);
     RUN(estimated_layout_round_trips_through_the_export);
     RUN(chunks_the_flags_place_export_as_before);

@@ -122,6 +122,37 @@ static void yaml_keys_read_as_flags(void)
     CHECK(!strcmp(m.commented, "--micro-batch-size") && m.unknown[0] == '\0');
 }
 
+/* --window-size is read as Megatron-LM's tuple_type reads it, "L,R" or
+ * "(L,R)", quoted or not, and kept as the L + 1 keys each query meets (-1
+ * for L = -1, no window); --window-attn-skip-freq is kept as given, its
+ * layers read against the model's. Neither is a flag autopar notes as
+ * unknown or refuses any more. */
+static void window_flags_are_read(void)
+{
+    const char *lines[] = {"--window-size 4095,0", "--window-size (4095,0)",
+                           "--window-size '4095,0'", "--window-size=\"(4095,0)\""};
+    for (int i = 0; i < 4; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN];
+        ap_megatron_default(&m);
+        REQUIRE_OK(ap_megatron_parse_args(lines[i], &m, err), err);
+        CHECK(m.shape.window == 4096);
+        CHECK(m.unknown[0] == '\0');
+    }
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("--window-size -1,0 --window-attn-skip-freq "
+                                      "'([1]*3+[0])*12'", &m, err), err);
+    CHECK(m.shape.window == -1);
+    CHECK(!strcmp(m.shape.window_freq, "([1]*3+[0])*12"));
+    ap_megatron_default(&m);
+    CHECK(ap_megatron_parse_args("--window-size 0,0", &m, err) == AP_OK && m.shape.window == 1);
+    CHECK(ap_megatron_parse_args("--window-size 128,1", &m, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--megatron-args: --window-size 128,1: R = 1 lets each query meet keys "
+                       "after it, which causal attention does not");
+}
+
 /* However many, the note stays in its buffer, whole flags only. */
 static void many_unknown_flags_fit_their_note(void)
 {
@@ -152,5 +183,6 @@ int main(void)
     RUN(shell_comments_are_not_read);
     RUN(quoted_flags_with_values_are_split);
     RUN(yaml_keys_read_as_flags);
+    RUN(window_flags_are_read);
     return DONE();
 }

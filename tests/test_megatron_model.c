@@ -12,7 +12,7 @@ static ap_graph *script_graph(const char *args, char *err)
 {
     ap_megatron m;
     ap_decoder d;
-    unsigned char *moe_layer;
+    unsigned char *layers;
     ap_build_opts o;
     ap_graph *g = NULL;
     ap_megatron_default(&m);
@@ -20,9 +20,9 @@ static ap_graph *script_graph(const char *args, char *err)
     if (ap_megatron_parse_args(args, &m, err))
         return NULL;
     o.seq = m.shape.seq;
-    if (!ap_megatron_model(&m, &d, &moe_layer, err))
+    if (!ap_megatron_model(&m, &d, &layers, err))
         ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, &o, &g, err);
-    free(moe_layer);
+    free(layers);
     return g;
 }
 
@@ -143,6 +143,230 @@ static void moe_layer_freq_makes_the_dense_layers(void)
     ap_graph_free(g);
 }
 
+/* Eight small layers at 8,192 tokens, Megatron-LM's flags for them. */
+#define SMALL "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 " \
+              "--seq-length 8192 --position-embedding-type rope --swiglu " \
+              "--normalization RMSNorm --disable-bias-linear " \
+              "--untie-embeddings-and-output-weights --tokenizer-type NullTokenizer " \
+              "--vocab-size 32000 --bf16 "
+
+/* Each layer's attention window (0: none), from its attention op; the
+ * count of attention ops. */
+static int layer_windows(const ap_graph *g, long long *w)
+{
+    int n = 0;
+    for (int i = 0; i < g->nlayers; i++)
+        w[i] = -1;
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].kind == AP_OP_ATTENTION && g->ops[i].layer >= 0) {
+            w[g->ops[i].layer] = g->ops[i].window;
+            n++;
+        }
+    return n;
+}
+
+static double attention_flops(const ap_graph *g, int layer)
+{
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].kind == AP_OP_ATTENTION && g->ops[i].layer == layer)
+            return g->ops[i].flops;
+    return 0;
+}
+
+/* Transformer Engine's (L, 0) lets each query meet itself and the L keys
+ * before it: --window-size 4095,0 is a window of 4,096 keys, on every layer
+ * without --window-attn-skip-freq. At 8,192 tokens it leaves 2sw - w^2 of
+ * the s^2 scores, three quarters (4,095 would leave less). L = -1 is no
+ * window, and so is a skip frequency without --window-size, which
+ * Megatron-LM reads only with it. */
+static void window_size_gives_every_layer_l_plus_one_keys(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = script_graph(SMALL "--window-size 4095,0", err);
+    ap_graph *full = script_graph(SMALL, err);
+    CHECK(g && full);
+    if (!g || !full) {
+        fprintf(stderr, "%s\n", err);
+        ap_graph_free(g);
+        ap_graph_free(full);
+        return;
+    }
+    long long w[8];
+    CHECK(layer_windows(g, w) == 8);
+    for (int i = 0; i < 8; i++)
+        CHECK(w[i] == 4096);
+    CHECK(attention_flops(g, 0) == 0.75 * attention_flops(full, 0));
+    ap_graph_free(g);
+    ap_graph_free(full);
+    const char *none[] = {SMALL "--window-size -1,0", SMALL "--window-attn-skip-freq 4"};
+    for (int k = 0; k < 2; k++) {
+        g = script_graph(none[k], err);
+        CHECK(g != NULL);
+        if (!g)
+            continue;
+        CHECK(layer_windows(g, w) == 8);
+        for (int i = 0; i < 8; i++)
+            CHECK(w[i] == 0);
+        ap_graph_free(g);
+    }
+}
+
+/* --window-attn-skip-freq N windows every layer whose 1-based number N does
+ * not divide (is_layer_window_attention): one full-attention layer after
+ * three windowed ones, layers 3 and 7 of 8 full, where --moe-layer-freq 4
+ * would pick layers 0 and 4. The list form says the same per layer, 1 for
+ * windowed. */
+static void skip_freq_leaves_every_nth_layer_full(void)
+{
+    const char *lines[] = {SMALL "--window-size 1023,0 --window-attn-skip-freq 4",
+                           SMALL "--window-size 1023,0 --window-attn-skip-freq [1,1,1,0]*2",
+                           SMALL "--window-size 1023,0 --window-attn-skip-freq '([1]*3+[0])*2'"};
+    const long long want[8] = {1024, 1024, 1024, 0, 1024, 1024, 1024, 0};
+    for (int k = 0; k < 3; k++) {
+        char err[AP_ERR_LEN];
+        ap_graph *g = script_graph(lines[k], err);
+        CHECK(g != NULL);
+        if (!g) {
+            fprintf(stderr, "%s\n", err);
+            continue;
+        }
+        long long w[8];
+        layer_windows(g, w);
+        for (int i = 0; i < 8; i++)
+            CHECK(w[i] == want[i]);
+        ap_graph_free(g);
+    }
+    /* The first three layers full, as Qwen's max_window_layers 3 leaves them. */
+    char err[AP_ERR_LEN];
+    ap_graph *g = script_graph(SMALL "--window-size 1023,0 --window-attn-skip-freq [0]*3+[1]*5",
+                               err);
+    CHECK(g != NULL);
+    if (g) {
+        long long w[8];
+        layer_windows(g, w);
+        CHECK(w[0] == 0 && w[2] == 0 && w[3] == 1024 && w[7] == 1024);
+        ap_graph_free(g);
+    }
+}
+
+/* What a window the graph cannot have, or a pattern of another length,
+ * is refused naming the flag and its value. */
+static void bad_windows_are_refused(void)
+{
+    char err[AP_ERR_LEN];
+    CHECK(!script_graph(SMALL "--window-size 4095,64", err));
+    CHECK_STR_HAS(err, "--window-size 4095,64: R = 64 lets each query meet keys after it");
+    CHECK_STR_HAS(err, "give --window-size 4095,0");
+    CHECK(!script_graph(SMALL "--window-size -1,-1", err));
+    CHECK_STR_HAS(err, "R = -1 (unbounded)");
+    const char *bad[] = {"4095", "a,0", "4095,0,0", "-2,0", "4095,-2"};
+    for (int i = 0; i < 5; i++) {
+        char line[512];
+        snprintf(line, sizeof line, SMALL "--window-size '%s'", bad[i]);
+        CHECK(!script_graph(line, err));
+        CHECK_STR_HAS(err, "--window-size: bad value");
+    }
+    CHECK(!script_graph(SMALL "--window-size 1023,0 --window-attn-skip-freq [1,0]*3", err));
+    CHECK_STR_HAS(err, "--window-attn-skip-freq \"[1,0]*3\" has 6 entries, but the model "
+                       "has 8 layers");
+    CHECK(!script_graph(SMALL "--window-size 1023,0 --window-attn-skip-freq 0", err));
+    CHECK_STR_HAS(err, "--window-attn-skip-freq \"0\": a frequency below 1");
+}
+
+/* Megatron-LM reads a windowed model's pattern back in its shortest form:
+ * "4" for one full layer in four (not --moe-layer-freq's "4", layers 0
+ * and 4), runs where no integer says it, nothing where every layer has it. */
+static void window_patterns_are_written_as_megatron_reads_them(void)
+{
+    const unsigned char every4[8] = {1, 1, 1, 0, 1, 1, 1, 0};
+    const unsigned char qwen[8] = {0, 0, 0, 1, 1, 1, 1, 1};
+    const unsigned char all[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    char buf[64], err[AP_ERR_LEN];
+    unsigned char back[8];
+    CHECK(!ap_window_freq_format(every4, 8, buf, sizeof buf) && !strcmp(buf, "4"));
+    CHECK(!ap_moe_freq_format(every4, 8, buf, sizeof buf) && strcmp(buf, "4"));
+    CHECK(!ap_window_freq_format(qwen, 8, buf, sizeof buf) && !strcmp(buf, "[0]*3+[1]*5"));
+    CHECK(!ap_window_freq_parse(buf, 8, back, err) && !memcmp(back, qwen, 8));
+    CHECK(!ap_window_freq_format(all, 8, buf, sizeof buf) && !strcmp(buf, ""));
+}
+
+/* A Mistral-like config, every layer windowed to 4,096 keys of 8,192. */
+static const char mistral[] =
+    "{\"model_type\": \"mistral\", \"num_hidden_layers\": 8, \"hidden_size\": 1024,"
+    " \"num_attention_heads\": 8, \"num_key_value_heads\": 8,"
+    " \"intermediate_size\": 2816, \"vocab_size\": 32000,"
+    " \"max_position_embeddings\": 8192, \"sliding_window\": 4096}";
+
+/* ap_megatron_plan of the flags `args` on g over 8 H100s: its return, err
+ * filled. */
+static int plan_args(const ap_graph *g, const char *args, char *err)
+{
+    ap_plan p;
+    int rc = ap_test_megatron_plan(g, 8, args, NULL, &p, err);
+    if (!rc)
+        ap_plan_free(&p);
+    return rc;
+}
+
+/* Context parallelism is not priced under a window shorter than the
+ * sequence (Transformer Engine's p2p ring refuses one): cp 2 is refused
+ * with 4,096 keys of 8,192, and priced with all 8,192, which changes
+ * nothing. */
+static void context_parallelism_under_a_short_window_is_refused(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = script_graph(SMALL "--window-size 4095,0", err);
+    ap_graph *whole = script_graph(SMALL "--window-size 8191,0", err);
+    CHECK(g && whole);
+    if (g && whole) {
+        CHECK(plan_args(g, "--context-parallel-size 2", err) == AP_EINPUT);
+        CHECK_STR_HAS(err, "cp=2 (--context-parallel-size 2): context parallelism with a "
+                           "sliding window of 4096 keys shorter than the sequence 8192 is "
+                           "not priced");
+        CHECK(plan_args(g, "--context-parallel-size 1", err) == AP_OK);
+        CHECK(plan_args(whole, "--context-parallel-size 2", err) == AP_OK);
+    }
+    ap_graph_free(g);
+    ap_graph_free(whole);
+}
+
+/* With a model, the window flags must state its window and its layers, as
+ * --moe-layer-freq its MoE layers: the message says what the model has and
+ * the flag to give. A line that states only the layout takes the model's. */
+static void window_flags_must_describe_the_model(void)
+{
+    char err[AP_ERR_LEN];
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.seq = 8192;
+    ap_graph *g = NULL;
+    REQUIRE_OK(ap_graph_from_hf(mistral, sizeof mistral - 1, "mistral", &o, &g, err), err);
+    CHECK(plan_args(g, SMALL "--window-size 4095,0", err) == AP_OK);
+    CHECK(plan_args(g, "--tensor-model-parallel-size 2", err) == AP_OK);
+    CHECK(plan_args(g, SMALL "--window-size 2047,0", err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--window-size 2047,0 gives each query 2048 keys, but mistral's "
+                       "sliding window is 4096 keys: give --window-size 4095,0");
+    CHECK(plan_args(g, SMALL "--window-size 4095,0 --window-attn-skip-freq 4", err) ==
+          AP_EINPUT);
+    CHECK_STR_HAS(err, "--window-attn-skip-freq 4 makes layer 3 attend over the whole "
+                       "sequence, but in mistral it has a sliding window: give "
+                       "--window-size 4095,0");
+    /* A whole script without the flag states Megatron-LM's default: none. */
+    CHECK(plan_args(g, SMALL, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "no --window-size (no sliding window, Megatron-LM's default)");
+    CHECK_STR_HAS(err, "give --window-size 4095,0");
+    ap_graph_free(g);
+    /* And a window the model does not have. */
+    g = script_graph(SMALL, err);
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(plan_args(g, "--window-size 4095,0", err) == AP_EINPUT);
+        CHECK_STR_HAS(err, "gives layer 0 a sliding window of 4096 keys, but --megatron-args "
+                           "has no sliding window: give no --window-size");
+        ap_graph_free(g);
+    }
+}
+
 /* What the flags do not say is refused, naming the flag. */
 static void what_the_script_leaves_unknown_is_refused(void)
 {
@@ -181,5 +405,11 @@ int main(void)
     RUN(a_llama_script_builds_the_llama_graph);
     RUN(moe_layer_freq_makes_the_dense_layers);
     RUN(what_the_script_leaves_unknown_is_refused);
+    RUN(window_size_gives_every_layer_l_plus_one_keys);
+    RUN(skip_freq_leaves_every_nth_layer_full);
+    RUN(bad_windows_are_refused);
+    RUN(window_patterns_are_written_as_megatron_reads_them);
+    RUN(context_parallelism_under_a_short_window_is_refused);
+    RUN(window_flags_must_describe_the_model);
     return DONE();
 }

@@ -122,6 +122,48 @@ static void layers_pp_does_not_divide_count_the_embedding_and_loss(void)
     ap_graph_free(g);
 }
 
+/* A two-layer Mistral at 256 tokens with a sliding window of `window`
+ * keys on both layers. */
+static ap_graph *mistral_of(int window)
+{
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"model_type\": \"mistral\", \"num_hidden_layers\": 2, "
+             "\"hidden_size\": 128, \"num_attention_heads\": 4, "
+             "\"num_key_value_heads\": 4, \"intermediate_size\": 512, "
+             "\"vocab_size\": 1024, \"max_position_embeddings\": 256, "
+             "\"sliding_window\": %d}", window);
+    ap_graph *g = ap_test_hf_text(json, "mistral-small");
+    CHECK(g != NULL);
+    return g;
+}
+
+/* Under a window shorter than the sequence context parallelism is not
+ * priced (ap_megatron_plan refuses it), so the sweep does not list it:
+ * gpt-tiny's 294 less the 144 with cp 2 or 4 (tp1 pp1 cp2 24, cp4 30; tp1
+ * pp2 cp2 30; tp2 pp1 cp2 60), none listed and then refused. A window as
+ * long as the sequence changes nothing. */
+static void a_short_window_lists_no_context_parallelism(void)
+{
+    ap_graph *g = mistral_of(128), *whole = mistral_of(256);
+    if (!g || !whole) {
+        ap_graph_free(g);
+        ap_graph_free(whole);
+        return;
+    }
+    ap_sweep_result r = sweep(g, 4, 16, AP_LAUNCHER_MEGATRON, 0);
+    CHECK(r.candidates == megatron_by_hand() - (24 + 30 + 30 + 60));
+    CHECK(r.valid == r.candidates && r.refused == 0);
+    CHECK(r.found && r.best.cp == 1);
+    ap_sweep_result_free(&r);
+    r = sweep(whole, 4, 16, AP_LAUNCHER_MEGATRON, 0);
+    CHECK(r.candidates == megatron_by_hand());
+    CHECK(r.valid == r.candidates && r.refused == 0);
+    ap_sweep_result_free(&r);
+    ap_graph_free(g);
+    ap_graph_free(whole);
+}
+
 static void torchtitan_and_deepspeed_spaces_are_counted_by_hand(void)
 {
     ap_graph *g = load("examples/gpt-tiny.json");
@@ -335,6 +377,7 @@ int main(void)
     RUN(megatron_space_is_counted_by_hand);
     RUN(layers_pp_does_not_divide_split_first_and_last);
     RUN(layers_pp_does_not_divide_count_the_embedding_and_loss);
+    RUN(a_short_window_lists_no_context_parallelism);
     RUN(torchtitan_and_deepspeed_spaces_are_counted_by_hand);
     RUN(best_is_no_slower_than_hand_picked_configurations);
     RUN(states_over_memory_are_not_priced);

@@ -298,8 +298,8 @@ for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--fine-grained-activation-offloading" "--moe-latent-size 1024" "--moe-paged-stash" \
     "--fp4-format nvfp4" "--fp8-dot-product-attention" "--fp8-multi-head-attention" \
     "--no-fp8-wgrad" "--keep-fp8-transpose-cache" \
-    "--fp32-residual-connection" "--no-bias-gelu-fusion" "--window-size 4096 0" \
-    "--window-attn-skip-freq 4" "--fallback-to-eager-attn" "--sequence-packing-scheduler dp_balanced" \
+    "--fp32-residual-connection" "--no-bias-gelu-fusion" \
+    "--fallback-to-eager-attn" "--sequence-packing-scheduler dp_balanced" \
     "--max-seqlen-per-dp-cp-rank 8192" "--dynamic-context-parallel" "--hybrid-context-parallel" \
     "--tensor-parallel-num-weight-shards 4" "--expert-tensor-parallel-num-weight-shards 2" \
     "--moe-expert-rank-capacity-factor 1.5" "--deterministic-mode" "--batch-invariant-mode" \

@@ -10,10 +10,13 @@ set -u
 . "$(dirname "$0")/lib.sh"
 
 # Every family autopar builds, round-tripped at tp 1 (so the vocabulary,
-# padded to a multiple of 1 x tp, stays the model's).
+# padded to a multiple of 1 x tp, stays the model's); Phi-3's sliding
+# window of 2,047 keys, shorter than the 2,048 tokens, as --window-size
+# 2046,0.
 for m in examples/hf/llama-3-8b.json examples/hf/mixtral-8x7b.json \
          examples/hf/deepseek-v3.json examples/hf/qwen3-30b-a3b.json \
-         examples/hf/gpt3-175b.json bench/validation/models/nemotron-4-15b.json; do
+         examples/hf/gpt3-175b.json bench/validation/models/nemotron-4-15b.json \
+         examples/hf/phi-3-mini-4k.json; do
     spec="tp=1,pp=1,mbs=1,gbs=8"
     case $m in *deepseek* | *qwen3* | *mixtral*) spec="$spec,ep=8" ;; esac
     "$bin" estimate "$src/$m" --gpus 8 --seq 2048 --megatron "$spec" --emit megatron \
@@ -156,4 +159,42 @@ refused '--num-layers $NUM_LAYERS --hidden-size 4096' \
     '--num-layers $NUM_LAYERS: a shell variable; autopar reads the values'
 "$bin" estimate --gpus 8 --megatron "tp=8" >/dev/null 2>&1
 [ $? -eq 2 ] && ok || bad "--megatron without MODEL was taken"
+
+# A sliding window the flags state: --window-size 4095,0 is 4,096 keys, on
+# the layers --window-attn-skip-freq 4 leaves windowed (one full-attention
+# layer in four: 6 layers in class 0, layers 3 and 7 in class 3). The model
+# it writes prices as the line does, and less than without the window; it
+# plans, and its export states the flags back; context parallelism under
+# the window, and flags that contradict the model, are refused.
+plain="--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 8192 \
+--position-embedding-type rope --swiglu --normalization RMSNorm --disable-bias-linear \
+--untie-embeddings-and-output-weights --tokenizer-type NullTokenizer --vocab-size 32000 --bf16"
+swa="$plain --window-size 4095,0 --window-attn-skip-freq 4"
+"$bin" graph --megatron-args "$swa" -o "$tmp/swa.json" >"$tmp/summary" 2>"$tmp/err" &&
+    grep -q "^  class 0 *6 layers .*window 4096$" "$tmp/summary" &&
+    grep -q "^  class 3 *2 layers .*GFLOP$" "$tmp/summary" && ok ||
+    bad "graph of a windowed line: $(cat "$tmp/err" "$tmp/summary")"
+a=$("$bin" estimate --gpus 8 --json --megatron-args "$swa" | grep step_time_s)
+b=$("$bin" estimate "$tmp/swa.json" --gpus 8 --json --megatron-args "$swa" 2>/dev/null |
+    grep step_time_s)
+c=$("$bin" estimate --gpus 8 --json --megatron-args "$plain" | grep step_time_s)
+[ -n "$a" ] && [ "$a" = "$b" ] && [ -n "$c" ] && [ "$a" != "$c" ] && ok ||
+    bad "the windowed model prices otherwise: $a, $b (without the window $c)"
+"$bin" plan "$tmp/swa.json" --gpus 8 --target megatron -o "$tmp/swa-plan.json" \
+    >"$tmp/out" 2>"$tmp/err" && ok || bad "plan of a windowed model: $(cat "$tmp/err")"
+"$bin" export "$tmp/swa-plan.json" --to megatron --model "$tmp/swa.json" >"$tmp/export.sh" \
+    2>"$tmp/err" && grep -q "^  --window-size 4095,0$" "$tmp/export.sh" &&
+    grep -q "^  --window-attn-skip-freq 4$" "$tmp/export.sh" &&
+    grep -q "^  --context-parallel-size 1$" "$tmp/export.sh" && ok ||
+    bad "export of a windowed plan: $(cat "$tmp/err")"
+"$bin" estimate "$tmp/swa.json" --gpus 8 --megatron-args "$(megatron_args "$tmp/export.sh")" \
+    >/dev/null 2>"$tmp/err" && ok || bad "the export's flags: $(cat "$tmp/err")"
+refused "$swa --context-parallel-size 2" "cp=2 (--context-parallel-size 2): context \
+parallelism with a sliding window of 4096 keys shorter than the sequence 8192 is not priced"
+refused "$plain --window-size 4095,128" "--window-size 4095,128: R = 128 lets each query"
+"$bin" estimate "$tmp/swa.json" --gpus 8 --megatron-args "$swa --window-attn-skip-freq 2" \
+    >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -qF "makes layer 1 attend over the whole sequence, but in \
+$tmp/swa.json it has a sliding window: give --window-size 4095,0 --window-attn-skip-freq 4" \
+    "$tmp/err" && ok || bad "a skip frequency the model does not have: $(cat "$tmp/err")"
 finish
