@@ -148,6 +148,13 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
                  p->shape.moe_freq, g->source, m->moe_freq);
         return AP_EINPUT;
     }
+    if (p->shape.window != m->window || strcmp(p->shape.window_freq, m->window_freq)) {
+        errf(err, "%s: model_shape's sliding window is %lld keys on \"%s\" but the model %s "
+                 "has %lld on \"%s\" (0: none; \"\": every layer); pass the plan's model "
+                 "with --model", p->source, p->shape.window, p->shape.window_freq, g->source,
+                 m->window, m->window_freq);
+        return AP_EINPUT;
+    }
     if (p->shape.rotary_percent >= 0 && p->shape.rotary_percent != m->rotary_percent) {
         errf(err, "%s: model_shape.rotary_percent is %g but the model %s rotates "
                  "%g of each head; pass the plan's model with --model", p->source,

@@ -420,6 +420,10 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddBoolToObject(o, "qkv_bias", s.qkv_bias);
     cJSON_AddBoolToObject(o, "qk_layernorm", s.qk_norm);
     cJSON_AddBoolToObject(o, "flash_attention", s.flash);
+    if (s.window)
+        cJSON_AddNumberToObject(o, "attention_window", (double)s.window);
+    if (s.window && s.window_freq[0])
+        cJSON_AddStringToObject(o, "window_attn_skip_freq", s.window_freq);
     cJSON_AddNumberToObject(o, "hidden_dropout", s.hidden_dropout);
     cJSON_AddNumberToObject(o, "attention_dropout", s.attention_dropout);
     return o;

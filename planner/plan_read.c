@@ -452,6 +452,15 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
         rc = get_int(r, o, "shared_expert_ffn", at, 0, big, &s->shared_ffn);
     if (!rc && field(o, "moe_layer_freq"))
         rc = get_string(r, o, "moe_layer_freq", at, s->moe_freq, sizeof s->moe_freq, 1);
+    /* A plan without a window was priced without one, whenever written. */
+    if (!rc && field(o, "attention_window"))
+        rc = get_int(r, o, "attention_window", at, -1, big, &s->window);
+    if (!rc && !s->window && field(o, "attention_window"))
+        rc = fail(r, "model_shape.attention_window", "is 0; a plan without a sliding "
+                  "window leaves it out");
+    if (!rc && field(o, "window_attn_skip_freq"))
+        rc = get_string(r, o, "window_attn_skip_freq", at, s->window_freq,
+                        sizeof s->window_freq, 1);
     if (!rc && field(o, "route_groups"))
         rc = get_small(r, o, "route_groups", at, 2, 1 << 20, &s->route_groups);
     if (!rc && field(o, "route_group_topk"))

@@ -150,4 +150,19 @@ out=$("$bin" export "$tmp/old.json" --to megatron 2>&1)
 echo "$out" | grep -q -- "--hidden-dropout 0$" && ok ||
     bad "a plan without the dropout fields exports the model's: $out"
 
+# A plan records the sliding window it was priced with (Phi-3 mini: 2,047
+# keys on every layer); exported against a model with another window it is
+# refused, and against its own it states --window-size 2046,0.
+"$bin" plan "$src/examples/hf/phi-3-mini-4k.json" --gpus 8 --target megatron \
+    -o "$tmp/phi3.json" --quiet >/dev/null 2>&1
+grep -q '"attention_window":	2047' "$tmp/phi3.json" && ok ||
+    bad "plan.json records Phi-3's window"
+"$bin" export "$tmp/phi3.json" --to megatron | grep -q -- "--window-size 2046,0" && ok ||
+    bad "Phi-3's export states --window-size 2046,0"
+sed 's/"sliding_window": 2047/"sliding_window": 1024/' \
+    "$src/examples/hf/phi-3-mini-4k.json" >"$tmp/phi3-1k.json"
+out=$("$bin" export "$tmp/phi3.json" --to megatron --model "$tmp/phi3-1k.json" 2>&1)
+case "$out" in *"sliding window is 2047 keys"*"has 1024"*) ok ;;
+    *) bad "a plan exported against another window is refused: $out" ;; esac
+
 finish
