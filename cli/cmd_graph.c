@@ -153,6 +153,7 @@ static int script_graph(options *o, ap_graph **g, char *err)
 typedef struct {
     int first, count;
     double flops, saved, params;
+    int64_t window; /* the layer's attention's sliding window, 0: none */
 } span;
 
 /* Totals of every layer in one pass: sums[l + 1] for layer l, sums[0] for
@@ -170,6 +171,8 @@ static span *layer_sums(const ap_graph *g)
         t->flops += g->ops[i].flops;
         t->saved += g->ops[i].saved_bytes;
         t->params += g->ops[i].param_count;
+        if (g->ops[i].kind == AP_OP_ATTENTION)
+            t->window = g->ops[i].window;
     }
     for (int l = 0; l < g->nlayers; l++)
         s[g->layer_class[l] + 1].count++;
@@ -226,16 +229,6 @@ static int distinct_kinds(const ap_graph *g, const char **kinds)
     return n;
 }
 
-/* The sliding window of layer l's attention, 0 for none (a layer
- * class's layers all have the same). */
-static int64_t layer_window(const ap_graph *g, int l)
-{
-    for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].layer == l && g->ops[i].kind == AP_OP_ATTENTION)
-            return g->ops[i].window;
-    return 0;
-}
-
 static int print_text(const ap_graph *g)
 {
     char b1[32], b2[32], b3[32];
@@ -273,8 +266,8 @@ static int print_text(const ap_graph *g)
                human(b1, sizeof b1, s->params, count_units),
                human(b2, sizeof b2, s->saved, byte_units),
                human(b3, sizeof b3, s->flops, flop_units));
-        if (layer_window(g, l))
-            printf("  window %lld", (long long)layer_window(g, l));
+        if (s->window)
+            printf("  window %lld", (long long)s->window);
         printf("\n");
     }
     span out = sums[0];
@@ -325,8 +318,8 @@ static cJSON *summary_json(const ap_graph *g)
             cJSON_AddItemToArray(classes, c);
             cJSON_AddNumberToObject(c, "class", l);
             cJSON_AddNumberToObject(c, "count", s.count);
-            if (layer_window(g, l))
-                cJSON_AddNumberToObject(c, "window", (double)layer_window(g, l));
+            if (s.window)
+                cJSON_AddNumberToObject(c, "window", (double)s.window);
         }
         cJSON_AddNumberToObject(c, "params", s.params);
         cJSON_AddNumberToObject(c, "saved_bytes", s.saved);
