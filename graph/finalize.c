@@ -654,6 +654,7 @@ static double unary_flops_per_elem(int sub)
     switch (sub) {
     case AP_UNARY_GELU: return 8;
     case AP_UNARY_SILU: return 4;
+    case AP_UNARY_QUICK_GELU: return 5; /* silu's and a multiply by 1.702 */
     /* RoPE is x cos + rotate_half(x) sin per rotated element: two multiplies
      * and an add (rotate_half itself only moves and negates). */
     case AP_UNARY_ROTARY: return 3;
@@ -785,15 +786,15 @@ static double save(const ap_graph *g, derive_state *st, int t)
     return (double)g->tensors[st->root[t]].bytes;
 }
 
-/* A gated linear unit's activation (silu for SwiGLU, gelu for GeGLU) runs
- * fused with its product in Megatron-Core (bias_swiglu_impl, bias_geglu_impl,
- * default on; TE's GroupedMLP the same): the kernel saves the activation's
+/* A gated linear unit's activation (silu for SwiGLU, gelu for GeGLU,
+ * quick_gelu for --quick-geglu) runs fused with its product in Megatron-Core
+ * (bias_swiglu_impl, bias_geglu_impl, default on; TE's GroupedMLP the same): the kernel saves the activation's
  * input and recomputes the activation in backward, so the product keeps the
  * other factor only. torch.compile's partitioner recomputes it the same way. */
 static int is_fused_glu_factor(const ap_graph *g, const ap_op *op, int i)
 {
     int a = ap_glu_activation(g, op, i);
-    return a == AP_UNARY_SILU || a == AP_UNARY_GELU;
+    return a == AP_UNARY_SILU || a == AP_UNARY_GELU || a == AP_UNARY_QUICK_GELU;
 }
 
 static void derive_op(ap_graph *g, derive_state *st, ap_op *op)

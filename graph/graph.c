@@ -91,6 +91,7 @@ static const struct {
     {"rotary", AP_OP_UNARY, AP_UNARY_ROTARY},
     {"relu2", AP_OP_UNARY, AP_UNARY_RELU2},
     {"softcap", AP_OP_UNARY, AP_UNARY_SOFTCAP},
+    {"quick_gelu", AP_OP_UNARY, AP_UNARY_QUICK_GELU},
     {"add", AP_OP_BINARY, AP_BINARY_ADD},
     {"mul", AP_OP_BINARY, AP_BINARY_MUL},
     {"layernorm", AP_OP_NORM, AP_NORM_LAYER},
@@ -115,7 +116,7 @@ static const struct {
 static int sub_count(ap_op_kind k)
 {
     switch (k) {
-    case AP_OP_UNARY: return AP_UNARY_SOFTCAP + 1;
+    case AP_OP_UNARY: return AP_UNARY_QUICK_GELU + 1;
     case AP_OP_BINARY: return 2;
     case AP_OP_NORM: return 3;
     case AP_OP_RESHAPE: return 4;
@@ -309,7 +310,7 @@ int ap_glu_activation(const ap_graph *g, const ap_op *op, int i)
         return -1;
     int a = g->ops[p].sub;
     return a == AP_UNARY_GELU || a == AP_UNARY_SILU || a == AP_UNARY_RELU ||
-           a == AP_UNARY_RELU2 ? a : -1;
+           a == AP_UNARY_RELU2 || a == AP_UNARY_QUICK_GELU ? a : -1;
 }
 
 char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind)

@@ -90,7 +90,9 @@ typedef enum {
  * the first r elements of each head are rotated, the rest copied. Without a
  * table the whole last label is rotated. AP_UNARY_RELU2 is the squared ReLU,
  * relu(x)^2, of Nemotron's MLP: one fused elementwise kernel.
- * AP_UNARY_SOFTCAP is c * tanh(x / c), Gemma 2's cap on its logits. */
+ * AP_UNARY_SOFTCAP is c * tanh(x / c), Gemma 2's cap on its logits.
+ * AP_UNARY_QUICK_GELU is x * sigmoid(1.702 x), the gate's activation of
+ * Megatron-LM's --quick-geglu MLP (GPT-OSS's). */
 typedef enum {
     AP_UNARY_GELU,
     AP_UNARY_SILU,
@@ -98,7 +100,8 @@ typedef enum {
     AP_UNARY_SCALE,
     AP_UNARY_ROTARY,
     AP_UNARY_RELU2,
-    AP_UNARY_SOFTCAP
+    AP_UNARY_SOFTCAP,
+    AP_UNARY_QUICK_GELU
 } ap_unary;
 typedef enum { AP_BINARY_ADD, AP_BINARY_MUL } ap_binary;
 /* AP_NORM_LAYER1P is LayerNorm with a zero-centred gamma (it scales by
@@ -280,14 +283,15 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
  * Hugging Face config of the same structure, at opt->seq tokens (which it
  * needs). Sizes are checked against the Hugging Face bounds and `source`
  * names the description in messages. */
-typedef enum { AP_MLP_GELU, AP_MLP_SWIGLU, AP_MLP_SQUARED_RELU } ap_mlp_act;
+typedef enum { AP_MLP_GELU, AP_MLP_SWIGLU, AP_MLP_SQUARED_RELU, AP_MLP_QUICK_GEGLU } ap_mlp_act;
 typedef struct {
     int64_t layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
     int64_t positions;     /* rows of a learned position table; 0: none */
     double rotary_percent; /* share of each head rotary rotates; 0: none */
     int rmsnorm;           /* else LayerNorm with a bias */
     int layernorm_1p;      /* LayerNorm with a zero-centred gamma */
-    ap_mlp_act act;        /* the dense MLP's; experts are SwiGLU */
+    ap_mlp_act act;        /* the dense MLP's; experts SwiGLU, or quick GeGLU
+                              under AP_MLP_QUICK_GEGLU */
     int qkv_bias, o_bias, mlp_bias;
     int tied;    /* the output layer reads the embedding table */
     int qk_norm; /* norms on queries and keys (on MLA's latents) */
@@ -330,7 +334,7 @@ int ap_graph_find_tensor(const ap_graph *g, const char *name);
 int ap_graph_find_op(const ap_graph *g, const char *name);
 /* A gated unit's activation: the ap_unary of the op producing input i of a
  * product (AP_BINARY_MUL) when that op is an activation (gelu, silu, relu,
- * relu2), else -1. */
+ * relu2, quick_gelu), else -1. */
 int ap_glu_activation(const ap_graph *g, const ap_op *op, int i);
 /* The scores per head that attention over s tokens counts in its FLOPs:
  * s * s for full attention (Megatron-LM's convention, which counts the half

@@ -70,6 +70,8 @@ typedef struct {
     int tie;
     int qk_norm;
     int geglu;          /* gated MLP with GELU in place of SiLU (Gemma) */
+    int quick_geglu;    /* gated MLPs and experts with x * sigmoid(1.702 x)
+                           (Megatron-LM's --quick-geglu) */
     int sandwich_norm;  /* a norm after attention and after the MLP too (Gemma 2, 3) */
     int embed_scale;    /* embeddings scaled by sqrt(hidden) (Gemma) */
     int logit_softcap;  /* logits capped as c * tanh(x / c) before the loss (Gemma 2) */
@@ -688,6 +690,13 @@ static void latent_attention(bld *b, const hf_model *m, const ap_build_opts *opt
     linear(b, "o", "attn.y", "neh", m->o_bias ? "h" : NULL, "o.y:bsh");
 }
 
+/* The gate's activation of a gated MLP: SwiGLU's silu, GeGLU's gelu, or
+ * --quick-geglu's quick_gelu; the experts' too. */
+static int glu_act(const hf_model *m)
+{
+    return m->quick_geglu ? AP_UNARY_QUICK_GELU : m->geglu ? AP_UNARY_GELU : AP_UNARY_SILU;
+}
+
 /* A dense MLP named `name` over the ffn label `f`, writing name.y:bsh. */
 static void dense_mlp(bld *b, const hf_model *m, const char *name, const char *x, char f)
 {
@@ -715,11 +724,11 @@ static void dense_mlp(bld *b, const hf_model *m, const char *name, const char *x
         snprintf(n, sizeof n, "%s.up", name);
         snprintf(y, sizeof y, "%s.up.y:bs%c", name, f);
         linear(b, n, x, w, fb, y);
-        const char *act = m->geglu ? "gelu" : "silu";
+        const char *act = m->quick_geglu ? "quick_gelu" : m->geglu ? "gelu" : "silu";
         snprintf(n, sizeof n, "%s.%s", name, act);
         snprintf(in2, sizeof in2, "%s.gate.y", name);
         snprintf(y, sizeof y, "%s.%s.y:bs%c", name, act, f);
-        op(b, n, AP_OP_UNARY, m->geglu ? AP_UNARY_GELU : AP_UNARY_SILU, in2, y);
+        op(b, n, AP_OP_UNARY, glu_act(m), in2, y);
         snprintf(n, sizeof n, "%s.mul", name);
         snprintf(in2, sizeof in2, "%s.%s.y %s.up.y", name, act, name);
         snprintf(y, sizeof y, "%s.act.y:bs%c", name, f);
@@ -757,10 +766,17 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
     op(b, "experts.up", AP_OP_MATMUL, 0, "experts.x experts.up.w:Ehm",
        "experts.up.y:Ecm");
     b->modules = AP_MODULE_MOE | AP_MODULE_MOE_ACT;
-    op(b, "experts.silu", AP_OP_UNARY, AP_UNARY_SILU, "experts.gate.y",
-       "experts.silu.y:Ecm");
-    op(b, "experts.mul", AP_OP_BINARY, AP_BINARY_MUL, "experts.silu.y experts.up.y",
-       "experts.act.y:Ecm");
+    if (m->quick_geglu) {
+        op(b, "experts.quick_gelu", AP_OP_UNARY, AP_UNARY_QUICK_GELU, "experts.gate.y",
+           "experts.quick_gelu.y:Ecm");
+        op(b, "experts.mul", AP_OP_BINARY, AP_BINARY_MUL, "experts.quick_gelu.y experts.up.y",
+           "experts.act.y:Ecm");
+    } else {
+        op(b, "experts.silu", AP_OP_UNARY, AP_UNARY_SILU, "experts.gate.y",
+           "experts.silu.y:Ecm");
+        op(b, "experts.mul", AP_OP_BINARY, AP_BINARY_MUL, "experts.silu.y experts.up.y",
+           "experts.act.y:Ecm");
+    }
     b->modules = AP_MODULE_MOE;
     op(b, "experts.down", AP_OP_MATMUL, 0, "experts.act.y experts.down.w:Emh",
        "experts.y:Ech");
@@ -1290,6 +1306,7 @@ static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
     m->layernorm1p = !d->rmsnorm && d->layernorm_1p;
     m->gelu_mlp = d->act == AP_MLP_GELU;
     m->relu2_mlp = d->act == AP_MLP_SQUARED_RELU;
+    m->quick_geglu = d->act == AP_MLP_QUICK_GEGLU;
     m->qkv_bias = d->qkv_bias;
     m->o_bias = d->o_bias;
     m->mlp_bias = d->mlp_bias;

@@ -381,6 +381,8 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
         put(b, "  --window-attn-skip-freq %s\n", s->window_freq);
     if (s->swiglu)
         put(b, "  --swiglu\n");
+    else if (s->quick_geglu)
+        put(b, "  --quick-geglu\n");
     else if (s->squared_relu)
         put(b, "  --squared-relu\n");
     if (!s->tied_embeddings)

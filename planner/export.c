@@ -650,7 +650,7 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s's models have no %s; export the plan to Megatron-LM "
                       "(--mtp-num-layers)", ap_launcher_name(to),
                       "multi-token-prediction module");
-    if (to == AP_LAUNCHER_MEGATRON && !s->swiglu && (s->relu || s->gated))
+    if (to == AP_LAUNCHER_MEGATRON && !s->swiglu && !s->quick_geglu && (s->relu || s->gated))
         return refuse(p, err, "%s's MLP activations are gelu, --swiglu, --squared-relu "
                       "and --quick-geglu; the model's MLP is %s, which no Megatron-LM "
                       "flag states", ap_launcher_name(to),

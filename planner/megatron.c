@@ -461,6 +461,7 @@ static int *shape_switch(ap_megatron *m, const char *flag)
          : !strcmp(flag, "--qk-layernorm") ? &m->shape.qk_norm
          : !strcmp(flag, "--swiglu") ? &m->shape.swiglu
          : !strcmp(flag, "--squared-relu") ? &m->shape.squared_relu
+         : !strcmp(flag, "--quick-geglu") ? &m->shape.quick_geglu
          : !strcmp(flag, "--apply-layernorm-1p") ? &m->shape.layernorm_1p
          : !strcmp(flag, "--untie-embeddings-and-output-weights") ? &m->shape.untie : NULL;
 }
@@ -1826,6 +1827,16 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
                                      : "--account-for-embedding/loss-in-pipeline-split");
         return AP_EINPUT;
     }
+    /* Each sets the MLP's activation in Megatron-LM's
+     * core_transformer_config_from_args, which builds one: two would price
+     * a model it does not build. */
+    if (m->shape.swiglu + m->shape.quick_geglu + m->shape.squared_relu > 1) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: each sets the MLP's activation; "
+                 "give one", m->shape.squared_relu && m->shape.swiglu ? "--swiglu with "
+                 "--squared-relu" : m->shape.squared_relu ? "--quick-geglu with "
+                 "--squared-relu" : "--swiglu with --quick-geglu");
+        return AP_EINPUT;
+    }
     if (ce.fusion)
         m->run.cross_entropy = ce.impl;
     m->shape.half = gf.bf16 || gf.fp16;
@@ -2572,6 +2583,10 @@ static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_mod
     } else if ((m->shape.swiglu || whole) && m->shape.swiglu != s->swiglu) {
         snprintf(flag, sizeof flag, "%s", m->shape.swiglu ? "--swiglu" : "no --swiglu");
         what = s->swiglu ? "a SwiGLU MLP" : "no SwiGLU MLP";
+    } else if ((m->shape.quick_geglu || whole) && m->shape.quick_geglu != s->quick_geglu) {
+        snprintf(flag, sizeof flag, "%s", m->shape.quick_geglu ? "--quick-geglu"
+                                                               : "no --quick-geglu");
+        what = s->quick_geglu ? "a quick-GeGLU MLP" : "no quick-GeGLU MLP";
     } else if ((m->shape.squared_relu || whole) && m->shape.squared_relu != s->squared_relu) {
         snprintf(flag, sizeof flag, "%s", m->shape.squared_relu ? "--squared-relu"
                                                                 : "no --squared-relu");

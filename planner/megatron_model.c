@@ -133,6 +133,7 @@ static int positions_of(const ap_megatron *m, ap_decoder *d, char *err)
 static void mlp_of(const ap_megatron *m, ap_decoder *d)
 {
     d->act = m->shape.swiglu ? AP_MLP_SWIGLU
+           : m->shape.quick_geglu ? AP_MLP_QUICK_GEGLU
            : m->shape.squared_relu ? AP_MLP_SQUARED_RELU : AP_MLP_GELU;
     if (m->shape.ffn)
         d->ffn = m->shape.ffn;
@@ -152,9 +153,9 @@ static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char *moe_la
 {
     if (!m->shape.experts)
         return AP_OK;
-    if (!m->shape.swiglu)
-        return fail(err, "--megatron-args: --num-experts without --swiglu: autopar "
-                    "builds SwiGLU experts only");
+    if (!m->shape.swiglu && !m->shape.quick_geglu)
+        return fail(err, "--megatron-args: --num-experts without --swiglu or --quick-geglu: "
+                    "autopar builds gated experts only");
     if (!m->shape.no_bias)
         return fail(err, "--megatron-args: --num-experts without --disable-bias-linear: "
                     "autopar builds experts without biases");

@@ -402,7 +402,8 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddStringToObject(o, "dtype", ap_dtype_name(s.dtype));
     cJSON_AddStringToObject(o, "norm", s.rmsnorm ? "rmsnorm"
                             : s.layernorm_1p ? "layernorm1p" : "layernorm");
-    cJSON_AddStringToObject(o, "mlp", s.swiglu ? "swiglu" : s.gated ? "gated"
+    cJSON_AddStringToObject(o, "mlp", s.swiglu ? "swiglu" : s.quick_geglu ? "quick_geglu"
+                            : s.gated ? "gated"
                             : s.squared_relu ? "relu2" : s.relu ? "relu" : "plain");
     cJSON_AddStringToObject(o, "positions", s.learned_positions ? "learned"
                             : s.rotary_percent > 0 ? "rotary" : "none");

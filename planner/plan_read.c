@@ -491,17 +491,18 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
     if (strcmp(norm, "rmsnorm") && strcmp(norm, "layernorm") && strcmp(norm, "layernorm1p"))
         return fail(r, "model_shape.norm", "\"%s\" is not rmsnorm, layernorm or "
                     "layernorm1p", norm);
-    if (strcmp(act, "swiglu") && strcmp(act, "gated") && strcmp(act, "relu2") &&
-        strcmp(act, "relu") && strcmp(act, "plain"))
-        return fail(r, "model_shape.mlp", "\"%s\" is not swiglu, gated, relu2, relu "
-                    "or plain", act);
+    if (strcmp(act, "swiglu") && strcmp(act, "quick_geglu") && strcmp(act, "gated") &&
+        strcmp(act, "relu2") && strcmp(act, "relu") && strcmp(act, "plain"))
+        return fail(r, "model_shape.mlp", "\"%s\" is not swiglu, quick_geglu, gated, relu2, "
+                    "relu or plain", act);
     if (strcmp(pos, "learned") && strcmp(pos, "rotary") && strcmp(pos, "none"))
         return fail(r, "model_shape.positions", "\"%s\" is not learned, rotary or none",
                     pos);
     s->rmsnorm = !strcmp(norm, "rmsnorm");
     s->layernorm_1p = !strcmp(norm, "layernorm1p");
     s->swiglu = !strcmp(act, "swiglu");
-    s->gated = s->swiglu || !strcmp(act, "gated");
+    s->quick_geglu = !strcmp(act, "quick_geglu");
+    s->gated = s->swiglu || s->quick_geglu || !strcmp(act, "gated");
     s->squared_relu = !strcmp(act, "relu2");
     s->relu = !strcmp(act, "relu");
     s->learned_positions = !strcmp(pos, "learned");

@@ -899,9 +899,9 @@ typedef struct {
         int kv_channels; /* --kv-channels; 0 where not given */
         int mla;         /* 1 where --multi-latent-attention is given */
         int q_lora, kv_lora, qk_nope_dim, qk_rope_dim, v_head_dim; /* its flags */
-        /* 1 where --swiglu, --squared-relu and
+        /* 1 where --swiglu, --squared-relu, --quick-geglu and
          * --untie-embeddings-and-output-weights are given */
-        int swiglu, squared_relu, untie;
+        int swiglu, squared_relu, quick_geglu, untie;
         int norm;            /* --normalization: 1 LayerNorm, 2 RMSNorm; 0 not given */
         int no_bias;         /* 1 where --disable-bias-linear is given */
         int add_qkv_bias;    /* 1 where --add-qkv-bias is given */
@@ -1203,6 +1203,7 @@ typedef struct {
     int rmsnorm;           /* else LayerNorm */
     int swiglu;            /* gated SiLU MLP; else the model's activation */
     int squared_relu;      /* relu(x)^2 in the layers' MLP (Nemotron) */
+    int quick_geglu;       /* gated by x * sigmoid(1.702 x) (--quick-geglu) */
     int relu;              /* plain ReLU in the layers' MLP (OPT) */
     int gated;             /* gated MLP: an activation times a projection;
                               with silu, swiglu; with gelu, GeGLU */

@@ -276,6 +276,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             int a = ap_glu_activation(g, op, k);
             s->gated |= a >= 0;
             s->swiglu |= a == AP_UNARY_SILU;
+            s->quick_geglu |= a == AP_UNARY_QUICK_GELU;
         }
         if (op->kind == AP_OP_MATMUL && op->ninputs == 3)
             s->linear_bias = 1;

@@ -397,6 +397,52 @@ static void what_the_script_leaves_unknown_is_refused(void)
     CHECK_STR_HAS(err, "no --bf16 or --fp16, so Megatron-LM trains in fp32");
 }
 
+/* --quick-geglu (GPT-OSS's MLP) is gated: the gate through
+ * x * sigmoid(1.702 x) times the up projection, so the MLP holds three
+ * h x f matrices, as SwiGLU's, where a plain GELU MLP holds two. Unlike
+ * --swiglu it keeps Megatron-LM's default ffn of 4h. Experts are built
+ * with it too. */
+static void quick_geglu_is_a_gated_mlp(void)
+{
+    char err[AP_ERR_LEN];
+    const char *base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 "
+                       "--seq-length 1024 --position-embedding-type rope "
+                       "--normalization RMSNorm --disable-bias-linear "
+                       "--tokenizer-type NullTokenizer --vocab-size 1023 --bf16 ";
+    char line[768];
+    snprintf(line, sizeof line, "%s--quick-geglu", base);
+    ap_graph *q = script_graph(line, err);
+    snprintf(line, sizeof line, "%s", base);
+    ap_graph *plain = script_graph(line, err);
+    CHECK(q && plain);
+    if (q && plain) {
+        long long h = 1024, f = 4 * h;
+        CHECK(dim(q, 'f') == f);
+        CHECK(q->total_params - plain->total_params == (double)(2 * h * f));
+        int op = ap_graph_find_op(q, "l0.mlp.quick_gelu");
+        CHECK(op >= 0 && q->ops[op].sub == AP_UNARY_QUICK_GELU);
+        op = ap_graph_find_op(q, "l0.mlp.mul");
+        CHECK(op >= 0 && ap_glu_activation(q, &q->ops[op], 0) == AP_UNARY_QUICK_GELU);
+        ap_model_shape s;
+        ap_model_shape_of(q, &s);
+        CHECK(s.quick_geglu && s.gated && !s.swiglu);
+    }
+    ap_graph_free(q);
+    ap_graph_free(plain);
+    snprintf(line, sizeof line, "%s--quick-geglu --num-experts 8 --moe-router-topk 2 "
+             "--moe-grouped-gemm", base);
+    q = script_graph(line, err);
+    CHECK(q != NULL);
+    if (q) {
+        int op = ap_graph_find_op(q, "l0.experts.quick_gelu");
+        CHECK(op >= 0 && q->ops[op].sub == AP_UNARY_QUICK_GELU);
+        ap_graph_free(q);
+    }
+    snprintf(line, sizeof line, "%s--quick-geglu --swiglu", base);
+    CHECK(!script_graph(line, err));
+    CHECK_STR_HAS(err, "--swiglu with --quick-geglu: each sets the MLP's activation");
+}
+
 int main(void)
 {
     RUN(a_bare_gpt_script_gets_megatron_defaults);
@@ -411,5 +457,6 @@ int main(void)
     RUN(window_patterns_are_written_as_megatron_reads_them);
     RUN(context_parallelism_under_a_short_window_is_refused);
     RUN(window_flags_must_describe_the_model);
+    RUN(quick_geglu_is_a_gated_mlp);
     return DONE();
 }

@@ -197,4 +197,33 @@ refused "$plain --window-size 4095,128" "--window-size 4095,128: R = 128 lets ea
 [ $? -eq 2 ] && grep -qF "makes layer 1 attend over the whole sequence, but in \
 $tmp/swa.json it has a sliding window: give --window-size 4095,0 --window-attn-skip-freq 4" \
     "$tmp/err" && ok || bad "a skip frequency the model does not have: $(cat "$tmp/err")"
+
+# GPT-OSS's shape: experts gated by quick GeGLU (--quick-geglu), a 128-key
+# window on every other layer. The flags build it, the model it writes
+# prices as the line does, and the Megatron-LM export states --quick-geglu
+# and the window back, pricing the same.
+oss="--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --group-query-attention \
+--num-query-groups 4 --kv-channels 64 --seq-length 4096 --position-embedding-type rope \
+--quick-geglu --normalization RMSNorm --disable-bias-linear --num-experts 16 \
+--moe-router-topk 4 --moe-ffn-hidden-size 1024 --moe-grouped-gemm --window-size 127,0 \
+--window-attn-skip-freq 2 --untie-embeddings-and-output-weights \
+--tokenizer-type NullTokenizer --vocab-size 32000 --bf16 --expert-model-parallel-size 8"
+"$bin" graph --megatron-args "$oss" -o "$tmp/oss.json" >"$tmp/summary" 2>"$tmp/err" &&
+    grep -q "4 quick_gelu" "$tmp/summary" && ok ||
+    bad "graph of a quick-GeGLU line: $(cat "$tmp/err" "$tmp/summary")"
+a=$("$bin" estimate --gpus 8 --json --megatron-args "$oss" | grep step_time_s)
+b=$("$bin" estimate "$tmp/oss.json" --gpus 8 --json --megatron-args "$oss" 2>/dev/null |
+    grep step_time_s)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the quick-GeGLU model prices otherwise: $a, $b"
+"$bin" estimate "$tmp/oss.json" --gpus 8 --megatron "ep=8,mbs=1,gbs=64" -o "$tmp/oss-plan.json" \
+    >/dev/null 2>"$tmp/err" || bad "estimate -o of the quick-GeGLU model: $(cat "$tmp/err")"
+"$bin" export "$tmp/oss-plan.json" --to megatron --model "$tmp/oss.json" >"$tmp/export.sh" \
+    2>"$tmp/err" && grep -q "^  --quick-geglu$" "$tmp/export.sh" &&
+    grep -q "^  --window-size 127,0$" "$tmp/export.sh" && ok ||
+    bad "export of a quick-GeGLU plan: $(cat "$tmp/err")"
+c=$("$bin" estimate "$tmp/oss.json" --gpus 8 --json \
+    --megatron-args "$(megatron_args "$tmp/export.sh")" 2>"$tmp/err" | grep step_time_s)
+d=$("$bin" estimate "$tmp/oss.json" --gpus 8 --json --megatron "ep=8,mbs=1,gbs=64" |
+    grep step_time_s)
+[ -n "$c" ] && [ "$c" = "$d" ] && ok || bad "the export's flags price otherwise: $c, $d $(cat "$tmp/err")"
 finish
