@@ -865,6 +865,17 @@ static const struct {
      "(--moe-grouped-gemm)"},
     {"--torch-fsdp2-no-reshard-after-forward", 0, "keeps FSDP2's gathered "
      "weights from forward to backward, which no ZeRO level prices"},
+    {"--hybrid-override-pattern", 1, "builds a hybrid model of Mamba, attention and MLP "
+     "layers (pretrain_mamba.py), whose Mamba layers the graph does not have"},
+    {"--is-hybrid-model", 0, "builds a hybrid model of Mamba, attention and MLP layers, "
+     "whose Mamba layers the graph does not have"},
+    {"--heterogeneous-layers-config-path", 1, "gives each layer its own structure "
+     "(heterogeneous layers, as Llama-Nemotron's), which the graph does not have"},
+    {"--heterogeneous-layers-config-encoded-json", 1, "gives each layer its own structure "
+     "(heterogeneous layers, as Llama-Nemotron's), which the graph does not have"},
+    {"--standalone-embedding-stage", 0, "gives the embedding a pipeline stage of its own, "
+     "which is not priced (--account-for-embedding-in-pipeline-split counts it as a "
+     "layer, which is)"},
 };
 
 /* Flags refused unless their value is the one given here (Megatron-LM's
@@ -881,6 +892,10 @@ static const struct {
     {"--num-distributed-optimizer-instances", "1", "keeps that many copies of "
      "the distributed optimizer's shards; autopar shards them over the whole "
      "data-parallel group"},
+    {"--hybrid-attention-ratio", "0.0", "builds a hybrid model with Mamba layers "
+     "(pretrain_mamba.py), which the graph does not have"},
+    {"--hybrid-mlp-ratio", "0.0", "builds a hybrid model with Mamba layers "
+     "(pretrain_mamba.py), which the graph does not have"},
 };
 
 static int refuse(const char *flag, const char *v, const char *why, char *err)
@@ -888,6 +903,15 @@ static int refuse(const char *flag, const char *v, const char *why, char *err)
     snprintf(err, AP_ERR_LEN, "--megatron-args: %s%s%.64s: %s", flag, v ? " " : "",
              v ? v : "", why);
     return -1;
+}
+
+/* A value as the table's: the same text, or the same number ("0" for
+ * "0.0"). */
+static int same_value(const char *v, const char *ok)
+{
+    char *e1, *e2;
+    double a = strtod(v, &e1), b = strtod(ok, &e2);
+    return !strcmp(v, ok) || (e1 != v && !*e1 && e2 != ok && !*e2 && a == b);
 }
 
 /* The refused flags of the two tables: 1 when `tok` was one that is fine,
@@ -912,8 +936,8 @@ static int refused_flag(const char *tok, char **save, char *err)
         char *v = flag_value(tok, save, err);
         if (!v)
             return -1;
-        return strcmp(v, refused_unless[i].ok) ? refuse(tok, v, refused_unless[i].why, err)
-                                               : 1;
+        return same_value(v, refused_unless[i].ok) ? 1
+                                                   : refuse(tok, v, refused_unless[i].why, err);
     }
     return 0;
 }

@@ -309,7 +309,10 @@ for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--no-bias-swiglu-fusion" \
     "--distribute-saved-activations" \
     "--moe-use-legacy-grouped-gemm" \
-    "--torch-fsdp2-no-reshard-after-forward"; do
+    "--torch-fsdp2-no-reshard-after-forward" \
+    "--hybrid-override-pattern M-M*-" "--is-hybrid-model" \
+    "--heterogeneous-layers-config-path layers.json" \
+    "--heterogeneous-layers-config-encoded-json {}" "--standalone-embedding-stage"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
 # CUDA graphs price as without them (autopar prices no host time) and the
@@ -329,11 +332,13 @@ est "$llama" 16 --megatron-args "$layout --cuda-graph-impl local --cuda-graph-sc
 refused "--cuda-graph-impl: bad value \"eager\"" "$llama" 16 "$layout --cuda-graph-impl eager"
 # ... and unless they are Megatron-LM's default, which prices as before.
 for f in "--optimizer sgd" "--cpu-offloading-num-layers 2" \
-    "--num-distributed-optimizer-instances 2" "--fp8-recipe mxfp8" "--distributed-backend gloo"; do
+    "--num-distributed-optimizer-instances 2" "--fp8-recipe mxfp8" "--distributed-backend gloo" \
+    "--hybrid-attention-ratio 0.25" "--hybrid-mlp-ratio 0.5"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
 same "the defaults" "$llama" 16 "$layout --optimizer adam --cpu-offloading-num-layers 0 \
 --num-distributed-optimizer-instances 1 --cuda-graph-impl none --mtp-num-layers 0 \
+--hybrid-attention-ratio 0 --hybrid-mlp-ratio 0.0 \
 --fp8-recipe delayed --main-params-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32 \
 --main-grads-dtype bf16" "$spec"
 refused "--microbatch-group-size-per-virtual-pipeline-stage 2: autopar prices the interleaved schedule with groups of pp=4" \
