@@ -205,11 +205,17 @@ static int heads_output(const ap_graph *g, const ap_op *op)
 static void bias_shape(const ap_graph *g, ap_model_shape *s)
 {
     int others = 0, biased = 0;
+    char hidden = ap_graph_label_of(g, AP_DIM_HIDDEN);
     for (int i = 0; i < g->nops; i++) {
         const ap_op *op = &g->ops[i];
+        /* A norm on a projection into heads or a latent, not on the
+         * hidden-wide output of one (Gemma 2's norms after attention and
+         * the MLP). */
         if (op->kind == AP_OP_NORM && op->ninputs > 0) {
-            int p = g->tensors[op->inputs[0]].producer;
-            s->qk_norm |= op->layer >= 0 && p >= 0 && g->ops[p].kind == AP_OP_MATMUL;
+            const ap_tensor *x = &g->tensors[op->inputs[0]];
+            int p = x->producer;
+            s->qk_norm |= op->layer >= 0 && p >= 0 && g->ops[p].kind == AP_OP_MATMUL &&
+                          x->shape[x->rank - 1] != hidden;
         }
         if (op->kind != AP_OP_MATMUL || op->layer < 0 || op->noutputs < 1 ||
             op->ninputs < 2 || !is_param(g, op->inputs[1]))

@@ -114,6 +114,11 @@ static void gemma2_9b_has_9_24b_parameters_and_norms_after_each_sublayer(void)
     const ap_op *res = op_named(g, "l0.res1");
     CHECK(res && res->inputs[1] == ap_graph_find_tensor(g, "l0.post_attn_norm.y"));
     CHECK(op_named(g, "l0.post_mlp_norm") != NULL);
+    /* Norms on the hidden-wide outputs are no QK layernorm (Megatron-LM's
+     * --qk-layernorm); Gemma 3's on the heads are (below). */
+    ap_model_shape shape;
+    ap_model_shape_of(g, &shape);
+    CHECK(!shape.qk_norm);
     /* The logits are capped before the loss. */
     const ap_op *cap = op_named(g, "softcap");
     CHECK(cap && cap->sub == AP_UNARY_SOFTCAP);
@@ -165,6 +170,9 @@ static void gemma3_1b_windows_five_layers_of_six(void)
     CHECK(windowed == 22);
     CHECK(window_of(g, 5) == 0 && window_of(g, 23) == 0 && window_of(g, 4) == 512);
     CHECK(op_named(g, "l0.q_norm") != NULL && op_named(g, "l0.k_norm") != NULL);
+    ap_model_shape shape;
+    ap_model_shape_of(g, &shape);
+    CHECK(shape.qk_norm);
     CHECK(op_named(g, "softcap") == NULL);
     ap_graph_free(g);
 }
