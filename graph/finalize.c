@@ -227,7 +227,7 @@ static int check_norm(const check *c)
 
 static int check_attention(const check *c)
 {
-    if (check_arity(c, 3, 3, 1, 1))
+    if (check_arity(c, 3, 4, 1, 1))
         return -1;
     const ap_tensor *q = in(c, 0), *k = in(c, 1), *v = in(c, 2),
                     *o = out(c, 0);
@@ -250,6 +250,10 @@ static int check_attention(const check *c)
     if (O[0] != Q[0] || O[1] != Q[1] || O[2] != Q[2] || O[3] != V[3])
         return bad(c, ".outputs[0]",
                    "output \"%s\" must be q's [b,s,n] and v's last label", O);
+    if (c->op->ninputs == 4 && (in(c, 3)->rank != 1 || in(c, 3)->shape[0] != Q[2] ||
+                                in(c, 3)->role != AP_TENSOR_PARAM))
+        return bad(c, ".inputs[3]", "sinks \"%s\" must be a parameter \"%c\" (q's heads)",
+                   in(c, 3)->shape, Q[2]);
     if (size_of(c->g, Q[2]) % size_of(c->g, K[2]))
         return bad(c, "", "%lld heads do not divide into %lld kv heads",
                    (long long)size_of(c->g, Q[2]),
@@ -356,7 +360,7 @@ static int check_top_k(const check *c, char experts)
 
 static int check_router(const check *c)
 {
-    if (check_arity(c, 2, 2, 1, 1))
+    if (check_arity(c, 2, 3, 1, 1))
         return -1;
     const ap_tensor *x = in(c, 0), *w = in(c, 1), *p = out(c, 0);
     if (check_rank(c, x, ".inputs[0]", 3, "x [b,s,h]") ||
@@ -370,6 +374,9 @@ static int check_router(const check *c)
         p->shape[2] != w->shape[1])
         return bad(c, ".outputs[0]", "probs \"%s\" must be \"%c%c%c\"",
                    p->shape, x->shape[0], x->shape[1], w->shape[1]);
+    if (c->op->ninputs == 3 && (in(c, 2)->rank != 1 || in(c, 2)->shape[0] != w->shape[1]))
+        return bad(c, ".inputs[2]", "bias \"%s\" must be \"%c\" (w's experts)",
+                   in(c, 2)->shape, w->shape[1]);
     return check_top_k(c, w->shape[1]);
 }
 
@@ -696,7 +703,7 @@ static double op_flops(const ap_graph *g, const ap_op *op)
     }
     case AP_OP_ROUTER: {
         double e = dsize(g, g->tensors[op->inputs[1]].shape[1]);
-        return 2 * (double)x->elems * e + 5 * oe;
+        return 2 * (double)x->elems * e + (op->ninputs == 3 ? 6 : 5) * oe;
     }
     case AP_OP_UNARY: return unary_flops_per_elem(op->sub) * unary_elems(g, op);
     case AP_OP_BINARY: return oe;

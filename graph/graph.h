@@ -294,8 +294,10 @@ typedef struct {
                               under AP_MLP_QUICK_GEGLU */
     int qkv_bias, o_bias, mlp_bias;
     int tied;    /* the output layer reads the embedding table */
+    int sinks;   /* a learned softmax offset per head (attention sinks) */
     int qk_norm; /* norms on queries and keys (on MLA's latents) */
-    /* Experts (0: dense), each moe_ffn wide, top_k per token, shared_ffn
+    /* Experts (0: dense), each moe_ffn wide, top_k per token (with biases
+     * under mlp_bias, as Megatron-LM's --add-bias-linear), shared_ffn
      * wide shared experts in all (0: none); moe_layer[i] 1 where layer i
      * routes (NULL: every layer); group-limited routing (0, 0: none). */
     int64_t experts, top_k, moe_ffn, shared_ffn;

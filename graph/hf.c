@@ -1,6 +1,6 @@
 /* hf.c -- builds the operator graph of one training step from a Hugging Face
  * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
- * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3).
+ * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS).
  *
  * The config is read into an hf_model first, so that every field is checked
  * (present, of the right type, within sane bounds, consistent) before a single
@@ -46,13 +46,14 @@ typedef enum {
     FAM_GEMMA,
     FAM_GEMMA2,
     FAM_GEMMA3,
+    FAM_GPT_OSS,
     FAM_COUNT
 } family;
 
 static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
-    "phi3", "gemma", "gemma2", "gemma3_text"};
+    "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -72,6 +73,9 @@ typedef struct {
     int geglu;          /* gated MLP with GELU in place of SiLU (Gemma) */
     int quick_geglu;    /* gated MLPs and experts with x * sigmoid(1.702 x)
                            (Megatron-LM's --quick-geglu) */
+    int expert_bias;    /* biases on the experts' projections (GPT-OSS) */
+    int router_bias;    /* a bias on the router's logits (GPT-OSS) */
+    int sinks;          /* a learned softmax offset per head (GPT-OSS's sinks) */
     int sandwich_norm;  /* a norm after attention and after the MLP too (Gemma 2, 3) */
     int embed_scale;    /* embeddings scaled by sqrt(hidden) (Gemma) */
     int logit_softcap;  /* logits capped as c * tanh(x / c) before the loss (Gemma 2) */
@@ -321,7 +325,7 @@ static void read_groups(hf_cfg *c, hf_model *m)
 
 static void read_moe(hf_cfg *c, hf_model *m)
 {
-    const char *ekey = m->fam == FAM_MIXTRAL     ? "num_local_experts"
+    const char *ekey = m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS ? "num_local_experts"
                        : m->fam == FAM_DEEPSEEK_V3 ? "n_routed_experts"
                                                    : "num_experts";
     m->experts = cfg_int(c, ekey, 1, 0, 1, MAX_EXPERTS);
@@ -331,7 +335,7 @@ static void read_moe(hf_cfg *c, hf_model *m)
                  (long long)m->top_k, ekey, (long long)m->experts);
     m->sparse_step = 1;
     m->moe_freq = 1;
-    if (m->fam == FAM_MIXTRAL) {
+    if (m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS) {
         m->moe_ffn = m->ffn;
         return;
     }
@@ -388,7 +392,7 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
     int moe = f == FAM_MIXTRAL || f == FAM_QWEN2_MOE || f == FAM_QWEN3_MOE ||
-              f == FAM_DEEPSEEK_V3;
+              f == FAM_DEEPSEEK_V3 || f == FAM_GPT_OSS;
     m->layers = cfg_int(c, "num_hidden_layers", 1, 0, 1, MAX_LAYERS);
     m->hidden = cfg_int(c, "hidden_size", 1, 0, 1, MAX_HIDDEN);
     m->heads = cfg_int(c, "num_attention_heads", 1, 0, 1, MAX_HEADS);
@@ -405,7 +409,8 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE) {
         m->qkv_bias = 1;
     } else if (f != FAM_MISTRAL && f != FAM_MIXTRAL) {
-        m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", 0);
+        /* GptOssConfig's default is a bias on every projection. */
+        m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", f == FAM_GPT_OSS);
     }
     if (f == FAM_LLAMA || f == FAM_NEMOTRON)
         m->mlp_bias = cfg_bool(c, "mlp_bias", 0);
@@ -594,12 +599,14 @@ static void dropout(bld *b, const char *name, const char *x, const char *y)
         b->g->ops[i].dropout_p = DROPOUT_P;
 }
 
-static void attention(bld *b, const ap_build_opts *opt, const char *q,
+static void attention(bld *b, const hf_model *m, const ap_build_opts *opt, const char *q,
                       const char *k, const char *v, const char *o)
 {
-    char ins[3 * AP_NAME_LEN];
+    char ins[4 * AP_NAME_LEN];
     int i;
-    snprintf(ins, sizeof ins, "%s %s %s", q, k, v);
+    /* GPT-OSS's sinks: one learned logit per head that joins each row's
+     * softmax (its denominator only), kept beside the flash kernel. */
+    snprintf(ins, sizeof ins, "%s %s %s%s", q, k, v, m->sinks ? " sinks:n" : "");
     i = op(b, "attn", AP_OP_ATTENTION, 0, ins, o);
     if (i >= 0) {
         b->g->ops[i].modules |= AP_MODULE_CORE_ATTN;
@@ -644,7 +651,7 @@ static void self_attention(bld *b, const hf_model *m, const ap_build_opts *opt,
         q = "q_rot.y";
         k = "k_rot.y";
     }
-    attention(b, opt, q, k, "v.y", "attn.y:bsnd");
+    attention(b, m, opt, q, k, "v.y", "attn.y:bsnd");
     linear(b, "o", "attn.y", "ndh", m->o_bias ? "h" : NULL, "o.y:bsh");
 }
 
@@ -686,7 +693,7 @@ static void latent_attention(bld *b, const hf_model *m, const ap_build_opts *opt
     op(b, "k_cat", AP_OP_RESHAPE, AP_LAYOUT_CONCAT, "k_nope.y k_rope_heads.y",
        "k.y:bsgd");
     b->modules = 0;
-    attention(b, opt, "q_rot.y", "k.y", "v.y", "attn.y:bsne");
+    attention(b, m, opt, "q_rot.y", "k.y", "v.y", "attn.y:bsne");
     linear(b, "o", "attn.y", "neh", m->o_bias ? "h" : NULL, "o.y:bsh");
 }
 
@@ -757,13 +764,16 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
     char ins[2 * AP_NAME_LEN];
     const char *routed = m->shared_ffn ? "moe.y:bsh" : "mlp.y:bsh";
     b->modules = AP_MODULE_MOE;
-    snprintf(ins, sizeof ins, "%s router.w:hE", x);
+    snprintf(ins, sizeof ins, "%s router.w:hE%s", x, m->router_bias ? " router.b:E" : "");
     set_top_k(b, m, op(b, "router", AP_OP_ROUTER, 0, ins, "router.p:bsE"));
     snprintf(ins, sizeof ins, "%s router.p", x);
     set_top_k(b, m, op(b, "dispatch", AP_OP_DISPATCH, 0, ins, "experts.x:Ech"));
-    op(b, "experts.gate", AP_OP_MATMUL, 0, "experts.x experts.gate.w:Ehm",
+    int eb = m->expert_bias;
+    op(b, "experts.gate", AP_OP_MATMUL, 0,
+       eb ? "experts.x experts.gate.w:Ehm experts.gate.b:Em" : "experts.x experts.gate.w:Ehm",
        "experts.gate.y:Ecm");
-    op(b, "experts.up", AP_OP_MATMUL, 0, "experts.x experts.up.w:Ehm",
+    op(b, "experts.up", AP_OP_MATMUL, 0,
+       eb ? "experts.x experts.up.w:Ehm experts.up.b:Em" : "experts.x experts.up.w:Ehm",
        "experts.up.y:Ecm");
     b->modules = AP_MODULE_MOE | AP_MODULE_MOE_ACT;
     if (m->quick_geglu) {
@@ -778,7 +788,9 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
            "experts.act.y:Ecm");
     }
     b->modules = AP_MODULE_MOE;
-    op(b, "experts.down", AP_OP_MATMUL, 0, "experts.act.y experts.down.w:Emh",
+    op(b, "experts.down", AP_OP_MATMUL, 0,
+       eb ? "experts.act.y experts.down.w:Emh experts.down.b:Eh"
+          : "experts.act.y experts.down.w:Emh",
        "experts.y:Ech");
     set_top_k(b, m, op(b, "combine", AP_OP_COMBINE, 0, "experts.y router.p", routed));
     if (!m->shared_ffn)
@@ -999,8 +1011,8 @@ static void dims(bld *b, const hf_model *m, int64_t batch, int64_t seq, int mtp)
 
 /* Which layers have the window: "layer_types" where the config lists them
  * (HF's configs since 4.53), else the rule of the family's config class:
- * Qwen's layers from max_window_layers on, Gemma 2's every other layer
- * from the first, Gemma 3's all but every sliding_window_pattern-th,
+ * Qwen's layers from max_window_layers on, Gemma 2's and GPT-OSS's every
+ * other layer from the first, Gemma 3's all but every sliding_window_pattern-th,
  * Mistral's, Mixtral's and Phi-3's every layer. */
 static void read_window_layers(hf_cfg *c, hf_model *m)
 {
@@ -1029,7 +1041,7 @@ static void read_window_layers(hf_cfg *c, hf_model *m)
     if (f == FAM_GEMMA3)
         pattern = cfg_int(c, "sliding_window_pattern", 0, 6, 1, MAX_LAYERS);
     for (i = 0; i < m->layers; i++)
-        m->swa[i] = (unsigned char)(f == FAM_GEMMA2 ? i % 2 == 0
+        m->swa[i] = (unsigned char)(f == FAM_GEMMA2 || f == FAM_GPT_OSS ? i % 2 == 0
                                     : pattern      ? (i + 1) % pattern != 0
                                                    : i >= first);
 }
@@ -1043,9 +1055,10 @@ static void read_window(hf_cfg *c, hf_model *m)
     family f = m->fam;
     int qwen = f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3 || f == FAM_QWEN3_MOE;
     if (c->bad || !(qwen || f == FAM_MISTRAL || f == FAM_MIXTRAL || f == FAM_PHI3 ||
-                    f == FAM_GEMMA2 || f == FAM_GEMMA3))
+                    f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_GPT_OSS))
         return;
-    int64_t w = cfg_int(c, "sliding_window", 0, f == FAM_GEMMA2 || f == FAM_GEMMA3 ? 4096 : 0,
+    int64_t w = cfg_int(c, "sliding_window", 0, f == FAM_GEMMA2 || f == FAM_GEMMA3 ? 4096
+                                               : f == FAM_GPT_OSS ? 128 : 0,
                         1, INT64_C(1) << 40);
     if (c->bad || !w || (qwen && !cfg_bool(c, "use_sliding_window", 0)))
         return;
@@ -1106,6 +1119,11 @@ static int read_model(hf_cfg *c, hf_model *m)
         read_nemotron(c, m);
     if (is_gemma(m->fam))
         read_gemma(c, m);
+    /* GPT-OSS's experts: gate * sigmoid(1.702 gate) * (up + 1), clamped,
+     * Megatron-LM's --quick-geglu (the clamp and the offset fuse into it),
+     * with a bias on each projection. */
+    if (m->fam == FAM_GPT_OSS)
+        m->quick_geglu = m->expert_bias = m->router_bias = m->sinks = 1;
     read_window(c, m);
     return c->bad ? AP_EINPUT : AP_OK;
 }
@@ -1307,6 +1325,7 @@ static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
     m->gelu_mlp = d->act == AP_MLP_GELU;
     m->relu2_mlp = d->act == AP_MLP_SQUARED_RELU;
     m->quick_geglu = d->act == AP_MLP_QUICK_GEGLU;
+    m->sinks = d->sinks;
     m->qkv_bias = d->qkv_bias;
     m->o_bias = d->o_bias;
     m->mlp_bias = d->mlp_bias;
@@ -1328,6 +1347,9 @@ static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
     m->top_k = d->top_k;
     m->moe_ffn = d->moe_ffn;
     m->shared_ffn = d->shared_ffn;
+    /* Under --add-bias-linear the experts carry biases, and the router is
+     * given one with them, GPT-OSS's shape (E parameters a layer). */
+    m->expert_bias = m->router_bias = d->mlp_bias;
     m->groups = d->route_groups;
     m->group_topk = d->route_group_topk;
     m->sparse_step = m->moe_freq = 1;

@@ -379,6 +379,8 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
         put(b, "  --window-size %lld,0\n", s->window - 1);
     if (s->window > 0 && s->window_freq[0])
         put(b, "  --window-attn-skip-freq %s\n", s->window_freq);
+    if (s->sinks)
+        put(b, "  --softmax-type learnable\n");
     if (s->swiglu)
         put(b, "  --swiglu\n");
     else if (s->quick_geglu)

@@ -771,6 +771,7 @@ typedef struct {
     int shared_ffn;          /* --moe-shared-expert-intermediate-size */
     const char *moe_freq;    /* --moe-layer-freq */
     const char *norm;        /* --normalization */
+    const char *softmax;     /* --softmax-type */
     int groups, group_topk;  /* --moe-router-num-groups, --moe-router-group-topk */
     double capacity;         /* --moe-expert-capacity-factor; 0 where not given */
     int pad;                 /* --moe-pad-expert-input-to-capacity */
@@ -1246,6 +1247,8 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
         return value_into(tok, save, &a->moe_freq, err) < 0 ? -1 : 1;
     if (!strcmp(tok, "--normalization"))
         return choice_into(tok, save, &a->norm, "LayerNorm RMSNorm", err);
+    if (!strcmp(tok, "--softmax-type"))
+        return choice_into(tok, save, &a->softmax, "vanilla learnable off-by-one", err);
     if (!strcmp(tok, "--cuda-graph-impl")) {
         char *v = flag_value(tok, save, err);
         if (!v)
@@ -1522,6 +1525,9 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
     m->shape.moe_ffn = a->moe_ffn;
     m->shape.shared_ffn = a->shared_ffn;
     m->shape.norm = !a->norm ? 0 : !strcmp(a->norm, "RMSNorm") ? 2 : 1;
+    /* learnable adds a parameter per head (GPT-OSS's sinks); off-by-one a
+     * fixed offset, which costs nothing priced. */
+    m->shape.sinks = !a->softmax ? 0 : !strcmp(a->softmax, "learnable") ? 1 : -1;
     if (a->moe_freq && unquote_into(a->moe_freq, m->shape.moe_freq, sizeof m->shape.moe_freq))
         return refuse("--moe-layer-freq", a->moe_freq, "is empty or longer than autopar "
                       "reads (255 characters)", err);
@@ -2611,6 +2617,12 @@ static int check_structure(const ap_graph *g, const ap_megatron *m, const ap_mod
         snprintf(flag, sizeof flag, "%s", m->shape.quick_geglu ? "--quick-geglu"
                                                                : "no --quick-geglu");
         what = s->quick_geglu ? "a quick-GeGLU MLP" : "no quick-GeGLU MLP";
+    } else if ((m->shape.sinks || whole) && (m->shape.sinks > 0) != s->sinks) {
+        snprintf(flag, sizeof flag, "%s", m->shape.sinks > 0 ? "--softmax-type learnable"
+                 : m->shape.sinks ? "no learnable --softmax-type"
+                                  : "no --softmax-type (vanilla, Megatron-LM's default)");
+        what = s->sinks ? "attention sinks (a learned softmax offset per head)"
+                        : "no attention sinks";
     } else if ((m->shape.squared_relu || whole) && m->shape.squared_relu != s->squared_relu) {
         snprintf(flag, sizeof flag, "%s", m->shape.squared_relu ? "--squared-relu"
                                                                 : "no --squared-relu");

@@ -146,6 +146,7 @@ static void mlp_of(const ap_megatron *m, ap_decoder *d)
     d->qkv_bias = !m->shape.no_bias || m->shape.add_qkv_bias;
     d->o_bias = d->mlp_bias = !m->shape.no_bias;
     d->tied = !m->shape.untie;
+    d->sinks = m->shape.sinks > 0;
 }
 
 static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char *moe_layer,
@@ -156,9 +157,6 @@ static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char *moe_la
     if (!m->shape.swiglu && !m->shape.quick_geglu)
         return fail(err, "--megatron-args: --num-experts without --swiglu or --quick-geglu: "
                     "autopar builds gated experts only");
-    if (!m->shape.no_bias)
-        return fail(err, "--megatron-args: --num-experts without --disable-bias-linear: "
-                    "autopar builds experts without biases");
     d->experts = m->shape.experts;
     d->top_k = m->shape.top_k;
     d->moe_ffn = m->shape.moe_ffn ? m->shape.moe_ffn : d->ffn;

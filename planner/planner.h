@@ -906,6 +906,7 @@ typedef struct {
         int no_bias;         /* 1 where --disable-bias-linear is given */
         int add_qkv_bias;    /* 1 where --add-qkv-bias is given */
         int qk_norm;         /* 1 where --qk-layernorm is given */
+        int sinks;           /* --softmax-type: 1 learnable, -1 another; 0 not given */
         int positions;       /* --position-embedding-type: 1 learned_absolute,
                                 2 rope, 3 none; 0 not given; 2 under the
                                 legacy --use-rotary-position-embeddings,
@@ -1228,6 +1229,7 @@ typedef struct {
     int qk_norm;           /* a norm on a projection's output (QK layernorm;
                               MLA's norms on its latent ones) */
     int flash;             /* fused attention */
+    int sinks;             /* a learned softmax offset per head (attention sinks) */
     /* Sliding-window attention: the keys each query of a windowed layer
      * meets (0: no layer has a window; -1: layers with windows of different
      * lengths), and which layers have it as Megatron-LM's

@@ -288,6 +288,8 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             s->linear_bias = 1;
         if (op->kind == AP_OP_ATTENTION && op->flash)
             s->flash = 1;
+        if (op->kind == AP_OP_ATTENTION && op->ninputs == 4)
+            s->sinks = 1;
         if (op->kind == AP_OP_ROUTER && !s->top_k) {
             s->top_k = op->top_k;
             s->route_groups = op->groups;
