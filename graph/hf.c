@@ -99,6 +99,7 @@ typedef struct {
     const char *src;
     char *err;
     int bad; /* an error has been written; later reads are no-ops */
+    int fam_override; /* root is a gemma3 config's text_config: Gemma 3 */
 } hf_cfg;
 
 __attribute__((format(printf, 2, 3))) static void cfg_fail(hf_cfg *c, const char *fmt, ...)
@@ -199,6 +200,10 @@ static int read_family(hf_cfg *c, family *out)
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
     char list[256] = "";
     int i;
+    if (c->fam_override) {
+        *out = FAM_GEMMA3;
+        return 0;
+    }
     if (!v) {
         cfg_fail(c, "\"model_type\" is missing");
         return -1;
@@ -393,17 +398,22 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     family f = m->fam;
     int moe = f == FAM_MIXTRAL || f == FAM_QWEN2_MOE || f == FAM_QWEN3_MOE ||
               f == FAM_DEEPSEEK_V3 || f == FAM_GPT_OSS;
+    /* Gemma 3's multimodal configs leave Gemma3TextConfig's defaults out of
+     * their text_config (the 4B's heads, its vocabulary); the sizes every
+     * published config states stay required. */
+    int g3 = f == FAM_GEMMA3;
     m->layers = cfg_int(c, "num_hidden_layers", 1, 0, 1, MAX_LAYERS);
     m->hidden = cfg_int(c, "hidden_size", 1, 0, 1, MAX_HIDDEN);
-    m->heads = cfg_int(c, "num_attention_heads", 1, 0, 1, MAX_HEADS);
-    m->kv_heads = cfg_int(c, "num_key_value_heads", 0, m->heads, 1, MAX_HEADS);
-    m->vocab = cfg_int(c, "vocab_size", 1, 0, 1, MAX_VOCAB);
+    m->heads = cfg_int(c, "num_attention_heads", !g3, 8, 1, MAX_HEADS);
+    m->kv_heads = cfg_int(c, "num_key_value_heads", 0, g3 ? 4 : m->heads, 1, MAX_HEADS);
+    m->vocab = cfg_int(c, "vocab_size", !g3, 262208, 1, MAX_VOCAB);
     m->ffn = cfg_int(c, "intermediate_size", 1, 0, 1, MAX_FFN);
-    m->max_pos = cfg_int(c, "max_position_embeddings", 0, 0, 1, INT64_C(1) << 40);
+    m->max_pos = cfg_int(c, "max_position_embeddings", 0, g3 ? 131072 : 0, 1,
+                         INT64_C(1) << 40);
     /* GemmaConfig and its successors tie by default. */
     m->tie = cfg_bool(c, "tie_word_embeddings", is_gemma(f));
     if (f != FAM_DEEPSEEK_V3)
-        m->head_dim = cfg_int(c, "head_dim", 0, 0, 1, MAX_HIDDEN);
+        m->head_dim = cfg_int(c, "head_dim", 0, g3 ? 256 : 0, 1, MAX_HIDDEN);
     /* Qwen2 and Qwen2-MoE always have a bias on Q, K and V; the others
      * follow attention_bias (which also covers o_proj). */
     if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE) {
@@ -1218,25 +1228,57 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
     return rc;
 }
 
+/* A vision-language config whose language model is Gemma 3 ("gemma3",
+ * Gemma3ForConditionalGeneration) is read as its text_config, a
+ * gemma3_text config: the model trained is the language model (the
+ * vision tower, a few percent of it, is not built). Messages then name
+ * text_config. */
+static int text_config(hf_cfg *c, const char *source, char *src, size_t len)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
+    if (!cJSON_IsString(t) || strcmp(t->valuestring, "gemma3"))
+        return AP_OK;
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(c->root, "text_config");
+    if (!cJSON_IsObject(tc)) {
+        cfg_fail(c, "model_type \"gemma3\" (Gemma 3 with vision) needs a \"text_config\" "
+                 "object: the language model that is built");
+        return AP_EINPUT;
+    }
+    const cJSON *tt = cJSON_GetObjectItemCaseSensitive(tc, "model_type");
+    if (tt && (!cJSON_IsString(tt) || strcmp(tt->valuestring, "gemma3_text"))) {
+        cfg_fail(c, "\"text_config\".\"model_type\" must be \"gemma3_text\"");
+        return AP_EINPUT;
+    }
+    snprintf(src, len, "%s: text_config", source);
+    c->src = src;
+    c->root = tc;
+    c->fam_override = 1;
+    return AP_OK;
+}
+
 int ap_graph_from_hf(const char *text, size_t len, const char *source,
                      const ap_build_opts *opt, ap_graph **out, char *err)
 {
     hf_model m = {0};
     hf_cfg c = {0};
+    char src[AP_NAME_LEN * 2];
     int rc;
     *out = NULL;
     c.src = source;
     c.err = err;
-    c.root = cJSON_ParseWithLength(text, len);
-    if (!c.root || !cJSON_IsObject(c.root)) {
+    cJSON *whole = cJSON_ParseWithLength(text, len);
+    if (!whole || !cJSON_IsObject(whole)) {
         snprintf(err, AP_ERR_LEN, "%s: not a JSON object", source);
-        cJSON_Delete((cJSON *)c.root);
+        cJSON_Delete(whole);
         return AP_EINPUT;
     }
-    rc = read_model(&c, &m);
+    c.root = whole;
+    rc = text_config(&c, source, src, sizeof src);
+    if (rc == AP_OK)
+        rc = read_model(&c, &m);
     if (rc == AP_OK)
         rc = build_checked(&c, &m, opt, out);
-    cJSON_Delete((cJSON *)c.root);
+    cJSON_Delete(whole);
     free(m.dense_only);
     free(m.swa);
     return rc;

@@ -286,6 +286,35 @@ static void bad_windows_are_refused_with_the_field_named(void)
     refused(cfg, "\"final_logit_softcapping\" must be a number");
 }
 
+/* google/gemma-3-4b-it's config.json is Gemma 3 with vision
+ * ("gemma3"): its language model is the text_config, whose fields left
+ * out take Gemma3TextConfig's defaults (8 heads, 4 KV heads, head dim 256,
+ * 262,208 tokens). Per layer Q and O (2560 x 2048), K and V (2560 x 1024),
+ * the GeGLU MLP (3 x 2560 x 10240), four norms and the two head norms of
+ * 256; 34 layers and the tied table: 3,880,263,168. */
+static void a_gemma3_vision_config_builds_its_language_model(void)
+{
+    char err[AP_ERR_LEN];
+    const char *cfg =
+        "{\"model_type\":\"gemma3\",\"text_config\":{\"hidden_size\":2560,"
+        "\"intermediate_size\":10240,\"model_type\":\"gemma3_text\",\"num_hidden_layers\":34,"
+        "\"sliding_window\":1024},\"vision_config\":{\"hidden_size\":1152}}";
+    ap_graph *g = from_text(cfg, 0, err);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    double h = 2560, layer = 2 * h * 2048 + 2 * h * 1024 + 3 * h * 10240 + 4 * h + 2 * 256;
+    CHECK(g->total_params == 34 * layer + 262208 * h + h);
+    CHECK(g->total_params == 3880263168.0);
+    CHECK(ap_graph_dim(g, 'n')->size == 8 && ap_graph_dim(g, 'g')->size == 4);
+    CHECK(window_of(g, 0) == 1024 && window_of(g, 5) == 0);
+    ap_graph_free(g);
+    refused("{\"model_type\":\"gemma3\",\"vision_config\":{}}",
+            "model_type \"gemma3\" (Gemma 3 with vision) needs a \"text_config\" object");
+    refused("{\"model_type\":\"gemma3\",\"text_config\":{\"hidden_size\":2560}}",
+            "config.json: text_config: \"num_hidden_layers\" is missing");
+}
+
 int main(void)
 {
     RUN(gemma_7b_has_8_54b_parameters_and_a_geglu_mlp);
@@ -296,5 +325,6 @@ int main(void)
     RUN(qwen2_windows_only_under_use_sliding_window);
     RUN(phi3_mini_has_3_82b_parameters_and_a_window_on_every_layer);
     RUN(bad_windows_are_refused_with_the_field_named);
+    RUN(a_gemma3_vision_config_builds_its_language_model);
     return DONE();
 }
