@@ -245,8 +245,10 @@ static void parallel_residual_is_refused_by_megatron_only(void)
     ap_graph_free(g);
 }
 
-/* gpt-tiny with its MLP's gelu replaced by another unary activation. */
-static ap_graph *tiny_with_activation(const char *kind)
+/* gpt-tiny with each occurrence of `from` in its file replaced by to[i]
+ * in turn (i counting occurrences, modulo nto), loaded as `name`. */
+static ap_graph *tiny_replaced(const char *from, const char *const *to, int nto,
+                               const char *name)
 {
     char path[512], err[AP_ERR_LEN];
     snprintf(path, sizeof path, "%s/examples/gpt-tiny.json", ap_test_src());
@@ -254,19 +256,28 @@ static ap_graph *tiny_with_activation(const char *kind)
     if (!f)
         return NULL;
     static char buf[1 << 16], out[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f), o = 0;
     fclose(f);
     buf[n] = 0;
-    const char *from = "\"kind\": \"gelu\"", *p = buf;
-    size_t o = 0;
+    const char *p = buf;
+    int i = 0;
     for (const char *q; (q = strstr(p, from)); p = q + strlen(from))
-        o += (size_t)snprintf(out + o, sizeof out - o, "%.*s\"kind\": \"%s\"",
-                              (int)(q - p), p, kind);
+        o += (size_t)snprintf(out + o, sizeof out - o, "%.*s%s", (int)(q - p), p,
+                              to[i++ % nto]);
     snprintf(out + o, sizeof out - o, "%s", p);
     ap_graph *g = NULL;
-    if (ap_graph_parse_json(out, strlen(out), "relu.json", &g, err) != AP_OK)
+    if (ap_graph_parse_json(out, strlen(out), name, &g, err) != AP_OK)
         fprintf(stderr, "%s\n", err);
     return g;
+}
+
+/* gpt-tiny with its MLP's gelu replaced by another unary activation. */
+static ap_graph *tiny_with_activation(const char *kind)
+{
+    char to[64];
+    const char *list[1] = {to};
+    snprintf(to, sizeof to, "\"kind\": \"%s\"", kind);
+    return tiny_replaced("\"kind\": \"gelu\"", list, 1, "relu.json");
 }
 
 /* Megatron-LM's MLP is gelu unless a flag says --swiglu, --squared-relu or
@@ -347,25 +358,11 @@ static void sliding_windows_are_stated_as_megatron_builds_them(void)
 /* gpt-tiny with windows of w0 and w1 keys on its two layers' attention. */
 static ap_graph *tiny_with_windows(int w0, int w1)
 {
-    char path[512], err[AP_ERR_LEN];
-    snprintf(path, sizeof path, "%s/examples/gpt-tiny.json", ap_test_src());
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    static char buf[1 << 16], out[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f), o = 0;
-    fclose(f);
-    buf[n] = 0;
-    const char *from = "\"causal\": true,", *p = buf;
-    int w[2] = {w0, w1}, i = 0;
-    for (const char *q; (q = strstr(p, from)); p = q + strlen(from))
-        o += (size_t)snprintf(out + o, sizeof out - o, "%.*s\"causal\": true, \"window\": %d,",
-                              (int)(q - p), p, w[i++ % 2]);
-    snprintf(out + o, sizeof out - o, "%s", p);
-    ap_graph *g = NULL;
-    if (ap_graph_parse_json(out, strlen(out), "windows.json", &g, err) != AP_OK)
-        fprintf(stderr, "%s\n", err);
-    return g;
+    char a[64], b[64];
+    const char *list[2] = {a, b};
+    snprintf(a, sizeof a, "\"causal\": true, \"window\": %d,", w0);
+    snprintf(b, sizeof b, "\"causal\": true, \"window\": %d,", w1);
+    return tiny_replaced("\"causal\": true,", list, 2, "windows.json");
 }
 
 /* One --window-size cannot state windows of two lengths: Megatron-LM's

@@ -66,18 +66,26 @@ static void megatron_space_is_counted_by_hand(void)
     ap_graph_free(g);
 }
 
-/* A small Llama of `layers` layers (4 heads, 4 KV heads, sequence 256). */
-static ap_graph *llama_of(int layers)
+/* A small model of `layers` layers (4 heads, 4 KV heads, sequence 256):
+ * a Llama, or a Mistral with a sliding window of `window` keys on every
+ * layer. */
+static ap_graph *small_model(int layers, int window)
 {
     char json[512];
     snprintf(json, sizeof json,
-             "{\"model_type\": \"llama\", \"num_hidden_layers\": %d, "
+             "{\"model_type\": \"%s\", \"num_hidden_layers\": %d, "
              "\"hidden_size\": 128, \"num_attention_heads\": 4, "
              "\"num_key_value_heads\": 4, \"intermediate_size\": 512, "
-             "\"vocab_size\": 1024, \"max_position_embeddings\": 256}", layers);
-    ap_graph *g = ap_test_hf_text(json, "llama-small");
+             "\"vocab_size\": 1024, \"max_position_embeddings\": 256, "
+             "\"sliding_window\": %d}", window ? "mistral" : "llama", layers, window);
+    ap_graph *g = ap_test_hf_text(json, "small");
     CHECK(g != NULL);
     return g;
+}
+
+static ap_graph *llama_of(int layers)
+{
+    return small_model(layers, 0);
 }
 
 /* Three layers on 4 GPUs: pp = 2 does not divide them. Megatron-LM splits
@@ -126,16 +134,7 @@ static void layers_pp_does_not_divide_count_the_embedding_and_loss(void)
  * keys on both layers. */
 static ap_graph *mistral_of(int window)
 {
-    char json[512];
-    snprintf(json, sizeof json,
-             "{\"model_type\": \"mistral\", \"num_hidden_layers\": 2, "
-             "\"hidden_size\": 128, \"num_attention_heads\": 4, "
-             "\"num_key_value_heads\": 4, \"intermediate_size\": 512, "
-             "\"vocab_size\": 1024, \"max_position_embeddings\": 256, "
-             "\"sliding_window\": %d}", window);
-    ap_graph *g = ap_test_hf_text(json, "mistral-small");
-    CHECK(g != NULL);
-    return g;
+    return small_model(2, window);
 }
 
 /* Under a window shorter than the sequence context parallelism is not
