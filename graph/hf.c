@@ -714,6 +714,12 @@ static int glu_act(const hf_model *m)
     return m->quick_geglu ? AP_UNARY_QUICK_GELU : m->geglu ? AP_UNARY_GELU : AP_UNARY_SILU;
 }
 
+/* Its op's name in a block: mlp.silu, experts.quick_gelu, ... */
+static const char *glu_name(const hf_model *m)
+{
+    return m->quick_geglu ? "quick_gelu" : m->geglu ? "gelu" : "silu";
+}
+
 /* A dense MLP named `name` over the ffn label `f`, writing name.y:bsh. */
 static void dense_mlp(bld *b, const hf_model *m, const char *name, const char *x, char f)
 {
@@ -741,7 +747,7 @@ static void dense_mlp(bld *b, const hf_model *m, const char *name, const char *x
         snprintf(n, sizeof n, "%s.up", name);
         snprintf(y, sizeof y, "%s.up.y:bs%c", name, f);
         linear(b, n, x, w, fb, y);
-        const char *act = m->quick_geglu ? "quick_gelu" : m->geglu ? "gelu" : "silu";
+        const char *act = glu_name(m);
         snprintf(n, sizeof n, "%s.%s", name, act);
         snprintf(in2, sizeof in2, "%s.gate.y", name);
         snprintf(y, sizeof y, "%s.%s.y:bs%c", name, act, f);
@@ -786,17 +792,13 @@ static void moe_mlp(bld *b, const hf_model *m, const char *x)
        eb ? "experts.x experts.up.w:Ehm experts.up.b:Em" : "experts.x experts.up.w:Ehm",
        "experts.up.y:Ecm");
     b->modules = AP_MODULE_MOE | AP_MODULE_MOE_ACT;
-    if (m->quick_geglu) {
-        op(b, "experts.quick_gelu", AP_OP_UNARY, AP_UNARY_QUICK_GELU, "experts.gate.y",
-           "experts.quick_gelu.y:Ecm");
-        op(b, "experts.mul", AP_OP_BINARY, AP_BINARY_MUL, "experts.quick_gelu.y experts.up.y",
-           "experts.act.y:Ecm");
-    } else {
-        op(b, "experts.silu", AP_OP_UNARY, AP_UNARY_SILU, "experts.gate.y",
-           "experts.silu.y:Ecm");
-        op(b, "experts.mul", AP_OP_BINARY, AP_BINARY_MUL, "experts.silu.y experts.up.y",
-           "experts.act.y:Ecm");
-    }
+    const char *act = glu_name(m);
+    char name[32], y[48];
+    snprintf(name, sizeof name, "experts.%s", act);
+    snprintf(y, sizeof y, "experts.%s.y:Ecm", act);
+    op(b, name, AP_OP_UNARY, glu_act(m), "experts.gate.y", y);
+    snprintf(ins, sizeof ins, "experts.%s.y experts.up.y", act);
+    op(b, "experts.mul", AP_OP_BINARY, AP_BINARY_MUL, ins, "experts.act.y:Ecm");
     b->modules = AP_MODULE_MOE;
     op(b, "experts.down", AP_OP_MATMUL, 0,
        eb ? "experts.act.y experts.down.w:Emh experts.down.b:Eh"
