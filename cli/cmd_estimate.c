@@ -36,7 +36,7 @@ static const char usage_text[] =
     "                         main_params=fp32|fp16|none|remainder,\n"
     "                         exp_avg=fp32|fp16|bf16|fp8,\n"
     "                         exp_avg_sq=fp32|fp16|bf16|fp8,\n"
-    "                         defer_wgrad=0|1,wgrad_deferral_limit=N,\n"
+    "                         defer_wgrad=0|1,wgrad_deferral_limit=N,ddp_bucket=N,\n"
     "                         no_grad_fusion=0|1,tp_sync=0|1,\n"
     "                         layout=Et*4|t*4|t*4|t*4L,\n"
     "                         recompute_modules=core_attn+mlp+...,\n"

@@ -269,6 +269,8 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
         put(b, "  --defer-embedding-wgrad-compute\n");
     if (d->run.defer_wgrad && d->run.wgrad_deferral_limit)
         put(b, "  --wgrad-deferral-limit %d\n", d->run.wgrad_deferral_limit);
+    if (d->run.ddp_bucket)
+        put(b, "  --ddp-bucket-size %d\n", d->run.ddp_bucket);
     if (d->run.no_grad_fusion)
         put(b, "  --no-gradient-accumulation-fusion\n");
     /* native is the implementation's default, and Megatron-Core before 0.13

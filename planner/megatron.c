@@ -222,7 +222,8 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
               : !strcmp(k, "etp") ? &m->etp
               : !strcmp(k, "bf16_first") ? &m->bf16_first
               : !strcmp(k, "bf16_last") ? &m->bf16_last
-              : !strcmp(k, "wgrad_deferral_limit") ? &m->run.wgrad_deferral_limit : NULL;
+              : !strcmp(k, "wgrad_deferral_limit") ? &m->run.wgrad_deferral_limit
+              : !strcmp(k, "ddp_bucket") ? &m->run.ddp_bucket : NULL;
     int *flag = flag_slot(m, k);
     if (!slot && !flag && strcmp(k, "gbs") && strcmp(k, "zero")) {
         snprintf(err, AP_ERR_LEN, "--megatron: unknown key \"%.64s\" (the layout: tp, pp, "
@@ -306,6 +307,7 @@ static const struct {
     {"--decoder-last-pipeline-num-layers", "last"},
     {"--num-virtual-stages-per-pipeline-rank", "vpp"},
     {"--wgrad-deferral-limit", "wgrad_deferral_limit"},
+    {"--ddp-bucket-size", "ddp_bucket"},
     {"--pipeline-model-parallel-layout", "layout"},
 };
 

@@ -199,6 +199,8 @@ static void add_moe_overlap(cJSON *o, const ap_plan *p)
         cJSON_AddBoolToObject(o, "defer_embedding_wgrad_compute", 1);
     if (p->run.defer_wgrad && p->run.wgrad_deferral_limit)
         cJSON_AddNumberToObject(o, "wgrad_deferral_limit", p->run.wgrad_deferral_limit);
+    if (p->run.ddp_bucket)
+        cJSON_AddNumberToObject(o, "ddp_bucket_size", p->run.ddp_bucket);
     if (p->run.no_grad_fusion)
         cJSON_AddBoolToObject(o, "gradient_accumulation_fusion", 0);
     if (p->run.tp_sync)

@@ -578,6 +578,20 @@ static int parse_defer_wgrad(const reader *r, const cJSON *root, ap_plan_desc *p
     return AP_OK;
 }
 
+/* "ddp_bucket_size": the parameters of a gradient bucket as
+ * --ddp-bucket-size sets them; absent, Megatron-Core's default. */
+static int parse_ddp_bucket(const reader *r, const cJSON *root, ap_plan_desc *p)
+{
+    long long n;
+    int rc;
+    if (!field(root, "ddp_bucket_size"))
+        return AP_OK;
+    if ((rc = get_int(r, root, "ddp_bucket_size", "", 1, 1 << 30, &n)))
+        return rc;
+    p->run.ddp_bucket = (int)n;
+    return AP_OK;
+}
+
 /* "gradient_accumulation_fusion" and "async_tensor_parallel_backward";
  * absent read as on, Megatron-LM's defaults, as plans were before the
  * fields. "moe_dispatcher": deepep or
@@ -806,6 +820,7 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         (rc = parse_grad_fp32(r, root, p)) || (rc = parse_cp_comm(r, root, p)) ||
         (rc = parse_opt_dtypes(r, root, p)) ||
         (rc = parse_moe_overlap(r, root, p)) || (rc = parse_defer_wgrad(r, root, p)) ||
+        (rc = parse_ddp_bucket(r, root, p)) ||
         (rc = parse_grad_fusion(r, root, p)) ||
         (rc = parse_param_gather(r, root, p)) ||
         (rc = parse_recompute_method(r, root, p)) ||

@@ -152,6 +152,11 @@ typedef struct {
      * wgrad_deferral_limit micro-batches (0: all) after its last pass
      * (ap_pipe_spec.defer; docs/cost-model.md). Only with pp > 1. */
     int defer_wgrad, wgrad_deferral_limit;
+    /* --ddp-bucket-size: the parameters a gradient (and, under the
+     * distributed optimizer, parameter) bucket holds when the reduction
+     * overlaps the backward; 0, the default, Megatron-Core's max(40M,
+     * 1M x dp). Without the overlap Megatron-Core ignores it. */
+    int ddp_bucket;
     /* 1: --no-gradient-accumulation-fusion: a weight-gradient GEMM writes
      * the gradient in its own dtype and a separate kernel adds it into
      * main_grad. 0, the default: the GEMM accumulates into main_grad. */

@@ -430,8 +430,8 @@ static double sync_coll(const ap_price_ctx *x, ap_coll op, int mask, double byte
 }
 
 /* Megatron-Core's DDP reduces gradients, and its distributed optimizer
- * gathers parameters, in buckets of max(40M, 1M x dp) parameters when the
- * reduction overlaps the backward (DistributedDataParallelConfig's
+ * gathers parameters, in buckets of max(40M, 1M x dp) parameters (or
+ * --ddp-bucket-size's) when the reduction overlaps the backward (DistributedDataParallelConfig's
  * bucket_size; larger DP groups get larger buckets so that the collectives
  * stay bandwidth-bound). Without overlap it sets no bucket size, and each
  * gradient buffer is reduced as one: priced as a bucket of the whole model,
@@ -443,6 +443,8 @@ static double grad_bucket(const ap_price_ctx *x, int ranks)
 {
     if (x->serial_grad)
         return fmax(x->g->total_params, GRAD_BUCKET_MIN);
+    if (x->run.ddp_bucket > 0)
+        return x->run.ddp_bucket;
     return fmax(GRAD_BUCKET_MIN, GRAD_BUCKET_PER_RANK * ranks);
 }
 

@@ -365,4 +365,23 @@ same "a layout of even chunks" "$llama" 16 \
 refused "layout (--pipeline-model-parallel-layout) \"Et*16|t*15L\": places 31 transformer layers" \
     "$llama" 16 "$layout --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*16|t*15L"
 
+
+# --ddp-bucket-size sets the gradient buckets' parameters when the
+# reduction overlaps the backward (ddp_bucket in the spec): Megatron-Core's
+# default, max(40M, 1M x dp), prices as stating it; a smaller bucket pays
+# more collectives; without --overlap-grad-reduce Megatron-Core ignores it.
+ov="--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
+same "--ddp-bucket-size" "$llama" 16 "$layout $ov --ddp-bucket-size 5000000" \
+    "tp=2,mbs=1,gbs=64,sp=0,zero=1,ddp_bucket=5000000"
+step() { # gpus flags
+    est "$llama" "$1" --megatron-args "$2" | grep step_time_s
+}
+a=$(step 16 "$layout $ov --ddp-bucket-size 40000000") b=$(step 16 "$layout $ov")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the default bucket stated prices otherwise: $a, $b"
+a=$(step 16 "$layout $ov --ddp-bucket-size 1000000")
+[ -n "$a" ] && [ "$a" != "$b" ] && ok || bad "a 1M bucket prices as the default: $a"
+a=$(step 16 "$layout --ddp-bucket-size 1000000") b=$(step 16 "$layout")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "a bucket without the overlap changes the price: $a, $b"
+refused "--megatron-args: --ddp-bucket-size" "$llama" 16 "$layout --ddp-bucket-size 0"
+
 finish
