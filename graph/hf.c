@@ -1,6 +1,6 @@
 /* hf.c -- builds the operator graph of one training step from a Hugging Face
  * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
- * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS).
+ * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS, Llama 4).
  *
  * The config is read into an hf_model first, so that every field is checked
  * (present, of the right type, within sane bounds, consistent) before a single
@@ -47,13 +47,14 @@ typedef enum {
     FAM_GEMMA2,
     FAM_GEMMA3,
     FAM_GPT_OSS,
+    FAM_LLAMA4,
     FAM_COUNT
 } family;
 
 static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
-    "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss"};
+    "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -76,6 +77,12 @@ typedef struct {
     int expert_bias;    /* biases on the experts' projections (GPT-OSS) */
     int router_bias;    /* a bias on the router's logits (GPT-OSS) */
     int sinks;          /* a learned softmax offset per head (GPT-OSS's sinks) */
+    /* Llama 4: layers where nope[i] is 1 take no rotary embedding (NoPE);
+     * the others norm q and k without weights (L2, use_qk_norm) and attend
+     * within chunks of `chunk` tokens. NULL, 0: every layer rotates. */
+    unsigned char *nope;
+    int qk_l2;
+    int64_t chunk;
     int sandwich_norm;  /* a norm after attention and after the MLP too (Gemma 2, 3) */
     int embed_scale;    /* embeddings scaled by sqrt(hidden) (Gemma) */
     int logit_softcap;  /* logits capped as c * tanh(x / c) before the loss (Gemma 2) */
@@ -99,7 +106,7 @@ typedef struct {
     const char *src;
     char *err;
     int bad; /* an error has been written; later reads are no-ops */
-    int fam_override; /* root is a gemma3 config's text_config: Gemma 3 */
+    int fam_override; /* root is a text_config: its family + 1; 0 none */
 } hf_cfg;
 
 __attribute__((format(printf, 2, 3))) static void cfg_fail(hf_cfg *c, const char *fmt, ...)
@@ -201,7 +208,7 @@ static int read_family(hf_cfg *c, family *out)
     char list[256] = "";
     int i;
     if (c->fam_override) {
-        *out = FAM_GEMMA3;
+        *out = (family)(c->fam_override - 1);
         return 0;
     }
     if (!v) {
@@ -330,7 +337,8 @@ static void read_groups(hf_cfg *c, hf_model *m)
 
 static void read_moe(hf_cfg *c, hf_model *m)
 {
-    const char *ekey = m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS ? "num_local_experts"
+    const char *ekey = m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS || m->fam == FAM_LLAMA4
+                           ? "num_local_experts"
                        : m->fam == FAM_DEEPSEEK_V3 ? "n_routed_experts"
                                                    : "num_experts";
     m->experts = cfg_int(c, ekey, 1, 0, 1, MAX_EXPERTS);
@@ -342,6 +350,15 @@ static void read_moe(hf_cfg *c, hf_model *m)
     m->moe_freq = 1;
     if (m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS) {
         m->moe_ffn = m->ffn;
+        return;
+    }
+    /* Llama 4: experts and the one shared expert intermediate_size wide,
+     * dense layers intermediate_size_mlp; every interleave_moe_layer_step-th
+     * layer routes (HF's moe_layers). */
+    if (m->fam == FAM_LLAMA4) {
+        m->moe_ffn = m->shared_ffn = m->ffn;
+        m->ffn = cfg_int(c, "intermediate_size_mlp", 0, 16384, 1, MAX_FFN);
+        m->sparse_step = cfg_int(c, "interleave_moe_layer_step", 0, 1, 1, MAX_LAYERS);
         return;
     }
     m->moe_ffn = cfg_int(c, "moe_intermediate_size", 1, 0, 1, MAX_FFN);
@@ -397,7 +414,7 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
     int moe = f == FAM_MIXTRAL || f == FAM_QWEN2_MOE || f == FAM_QWEN3_MOE ||
-              f == FAM_DEEPSEEK_V3 || f == FAM_GPT_OSS;
+              f == FAM_DEEPSEEK_V3 || f == FAM_GPT_OSS || f == FAM_LLAMA4;
     /* Gemma 3's multimodal configs leave Gemma3TextConfig's defaults out of
      * their text_config (the 4B's heads, its vocabulary); the sizes every
      * published config states stay required. */
@@ -494,6 +511,7 @@ typedef struct {
     char in[AP_NAME_LEN];     /* the residual stream entering this block */
     unsigned modules;         /* ap_module bits of the ops added now */
     int64_t window;           /* the current block's sliding window, 0: none */
+    int nope;                 /* the current block takes no rotary embedding */
 } bld;
 
 /* Resolves a tensor token: "^" is the block input, "=name" a global name,
@@ -655,7 +673,15 @@ static void self_attention(bld *b, const hf_model *m, const ap_build_opts *opt,
         q = "q_norm.y";
         k = "k_norm.y";
     }
-    if (m->rot) {
+    /* Llama 4's rotary layers norm q and k to unit length, without a
+     * weight (its L2Norm; after the rotation there, which costs the same). */
+    if (m->qk_l2 && !b->nope) {
+        op(b, "q_norm", AP_OP_NORM, AP_NORM_RMS, q, "q_norm.y:bsnd");
+        op(b, "k_norm", AP_OP_NORM, AP_NORM_RMS, k, "k_norm.y:bsgd");
+        q = "q_norm.y";
+        k = "k_norm.y";
+    }
+    if (m->rot && !b->nope) {
         rotary(b, "q_rot", q, "q_rot.y:bsnd");
         rotary(b, "k_rot", k, "k_rot.y:bsgd");
         q = "q_rot.y";
@@ -865,6 +891,7 @@ static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i
     const char *a = opt->dropout ? "attn_drop.y" : ao;
     const char *f = opt->dropout ? "mlp_drop.y" : fo;
     b->window = layer_window(m, i);
+    b->nope = m->nope && m->nope[i];
     /* Megatron-Core's Transformer Engine layers fuse a norm into the
      * linear layer after it, unless more than one module reads it: MLA's
      * two down projections, a MoE layer's router and experts. The MLP's
@@ -877,6 +904,7 @@ static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i
     else
         self_attention(b, m, opt, "ln1.y");
     b->window = 0;
+    b->nope = 0;
     /* Gemma 2 and 3 norm each sublayer's output before its residual add;
      * nothing fuses it into a linear layer. */
     b->modules = AP_MODULE_LAYERNORM;
@@ -1083,6 +1111,40 @@ static void read_window(hf_cfg *c, hf_model *m)
     read_window_layers(c, m);
 }
 
+/* Llama 4's rotary layers: no_rope_layers (1 where a layer rotates), else
+ * Llama4TextConfig's rule, NoPE every no_rope_layer_interval-th (4). */
+static void read_llama4(hf_cfg *c, hf_model *m)
+{
+    const cJSON *v = cfg_item(c, "no_rope_layers"), *e;
+    int64_t i = 0, every = cfg_int(c, "no_rope_layer_interval", 0, 4, 1, MAX_LAYERS);
+    m->qk_l2 = cfg_bool(c, "use_qk_norm", 1);
+    m->chunk = cfg_int(c, "attention_chunk_size", 0, 8192, 1, INT64_C(1) << 40);
+    if (c->bad)
+        return;
+    m->nope = calloc((size_t)m->layers, 1);
+    if (!m->nope) {
+        cfg_fail(c, "out of memory");
+        return;
+    }
+    if (!v) {
+        for (i = 0; i < m->layers; i++)
+            m->nope[i] = (i + 1) % every == 0;
+        return;
+    }
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != m->layers) {
+        cfg_fail(c, "\"no_rope_layers\" must be an array of %lld 0s and 1s, one per layer",
+                 (long long)m->layers);
+        return;
+    }
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNumber(e) || (e->valuedouble != 0 && e->valuedouble != 1)) {
+            cfg_fail(c, "\"no_rope_layers\"[%lld] must be 0 (no rotary) or 1", (long long)i);
+            return;
+        }
+        m->nope[i++] = e->valuedouble == 0;
+    }
+}
+
 /* Gemma: a GeGLU MLP (HF runs GELU's tanh form whatever hidden_act says),
  * embeddings scaled by sqrt(hidden); Gemma 2 and 3 norm each sublayer's
  * output too, and Gemma 2 caps its logits. */
@@ -1136,6 +1198,8 @@ static int read_model(hf_cfg *c, hf_model *m)
      * with a bias on each projection. */
     if (m->fam == FAM_GPT_OSS)
         m->quick_geglu = m->expert_bias = m->router_bias = m->sinks = 1;
+    if (m->fam == FAM_LLAMA4)
+        read_llama4(c, m);
     read_window(c, m);
     return c->bad ? AP_EINPUT : AP_OK;
 }
@@ -1211,6 +1275,12 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
     }
     int64_t seq = 0, batch = opt->batch > 0 ? opt->batch : 1;
     int rc = pick_seq(c, m, opt, &seq);
+    if (rc == AP_OK && m->chunk && seq > m->chunk && m->nope) {
+        cfg_fail(c, "\"attention_chunk_size\" (%lld) is shorter than the sequence (%lld): "
+                 "chunked attention is not built; plan at %lld tokens or fewer",
+                 (long long)m->chunk, (long long)seq, (long long)m->chunk);
+        rc = AP_EINPUT;
+    }
     if (rc == AP_OK && batch > MAX_BATCH) {
         cfg_fail(c, "batch size %lld is above the limit %d", (long long)batch, MAX_BATCH);
         rc = AP_EINPUT;
@@ -1231,30 +1301,32 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
 }
 
 /* A vision-language config whose language model is Gemma 3 ("gemma3",
- * Gemma3ForConditionalGeneration) is read as its text_config, a
- * gemma3_text config: the model trained is the language model (the
- * vision tower, a few percent of it, is not built). Messages then name
- * text_config. */
+ * Gemma3ForConditionalGeneration) or Llama 4 ("llama4") is read as its
+ * text_config, a gemma3_text or llama4_text config: the model trained is
+ * the language model (the vision tower, a few percent of it, is not
+ * built). Messages then name text_config. */
 static int text_config(hf_cfg *c, const char *source, char *src, size_t len)
 {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
-    if (!cJSON_IsString(t) || strcmp(t->valuestring, "gemma3"))
+    int g3 = cJSON_IsString(t) && !strcmp(t->valuestring, "gemma3");
+    if (!g3 && !(cJSON_IsString(t) && !strcmp(t->valuestring, "llama4")))
         return AP_OK;
+    const char *text = g3 ? "gemma3_text" : "llama4_text";
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(c->root, "text_config");
     if (!cJSON_IsObject(tc)) {
-        cfg_fail(c, "model_type \"gemma3\" (Gemma 3 with vision) needs a \"text_config\" "
-                 "object: the language model that is built");
+        cfg_fail(c, "model_type \"%s\" (%s with vision) needs a \"text_config\" object: "
+                 "the language model that is built", t->valuestring, g3 ? "Gemma 3" : "Llama 4");
         return AP_EINPUT;
     }
     const cJSON *tt = cJSON_GetObjectItemCaseSensitive(tc, "model_type");
-    if (tt && (!cJSON_IsString(tt) || strcmp(tt->valuestring, "gemma3_text"))) {
-        cfg_fail(c, "\"text_config\".\"model_type\" must be \"gemma3_text\"");
+    if (tt && (!cJSON_IsString(tt) || strcmp(tt->valuestring, text))) {
+        cfg_fail(c, "\"text_config\".\"model_type\" must be \"%s\"", text);
         return AP_EINPUT;
     }
     snprintf(src, len, "%s: text_config", source);
     c->src = src;
     c->root = tc;
-    c->fam_override = 1;
+    c->fam_override = g3 ? FAM_GEMMA3 + 1 : FAM_LLAMA4 + 1;
     return AP_OK;
 }
 
@@ -1283,6 +1355,7 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
     cJSON_Delete(whole);
     free(m.dense_only);
     free(m.swa);
+    free(m.nope);
     return rc;
 }
 
@@ -1421,6 +1494,7 @@ int ap_graph_from_decoder(const ap_decoder *d, const char *source,
     rc = c.bad ? AP_EINPUT : build_checked(&c, &m, opt, out);
     free(m.dense_only);
     free(m.swa);
+    free(m.nope);
     return rc;
 }
 

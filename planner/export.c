@@ -631,6 +631,11 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s states which layers are MoE with --moe-layer-freq; %s",
                       ap_launcher_name(to), "the model's MoE layers follow no pattern it can "
                       "state in 255 characters");
+    /* autopar states rotary embeddings for every layer or none. */
+    if (to == AP_LAUNCHER_MEGATRON && s->nope_layers)
+        return refuse(p, err, "%s's export states a rotary embedding on every layer; %s",
+                      ap_launcher_name(to), "the model has layers without one (NoPE, as "
+                      "Llama 4's), which autopar does not state to it");
     /* Megatron-LM states one window, on the layers of one pattern. */
     if (to == AP_LAUNCHER_MEGATRON && s->window < 0)
         return refuse(p, err, "%s states one sliding window (--window-size); %s",

@@ -1235,6 +1235,7 @@ typedef struct {
                               MLA's norms on its latent ones) */
     int flash;             /* fused attention */
     int sinks;             /* a learned softmax offset per head (attention sinks) */
+    int nope_layers;       /* layers without rotary where others have it (NoPE) */
     /* Sliding-window attention: the keys each query of a windowed layer
      * meets (0: no layer has a window; -1: layers with windows of different
      * lengths), and which layers have it as Megatron-LM's

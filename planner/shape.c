@@ -55,6 +55,22 @@ static double rotary_percent(const ap_graph *g)
     return 0;
 }
 
+/* Layers whose attention takes no rotary embedding while others' does
+ * (Llama 4's NoPE layers); 0 where every layer or none rotates. */
+static int nope_layers(const ap_graph *g)
+{
+    int attn = 0, rot = 0;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->layer < 0)
+            continue;
+        attn += op->kind == AP_OP_ATTENTION;
+        /* One rotary op on q and one on k (MLA's: on q and its key). */
+        rot += op->kind == AP_OP_UNARY && op->sub == AP_UNARY_ROTARY;
+    }
+    return rot ? attn - rot / 2 : 0;
+}
+
 /* Parallel residual: two norms of one layer read the same tensor, the
  * layer's input, so attention and MLP run side by side. */
 static int has_parallel_residual(const ap_graph *g)
@@ -306,6 +322,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     bias_shape(g, s);
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);
+    s->nope_layers = nope_layers(g);
     s->parallel_residual = has_parallel_residual(g);
     s->tied_embeddings = head_is_tied(g);
     s->mtp_layers = g->mtp_layers;

@@ -1,0 +1,116 @@
+/* test_hf_llama4.c -- Llama 4 (Hugging Face model_type "llama4_text", and
+ * "llama4", whose text_config it is): Llama-4-Scout's language model
+ * against the closed form, and the block HF's modeling_llama4.py runs:
+ * every fourth layer without rotary embedding (NoPE), the others' q and
+ * k normed without weights, a routed expert and a shared one, Maverick's
+ * dense layers between MoE ones, and chunked attention refused beyond its
+ * chunk. */
+#include "model.h"
+
+static const ap_op *op_named(const ap_graph *g, const char *name)
+{
+    int i = ap_graph_find_op(g, name);
+    return i >= 0 ? &g->ops[i] : NULL;
+}
+
+static ap_graph *from_text(const char *json, int64_t seq, char *err)
+{
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.seq = seq;
+    ap_graph *g = NULL;
+    if (ap_graph_from_hf(json, strlen(json), "llama4.json", &o, &g, err) != AP_OK)
+        return NULL;
+    return g;
+}
+
+/* Scout: 48 layers, each Q and O 5120 x 5120, K and V 5120 x 1024, two
+ * norms, the router (5120 x 16), 16 experts and one shared expert of
+ * 3 x 5120 x 8192; the untied embedding and head (202,048 x 5,120) and
+ * the final norm: 107,769,861,120. Active: one expert of 16 a token,
+ * 17.17 B (the name's 17B). */
+static void llama4_scout_has_107_77b_parameters_17b_active(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 0);
+    REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
+    double h = 5120, mlp = 3 * h * 8192, v = 202048;
+    double layer = 2 * h * h + 2 * h * 1024 + 2 * h + h * 16 + 16 * mlp + mlp;
+    CHECK(g->total_params == 48 * layer + 2 * v * h + h);
+    CHECK(g->total_params == 107769861120.0);
+    CHECK_NEAR(ap_graph_active_params(g), g->total_params - 48 * 15 * mlp, 1e-15);
+    CHECK_NEAR(ap_graph_active_params(g), 17.17e9, 0.001);
+    ap_graph_free(g);
+}
+
+/* Layers 3, 7, ... (no_rope_layers 0) take no rotary embedding and no
+ * norm on q and k; the others rotate and norm them without a weight. */
+static void every_fourth_layer_takes_no_rotary(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 0);
+    REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
+    CHECK(op_named(g, "l3.q_rot") == NULL && op_named(g, "l3.q_norm") == NULL);
+    CHECK(op_named(g, "l47.k_rot") == NULL);
+    const ap_op *norm = op_named(g, "l0.q_norm");
+    CHECK(norm && norm->ninputs == 1 && op_named(g, "l0.q_rot") != NULL);
+    CHECK(g->layer_class[3] == 3 && g->layer_class[7] == 3 && g->layer_class[4] == 0);
+    CHECK(op_named(g, "l0.shared.down") != NULL && op_named(g, "l0.experts.down") != NULL);
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    CHECK(s.nope_layers == 12);
+    ap_graph_free(g);
+}
+
+/* Maverick's shape: interleave_moe_layer_step 2 routes layers 1, 3, ...,
+ * and the others are dense MLPs intermediate_size_mlp wide. */
+static void interleaved_moe_layers_leave_dense_ones_between(void)
+{
+    char err[AP_ERR_LEN];
+    const char *cfg =
+        "{\"model_type\":\"llama4_text\",\"hidden_size\":256,\"intermediate_size\":128,"
+        "\"intermediate_size_mlp\":512,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+        "\"head_dim\":64,\"num_hidden_layers\":4,\"num_local_experts\":8,"
+        "\"num_experts_per_tok\":1,\"interleave_moe_layer_step\":2,\"vocab_size\":1000,"
+        "\"max_position_embeddings\":4096}";
+    ap_graph *g = from_text(cfg, 1024, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    CHECK(op_named(g, "l0.mlp.down") != NULL && op_named(g, "l0.router") == NULL);
+    CHECK(op_named(g, "l1.router") != NULL && op_named(g, "l3.router") != NULL);
+    CHECK(ap_graph_dim(g, 'f')->size == 512 && ap_graph_dim(g, 'm')->size == 128);
+    ap_graph_free(g);
+}
+
+/* Chunked attention (attention_chunk_size) is not built: a sequence longer
+ * than the chunk, where it would change the price, is refused; Megatron-LM's
+ * export, which states rotary on every layer, refuses NoPE layers. */
+static void chunks_and_nope_are_refused_where_they_matter(void)
+{
+    char err[AP_ERR_LEN];
+    char path[512];
+    snprintf(path, sizeof path, "%s/examples/hf/llama-4-scout.json", ap_test_src());
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.seq = 16384;
+    ap_graph *g = NULL;
+    CHECK(ap_graph_load(path, &o, &g, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "llama-4-scout.json: text_config: \"attention_chunk_size\" (8192) is "
+                       "shorter than the sequence (16384)");
+    g = ap_test_model("examples/hf/llama-4-scout.json", 0);
+    REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
+    ap_plan_desc d;
+    char *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=4,ep=16,mbs=1,gbs=64", &d, NULL), "see above");
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "the model has layers without one (NoPE");
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+int main(void)
+{
+    RUN(llama4_scout_has_107_77b_parameters_17b_active);
+    RUN(every_fourth_layer_takes_no_rotary);
+    RUN(interleaved_moe_layers_leave_dense_ones_between);
+    RUN(chunks_and_nope_are_refused_where_they_matter);
+    return DONE();
+}
