@@ -478,6 +478,19 @@ double ap_cost_attention_window(const ap_cluster *c, ap_dtype dt, double bn, dou
                          attention_bytes(dt, bn, s, s, d, e), w, w, backward);
 }
 
+double ap_cost_attention_chunked(const ap_cluster *c, ap_dtype dt, double bn, double s,
+                                 double chunk, double d, double e, int backward)
+{
+    double k = chunk > 0 && chunk < s ? floor(s / chunk) : 0;
+    double len = k > 0 ? chunk : s, rows = k > 0 ? bn * k : bn, left = s - k * chunk;
+    double t = backward ? ap_cost_attention_backward(c, dt, rows, len, len, d, e, 1)
+                        : ap_cost_attention(c, dt, rows, len, len, d, e, 1);
+    if (k > 0 && left > 0)
+        t += backward ? ap_cost_attention_backward(c, dt, bn, left, left, d, e, 1)
+                      : ap_cost_attention(c, dt, bn, left, left, d, e, 1);
+    return t;
+}
+
 /* Context-parallel attention as Transformer Engine's AttnFuncWithCPAndKVP2P
  * runs it (transformer_engine/pytorch/attention/dot_product_attention/
  * context_parallel.py; Megatron-Core's --cp-comm-type p2p), bshd or sbhd,

@@ -329,6 +329,12 @@ double ap_cost_attention_rect(const ap_cluster *c, ap_dtype dt, double bn, doubl
  * A window of s or more, or 0, is ap_cost_attention(_backward). */
 double ap_cost_attention_window(const ap_cluster *c, ap_dtype dt, double bn, double s,
                                 double w, double d, double e, int backward);
+/* Chunked attention over s tokens in chunks of `chunk` (Llama 4's), forward
+ * or backward: Megatron-Core folds the chunks into the batch, so it is the
+ * causal kernel over bn * floor(s / chunk) rows of chunk tokens, and one
+ * more over what is left. A chunk of s or more, or 0, is causal attention. */
+double ap_cost_attention_chunked(const ap_cluster *c, ap_dtype dt, double bn, double s,
+                                 double chunk, double d, double e, int backward);
 
 /* Context parallelism's communication type: Megatron-LM's --cp-comm-type,
  * Transformer Engine's cp_comm_type. The zero value is the p2p ring, so a

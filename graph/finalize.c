@@ -264,6 +264,10 @@ static int check_attention(const check *c)
     if (c->op->window < 0 || (c->op->window && !c->op->causal))
         return bad(c, ".window", "a sliding window needs causal attention and at "
                    "least one key (window %lld)", (long long)c->op->window);
+    if (c->op->chunk < 0 || (c->op->chunk && (!c->op->causal || c->op->window)))
+        return bad(c, ".chunk", "chunked attention needs causal attention, no sliding "
+                   "window and at least one token a chunk (chunk %lld)",
+                   (long long)c->op->chunk);
     return 0;
 }
 
@@ -698,7 +702,8 @@ static double op_flops(const ap_graph *g, const ap_op *op)
     case AP_OP_ATTENTION: {
         const char *q = x->shape, *v = g->tensors[op->inputs[2]].shape;
         double b = dsize(g, q[0]), s = dsize(g, q[1]), n = dsize(g, q[2]);
-        double ss = b * n * ap_attention_scores(s, op->window);
+        double ss = b * n * (op->chunk ? ap_attention_chunk_scores(s, op->chunk)
+                                       : ap_attention_scores(s, op->window));
         return 2 * ss * (dsize(g, q[3]) + dsize(g, v[3])) + 5 * ss;
     }
     case AP_OP_ROUTER: {
@@ -939,7 +944,7 @@ static int sig_op(const ap_graph *g, int layer, const ap_op *op,
     memcpy(&p, &op->dropout_p, sizeof p);
     int rc = sig_push(s, op->kind) || sig_push(s, op->sub) ||
              sig_push(s, op->causal) || sig_push(s, op->flash) ||
-             sig_push(s, op->window) ||
+             sig_push(s, op->window) || sig_push(s, op->chunk) ||
              sig_push(s, p) || sig_push(s, op->top_k) || sig_push(s, op->modules) ||
              sig_push(s, op->groups) || sig_push(s, op->group_topk) ||
              sig_push(s, op->keep_bf16) ||

@@ -8,6 +8,7 @@
 #include "graph/internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,6 +300,15 @@ double ap_attention_scores(double s, int64_t window)
     if (window <= 0 || w >= s)
         return s * s;
     return 2 * s * w - w * w;
+}
+
+double ap_attention_chunk_scores(double s, int64_t c)
+{
+    double w = (double)c;
+    if (c <= 0 || w >= s)
+        return s * s;
+    double k = floor(s / w), r = s - k * w;
+    return k * w * w + r * r;
 }
 
 int ap_glu_activation(const ap_graph *g, const ap_op *op, int i)

@@ -169,6 +169,10 @@ typedef struct {
      * ending at its own position (causal only); 0 for none. A window as
      * long as the sequence or longer changes nothing. */
     int64_t window;
+    /* Attention: chunked attention, each query meeting the keys of its own
+     * chunk of `chunk` tokens up to itself (Llama 4's; causal only); 0 for
+     * none. A chunk as long as the sequence changes nothing. */
+    int64_t chunk;
     double dropout_p; /* dropout, and attention's internal dropout */
     int top_k;        /* router, dispatch, combine */
     /* Router, dispatch, combine: group-limited routing (DeepSeek-V3's
@@ -344,6 +348,9 @@ int ap_glu_activation(const ap_graph *g, const ap_op *op, int i);
  * the w*s - w*w/2 scores the window leaves, 2*s*w - w*w, so that the two
  * agree at w = s. window 0 is none. */
 double ap_attention_scores(double s, int64_t window);
+/* The same under chunked attention of chunks of c < s tokens: each chunk's
+ * own square, c * c for each whole chunk and r * r for the r left over. */
+double ap_attention_chunk_scores(double s, int64_t c);
 /* The label of the first dimension of a kind, or 0 if the model has none. */
 char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind);
 

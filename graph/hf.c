@@ -642,6 +642,7 @@ static void attention(bld *b, const hf_model *m, const ap_build_opts *opt, const
         b->g->ops[i].flash = opt->flash;
         b->g->ops[i].dropout_p = opt->dropout ? DROPOUT_P : 0.0;
         b->g->ops[i].window = b->window;
+        b->g->ops[i].chunk = m->chunk && !b->nope ? m->chunk : 0;
     }
 }
 
@@ -1275,12 +1276,6 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
     }
     int64_t seq = 0, batch = opt->batch > 0 ? opt->batch : 1;
     int rc = pick_seq(c, m, opt, &seq);
-    if (rc == AP_OK && m->chunk && seq > m->chunk && m->nope) {
-        cfg_fail(c, "\"attention_chunk_size\" (%lld) is shorter than the sequence (%lld): "
-                 "chunked attention is not built; plan at %lld tokens or fewer",
-                 (long long)m->chunk, (long long)seq, (long long)m->chunk);
-        rc = AP_EINPUT;
-    }
     if (rc == AP_OK && batch > MAX_BATCH) {
         cfg_fail(c, "batch size %lld is above the limit %d", (long long)batch, MAX_BATCH);
         rc = AP_EINPUT;

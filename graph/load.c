@@ -319,7 +319,7 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
                       ap_op *op)
 {
     static const char *const attention[] = {"causal", "flash", "dropout",
-                                            "window", NULL};
+                                            "window", "chunk", NULL};
     static const char *const dropout[] = {"p", NULL};
     static const char *const moe[] = {"top_k", "groups", "group_topk", NULL};
     static const char *const none[] = {NULL};
@@ -358,6 +358,9 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
     if (own == attention && field(o, "window") &&
         get_int(c, o, path, "window", 1, INT64_C(1) << 40, &op->window))
         return AP_EINPUT;
+    if (own == attention && field(o, "chunk") &&
+        get_int(c, o, path, "chunk", 1, INT64_C(1) << 40, &op->chunk))
+        return AP_EINPUT;
     return get_bool(c, o, path, "causal", &op->causal) ||
                    get_bool(c, o, path, "flash", &op->flash) ||
                    get_prob(c, o, path, "dropout", &op->dropout_p) ||
@@ -393,7 +396,7 @@ static int load_op(const ctx *c, const cJSON *o, const char *path,
     static const char *const any[] = {"name",   "kind",  "layer", "inputs",
                                       "outputs", "causal", "flash", "dropout",
                                       "p",      "top_k", "modules", "groups",
-                                      "group_topk", "window", NULL};
+                                      "group_topk", "window", "chunk", NULL};
     const char *name = NULL, *kind = NULL;
     const char *in[AP_MAX_IO], *out[AP_MAX_IO];
     int nin = 0, nout = 0, sub = 0;

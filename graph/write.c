@@ -67,7 +67,8 @@ static int attrs_json(cJSON *o, const ap_op *op)
         return cJSON_AddBoolToObject(o, "causal", op->causal) &&
                cJSON_AddBoolToObject(o, "flash", op->flash) &&
                cJSON_AddNumberToObject(o, "dropout", op->dropout_p) &&
-               (!op->window || cJSON_AddNumberToObject(o, "window", (double)op->window));
+               (!op->window || cJSON_AddNumberToObject(o, "window", (double)op->window)) &&
+               (!op->chunk || cJSON_AddNumberToObject(o, "chunk", (double)op->chunk));
     case AP_OP_DROPOUT:
         return cJSON_AddNumberToObject(o, "p", op->dropout_p) != NULL;
     case AP_OP_ROUTER:

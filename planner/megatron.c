@@ -2448,8 +2448,8 @@ static int check_window_cp(const ap_graph *g, const ap_megatron *m, char *err)
     if (!w)
         return AP_OK;
     snprintf(err, AP_ERR_LEN, "cp=%d (--context-parallel-size %d): context parallelism "
-             "with a sliding window of %lld keys shorter than the sequence %lld is not "
-             "priced (Transformer Engine's p2p ring refuses the window; its all-gather and "
+             "with a sliding window (or attention chunk) of %lld keys shorter than the "
+             "sequence %lld is not priced (Transformer Engine's p2p ring refuses the window; its all-gather and "
              "all-to-all take it, which autopar does not price): give cp=1", m->cp, m->cp,
              w, seq);
     return AP_EINPUT;

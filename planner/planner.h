@@ -1272,10 +1272,10 @@ int ap_moe_freq_format(const unsigned char *moe, int layers, char *buf, size_t l
  * window in keys, 0 where no layer has one, -1 where layers have windows
  * of different lengths. */
 long long ap_model_window_layers(const ap_graph *g, unsigned char *window);
-/* The shortest sliding window of g's attention that is shorter than the
- * sequence its op attends over (*seq gets that sequence, where seq is not
- * NULL); 0 where no window is: context parallelism is not priced under
- * such a window. */
+/* The shortest sliding window (or attention chunk) of g's attention that
+ * is shorter than the sequence its op attends over (*seq gets that
+ * sequence, where seq is not NULL); 0 where no window is: context
+ * parallelism is not priced under such a window. */
 long long ap_model_short_window(const ap_graph *g, long long *seq);
 /* Megatron-LM's --window-attn-skip-freq into window[0..layers), 1 where the
  * layer has the window: an integer N windows layer i (from 0) when

@@ -180,11 +180,12 @@ long long ap_model_short_window(const ap_graph *g, long long *seq)
     long long w = 0, s = 0;
     for (int i = 0; i < g->nops; i++) {
         const ap_op *op = &g->ops[i];
-        if (op->kind != AP_OP_ATTENTION || !op->window || op->ninputs < 1)
+        long long span = op->kind == AP_OP_ATTENTION ? (op->chunk ? op->chunk : op->window) : 0;
+        if (!span || op->ninputs < 1)
             continue;
         const ap_dim *d = ap_graph_dim(g, g->tensors[op->inputs[0]].shape[1]);
-        if (d && op->window < d->size && (!w || op->window < w)) {
-            w = op->window;
+        if (d && span < d->size && (!w || span < w)) {
+            w = span;
             s = d->size;
         }
     }

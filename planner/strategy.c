@@ -219,10 +219,11 @@ static void shardable(const ap_price_ctx *x, const ap_op *op, char *out)
     case AP_OP_ATTENTION: {
         const char *q = shape_of(x, op->inputs[0]);
         out[n++] = q[0]; /* batch */
-        /* Context parallel; not under a sliding window shorter than the
-         * sequence, which Transformer Engine's ring (p2p) refuses and
-         * which is not priced for the other types. */
-        if (!op->window || (double)op->window >= ap_label_size(x, q[1]))
+        /* Context parallel; not under a sliding window or attention chunk
+         * shorter than the sequence, which Transformer Engine's ring (p2p)
+         * refuses and which is not priced for the other types. */
+        double s = ap_label_size(x, q[1]);
+        if ((!op->window || (double)op->window >= s) && (!op->chunk || (double)op->chunk >= s))
             out[n++] = q[1];
         out[n++] = q[2]; /* heads */
         break;
@@ -954,6 +955,11 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
                                                a.d, a.e, op->causal, a.cp, 0);
             c->bwd = ap_cost_attention_cp_comm(x->c, x->run.cp_comm, a.dt, a.bn, a.bkv, a.sq,
                                                a.d, a.e, op->causal, a.cp, 1);
+        } else if (op->flash && op->chunk) {
+            c->fwd = ap_cost_attention_chunked(x->c, a.dt, a.bn, a.t, (double)op->chunk,
+                                               a.d, a.e, 0);
+            c->bwd = ap_cost_attention_chunked(x->c, a.dt, a.bn, a.t, (double)op->chunk,
+                                               a.d, a.e, 1);
         } else if (op->flash && op->window) {
             c->fwd = ap_cost_attention_window(x->c, a.dt, a.bn, a.t, (double)op->window,
                                               a.d, a.e, 0);

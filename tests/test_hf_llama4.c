@@ -3,8 +3,9 @@
  * against the closed form, and the block HF's modeling_llama4.py runs:
  * every fourth layer without rotary embedding (NoPE), the others' q and
  * k normed without weights, a routed expert and a shared one, Maverick's
- * dense layers between MoE ones, and chunked attention refused beyond its
- * chunk. */
+ * dense layers between MoE ones, and the rotary layers' chunked attention
+ * (each query within its chunk of 8,192 tokens). */
+#include "costmodel/costmodel.h"
 #include "model.h"
 
 static const ap_op *op_named(const ap_graph *g, const char *name)
@@ -79,22 +80,39 @@ static void interleaved_moe_layers_leave_dense_ones_between(void)
     ap_graph_free(g);
 }
 
-/* Chunked attention (attention_chunk_size) is not built: a sequence longer
- * than the chunk, where it would change the price, is refused; Megatron-LM's
- * export, which states rotary on every layer, refuses NoPE layers. */
-static void chunks_and_nope_are_refused_where_they_matter(void)
+/* The rotary layers attend within chunks of 8,192 tokens, the NoPE layers
+ * over the whole sequence. At 20,480 tokens a chunked layer counts the
+ * squares of its chunks, 2 x 8192^2 + 4096^2 scores a head, and its kernel
+ * is the causal one over the chunks folded into the batch; context
+ * parallelism is kept off it. */
+static void rotary_layers_attend_within_chunks(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 20480);
+    REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
+    const ap_op *chunked = op_named(g, "l0.attn"), *global = op_named(g, "l3.attn");
+    CHECK(chunked && chunked->chunk == 8192 && global && global->chunk == 0);
+    double scores = 2 * 8192.0 * 8192 + 4096.0 * 4096;
+    CHECK(ap_attention_chunk_scores(20480, 8192) == scores);
+    if (chunked && global)
+        CHECK_NEAR(global->flops - chunked->flops,
+                   (2.0 * (128 + 128) + 5) * 40 * (20480.0 * 20480 - scores), 1e-12);
+    ap_cluster c = ap_test_h100(8);
+    CHECK(ap_cost_attention_chunked(&c, AP_BF16, 40, 20480, 8192, 128, 128, 0) ==
+          ap_cost_attention(&c, AP_BF16, 80, 8192, 8192, 128, 128, 1) +
+              ap_cost_attention(&c, AP_BF16, 40, 4096, 4096, 128, 128, 1));
+    CHECK(ap_cost_attention_chunked(&c, AP_BF16, 40, 8192, 8192, 128, 128, 1) ==
+          ap_cost_attention_backward(&c, AP_BF16, 40, 8192, 8192, 128, 128, 1));
+    CHECK(ap_model_short_window(g, NULL) == 8192);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
+/* Megatron-LM's export, which states rotary on every layer, refuses NoPE
+ * layers. */
+static void nope_is_refused_by_the_megatron_export(void)
 {
     char err[AP_ERR_LEN];
-    char path[512];
-    snprintf(path, sizeof path, "%s/examples/hf/llama-4-scout.json", ap_test_src());
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    o.seq = 16384;
-    ap_graph *g = NULL;
-    CHECK(ap_graph_load(path, &o, &g, err) == AP_EINPUT);
-    CHECK_STR_HAS(err, "llama-4-scout.json: text_config: \"attention_chunk_size\" (8192) is "
-                       "shorter than the sequence (16384)");
-    g = ap_test_model("examples/hf/llama-4-scout.json", 0);
+    ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 0);
     REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
     ap_plan_desc d;
     char *text = NULL;
@@ -111,6 +129,7 @@ int main(void)
     RUN(llama4_scout_has_107_77b_parameters_17b_active);
     RUN(every_fourth_layer_takes_no_rotary);
     RUN(interleaved_moe_layers_leave_dense_ones_between);
-    RUN(chunks_and_nope_are_refused_where_they_matter);
+    RUN(rotary_layers_attend_within_chunks);
+    RUN(nope_is_refused_by_the_megatron_export);
     return DONE();
 }

@@ -321,8 +321,8 @@ static void context_parallelism_under_a_short_window_is_refused(void)
     if (g && whole) {
         CHECK(plan_args(g, "--context-parallel-size 2", err) == AP_EINPUT);
         CHECK_STR_HAS(err, "cp=2 (--context-parallel-size 2): context parallelism with a "
-                           "sliding window of 4096 keys shorter than the sequence 8192 is "
-                           "not priced");
+                           "sliding window (or attention chunk) of 4096 keys shorter than "
+                           "the sequence 8192 is not priced");
         CHECK(plan_args(g, "--context-parallel-size 1", err) == AP_OK);
         CHECK(plan_args(whole, "--context-parallel-size 2", err) == AP_OK);
     }

@@ -191,7 +191,7 @@ c=$("$bin" estimate --gpus 8 --json --megatron-args "$plain" | grep step_time_s)
 "$bin" estimate "$tmp/swa.json" --gpus 8 --megatron-args "$(megatron_args "$tmp/export.sh")" \
     >/dev/null 2>"$tmp/err" && ok || bad "the export's flags: $(cat "$tmp/err")"
 refused "$swa --context-parallel-size 2" "cp=2 (--context-parallel-size 2): context \
-parallelism with a sliding window of 4096 keys shorter than the sequence 8192 is not priced"
+parallelism with a sliding window (or attention chunk) of 4096 keys shorter than the sequence 8192 is not priced"
 refused "$plain --window-size 4095,128" "--window-size 4095,128: R = 128 lets each query"
 "$bin" estimate "$tmp/swa.json" --gpus 8 --megatron-args "$swa --window-attn-skip-freq 2" \
     >/dev/null 2>"$tmp/err"
