@@ -103,6 +103,14 @@ static void rotary_layers_attend_within_chunks(void)
     CHECK(ap_cost_attention_chunked(&c, AP_BF16, 40, 8192, 8192, 128, 128, 1) ==
           ap_cost_attention_backward(&c, AP_BF16, 40, 8192, 8192, 128, 128, 1));
     CHECK(ap_model_short_window(g, NULL) == 8192);
+    /* The project format keeps the chunks. */
+    char err[AP_ERR_LEN], *json = ap_graph_to_json(g);
+    ap_graph *back = NULL;
+    CHECK_STR_HAS(json, "\"chunk\":\t8192");
+    CHECK(ap_graph_parse_json(json, strlen(json), "l4.json", &back, err) == AP_OK);
+    CHECK(back && back->total_flops == g->total_flops);
+    free(json);
+    ap_graph_free(back);
     ap_cluster_free(&c);
     ap_graph_free(g);
 }
