@@ -39,7 +39,22 @@ static const char *block_name(const ap_graph *g, const ap_plan *p, int b,
     int rep = p->classes[b - 2], n = 0;
     for (int l = 0; l < g->nlayers; l++)
         n += g->layer_class[l] == rep;
-    snprintf(buf, len, "layer class %d (%d layers like layer %d)", b - 2, n, rep);
+    int64_t window = 0, chunk = 0;
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].layer == rep && g->ops[i].kind == AP_OP_ATTENTION) {
+            window = g->ops[i].window;
+            chunk = g->ops[i].chunk;
+            break;
+        }
+    /* Layers that differ only by their attention's span say which. */
+    if (window)
+        snprintf(buf, len, "layer class %d (%d layers like layer %d, window %lld)", b - 2, n,
+                 rep, (long long)window);
+    else if (chunk)
+        snprintf(buf, len, "layer class %d (%d layers like layer %d, chunks of %lld)", b - 2,
+                 n, rep, (long long)chunk);
+    else
+        snprintf(buf, len, "layer class %d (%d layers like layer %d)", b - 2, n, rep);
     return buf;
 }
 

@@ -78,4 +78,12 @@ awk -v a="$(step "$tmp/best.json")" -v b="$(step "$tmp/search.json")" 'BEGIN { e
     ! grep -q "Megatron-LM configuration" "$tmp/search.txt" && ok ||
     bad "--no-sweep: the search's plan, slower: $(step "$tmp/best.json") against $(step "$tmp/search.json")"
 
+
+# A layer class whose attention has a sliding window says so (Gemma 2 at
+# 8,192 tokens: every other layer at 4,096 keys).
+"$bin" plan "$src/examples/hf/gemma-2-9b.json" --gpus 8 --seq 8192 >"$tmp/g2.txt" 2>&1 &&
+    grep -q "layer class 0 (21 layers like layer 0, window 4096):" "$tmp/g2.txt" &&
+    grep -q "layer class 1 (21 layers like layer 1):" "$tmp/g2.txt" && ok ||
+    bad "Gemma 2's classes: $(grep 'layer class' "$tmp/g2.txt")"
+
 finish
