@@ -33,7 +33,9 @@ int ap_graph_cluster_layers(ap_graph *g)
         int want = total > 0 ? (int)(K * (prefix + 0.5 * op->flops) / total)
                              : (int)((long)K * k / g->nops);
         int left = g->nops - k; /* ops still to place, this one included */
-        if (want > layer && layer + 1 < K)
+        /* The first op opens layer 0 whatever its share: a heavy first op
+         * would otherwise leave layer 0 empty. */
+        if (k > 0 && want > layer && layer + 1 < K)
             layer++;
         if (K - layer > left)
             layer = K - left; /* leave one op for each later layer */

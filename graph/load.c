@@ -33,9 +33,34 @@ static int fail(const ctx *c, const char *fmt, ...)
 }
 
 /* cJSON reports where parsing stopped; people want a line and a column. */
+/* JSON allows no raw control character but tab, newline and return, and
+ * those only between tokens; cJSON takes them inside strings, where a NUL
+ * would silently cut a name or a shape short. */
+static int control_byte(const char *text, size_t len, const ctx *c)
+{
+    int line = 1, col = 1;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char b = (unsigned char)text[i];
+        if (b < 0x20 && b != '\t' && b != '\n' && b != '\r') {
+            fail(c, "line %d, column %d: malformed JSON: a raw control character "
+                    "(0x%02x), which JSON allows only escaped", line, col, b);
+            return 1;
+        }
+        if (b == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+    return 0;
+}
+
 static cJSON *parse(const char *text, size_t len, const ctx *c)
 {
     const char *end = NULL;
+    if (control_byte(text, len, c))
+        return NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (root && end) {
         while (end < text + len && (*end == ' ' || *end == '\t' ||

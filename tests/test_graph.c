@@ -423,9 +423,44 @@ static void untagged_model_gets_layers_of_even_flops(void)
     ap_graph_free(g);
 }
 
+/* A first op heavier than its layer's share still opens layer 0 (a 3-matmul
+ * chain whose first matmul has 85% of the FLOPs once left layer 0 empty,
+ * which the project format then refused to read back). */
+static void a_heavy_first_op_opens_layer_zero(void)
+{
+    const char *text =
+        "{\"format\": \"autopar-model/1\", \"name\": \"chain\","
+        " \"dims\": {\"b\": {\"kind\": \"batch\", \"size\": 2},"
+        "  \"s\": {\"kind\": \"seq\", \"size\": 64}, \"h\": {\"kind\": \"hidden\", \"size\": 64},"
+        "  \"n\": {\"kind\": \"heads\", \"size\": 5}, \"d\": {\"kind\": \"head_dim\", \"size\": 16},"
+        "  \"r\": {\"kind\": \"other\", \"size\": 7}},"
+        " \"tensors\": [{\"name\": \"x\", \"shape\": \"bsh\", \"role\": \"input\"},"
+        "  {\"name\": \"w\", \"shape\": \"hnd\", \"role\": \"parameter\"},"
+        "  {\"name\": \"f\", \"shape\": \"sr\", \"role\": \"input\"},"
+        "  {\"name\": \"q\", \"shape\": \"bsnd\", \"role\": \"activation\"},"
+        "  {\"name\": \"y\", \"shape\": \"bsn\", \"role\": \"activation\"},"
+        "  {\"name\": \"w2\", \"shape\": \"h\", \"role\": \"parameter\"},"
+        "  {\"name\": \"o\", \"shape\": \"bsh\", \"role\": \"activation\"}],"
+        " \"ops\": [{\"name\": \"a\", \"kind\": \"matmul\", \"inputs\": [\"x\", \"w\"], \"outputs\": [\"q\"]},"
+        "  {\"name\": \"b\", \"kind\": \"matmul\", \"inputs\": [\"q\", \"f\"], \"outputs\": [\"y\"]},"
+        "  {\"name\": \"c\", \"kind\": \"matmul\", \"inputs\": [\"y\", \"w2\"], \"outputs\": [\"o\"]}]}";
+    ap_graph *g = NULL, *back = NULL;
+    REQUIRE_OK(ap_graph_parse_json(text, strlen(text), "chain.json", &g, err), err);
+    CHECK(g->ops[0].flops > 0.8 * g->total_flops);
+    CHECK(g->nlayers == 3);
+    CHECK(g->ops[0].layer == 0 && g->ops[1].layer == 1 && g->ops[2].layer == 2);
+    char *json = ap_graph_to_json(g);
+    CHECK(ap_graph_parse_json(json, strlen(json), "back.json", &back, err) == AP_OK);
+    CHECK(back && back->nlayers == 3);
+    free(json);
+    ap_graph_free(back);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(block_has_12h2_plus_13h_parameters);
+    RUN(a_heavy_first_op_opens_layer_zero);
     RUN(matmul_flops_are_24bsh2_plus_4bs2h);
     RUN(saved_bytes_match_korthikanti_without_flash);
     RUN(flash_attention_drops_the_5as_over_h_term);
