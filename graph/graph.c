@@ -657,6 +657,16 @@ int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
 
 /* Files. */
 
+size_t ap_json_control_byte(const char *text, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char b = (unsigned char)text[i];
+        if (b < 0x20 && b != '\t' && b != '\n' && b != '\r')
+            return i;
+    }
+    return len;
+}
+
 int ap_read_file(const char *path, char **text, size_t *len, char *err)
 {
     *text = NULL;

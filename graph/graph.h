@@ -373,6 +373,12 @@ unsigned ap_graph_modules(const ap_graph *g);
 const char *ap_dim_kind_name(ap_dim_kind k);
 int ap_dim_kind_from_name(const char *s, ap_dim_kind *out);
 
+/* The offset of the first raw control character in text (a byte below
+ * 0x20 but tab, newline and return), which JSON allows only escaped and
+ * cJSON would take inside a string (a NUL cutting it short); len where
+ * there is none. Every JSON reader refuses such text. */
+size_t ap_json_control_byte(const char *text, size_t len);
+
 /* Reads a whole file, refusing files over AP_MAX_FILE_BYTES. The caller frees
  * *text. */
 #define AP_MAX_FILE_BYTES (64u << 20)

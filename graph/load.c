@@ -33,27 +33,21 @@ static int fail(const ctx *c, const char *fmt, ...)
 }
 
 /* cJSON reports where parsing stopped; people want a line and a column. */
-/* JSON allows no raw control character but tab, newline and return, and
- * those only between tokens; cJSON takes them inside strings, where a NUL
- * would silently cut a name or a shape short. */
+/* A raw control character (ap_json_control_byte), named by its line and
+ * column. */
 static int control_byte(const char *text, size_t len, const ctx *c)
 {
+    size_t at = ap_json_control_byte(text, len);
+    if (at == len)
+        return 0;
     int line = 1, col = 1;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char b = (unsigned char)text[i];
-        if (b < 0x20 && b != '\t' && b != '\n' && b != '\r') {
-            fail(c, "line %d, column %d: malformed JSON: a raw control character "
-                    "(0x%02x), which JSON allows only escaped", line, col, b);
-            return 1;
-        }
-        if (b == '\n') {
-            line++;
-            col = 1;
-        } else {
-            col++;
-        }
+    for (size_t i = 0; i < at; i++) {
+        line += text[i] == '\n';
+        col = text[i] == '\n' ? 1 : col + 1;
     }
-    return 0;
+    fail(c, "line %d, column %d: malformed JSON: a raw control character (0x%02x), "
+            "which JSON allows only escaped", line, col, (unsigned char)text[at]);
+    return 1;
 }
 
 static cJSON *parse(const char *text, size_t len, const ctx *c)

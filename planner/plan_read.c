@@ -983,6 +983,15 @@ int ap_plan_desc_parse(const char *text, size_t len, const char *source,
     memset(out, 0, sizeof *out);
     snprintf(out->source, sizeof out->source, "%s", r.source);
     const char *end = NULL;
+    size_t bad = ap_json_control_byte(text, len);
+    if (bad < len) {
+        int line, col;
+        locate(text, bad, &line, &col);
+        snprintf(err, AP_ERR_LEN, "%s: not valid JSON at line %d, column %d: a raw control "
+                 "character (0x%02x), which JSON allows only escaped", r.source, line, col,
+                 (unsigned char)text[bad]);
+        return AP_EINPUT;
+    }
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : len;
