@@ -154,6 +154,7 @@ typedef struct {
     int first, count;
     double flops, saved, params;
     int64_t window; /* the layer's attention's sliding window, 0: none */
+    int64_t chunk;  /* its attention chunks (Llama 4's), 0: none */
 } span;
 
 /* Totals of every layer in one pass: sums[l + 1] for layer l, sums[0] for
@@ -171,8 +172,10 @@ static span *layer_sums(const ap_graph *g)
         t->flops += g->ops[i].flops;
         t->saved += g->ops[i].saved_bytes;
         t->params += g->ops[i].param_count;
-        if (g->ops[i].kind == AP_OP_ATTENTION)
+        if (g->ops[i].kind == AP_OP_ATTENTION) {
             t->window = g->ops[i].window;
+            t->chunk = g->ops[i].chunk;
+        }
     }
     for (int l = 0; l < g->nlayers; l++)
         s[g->layer_class[l] + 1].count++;
@@ -268,6 +271,8 @@ static int print_text(const ap_graph *g)
                human(b3, sizeof b3, s->flops, flop_units));
         if (s->window)
             printf("  window %lld", (long long)s->window);
+        if (s->chunk)
+            printf("  chunks of %lld", (long long)s->chunk);
         printf("\n");
     }
     span out = sums[0];
@@ -320,6 +325,8 @@ static cJSON *summary_json(const ap_graph *g)
             cJSON_AddNumberToObject(c, "count", s.count);
             if (s.window)
                 cJSON_AddNumberToObject(c, "window", (double)s.window);
+            if (s.chunk)
+                cJSON_AddNumberToObject(c, "chunk", (double)s.chunk);
         }
         cJSON_AddNumberToObject(c, "params", s.params);
         cJSON_AddNumberToObject(c, "saved_bytes", s.saved);
