@@ -316,6 +316,12 @@ typedef struct {
      * the others attend to the whole sequence. */
     int64_t window;
     const unsigned char *window_layer;
+    /* Layers where nope_layer[i] is 1 take no rotary embedding (NoPE;
+     * NULL: every layer rotates where rotary_percent or MLA gives one). */
+    const unsigned char *nope_layer;
+    /* The rotary layers' q and k normed to unit length without a weight
+     * (Llama 4's L2 norm; Megatron-LM's --qk-l2-norm). */
+    int qk_l2;
 } ap_decoder;
 
 int ap_graph_from_decoder(const ap_decoder *d, const char *source,

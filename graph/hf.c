@@ -1414,6 +1414,23 @@ static void decoder_window(hf_cfg *c, const ap_decoder *d, hf_model *m)
     memcpy(m->swa, d->window_layer, (size_t)m->layers);
 }
 
+/* The description's NoPE layers, copied (NULL: every layer rotates), and
+ * the rotary layers' weightless q and k norms. */
+static void decoder_nope(hf_cfg *c, const ap_decoder *d, hf_model *m)
+{
+    if (c->bad)
+        return;
+    m->qk_l2 = d->qk_l2;
+    if (!d->nope_layer)
+        return;
+    m->nope = malloc((size_t)m->layers);
+    if (!m->nope) {
+        cfg_fail(c, "out of memory");
+        return;
+    }
+    memcpy(m->nope, d->nope_layer, (size_t)m->layers);
+}
+
 /* The hf_model the description states. Which layers route to experts is
  * kept as the layers that do not (dense_only), as Qwen-MoE's
  * mlp_only_layers, so is_moe_layer reads it unchanged. */
@@ -1453,6 +1470,7 @@ static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
         cfg_fail(c, "the rotary part of the head (%lld) must be even: rotary pairs its "
                  "elements", (long long)m->rot);
     decoder_window(c, d, m);
+    decoder_nope(c, d, m);
     if (!d->experts || c->bad)
         return;
     m->experts = d->experts;

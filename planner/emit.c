@@ -336,6 +336,10 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
      * latent ones. */
     if (s->qk_norm)
         put(b, "  --qk-layernorm\n");
+    /* Llama 4's q and k normed without a weight, which Megatron-LM applies
+     * on the rotary layers, as the model has them. */
+    if (s->qk_l2)
+        put(b, "  --qk-l2-norm\n");
     put(b, "  --ffn-hidden-size %lld\n", s->ffn);
     /* The experts as priced: the plan's dispatcher, stated even where it
      * is Megatron-Core's default (allgather), and TE's GroupedLinear, not
@@ -367,6 +371,10 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
      * Megatron-Core applies --rotary-percent within it. */
     if (!s->learned_positions && s->rotary_percent > 0 && s->rotary_percent < 1 && !s->mla)
         put(b, "  --rotary-percent %.17g\n", s->rotary_percent);
+    /* The layers without it (Llama 4's NoPE), written bare as
+     * --moe-layer-freq is. */
+    if (s->nope_layers && s->nope_freq[0])
+        put(b, "  --no-rope-freq %s\n", s->nope_freq);
     if (s->rmsnorm)
         put(b, "  --normalization RMSNorm\n");
     else if (s->layernorm_1p)

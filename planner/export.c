@@ -631,11 +631,18 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s states which layers are MoE with --moe-layer-freq; %s",
                       ap_launcher_name(to), "the model's MoE layers follow no pattern it can "
                       "state in 255 characters");
-    /* autopar states rotary embeddings for every layer or none. */
-    if (to == AP_LAUNCHER_MEGATRON && s->nope_layers)
-        return refuse(p, err, "%s's export states a rotary embedding on every layer; %s",
-                      ap_launcher_name(to), "the model has layers without one (NoPE, as "
-                      "Llama 4's), which autopar does not state to it");
+    if (to == AP_LAUNCHER_MEGATRON && s->nope_layers && !strcmp(s->nope_freq, "?"))
+        return refuse(p, err, "%s states which layers take no rotary embedding with "
+                      "--no-rope-freq; %s", ap_launcher_name(to), "the model's NoPE layers "
+                      "follow no pattern it can state in 255 characters");
+    /* Megatron-LM's attention meets every earlier key of the sequence;
+     * chunks no shorter than the sequence change nothing. */
+    if (to == AP_LAUNCHER_MEGATRON && s->chunk)
+        return errf(err, "%s: %s has no flag for chunked attention; the model attends "
+                    "within chunks of %lld tokens, shorter than the plan's %lld-token "
+                    "sequence (Llama 4's attention_chunk_size): plan at %lld tokens or "
+                    "fewer to export it", p->source, ap_launcher_name(to), s->chunk, s->seq,
+                    s->chunk);
     /* Megatron-LM states one window, on the layers of one pattern. */
     if (to == AP_LAUNCHER_MEGATRON && s->window < 0)
         return refuse(p, err, "%s states one sliding window (--window-size); %s",

@@ -461,6 +461,7 @@ static int *shape_switch(ap_megatron *m, const char *flag)
          : !strcmp(flag, "--disable-bias-linear") ? &m->shape.no_bias
          : !strcmp(flag, "--add-qkv-bias") ? &m->shape.add_qkv_bias
          : !strcmp(flag, "--qk-layernorm") ? &m->shape.qk_norm
+         : !strcmp(flag, "--qk-l2-norm") ? &m->shape.qk_l2
          : !strcmp(flag, "--swiglu") ? &m->shape.swiglu
          : !strcmp(flag, "--squared-relu") ? &m->shape.squared_relu
          : !strcmp(flag, "--quick-geglu") ? &m->shape.quick_geglu
@@ -1700,6 +1701,21 @@ static int window_flag(const char *tok, char **save, ap_megatron *m, char *err)
     return 1;
 }
 
+/* --no-rope-freq into m->shape.nope_freq, read against the model's layers
+ * later (check_nope, ap_megatron_model): 1 when `tok` was it, 0 when not,
+ * -1 with err set for a missing or bad value. */
+static int nope_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    if (strcmp(tok, "--no-rope-freq"))
+        return 0;
+    char *v = flag_value(tok, save, err);
+    if (!v || shell_variable(tok, v, err))
+        return -1;
+    if (unquote_into(v, m->shape.nope_freq, sizeof m->shape.nope_freq))
+        return refuse(tok, v, "is empty or longer than autopar reads (255 characters)", err);
+    return 1;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[32768], who[80];
@@ -1779,6 +1795,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = bf16_edge_flag(tok, &save, edge, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = window_flag(tok, &save, m, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = nope_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (known)
             continue;
@@ -1867,6 +1885,14 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
                  "give one", m->shape.squared_relu && m->shape.swiglu ? "--swiglu with "
                  "--squared-relu" : m->shape.squared_relu ? "--quick-geglu with "
                  "--squared-relu" : "--swiglu with --quick-geglu");
+        return AP_EINPUT;
+    }
+    /* Each norms the queries and keys: both would price two norms where
+     * a model has one. */
+    if (m->shape.qk_l2 && m->shape.qk_norm) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --qk-l2-norm with --qk-layernorm: each "
+                 "norms the queries and keys (--qk-l2-norm without a weight, as Llama 4; "
+                 "--qk-layernorm with one, as Qwen3); give one");
         return AP_EINPUT;
     }
     if (ce.fusion)
@@ -2705,6 +2731,12 @@ static int check_layer_flags(const ap_graph *g, const ap_megatron *m, const ap_m
                  s->qk_norm ? (s->mla ? "norms on its query and key-value latents"
                                       : "a norm on its queries and keys")
                             : "no norm on its queries and keys");
+    } else if ((m->shape.qk_l2 || whole) && m->shape.qk_l2 != s->qk_l2) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s has %s",
+                 m->shape.qk_l2 ? "--qk-l2-norm" : "no --qk-l2-norm", g->source,
+                 s->qk_l2 ? "a norm without a weight on its queries and keys (Llama 4's L2 "
+                            "norm: give --qk-l2-norm)"
+                          : "no norm without a weight on its queries and keys");
     } else if (want.positions != have_pos) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: %s%s, but %s has %s",
                  m->shape.positions ? "--position-embedding-type " : "no "
@@ -2846,6 +2878,47 @@ static int check_windows(const ap_graph *g, const ap_megatron *m, const ap_model
     return rc;
 }
 
+/* The NoPE layers on the command line (--no-rope-freq; in a whole script
+ * none without it, Megatron-LM's default) against the model's, where the
+ * model rotates any (the positions flags are checked on their own). */
+static int check_nope(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                      char *err)
+{
+    if (!s->rotary_percent || (!m->shape.nope_freq[0] && !ap_megatron_states_model(m)))
+        return AP_OK;
+    unsigned char *want = malloc((size_t)s->layers + 1), *have = malloc((size_t)s->layers + 1);
+    int rc = want && have ? AP_OK : AP_EINTERNAL, i = 0;
+    if (rc)
+        snprintf(err, AP_ERR_LEN, "out of memory reading --no-rope-freq");
+    else if (m->shape.nope_freq[0])
+        rc = ap_nope_freq_parse(m->shape.nope_freq, s->layers, want, err);
+    else
+        memset(want, 0, (size_t)s->layers);
+    if (!rc) {
+        ap_model_nope_layers(g, have);
+        while (i < s->layers && want[i] == have[i])
+            i++;
+    }
+    if (!rc && i < s->layers) {
+        char given[96], give[96];
+        snprintf(given, sizeof given, m->shape.nope_freq[0] ? "--no-rope-freq %.64s"
+                 : "no --no-rope-freq (every layer rotary, Megatron-LM's default)",
+                 m->shape.nope_freq);
+        if (!strcmp(s->nope_freq, "?"))
+            snprintf(give, sizeof give, "a pattern no --no-rope-freq of 255 characters states");
+        else
+            snprintf(give, sizeof give, s->nope_freq[0] ? "--no-rope-freq %.64s"
+                     : "no --no-rope-freq", s->nope_freq);
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s makes layer %d %s, but in %.96s it "
+                 "%s: give %s", given, i, want[i] ? "take no rotary embedding" : "rotary",
+                 g->source, have[i] ? "takes none (NoPE)" : "is rotary", give);
+        rc = AP_EINPUT;
+    }
+    free(want);
+    free(have);
+    return rc;
+}
+
 static int check_audited(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                          char *err)
 {
@@ -2853,6 +2926,8 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, const ap_model
         check_mla(g, m, s, err))
         return AP_EINPUT;
     int rc = check_windows(g, m, s, err);
+    if (!rc)
+        rc = check_nope(g, m, s, err);
     if (rc)
         return rc;
     int attention = 0;

@@ -184,20 +184,38 @@ static int window_of(const ap_megatron *m, ap_decoder *d, unsigned char *window_
     return ap_window_freq_parse(m->shape.window_freq, m->shape.layers, window_layer, err);
 }
 
+/* The layers --no-rope-freq leaves without rotary embedding, and
+ * --qk-l2-norm's weightless q and k norms on the others, as Megatron-LM
+ * applies both: to rotary attention, which autopar builds NoPE into for
+ * standard attention alone (MLA's rotary part is its own heads). */
+static int nope_of(const ap_megatron *m, ap_decoder *d, unsigned char *nope_layer, char *err)
+{
+    if ((m->shape.nope_freq[0] || m->shape.qk_l2) && m->shape.mla)
+        return fail(err, "--megatron-args: %s with --multi-latent-attention: autopar "
+                    "builds it for standard attention only", m->shape.nope_freq[0]
+                    ? "--no-rope-freq" : "--qk-l2-norm");
+    d->qk_l2 = m->shape.qk_l2;
+    if (!m->shape.nope_freq[0] || d->rotary_percent <= 0)
+        return AP_OK;
+    d->nope_layer = nope_layer;
+    return ap_nope_freq_parse(m->shape.nope_freq, m->shape.layers, nope_layer, err);
+}
+
 /* One byte a layer for each pattern the flags give (--moe-layer-freq
- * under --num-experts, --window-attn-skip-freq under a window), in one
- * allocation: *layers, NULL where neither is given. */
+ * under --num-experts, --window-attn-skip-freq under a window,
+ * --no-rope-freq), in one allocation: *layers, NULL where none is given. */
 static int layer_patterns(const ap_megatron *m, unsigned char **layers, char *err)
 {
     size_t moe = m->shape.experts && m->shape.moe_freq[0];
     size_t window = m->shape.window > 0 && m->shape.window_freq[0];
-    if (!moe && !window)
+    size_t nope = m->shape.nope_freq[0] != 0;
+    if (!moe && !window && !nope)
         return AP_OK;
-    *layers = malloc((moe + window) * (size_t)m->shape.layers);
+    *layers = malloc((moe + window + nope) * (size_t)m->shape.layers);
     if (*layers)
         return AP_OK;
-    snprintf(err, AP_ERR_LEN, "out of memory reading --moe-layer-freq and "
-             "--window-attn-skip-freq");
+    snprintf(err, AP_ERR_LEN, "out of memory reading --moe-layer-freq, "
+             "--window-attn-skip-freq and --no-rope-freq");
     return AP_EINTERNAL;
 }
 
@@ -220,11 +238,15 @@ int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **layer
         d->hidden = m->shape.hidden;
         d->vocab = padded_vocab(m, vocab);
         mlp_of(m, d);
-        /* The MoE pattern first in *layers, the window's after it. */
+        /* The MoE pattern first in *layers, the window's after it, the
+         * NoPE layers' last. */
         size_t moe = m->shape.experts && m->shape.moe_freq[0] ? (size_t)d->layers : 0;
+        size_t window = m->shape.window > 0 && m->shape.window_freq[0] ? (size_t)d->layers : 0;
         rc = experts_of(m, d, *layers, err);
         if (!rc)
             rc = window_of(m, d, *layers ? *layers + moe : NULL, err);
+        if (!rc)
+            rc = nope_of(m, d, *layers ? *layers + moe + window : NULL, err);
     }
     /* Without either flag Megatron-LM keeps and computes everything in
      * fp32, which autopar's graphs, in 16-bit, would price as half. */
@@ -234,7 +256,7 @@ int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **layer
     if (rc) {
         free(*layers);
         *layers = NULL;
-        d->moe_layer = d->window_layer = NULL;
+        d->moe_layer = d->window_layer = d->nope_layer = NULL;
     }
     return rc;
 }

@@ -1,12 +1,16 @@
 /* moe_freq.c -- Megatron-LM's per-layer patterns: --moe-layer-freq (which
- * layers are MoE) and --window-attn-skip-freq (which have a sliding window).
+ * layers are MoE), --window-attn-skip-freq (which have a sliding window)
+ * and --no-rope-freq (which take no rotary embedding).
  *
- * Megatron-LM reads both with moe_freq_type: an integer N or a Python list
- * expression it evaluates ("[0]*3+[1]*58", "([1]*3+[0])*2"), one 0 or 1 per
- * layer. The integer means something else for each flag: layer i (from 0)
- * is MoE when i % N == 0, but has the window when its 1-based number is
- * not a multiple of N, (i + 1) % N != 0 (is_layer_window_attention), one
- * full-attention layer after N - 1 windowed ones. The expressions are read
+ * Megatron-LM reads them with moe_freq_type (no_rope_freq_type, the same):
+ * an integer N or a Python list expression it evaluates ("[0]*3+[1]*58",
+ * "([1]*3+[0])*2"), one 0 or 1 per layer. The integer means something else
+ * for each flag: layer i (from 0) is MoE when i % N == 0, but has the
+ * window when its 1-based number is not a multiple of N, (i + 1) % N != 0
+ * (is_layer_window_attention), one full-attention layer after N - 1
+ * windowed ones, and takes no rotary embedding when (i + 1) % N == 0, one
+ * NoPE layer after N - 1 rotary ones, an N that must divide the layers
+ * (TransformerConfig asserts it). The expressions are read
  * here with Python's grammar (lists of integers, + to concatenate, * by an
  * integer to repeat, parentheses), and the model's own pattern is written
  * in the shortest of the forms Megatron-LM reads back. */
@@ -39,6 +43,16 @@ typedef struct {
 /* What the integer form N says of layer i (from 0), for each flag. */
 typedef int (*every_fn)(int i, long long n);
 
+/* One flag's pattern: its name for messages, its integer form, the value
+ * that on every layer is its default and is written as "" (-1: none), and
+ * whether the integer must divide the layers. */
+typedef struct {
+    const char *flag;
+    every_fn every;
+    int blank;
+    int divides;
+} pattern;
+
 static int moe_every(int i, long long n)
 {
     return i % n == 0;
@@ -48,6 +62,15 @@ static int window_every(int i, long long n)
 {
     return (i + 1) % n != 0;
 }
+
+static int nope_every(int i, long long n)
+{
+    return (i + 1) % n == 0;
+}
+
+static const pattern moe_pattern = {"--moe-layer-freq", moe_every, 1, 0};
+static const pattern window_pattern = {"--window-attn-skip-freq", window_every, 1, 0};
+static const pattern nope_pattern = {"--no-rope-freq", nope_every, 0, 1};
 
 static void fail(reader *r, const char *what)
 {
@@ -202,10 +225,10 @@ static value expr(reader *r)
     return v;
 }
 
-static int parse_pattern(const char *flag, every_fn every, const char *text, int layers,
-                         unsigned char *out, char *err)
+static int parse_pattern(const pattern *k, const char *text, int layers, unsigned char *out,
+                         char *err)
 {
-    reader r = {text, text, err, 0, 0, flag};
+    reader r = {text, text, err, 0, 0, k->flag};
     value v = strchr(text, '[') ? expr(&r) : (value){0, integer(&r), NULL, 0};
     skip_space(&r);
     if (!r.failed && *r.at)
@@ -214,23 +237,34 @@ static int parse_pattern(const char *flag, every_fn every, const char *text, int
         fail(&r, "a frequency below 1");
     if (!r.failed && v.is_list && v.n != layers) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: %s \"%.64s\" has %d entries, but the "
-                 "model has %d layers", flag, text, v.n, layers);
+                 "model has %d layers", k->flag, text, v.n, layers);
+        r.failed = 1;
+    }
+    if (!r.failed && !v.is_list && k->divides && layers % v.num) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s %lld does not divide the model's %d "
+                 "layers (Megatron-LM asserts it): give a list, one entry a layer",
+                 k->flag, v.num, layers);
         r.failed = 1;
     }
     for (int i = 0; !r.failed && i < layers; i++)
-        out[i] = v.is_list ? v.items[i] : (unsigned char)every(i, v.num);
+        out[i] = v.is_list ? v.items[i] : (unsigned char)k->every(i, v.num);
     release(&v);
     return r.failed ? AP_EINPUT : AP_OK;
 }
 
 int ap_moe_freq_parse(const char *text, int layers, unsigned char *moe, char *err)
 {
-    return parse_pattern("--moe-layer-freq", moe_every, text, layers, moe, err);
+    return parse_pattern(&moe_pattern, text, layers, moe, err);
 }
 
 int ap_window_freq_parse(const char *text, int layers, unsigned char *window, char *err)
 {
-    return parse_pattern("--window-attn-skip-freq", window_every, text, layers, window, err);
+    return parse_pattern(&window_pattern, text, layers, window, err);
+}
+
+int ap_nope_freq_parse(const char *text, int layers, unsigned char *nope, char *err)
+{
+    return parse_pattern(&nope_pattern, text, layers, nope, err);
 }
 
 /* Appends "[v]*n" (or "[v]" for one) to buf at *at; -1 when it does not fit. */
@@ -280,12 +314,12 @@ static int periodic(const unsigned char *v, int layers, char *buf, size_t len)
     return -1;
 }
 
-static int format_pattern(every_fn every, const unsigned char *v, int layers, char *buf,
+static int format_pattern(const pattern *k, const unsigned char *v, int layers, char *buf,
                           size_t len)
 {
     int all = 1;
     for (int i = 0; i < layers; i++)
-        all &= v[i];
+        all &= v[i] == k->blank;
     if (!len)
         return -1;
     buf[0] = '\0';
@@ -293,9 +327,9 @@ static int format_pattern(every_fn every, const unsigned char *v, int layers, ch
         return 0;
     /* Megatron-LM's integer form, where it says the same. */
     for (int n = 1; n <= layers; n++) {
-        int same = 1;
+        int same = !k->divides || layers % n == 0;
         for (int i = 0; i < layers && same; i++)
-            same = v[i] == every(i, n);
+            same = v[i] == k->every(i, n);
         if (same) {
             int w = snprintf(buf, len, "%d", n);
             return w < 0 || (size_t)w >= len ? -1 : 0;
@@ -312,10 +346,15 @@ static int format_pattern(every_fn every, const unsigned char *v, int layers, ch
 
 int ap_moe_freq_format(const unsigned char *moe, int layers, char *buf, size_t len)
 {
-    return format_pattern(moe_every, moe, layers, buf, len);
+    return format_pattern(&moe_pattern, moe, layers, buf, len);
 }
 
 int ap_window_freq_format(const unsigned char *window, int layers, char *buf, size_t len)
 {
-    return format_pattern(window_every, window, layers, buf, len);
+    return format_pattern(&window_pattern, window, layers, buf, len);
+}
+
+int ap_nope_freq_format(const unsigned char *nope, int layers, char *buf, size_t len)
+{
+    return format_pattern(&nope_pattern, nope, layers, buf, len);
 }

@@ -923,6 +923,8 @@ typedef struct {
          * L = -1 (no window, stated); 0 not given. */
         int window;
         char window_freq[256]; /* --window-attn-skip-freq as given; "" not given */
+        char nope_freq[256];   /* --no-rope-freq as given; "" not given */
+        int qk_l2;             /* 1 where --qk-l2-norm is given */
         /* Read only where the command line is the model (ap_megatron_model):
          * --vocab-size, --make-vocab-size-divisible-by,
          * --max-position-embeddings and --tokenizer-type as given (0 and "":
@@ -954,10 +956,12 @@ int ap_megatron_states_model(const ap_megatron *m);
  * 50,257 (also without --tokenizer-type, pretrain_gpt.py's default),
  * another's --vocab-size. A sliding window of L + 1 keys under
  * --window-size L,0, on the layers --window-attn-skip-freq windows (every
- * layer without it). Fills *d; *layers, the one allocation d->moe_layer
- * and d->window_layer point into (a byte a layer each), is the caller's to
- * free, NULL where neither pattern is given (every layer MoE or none is;
- * every layer windowed or none is). Returns AP_OK, or AP_EINPUT with err
+ * layer without it). Rotary embedding off the layers --no-rope-freq makes
+ * NoPE, and under --qk-l2-norm the rotary layers' q and k normed without a
+ * weight (Llama 4). Fills *d; *layers, the one allocation d->moe_layer,
+ * d->window_layer and d->nope_layer point into (a byte a layer each), is
+ * the caller's to free, NULL where no pattern is given (every layer MoE or
+ * none is; every layer windowed or none is; every layer rotates). Returns AP_OK, or AP_EINPUT with err
  * naming the flag that is missing or that autopar cannot build from. */
 int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **layers, char *err);
 /* The source name of a graph built from ap_megatron_model: messages say it,
@@ -1231,11 +1235,19 @@ typedef struct {
                               matmuls whose output has a heads label) do */
     int other_bias;        /* the layers' other matmuls: 0 none has one,
                               1 all, 2 some (no Megatron-LM flag says so) */
-    int qk_norm;           /* a norm on a projection's output (QK layernorm;
-                              MLA's norms on its latent ones) */
+    int qk_norm;           /* a norm with a weight on a projection's output
+                              (QK layernorm; MLA's norms on its latent ones) */
+    int qk_l2;             /* a norm without one there (Llama 4's L2 norm of
+                              q and k; --qk-l2-norm) */
     int flash;             /* fused attention */
     int sinks;             /* a learned softmax offset per head (attention sinks) */
     int nope_layers;       /* layers without rotary where others have it (NoPE) */
+    /* Those layers as Megatron-LM's --no-rope-freq reads them ("": none;
+     * ap_nope_freq_format; "?" where no form fits). */
+    char nope_freq[256];
+    /* The shortest attention chunk (Llama 4's chunked attention) shorter
+     * than the sequence it attends over; 0 where none is. */
+    long long chunk;
     /* Sliding-window attention: the keys each query of a windowed layer
      * meets (0: no layer has a window; -1: layers with windows of different
      * lengths), and which layers have it as Megatron-LM's
@@ -1288,6 +1300,21 @@ int ap_window_freq_parse(const char *text, int layers, unsigned char *window, ch
  * shortest of its forms: "" where every layer has the window (Megatron-LM's
  * default), "N", or a list expression. -1 when none fits len. */
 int ap_window_freq_format(const unsigned char *window, int layers, char *buf, size_t len);
+/* Puts 1 in nope[i] for each of g's layers i whose attention takes no
+ * rotary embedding while another layer's does (NoPE), 0 for the others
+ * (g->nlayers entries); returns how many are NoPE, 0 where every layer or
+ * none rotates. */
+int ap_model_nope_layers(const ap_graph *g, unsigned char *nope);
+/* Megatron-LM's --no-rope-freq into nope[0..layers), 1 where the layer
+ * takes no rotary embedding: an integer N, which must divide the layers,
+ * makes layer i (from 0) NoPE when (i + 1) % N == 0 (one NoPE layer after
+ * N - 1 rotary ones, Llama 4's 4), or a list expression as
+ * ap_moe_freq_parse reads it, 1 for NoPE. AP_EINPUT, naming the flag. */
+int ap_nope_freq_parse(const char *text, int layers, unsigned char *nope, char *err);
+/* The NoPE layers nope[0..layers) as that flag reads them back, the
+ * shortest of its forms: "" where every layer rotates (Megatron-LM's
+ * default), "N", or a list expression. -1 when none fits len. */
+int ap_nope_freq_format(const unsigned char *nope, int layers, char *buf, size_t len);
 
 /* plan.json as read back: the layout the exporter needs, no prices beyond
  * the predicted step time. Each stage lists every op of its blocks with

@@ -55,20 +55,55 @@ static double rotary_percent(const ap_graph *g)
     return 0;
 }
 
-/* Layers whose attention takes no rotary embedding while others' does
- * (Llama 4's NoPE layers); 0 where every layer or none rotates. */
-static int nope_layers(const ap_graph *g)
+int ap_model_nope_layers(const ap_graph *g, unsigned char *nope)
 {
-    int attn = 0, rot = 0;
+    int rotates = 0, n = 0;
+    memset(nope, 0, (size_t)g->nlayers);
+    /* Each layer with attention first, then those that rotate taken off. */
     for (int i = 0; i < g->nops; i++) {
         const ap_op *op = &g->ops[i];
-        if (op->layer < 0)
-            continue;
-        attn += op->kind == AP_OP_ATTENTION;
-        /* One rotary op on q and one on k (MLA's: on q and its key). */
-        rot += op->kind == AP_OP_UNARY && op->sub == AP_UNARY_ROTARY;
+        if (op->kind == AP_OP_ATTENTION && op->layer >= 0 && op->layer < g->nlayers)
+            nope[op->layer] = 1;
     }
-    return rot ? attn - rot / 2 : 0;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind == AP_OP_UNARY && op->sub == AP_UNARY_ROTARY && op->layer >= 0 &&
+            op->layer < g->nlayers) {
+            nope[op->layer] = 0;
+            rotates = 1;
+        }
+    }
+    for (int i = 0; i < g->nlayers; i++)
+        n += nope[i] = rotates && nope[i];
+    return n;
+}
+
+/* Llama 4's NoPE layers, as Megatron-LM's --no-rope-freq states them. */
+static void nope_shape(const ap_graph *g, ap_model_shape *s)
+{
+    unsigned char *nope = malloc((size_t)(g->nlayers > 0 ? g->nlayers : 1));
+    if (!nope)
+        return;
+    s->nope_layers = ap_model_nope_layers(g, nope);
+    if (s->nope_layers && ap_nope_freq_format(nope, g->nlayers, s->nope_freq,
+                                              sizeof s->nope_freq))
+        snprintf(s->nope_freq, sizeof s->nope_freq, "?");
+    free(nope);
+}
+
+/* The shortest attention chunk shorter than the sequence it splits. */
+static long long short_chunk(const ap_graph *g)
+{
+    long long c = 0;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind != AP_OP_ATTENTION || !op->chunk || op->ninputs < 1)
+            continue;
+        const ap_dim *d = ap_graph_dim(g, g->tensors[op->inputs[0]].shape[1]);
+        if (d && op->chunk < d->size && (!c || op->chunk < c))
+            c = op->chunk;
+    }
+    return c;
 }
 
 /* Parallel residual: two norms of one layer read the same tensor, the
@@ -231,8 +266,12 @@ static void bias_shape(const ap_graph *g, ap_model_shape *s)
         if (op->kind == AP_OP_NORM && op->ninputs > 0) {
             const ap_tensor *x = &g->tensors[op->inputs[0]];
             int p = x->producer;
-            s->qk_norm |= op->layer >= 0 && p >= 0 && g->ops[p].kind == AP_OP_MATMUL &&
-                          x->shape[x->rank - 1] != hidden;
+            int on_projection = op->layer >= 0 && p >= 0 && g->ops[p].kind == AP_OP_MATMUL &&
+                                x->shape[x->rank - 1] != hidden;
+            /* With a weight (QK layernorm) or, as Llama 4's L2 norm,
+             * without one. */
+            s->qk_norm |= on_projection && op->ninputs > 1;
+            s->qk_l2 |= on_projection && op->ninputs == 1;
         }
         if (op->kind != AP_OP_MATMUL || op->layer < 0 || op->noutputs < 1 ||
             op->ninputs < 2 || !is_param(g, op->inputs[1]))
@@ -323,7 +362,8 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     bias_shape(g, s);
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);
-    s->nope_layers = nope_layers(g);
+    nope_shape(g, s);
+    s->chunk = short_chunk(g);
     s->parallel_residual = has_parallel_residual(g);
     s->tied_embeddings = head_is_tied(g);
     s->mtp_layers = g->mtp_layers;

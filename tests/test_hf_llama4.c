@@ -115,18 +115,89 @@ static void rotary_layers_attend_within_chunks(void)
     ap_graph_free(g);
 }
 
-/* Megatron-LM's export, which states rotary on every layer, refuses NoPE
- * layers. */
-static void nope_is_refused_by_the_megatron_export(void)
+/* The Megatron-LM flags between MEGATRON_ARGS=" and " of an export. */
+static void args_of(const char *text, char *out, size_t cap)
 {
-    char err[AP_ERR_LEN];
+    const char *p = strstr(text, "MEGATRON_ARGS=\"\n");
+    out[0] = 0;
+    if (!p)
+        return;
+    p += strlen("MEGATRON_ARGS=\"\n");
+    p += strspn(p, " \n"); /* so that it starts "--", as a command line does */
+    const char *end = strchr(p, '"');
+    size_t n = end ? (size_t)(end - p) : 0;
+    snprintf(out, cap, "%.*s", (int)n, p);
+}
+
+/* The model the flags `args` state alone, its vocabulary given as
+ * Scout's, at `seq` tokens; NULL with err set when refused. */
+static ap_graph *flags_model(const char *args, int64_t seq, char *err)
+{
+    char line[8192];
+    snprintf(line, sizeof line, "%s --tokenizer-type HuggingFaceTokenizer --vocab-size "
+             "202048 --make-vocab-size-divisible-by 1", args);
+    ap_megatron m;
+    ap_decoder d;
+    unsigned char *layers = NULL;
+    ap_build_opts o;
+    ap_graph *g = NULL;
+    ap_megatron_default(&m);
+    ap_build_opts_default(&o);
+    o.seq = seq;
+    if (!ap_megatron_parse_args(line, &m, err) && !ap_megatron_model(&m, &d, &layers, err))
+        ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, &o, &g, err);
+    free(layers);
+    return g;
+}
+
+/* Megatron-LM's export states the NoPE layers (--no-rope-freq 4, one after
+ * three rotary ones) and the weightless q and k norms (--qk-l2-norm, not
+ * --qk-layernorm); at 4,096 tokens the chunks of 8,192 split nothing, so
+ * the flags state the whole model: checked against it they price the
+ * plan's step, and alone they build its parameters and FLOPs. */
+static void megatron_export_states_nope_and_qk_l2_norm(void)
+{
+    char err[AP_ERR_LEN], args[8192];
     ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 0);
     REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
     ap_plan_desc d;
     char *text = NULL;
     REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=4,ep=16,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "  --no-rope-freq 4\n");
+    CHECK_STR_HAS(text, "  --qk-l2-norm\n");
+    CHECK(text && !strstr(text, "--qk-layernorm"));
+    args_of(text ? text : "", args, sizeof args);
+    ap_plan p;
+    REQUIRE_OK(ap_test_megatron_plan(g, 64, args, NULL, &p, err), err);
+    CHECK_NEAR(p.step_time, d.step_time, 1e-12);
+    ap_plan_free(&p);
+    ap_graph *alone = flags_model(args, 4096, err);
+    CHECK(alone != NULL);
+    if (alone) {
+        CHECK(alone->total_params == g->total_params);
+        CHECK(alone->total_flops == g->total_flops);
+        ap_graph_free(alone);
+    }
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* At 16,384 tokens the rotary layers attend within two chunks each, which
+ * no Megatron-LM flag states: the export is refused, saying so. */
+static void chunks_shorter_than_the_sequence_are_refused_by_megatron(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 16384);
+    REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
+    ap_plan_desc d;
+    char *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=4,ep=16,mbs=1,gbs=64", &d, NULL), "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
-    CHECK_STR_HAS(err, "the model has layers without one (NoPE");
+    CHECK_STR_HAS(err, "Megatron-LM has no flag for chunked attention; the model attends "
+                       "within chunks of 8192 tokens, shorter than the plan's 16384-token "
+                       "sequence");
     free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
@@ -138,6 +209,7 @@ int main(void)
     RUN(every_fourth_layer_takes_no_rotary);
     RUN(interleaved_moe_layers_leave_dense_ones_between);
     RUN(rotary_layers_attend_within_chunks);
-    RUN(nope_is_refused_by_the_megatron_export);
+    RUN(megatron_export_states_nope_and_qk_l2_norm);
+    RUN(chunks_shorter_than_the_sequence_are_refused_by_megatron);
     return DONE();
 }

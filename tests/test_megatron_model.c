@@ -367,6 +367,95 @@ static void window_flags_must_describe_the_model(void)
     }
 }
 
+/* --no-rope-freq N leaves layer i without rotary embedding when N divides
+ * i + 1 (one NoPE layer after N - 1 rotary ones, Llama 4's 4), as the list
+ * [0,0,0,1]*2 says; --qk-l2-norm norms the rotary layers' q and k without
+ * a weight (one input), and the NoPE layers' not at all. */
+static void no_rope_freq_leaves_every_nth_layer_without_rotary(void)
+{
+    char err[AP_ERR_LEN];
+    const char *lines[] = {SMALL "--no-rope-freq 4 --qk-l2-norm",
+                           SMALL "--no-rope-freq [0,0,0,1]*2 --qk-l2-norm",
+                           SMALL "--no-rope-freq '([0]*3+[1])*2' --qk-l2-norm"};
+    for (int k = 0; k < 3; k++) {
+        ap_graph *g = script_graph(lines[k], err);
+        CHECK(g != NULL);
+        if (!g)
+            continue;
+        for (int i = 0; i < 8; i++) {
+            char name[32];
+            int nope = i == 3 || i == 7;
+            snprintf(name, sizeof name, "l%d.q_rot", i);
+            CHECK((ap_graph_find_op(g, name) < 0) == nope);
+            snprintf(name, sizeof name, "l%d.k_norm", i);
+            int op = ap_graph_find_op(g, name);
+            CHECK(nope ? op < 0 : op >= 0 && g->ops[op].ninputs == 1);
+        }
+        ap_model_shape s;
+        ap_model_shape_of(g, &s);
+        CHECK(s.nope_layers == 2 && !strcmp(s.nope_freq, "4"));
+        CHECK(s.qk_l2 && !s.qk_norm);
+        ap_graph_free(g);
+    }
+    /* Without it every layer rotates. */
+    ap_graph *g = script_graph(SMALL, err);
+    CHECK(g && ap_graph_find_op(g, "l7.q_rot") >= 0 && ap_graph_find_op(g, "l0.q_norm") < 0);
+    ap_graph_free(g);
+}
+
+/* Two norms on q and k, an integer that does not divide the layers
+ * (Megatron-LM asserts it) and a list of another length are refused. */
+static void bad_nope_and_qk_norm_flags_are_refused(void)
+{
+    char err[AP_ERR_LEN];
+    CHECK(!script_graph(SMALL "--qk-l2-norm --qk-layernorm", err));
+    CHECK_STR_HAS(err, "--qk-l2-norm with --qk-layernorm: each norms the queries and keys");
+    CHECK(!script_graph(SMALL "--no-rope-freq 3", err));
+    CHECK_STR_HAS(err, "--no-rope-freq 3 does not divide the model's 8 layers");
+    CHECK(!script_graph(SMALL "--no-rope-freq [0,1]*3", err));
+    CHECK_STR_HAS(err, "--no-rope-freq \"[0,1]*3\" has 6 entries, but the model has 8");
+    unsigned char llama4[8] = {0, 0, 0, 1, 0, 0, 0, 1}, first[8] = {1, 0, 0, 0, 0, 0, 0, 0};
+    unsigned char none[8] = {0}, back[8];
+    char buf[256];
+    CHECK(!ap_nope_freq_format(llama4, 8, buf, sizeof buf) && !strcmp(buf, "4"));
+    CHECK(!ap_nope_freq_format(first, 8, buf, sizeof buf) && !strcmp(buf, "[1]+[0]*7"));
+    CHECK(!ap_nope_freq_parse(buf, 8, back, err) && !memcmp(back, first, 8));
+    CHECK(!ap_nope_freq_format(none, 8, buf, sizeof buf) && !strcmp(buf, ""));
+}
+
+/* With Llama 4 Scout's file, the flags must state its NoPE layers and its
+ * weightless q and k norms: the message names the first layer that
+ * differs and the flag to give. */
+static void nope_flags_must_describe_the_model(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 4096);
+    REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
+    const char *ep = "--expert-model-parallel-size 8 ";
+    char line[256];
+    snprintf(line, sizeof line, "%s--no-rope-freq 4 --qk-l2-norm", ep);
+    CHECK(plan_args(g, line, err) == AP_OK);
+    snprintf(line, sizeof line, "%s--no-rope-freq 2", ep);
+    CHECK(plan_args(g, line, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--no-rope-freq 2 makes layer 1 take no rotary embedding, but in ");
+    CHECK_STR_HAS(err, "llama-4-scout.json: text_config it is rotary: give --no-rope-freq 4");
+    snprintf(line, sizeof line, "%s--qk-layernorm", ep);
+    CHECK(plan_args(g, line, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--qk-layernorm, but");
+    ap_graph_free(g);
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.seq = 8192;
+    REQUIRE_OK(ap_graph_from_hf(mistral, sizeof mistral - 1, "mistral", &o, &g, err), err);
+    CHECK(plan_args(g, "--qk-l2-norm", err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--qk-l2-norm, but mistral has no norm without a weight on its "
+                       "queries and keys");
+    CHECK(plan_args(g, "--no-rope-freq 4", err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--no-rope-freq 4 makes layer 3 take no rotary embedding, but in "
+                       "mistral it is rotary: give no --no-rope-freq");
+    ap_graph_free(g);
+}
+
 /* What the flags do not say is refused, naming the flag. */
 static void what_the_script_leaves_unknown_is_refused(void)
 {
@@ -465,5 +554,8 @@ int main(void)
     RUN(context_parallelism_under_a_short_window_is_refused);
     RUN(window_flags_must_describe_the_model);
     RUN(quick_geglu_is_a_gated_mlp);
+    RUN(no_rope_freq_leaves_every_nth_layer_without_rotary);
+    RUN(bad_nope_and_qk_norm_flags_are_refused);
+    RUN(nope_flags_must_describe_the_model);
     return DONE();
 }

@@ -13,13 +13,16 @@ set -u
 # padded to a multiple of 1 x tp, stays the model's); Phi-3's sliding
 # window of 2,047 keys, shorter than the 2,048 tokens, as --window-size
 # 2046,0; GPT-OSS's quick-GeGLU experts with biases, its sinks and its
-# 128-key window on every other layer.
+# 128-key window on every other layer; Llama 4 Scout's NoPE layers
+# (--no-rope-freq 4) and weightless q and k norms (--qk-l2-norm), its
+# chunks of 8,192 tokens no shorter than the 2,048.
 for m in examples/hf/llama-3-8b.json examples/hf/mixtral-8x7b.json \
          examples/hf/deepseek-v3.json examples/hf/qwen3-30b-a3b.json \
          examples/hf/gpt3-175b.json bench/validation/models/nemotron-4-15b.json \
-         examples/hf/phi-3-mini-4k.json examples/hf/gpt-oss-20b.json; do
+         examples/hf/phi-3-mini-4k.json examples/hf/gpt-oss-20b.json \
+         examples/hf/llama-4-scout.json; do
     spec="tp=1,pp=1,mbs=1,gbs=8"
-    case $m in *deepseek* | *qwen3* | *mixtral* | *gpt-oss*) spec="$spec,ep=8" ;; esac
+    case $m in *deepseek* | *qwen3* | *mixtral* | *gpt-oss* | *llama-4*) spec="$spec,ep=8" ;; esac
     "$bin" estimate "$src/$m" --gpus 8 --seq 2048 --megatron "$spec" --emit megatron \
         >"$tmp/export.sh" 2>/dev/null
     vocab=$(sed -n 's/.*(vocabulary \([0-9]*\)).*/\1/p' "$tmp/export.sh")
