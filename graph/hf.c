@@ -1396,6 +1396,21 @@ static void decoder_sizes(hf_cfg *c, const ap_decoder *d)
                  d->rotary_percent);
 }
 
+/* A description's byte a layer copied for the model (*out stays NULL for
+ * a NULL one: every layer alike). */
+static void copy_layers(hf_cfg *c, const unsigned char *from, int64_t layers,
+                        unsigned char **out)
+{
+    if (!from)
+        return;
+    *out = malloc((size_t)layers);
+    if (!*out) {
+        cfg_fail(c, "out of memory");
+        return;
+    }
+    memcpy(*out, from, (size_t)layers);
+}
+
 /* The description's sliding window, its layers copied (NULL: every layer). */
 static void decoder_window(hf_cfg *c, const ap_decoder *d, hf_model *m)
 {
@@ -1404,14 +1419,7 @@ static void decoder_window(hf_cfg *c, const ap_decoder *d, hf_model *m)
     if (!decoder_size(c, "the sliding window", d->window, 1, INT64_C(1) << 40))
         return;
     m->window = d->window;
-    if (!d->window_layer)
-        return;
-    m->swa = malloc((size_t)m->layers);
-    if (!m->swa) {
-        cfg_fail(c, "out of memory");
-        return;
-    }
-    memcpy(m->swa, d->window_layer, (size_t)m->layers);
+    copy_layers(c, d->window_layer, m->layers, &m->swa);
 }
 
 /* The description's NoPE layers, copied (NULL: every layer rotates), and
@@ -1421,14 +1429,7 @@ static void decoder_nope(hf_cfg *c, const ap_decoder *d, hf_model *m)
     if (c->bad)
         return;
     m->qk_l2 = d->qk_l2;
-    if (!d->nope_layer)
-        return;
-    m->nope = malloc((size_t)m->layers);
-    if (!m->nope) {
-        cfg_fail(c, "out of memory");
-        return;
-    }
-    memcpy(m->nope, d->nope_layer, (size_t)m->layers);
+    copy_layers(c, d->nope_layer, m->layers, &m->nope);
 }
 
 /* The hf_model the description states. Which layers route to experts is

@@ -91,21 +91,6 @@ static void nope_shape(const ap_graph *g, ap_model_shape *s)
     free(nope);
 }
 
-/* The shortest attention chunk shorter than the sequence it splits. */
-static long long short_chunk(const ap_graph *g)
-{
-    long long c = 0;
-    for (int i = 0; i < g->nops; i++) {
-        const ap_op *op = &g->ops[i];
-        if (op->kind != AP_OP_ATTENTION || !op->chunk || op->ninputs < 1)
-            continue;
-        const ap_dim *d = ap_graph_dim(g, g->tensors[op->inputs[0]].shape[1]);
-        if (d && op->chunk < d->size && (!c || op->chunk < c))
-            c = op->chunk;
-    }
-    return c;
-}
-
 /* Parallel residual: two norms of one layer read the same tensor, the
  * layer's input, so attention and MLP run side by side. */
 static int has_parallel_residual(const ap_graph *g)
@@ -210,12 +195,17 @@ long long ap_model_window_layers(const ap_graph *g, unsigned char *window)
     return w;
 }
 
-long long ap_model_short_window(const ap_graph *g, long long *seq)
+/* The shortest attention span (chunk, or unless chunks_only a sliding
+ * window) shorter than the sequence it limits; *seq gets that sequence. */
+static long long shortest_span(const ap_graph *g, int chunks_only, long long *seq)
 {
     long long w = 0, s = 0;
     for (int i = 0; i < g->nops; i++) {
         const ap_op *op = &g->ops[i];
-        long long span = op->kind == AP_OP_ATTENTION ? (op->chunk ? op->chunk : op->window) : 0;
+        long long span = op->kind != AP_OP_ATTENTION ? 0
+                       : op->chunk                   ? op->chunk
+                       : chunks_only                 ? 0
+                                                     : op->window;
         if (!span || op->ninputs < 1)
             continue;
         const ap_dim *d = ap_graph_dim(g, g->tensors[op->inputs[0]].shape[1]);
@@ -227,6 +217,11 @@ long long ap_model_short_window(const ap_graph *g, long long *seq)
     if (seq)
         *seq = s;
     return w;
+}
+
+long long ap_model_short_window(const ap_graph *g, long long *seq)
+{
+    return shortest_span(g, 0, seq);
 }
 
 /* The sliding window and its layers, as Megatron-LM's --window-size and
@@ -363,7 +358,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);
     nope_shape(g, s);
-    s->chunk = short_chunk(g);
+    s->chunk = shortest_span(g, 1, NULL);
     s->parallel_residual = has_parallel_residual(g);
     s->tied_embeddings = head_is_tied(g);
     s->mtp_layers = g->mtp_layers;
