@@ -2565,6 +2565,26 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_
     return AP_EINPUT;
 }
 
+/* The layers a per-layer flag states, a byte a layer into *want: its
+ * text read by parse where given (text non-empty), else every layer
+ * `fill`; *have gets a buffer as long for the model's. The caller frees
+ * both, whatever this returns. */
+static int flag_layers(int layers, const char *flag, const char *text,
+                       int (*parse)(const char *, int, unsigned char *, char *), int fill,
+                       unsigned char **want, unsigned char **have, char *err)
+{
+    *want = malloc((size_t)layers + 1);
+    *have = malloc((size_t)layers + 1);
+    if (!*want || !*have) {
+        snprintf(err, AP_ERR_LEN, "out of memory reading %s", flag);
+        return AP_EINTERNAL;
+    }
+    if (text[0])
+        return parse(text, layers, *want, err);
+    memset(*want, fill, (size_t)layers);
+    return AP_OK;
+}
+
 /* The MoE layers' structure against the model's: the shared experts'
  * width and which layers are MoE, each given or, in a whole script, left to
  * Megatron-LM's default (no shared experts; every layer MoE). */
@@ -2590,14 +2610,9 @@ static int check_moe_layers(const ap_graph *g, const ap_megatron *m, const ap_mo
     }
     if (!m->shape.moe_freq[0] && !(whole && s->moe_freq[0]))
         return AP_OK;
-    unsigned char *want = malloc((size_t)s->layers + 1), *have = malloc((size_t)s->layers + 1);
-    int rc = want && have ? AP_OK : AP_EINTERNAL;
-    if (rc)
-        snprintf(err, AP_ERR_LEN, "out of memory reading --moe-layer-freq");
-    else if (m->shape.moe_freq[0])
-        rc = ap_moe_freq_parse(m->shape.moe_freq, s->layers, want, err);
-    else
-        memset(want, 1, (size_t)s->layers);
+    unsigned char *want, *have;
+    int rc = flag_layers(s->layers, "--moe-layer-freq", m->shape.moe_freq, ap_moe_freq_parse,
+                         1, &want, &have, err);
     if (!rc) {
         ap_model_moe_layers(g, have);
         int i = 0;
@@ -2858,14 +2873,9 @@ static int check_windows(const ap_graph *g, const ap_megatron *m, const ap_model
         return AP_EINPUT;
     }
     long long keys = m->shape.window > 0 ? m->shape.window : 0;
-    unsigned char *want = malloc((size_t)s->layers + 1), *have = malloc((size_t)s->layers + 1);
-    int rc = want && have ? AP_OK : AP_EINTERNAL;
-    if (rc)
-        snprintf(err, AP_ERR_LEN, "out of memory reading --window-attn-skip-freq");
-    else if (keys && m->shape.window_freq[0])
-        rc = ap_window_freq_parse(m->shape.window_freq, s->layers, want, err);
-    else
-        memset(want, keys > 0, (size_t)s->layers);
+    unsigned char *want, *have;
+    int rc = flag_layers(s->layers, "--window-attn-skip-freq", keys ? m->shape.window_freq : "",
+                         ap_window_freq_parse, keys > 0, &want, &have, err);
     if (!rc) {
         int any = 0;
         for (int i = 0; i < s->layers; i++)
@@ -2886,14 +2896,9 @@ static int check_nope(const ap_graph *g, const ap_megatron *m, const ap_model_sh
 {
     if (!s->rotary_percent || (!m->shape.nope_freq[0] && !ap_megatron_states_model(m)))
         return AP_OK;
-    unsigned char *want = malloc((size_t)s->layers + 1), *have = malloc((size_t)s->layers + 1);
-    int rc = want && have ? AP_OK : AP_EINTERNAL, i = 0;
-    if (rc)
-        snprintf(err, AP_ERR_LEN, "out of memory reading --no-rope-freq");
-    else if (m->shape.nope_freq[0])
-        rc = ap_nope_freq_parse(m->shape.nope_freq, s->layers, want, err);
-    else
-        memset(want, 0, (size_t)s->layers);
+    unsigned char *want, *have;
+    int i = 0, rc = flag_layers(s->layers, "--no-rope-freq", m->shape.nope_freq,
+                                ap_nope_freq_parse, 0, &want, &have, err);
     if (!rc) {
         ap_model_nope_layers(g, have);
         while (i < s->layers && want[i] == have[i])
