@@ -207,17 +207,20 @@ static int check_norm(const check *c)
     const ap_tensor *x = in(c, 0);
     if (x->rank < 1)
         return bad(c, ".inputs[0]", "input \"%s\" is a scalar", x->name);
-    char last[2] = {x->shape[x->rank - 1], 0};
-    for (int i = 1; i < c->op->ninputs; i++)
-        if (strcmp(in(c, i)->shape, last)) {
-            char where[32];
-            snprintf(where, sizeof where, ".inputs[%d]", i);
-            return bad(c, where,
-                       "%s \"%s\" must have shape \"%s\" (the input's last "
-                       "label), has \"%s\"",
-                       i == 1 ? "weight" : "bias", in(c, i)->name, last,
-                       in(c, i)->shape);
-        }
+    /* The weight names the labels normalised over: the input's last, or a
+     * run of its trailing labels (a norm across all heads of a projection,
+     * OLMo 2's); a bias has the weight's shape. */
+    const char *span = c->op->ninputs > 1 ? in(c, 1)->shape : "";
+    size_t n = strlen(span);
+    if (c->op->ninputs > 1 &&
+        (!n || n > (size_t)x->rank || strcmp(x->shape + x->rank - (int)n, span)))
+        return bad(c, ".inputs[1]",
+                   "weight \"%s\" must have the input's last label \"%c\" or a run of "
+                   "its trailing labels (of \"%s\"), has \"%s\"",
+                   in(c, 1)->name, x->shape[x->rank - 1], x->shape, span);
+    if (c->op->ninputs > 2 && strcmp(in(c, 2)->shape, span))
+        return bad(c, ".inputs[2]", "bias \"%s\" must have the weight's shape \"%s\", "
+                   "has \"%s\"", in(c, 2)->name, span, in(c, 2)->shape);
     if (strcmp(x->shape, out(c, 0)->shape))
         return bad(c, ".outputs[0]",
                    "output shape \"%s\" differs from the input's \"%s\"",

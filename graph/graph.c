@@ -323,6 +323,13 @@ int ap_glu_activation(const ap_graph *g, const ap_op *op, int i)
            a == AP_UNARY_RELU2 || a == AP_UNARY_QUICK_GELU ? a : -1;
 }
 
+int ap_norm_span(const ap_graph *g, const ap_op *op)
+{
+    if (op->kind != AP_OP_NORM)
+        return 0;
+    return op->ninputs > 1 ? g->tensors[op->inputs[1]].rank : 1;
+}
+
 char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind)
 {
     for (int i = 0; i < g->ndims; i++)

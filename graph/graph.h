@@ -348,6 +348,10 @@ int ap_graph_find_op(const ap_graph *g, const char *name);
  * product (AP_BINARY_MUL) when that op is an activation (gelu, silu, relu,
  * relu2, quick_gelu), else -1. */
 int ap_glu_activation(const ap_graph *g, const ap_op *op, int i);
+/* How many trailing labels of its input a norm normalises over: its
+ * weight's (OLMo 2's query norm spans heads and head dim, "nd"), else the
+ * last label alone; 0 for an op that is no norm. */
+int ap_norm_span(const ap_graph *g, const ap_op *op);
 /* The scores per head that attention over s tokens counts in its FLOPs:
  * s * s for full attention (Megatron-LM's convention, which counts the half
  * a causal mask skips too), and under a sliding window of w < s keys twice

@@ -48,13 +48,17 @@ typedef enum {
     FAM_GEMMA3,
     FAM_GPT_OSS,
     FAM_LLAMA4,
+    FAM_OLMO2,
+    FAM_OLMO3,
+    FAM_OLMOE,
     FAM_COUNT
 } family;
 
 static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
-    "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text"};
+    "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text",
+    "olmo2", "olmo3", "olmoe"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -71,6 +75,10 @@ typedef struct {
     int parallel_residual;
     int tie;
     int qk_norm;
+    int qk_norm_wide;   /* the q and k norms span all heads of the projection,
+                           not each head (OLMo 2, 3 and OLMoE) */
+    int post_norm;      /* norms after attention and the MLP, none before
+                           (OLMo 2 and 3) */
     int geglu;          /* gated MLP with GELU in place of SiLU (Gemma) */
     int quick_geglu;    /* gated MLPs and experts with x * sigmoid(1.702 x)
                            (Megatron-LM's --quick-geglu) */
@@ -227,8 +235,8 @@ static int read_family(hf_cfg *c, family *out)
         strcat(list, i ? ", " : "");
         strcat(list, family_names[i]);
     }
-    cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s",
-             v->valuestring, list);
+    cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s, and gemma3 "
+             "and llama4 (their text_config)", v->valuestring, list);
     return -1;
 }
 
@@ -348,7 +356,7 @@ static void read_moe(hf_cfg *c, hf_model *m)
                  (long long)m->top_k, ekey, (long long)m->experts);
     m->sparse_step = 1;
     m->moe_freq = 1;
-    if (m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS) {
+    if (m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS || m->fam == FAM_OLMOE) {
         m->moe_ffn = m->ffn;
         return;
     }
@@ -409,12 +417,18 @@ static int is_gemma(family f)
     return f == FAM_GEMMA || f == FAM_GEMMA2 || f == FAM_GEMMA3;
 }
 
+/* OLMo 2, 3 and OLMoE norm q and k across all heads. */
+static int is_olmo(family f)
+{
+    return f == FAM_OLMO2 || f == FAM_OLMO3 || f == FAM_OLMOE;
+}
+
 /* Llama and its descendants share the field names. */
 static void read_llama_like(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
     int moe = f == FAM_MIXTRAL || f == FAM_QWEN2_MOE || f == FAM_QWEN3_MOE ||
-              f == FAM_DEEPSEEK_V3 || f == FAM_GPT_OSS || f == FAM_LLAMA4;
+              f == FAM_DEEPSEEK_V3 || f == FAM_GPT_OSS || f == FAM_LLAMA4 || f == FAM_OLMOE;
     /* Gemma 3's multimodal configs leave Gemma3TextConfig's defaults out of
      * their text_config (the 4B's heads, its vocabulary); the sizes every
      * published config states stay required. */
@@ -441,7 +455,9 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     }
     if (f == FAM_LLAMA || f == FAM_NEMOTRON)
         m->mlp_bias = cfg_bool(c, "mlp_bias", 0);
-    m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE || f == FAM_GEMMA3;
+    m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE || f == FAM_GEMMA3 || is_olmo(f);
+    m->qk_norm_wide = is_olmo(f);
+    m->post_norm = f == FAM_OLMO2 || f == FAM_OLMO3;
     if (moe && !c->bad) {
         m->dense_only = calloc((size_t)m->layers, 1);
         if (!m->dense_only) {
@@ -668,7 +684,12 @@ static void self_attention(bld *b, const hf_model *m, const ap_build_opts *opt,
     linear(b, "q", x, "hnd", bias, "q.y:bsnd");
     linear(b, "k", x, "hgd", kvb, "k.y:bsgd");
     linear(b, "v", x, "hgd", kvb, "v.y:bsgd");
-    if (m->qk_norm) {
+    if (m->qk_norm_wide) {
+        op(b, "q_norm", AP_OP_NORM, AP_NORM_RMS, "q.y q_norm.w:nd", "q_norm.y:bsnd");
+        op(b, "k_norm", AP_OP_NORM, AP_NORM_RMS, "k.y k_norm.w:gd", "k_norm.y:bsgd");
+        q = "q_norm.y";
+        k = "k_norm.y";
+    } else if (m->qk_norm) {
         norm(b, m, "q_norm", "q.y", 'd', "q_norm.y:bsnd");
         norm(b, m, "k_norm", "k.y", 'd', "k_norm.y:bsgd");
         q = "q_norm.y";
@@ -884,11 +905,13 @@ static void residual2(bld *b, const char *x)
 /* The sublayers of block i in the current scope: attention and
  * feed-forward, each with an optional dropout and a residual add, writing
  * "out". GPT-NeoX's parallel residual computes x + attn(ln1(x)) +
- * mlp(ln2(x)) instead. */
+ * mlp(ln2(x)) instead; OLMo 2 norms each sublayer's output and not its
+ * input, x + norm(attn(x)). */
 static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i)
 {
-    const char *ao = m->sandwich_norm ? "post_attn_norm.y" : "o.y";
-    const char *fo = m->sandwich_norm ? "post_mlp_norm.y" : "mlp.y";
+    int post = m->sandwich_norm || m->post_norm;
+    const char *ao = post ? "post_attn_norm.y" : "o.y";
+    const char *fo = post ? "post_mlp_norm.y" : "mlp.y";
     const char *a = opt->dropout ? "attn_drop.y" : ao;
     const char *f = opt->dropout ? "mlp_drop.y" : fo;
     b->window = layer_window(m, i);
@@ -898,18 +921,19 @@ static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i
      * two down projections, a MoE layer's router and experts. The MLP's
      * fused norm is part of the MLP module. */
     b->modules = m->mla ? AP_MODULE_LAYERNORM : 0;
-    norm(b, m, "ln1", "^", 'h', "ln1.y:bsh");
+    if (!m->post_norm)
+        norm(b, m, "ln1", "^", 'h', "ln1.y:bsh");
     b->modules = 0;
     if (m->mla)
         latent_attention(b, m, opt, "ln1.y");
     else
-        self_attention(b, m, opt, "ln1.y");
+        self_attention(b, m, opt, m->post_norm ? "^" : "ln1.y");
     b->window = 0;
     b->nope = 0;
-    /* Gemma 2 and 3 norm each sublayer's output before its residual add;
-     * nothing fuses it into a linear layer. */
+    /* Gemma 2 and 3 and OLMo 2 norm each sublayer's output before its
+     * residual add; nothing fuses it into a linear layer. */
     b->modules = AP_MODULE_LAYERNORM;
-    if (m->sandwich_norm)
+    if (post)
         norm(b, m, "post_attn_norm", "o.y", 'h', "post_attn_norm.y:bsh");
     b->modules = 0;
     if (opt->dropout)
@@ -917,10 +941,11 @@ static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i
     if (!m->parallel_residual)
         residual1(b, a);
     b->modules = m->experts && is_moe_layer(m, i) ? AP_MODULE_LAYERNORM : AP_MODULE_MLP;
-    norm(b, m, "ln2", m->parallel_residual ? "^" : "res1.y", 'h', "ln2.y:bsh");
-    feed_forward(b, m, i, "ln2.y");
+    if (!m->post_norm)
+        norm(b, m, "ln2", m->parallel_residual ? "^" : "res1.y", 'h', "ln2.y:bsh");
+    feed_forward(b, m, i, m->post_norm ? "res1.y" : "ln2.y");
     b->modules = AP_MODULE_LAYERNORM;
-    if (m->sandwich_norm)
+    if (post)
         norm(b, m, "post_mlp_norm", "mlp.y", 'h', "post_mlp_norm.y:bsh");
     b->modules = 0;
     if (opt->dropout)
@@ -1081,6 +1106,8 @@ static void read_window_layers(hf_cfg *c, hf_model *m)
         first = cfg_int(c, "max_window_layers", 0, 28, 0, MAX_LAYERS);
     if (f == FAM_GEMMA3)
         pattern = cfg_int(c, "sliding_window_pattern", 0, 6, 1, MAX_LAYERS);
+    if (f == FAM_OLMO3)
+        pattern = 4; /* Olmo3Config's rule: full attention on every fourth layer */
     for (i = 0; i < m->layers; i++)
         m->swa[i] = (unsigned char)(f == FAM_GEMMA2 || f == FAM_GPT_OSS ? i % 2 == 0
                                     : pattern      ? (i + 1) % pattern != 0
@@ -1089,18 +1116,21 @@ static void read_window_layers(hf_cfg *c, hf_model *m)
 
 /* Sliding-window attention, where the family has it: sliding_window keys
  * per query (HF masks keys more than sliding_window - 1 behind the query),
- * for Qwen only under use_sliding_window. Gemma 2 and 3 default to the
- * config classes' 4096. */
+ * for Qwen only under use_sliding_window. Gemma 2 and 3 and OLMo 3 default
+ * to the config classes' 4096, GPT-OSS to 128; a null sliding_window is
+ * none, as the attention modules read it. */
 static void read_window(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
     int qwen = f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3 || f == FAM_QWEN3_MOE;
     if (c->bad || !(qwen || f == FAM_MISTRAL || f == FAM_MIXTRAL || f == FAM_PHI3 ||
-                    f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_GPT_OSS))
+                    f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_GPT_OSS || f == FAM_OLMO3))
         return;
-    int64_t w = cfg_int(c, "sliding_window", 0, f == FAM_GEMMA2 || f == FAM_GEMMA3 ? 4096
-                                               : f == FAM_GPT_OSS ? 128 : 0,
-                        1, INT64_C(1) << 40);
+    int null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->root, "sliding_window"));
+    int64_t def = null ? 0
+                  : f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_OLMO3 ? 4096
+                  : f == FAM_GPT_OSS ? 128 : 0;
+    int64_t w = cfg_int(c, "sliding_window", 0, def, 1, INT64_C(1) << 40);
     if (c->bad || !w || (qwen && !cfg_bool(c, "use_sliding_window", 0)))
         return;
     m->swa = calloc((size_t)m->layers, 1);

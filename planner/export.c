@@ -652,6 +652,11 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s states which layers have the sliding window with "
                       "--window-attn-skip-freq; %s", ap_launcher_name(to), "the model's "
                       "windowed layers follow no pattern it can state in 255 characters");
+    if (to == AP_LAUNCHER_MEGATRON && s->post_norm)
+        return refuse(p, err, "%s's layers norm the inputs of attention and the MLP; %s, "
+                      "which no Megatron-LM flag states", ap_launcher_name(to),
+                      "the model norms their outputs before the residual adds (Gemma 2's "
+                      "and OLMo 2's post-norms)");
     /* torchtitan's and DeepSpeed's FP8 has no such switch. */
     if (to != AP_LAUNCHER_MEGATRON && (s->bf16_first || s->bf16_last))
         return refuse(p, err, "%s has no switch that keeps %s in bf16 under FP8; export "
@@ -662,6 +667,10 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s's models have no %s; export the plan to Megatron-LM "
                       "(--mtp-num-layers)", ap_launcher_name(to),
                       "multi-token-prediction module");
+    if (to == AP_LAUNCHER_MEGATRON && s->qk_norm_wide)
+        return refuse(p, err, "%s's --qk-layernorm norms each head of the queries and keys; "
+                      "%s, which no Megatron-LM flag states", ap_launcher_name(to),
+                      "the model norms them across all heads (OLMo 2's q_norm and k_norm)");
     if (to == AP_LAUNCHER_MEGATRON && !s->swiglu && !s->quick_geglu && (s->relu || s->gated))
         return refuse(p, err, "%s's MLP activations are gelu, --swiglu, --squared-relu "
                       "and --quick-geglu; the model's MLP is %s, which no Megatron-LM "

@@ -1239,6 +1239,10 @@ typedef struct {
                               (QK layernorm; MLA's norms on its latent ones) */
     int qk_l2;             /* a norm without one there (Llama 4's L2 norm of
                               q and k; --qk-l2-norm) */
+    int qk_norm_wide;      /* that norm spans all heads of the projection, not
+                              each head (OLMo 2's q_norm and k_norm) */
+    int post_norm;         /* norms on attention's and the MLP's outputs
+                              before the residual adds (Gemma 2, OLMo 2) */
     int flash;             /* fused attention */
     int sinks;             /* a learned softmax offset per head (attention sinks) */
     int nope_layers;       /* layers without rotary where others have it (NoPE) */

@@ -239,6 +239,9 @@ static void shardable(const ap_price_ctx *x, const ap_op *op, char *out)
         /* fall through */
     case AP_OP_NORM:
     case AP_OP_SOFTMAX: {
+        /* The last label stays whole. A norm spanning more labels (OLMo 2's
+         * query norm over all heads) may split the others; its row
+         * statistics are then all-reduced (price_norm_stats). */
         size_t r = strlen(o);
         for (size_t i = 0; i + 1 < r; i++)
             out[n++] = o[i];
@@ -1184,6 +1187,34 @@ static void price_partials(const ap_price_ctx *x, const ap_op *op,
         price_token_exchange(x, op, s, c);
 }
 
+/* A norm whose span (the labels it normalises over) an axis splits: each
+ * rank sums its part of every row, and the sums are all-reduced over that
+ * axis before the rows are scaled, as an SPMD partitioner lowers a
+ * reduction over a split dimension. RMSNorm reduces one fp32 sum a row
+ * (of squares), LayerNorm two (and the sum); the backward reduces as many
+ * again (of the output gradient times the input, for each). */
+static void price_norm_stats(const ap_price_ctx *x, const ap_op *op,
+                             const ap_strategy *s, ap_op_cost *c)
+{
+    int span = ap_norm_span(x->g, op);
+    if (span < 2)
+        return;
+    const char *O = shape_of(x, op->outputs[0]);
+    const char *spanned = O + strlen(O) - span;
+    double rows = 1;
+    for (const char *p = O; p < spanned; p++)
+        rows *= ap_label_size(x, *p);
+    rows /= tensor_split(x, s, O) / tensor_split(x, s, spanned);
+    double bytes = rows * 4 * (op->sub == AP_NORM_RMS ? 1 : 2);
+    for (int a = 0; a < 2; a++) {
+        if (!s->axis[a] || !has_label(spanned, s->axis[a]))
+            continue;
+        double t = coll(x, AP_COLL_ALLREDUCE, 1 << a, bytes);
+        c->fwd_comm += t;
+        c->bwd_comm += t;
+    }
+}
+
 static int is_param(const ap_price_ctx *x, int t)
 {
     return x->g->tensors[t].role == AP_TENSOR_PARAM;
@@ -1491,6 +1522,7 @@ void ap_price_op(const ap_price_ctx *x, int opi, const ap_strategy *s,
     memset(c, 0, sizeof *c);
     price_compute(x, op, s, c);
     price_partials(x, op, s, c);
+    price_norm_stats(x, op, s, c);
     price_params(x, op, s, c);
     price_saved(x, op, s, c);
     price_fp8_weights(x, op, s, c);
