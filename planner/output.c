@@ -437,6 +437,16 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddBoolToObject(o, "linear_bias", s.linear_bias);
     cJSON_AddBoolToObject(o, "qkv_bias", s.qkv_bias);
     cJSON_AddBoolToObject(o, "qk_layernorm", s.qk_norm);
+    /* Norms Megatron-LM's flags do not place, and Llama 4's, where the
+     * model has them. */
+    if (s.qk_norm_wide)
+        cJSON_AddBoolToObject(o, "qk_norm_across_heads", 1);
+    if (s.qk_l2)
+        cJSON_AddBoolToObject(o, "qk_l2_norm", 1);
+    if (s.post_norm)
+        cJSON_AddBoolToObject(o, "post_norms", 1);
+    if (s.nope_layers)
+        cJSON_AddStringToObject(o, "nope_layer_freq", s.nope_freq);
     cJSON_AddBoolToObject(o, "flash_attention", s.flash);
     if (s.window)
         cJSON_AddNumberToObject(o, "attention_window", (double)s.window);

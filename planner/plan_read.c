@@ -486,6 +486,16 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
         rc = get_bool(r, o, "qkv_bias", at, &s->qkv_bias);
     if (!rc && field(o, "qk_layernorm"))
         rc = get_bool(r, o, "qk_layernorm", at, &s->qk_norm);
+    if (!rc && field(o, "qk_norm_across_heads"))
+        rc = get_bool(r, o, "qk_norm_across_heads", at, &s->qk_norm_wide);
+    if (!rc && field(o, "qk_l2_norm"))
+        rc = get_bool(r, o, "qk_l2_norm", at, &s->qk_l2);
+    if (!rc && field(o, "post_norms"))
+        rc = get_bool(r, o, "post_norms", at, &s->post_norm);
+    if (!rc && field(o, "nope_layer_freq")) {
+        rc = get_string(r, o, "nope_layer_freq", at, s->nope_freq, sizeof s->nope_freq, 1);
+        s->nope_layers = !rc;
+    }
     if (rc)
         return rc;
     if (strcmp(norm, "rmsnorm") && strcmp(norm, "layernorm") && strcmp(norm, "layernorm1p"))

@@ -163,6 +163,8 @@ static void megatron_export_states_nope_and_qk_l2_norm(void)
     ap_plan_desc d;
     char *text = NULL;
     REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=4,ep=16,mbs=1,gbs=64", &d, NULL), "see above");
+    /* plan.json states both for its reader too. */
+    CHECK(d.shape.qk_l2 && d.shape.nope_layers && !strcmp(d.shape.nope_freq, "4"));
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "  --no-rope-freq 4\n");
     CHECK_STR_HAS(text, "  --qk-l2-norm\n");

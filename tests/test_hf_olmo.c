@@ -287,6 +287,8 @@ static void the_megatron_export_refuses_what_it_cannot_state(void)
     double step = 0;
     REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,mbs=1,gbs=8,sp=0", &d, &step),
                "see above");
+    /* plan.json states both for its reader. */
+    CHECK(d.has_shape && d.shape.post_norm && d.shape.qk_norm_wide && !d.shape.qk_l2);
     char *out = NULL;
     CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &out, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "post-norms");
@@ -302,6 +304,7 @@ static void the_megatron_export_refuses_what_it_cannot_state(void)
     REQUIRE_OK(moe ? 0 : 1, err);
     REQUIRE_OK(ap_test_megatron_desc(moe, 8, "tp=1,pp=1,ep=8,mbs=1,gbs=8,sp=0", &d, &step),
                "see above");
+    CHECK(d.shape.qk_norm_wide && !d.shape.post_norm);
     out = NULL;
     CHECK(ap_export(moe, &d, AP_LAUNCHER_MEGATRON, &out, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "across all heads");
