@@ -364,11 +364,17 @@ int ap_cp_comm_parse(const char *name, ap_cp_comm *out);
  *              before it and the chunk reorder after it): q, k, v before
  *              and out after forward; out, dout before and dq, dk, dv after
  *              backward.
+ *              With a sliding window of `window` keys (0: none) shorter
+ *              than the cp*s rows, the kernel is the window's
+ *              (ap_cost_attention_window) over bn/cp heads; the window is
+ *              priced for a2a only, and the caller gives p2p and allgather
+ *              none (it refuses context parallelism under a window with
+ *              them).
  * Transformer Engine runs neither allgather nor a2a with MLA (d != e):
  * the caller refuses that, as it refuses heads cp does not divide. */
 double ap_cost_attention_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype dt,
                                  double bn, double bkv, double s, double d, double e,
-                                 int causal, int cp, int backward);
+                                 int causal, double window, int cp, int backward);
 /* What that attention's communication adds to it on cp ranks spanning
  * `nodes` nodes (ap_cost_collective's bandwidth). p2p is ap_cost_cp_ring.
  *   allgather  exposed whole (gather_along_first_dim on the compute

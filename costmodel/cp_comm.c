@@ -164,14 +164,19 @@ static int a2a_legs(const cp_shape *a, int nodes, int backward, a2a_leg *l, int 
     return n;
 }
 
-static double a2a_compute(const cp_shape *a, int backward)
+/* After the all-to-all each rank holds the whole sequence of its heads,
+ * so a sliding window of w keys is the same kernel as without context
+ * parallelism (ap_cost_attention_window), over bn/cp heads. */
+static double a2a_compute(const cp_shape *a, double window, int backward)
 {
     a2a_leg l[5];
     int split, n = a2a_legs(a, 1, backward, l, &split);
     double bn = a->bn / a->cp, t = a->cp * a->s;
-    double kernel = backward ? ap_cost_attention_backward(a->c, a->dt, bn, t, t, a->d, a->e,
-                                                          a->causal)
-                             : ap_cost_attention(a->c, a->dt, bn, t, t, a->d, a->e, a->causal);
+    double kernel =
+        window > 0 && window < t
+            ? ap_cost_attention_window(a->c, a->dt, bn, t, window, a->d, a->e, backward)
+        : backward ? ap_cost_attention_backward(a->c, a->dt, bn, t, t, a->d, a->e, a->causal)
+                   : ap_cost_attention(a->c, a->dt, bn, t, t, a->d, a->e, a->causal);
     for (int i = 0; i < n; i++)
         kernel += l[i].pre + l[i].post;
     return kernel;
@@ -205,14 +210,15 @@ static double ag_comm(const cp_shape *a, int nodes, int backward)
 
 double ap_cost_attention_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype dt,
                                  double bn, double bkv, double s, double d, double e,
-                                 int causal, int cp, int backward)
+                                 int causal, double window, int cp, int backward)
 {
     if (type == AP_CP_P2P || cp <= 1)
         return ap_cost_attention_cp(c, dt, bn, bkv, s, d, e, causal, cp, backward);
     if (!(bn > 0 && bkv > 0 && s > 0 && d > 0 && e > 0))
         return 0;
     cp_shape a = shape_of(c, dt, bn, bkv, s, d, e, causal, cp);
-    return type == AP_CP_ALLGATHER ? ag_compute(&a, backward) : a2a_compute(&a, backward);
+    return type == AP_CP_ALLGATHER ? ag_compute(&a, backward)
+                                   : a2a_compute(&a, window, backward);
 }
 
 double ap_cost_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype dt, double bn,

@@ -2464,19 +2464,29 @@ static int check_cp_comm(const ap_graph *g, const ap_megatron *m, char *err)
 }
 
 /* Context parallelism under a sliding window shorter than the sequence:
- * Transformer Engine's p2p ring refuses the window (its all-gather and
- * all-to-all take it), and autopar prices context-parallel attention under
- * none; its own search does not split such an op's sequence either. A
- * window as long as the sequence changes nothing and is priced. */
+ * Transformer Engine's p2p ring refuses the window and its all-gather
+ * takes it, but only the all-to-all (cp_comm a2a), after which every rank
+ * holds whole sequences, is priced under one; no type runs an attention
+ * chunk (Llama 4's), which has no Megatron-LM flag either. A window as
+ * long as the sequence changes nothing and is priced. */
 static int check_window_cp(const ap_graph *g, const ap_megatron *m, char *err)
 {
-    long long seq = 0, w = m->cp > 1 ? ap_model_short_window(g, &seq) : 0;
+    long long seq = 0, c = m->cp > 1 ? ap_model_short_chunk(g, &seq) : 0;
+    if (c) {
+        snprintf(err, AP_ERR_LEN, "cp=%d (--context-parallel-size %d): context parallelism "
+                 "with attention chunks of %lld tokens shorter than the sequence %lld is not "
+                 "priced (Transformer Engine runs no chunked attention under it): give cp=1",
+                 m->cp, m->cp, c, seq);
+        return AP_EINPUT;
+    }
+    long long w = m->cp > 1 && m->run.cp_comm != AP_CP_A2A ? ap_model_short_window(g, &seq) : 0;
     if (!w)
         return AP_OK;
-    snprintf(err, AP_ERR_LEN, "cp=%d (--context-parallel-size %d): context parallelism "
-             "with a sliding window (or attention chunk) of %lld keys shorter than the "
-             "sequence %lld is not priced (Transformer Engine's p2p ring refuses the window; its all-gather and "
-             "all-to-all take it, which autopar does not price): give cp=1", m->cp, m->cp,
+    snprintf(err, AP_ERR_LEN, "cp=%d (--context-parallel-size %d) with cp_comm=%s: context "
+             "parallelism with a sliding window of %lld keys shorter than the sequence %lld "
+             "is priced with the all-to-all alone (Transformer Engine's p2p ring refuses the "
+             "window; its all-gather's band is not priced): give cp_comm=a2a "
+             "(--cp-comm-type a2a) or cp=1", m->cp, m->cp, ap_cp_comm_name(m->run.cp_comm),
              w, seq);
     return AP_EINPUT;
 }

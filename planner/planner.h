@@ -1291,8 +1291,11 @@ long long ap_model_window_layers(const ap_graph *g, unsigned char *window);
 /* The shortest sliding window (or attention chunk) of g's attention that
  * is shorter than the sequence its op attends over (*seq gets that
  * sequence, where seq is not NULL); 0 where no window is: context
- * parallelism is not priced under such a window. */
+ * parallelism is priced under such a window with the all-to-all alone
+ * (cp_comm a2a), under such a chunk not at all (ap_model_short_chunk, the
+ * same for chunks alone). */
 long long ap_model_short_window(const ap_graph *g, long long *seq);
+long long ap_model_short_chunk(const ap_graph *g, long long *seq);
 /* Megatron-LM's --window-attn-skip-freq into window[0..layers), 1 where the
  * layer has the window: an integer N windows layer i (from 0) when
  * (i + 1) % N != 0 (one full-attention layer after N - 1 windowed ones,

@@ -224,6 +224,11 @@ long long ap_model_short_window(const ap_graph *g, long long *seq)
     return shortest_span(g, 0, seq);
 }
 
+long long ap_model_short_chunk(const ap_graph *g, long long *seq)
+{
+    return shortest_span(g, 1, seq);
+}
+
 /* The sliding window and its layers, as Megatron-LM's --window-size and
  * --window-attn-skip-freq state them. */
 static void window_shape(const ap_graph *g, ap_model_shape *s)
@@ -361,7 +366,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     s->learned_positions = has_position_table(g);
     s->rotary_percent = rotary_percent(g);
     nope_shape(g, s);
-    s->chunk = shortest_span(g, 1, NULL);
+    s->chunk = ap_model_short_chunk(g, NULL);
     s->parallel_residual = has_parallel_residual(g);
     s->tied_embeddings = head_is_tied(g);
     s->mtp_layers = g->mtp_layers;

@@ -219,11 +219,14 @@ static void shardable(const ap_price_ctx *x, const ap_op *op, char *out)
     case AP_OP_ATTENTION: {
         const char *q = shape_of(x, op->inputs[0]);
         out[n++] = q[0]; /* batch */
-        /* Context parallel; not under a sliding window or attention chunk
-         * shorter than the sequence, which Transformer Engine's ring (p2p)
-         * refuses and which is not priced for the other types. */
+        /* Context parallel; under a sliding window shorter than the
+         * sequence only with the all-to-all (cp_comm a2a: Transformer
+         * Engine's ring refuses the window, its all-gather's band is not
+         * priced), and never under an attention chunk, which no context
+         * parallelism of TE runs. */
         double s = ap_label_size(x, q[1]);
-        if ((!op->window || (double)op->window >= s) && (!op->chunk || (double)op->chunk >= s))
+        int window = op->window && (double)op->window < s;
+        if ((!window || x->run.cp_comm == AP_CP_A2A) && (!op->chunk || (double)op->chunk >= s))
             out[n++] = q[1];
         out[n++] = q[2]; /* heads */
         break;
@@ -954,10 +957,11 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
             /* Context parallel: Transformer Engine's ring runs one kernel
              * per step and corrects the partial results between them; the
              * other communication types run their own kernels. */
+            double w = (double)op->window;
             c->fwd = ap_cost_attention_cp_comm(x->c, x->run.cp_comm, a.dt, a.bn, a.bkv, a.sq,
-                                               a.d, a.e, op->causal, a.cp, 0);
+                                               a.d, a.e, op->causal, w, a.cp, 0);
             c->bwd = ap_cost_attention_cp_comm(x->c, x->run.cp_comm, a.dt, a.bn, a.bkv, a.sq,
-                                               a.d, a.e, op->causal, a.cp, 1);
+                                               a.d, a.e, op->causal, w, a.cp, 1);
         } else if (op->flash && op->chunk) {
             c->fwd = ap_cost_attention_chunked(x->c, a.dt, a.bn, a.t, (double)op->chunk,
                                                a.d, a.e, 0);

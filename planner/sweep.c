@@ -222,7 +222,7 @@ typedef struct {
     long heads, kv_heads, seq, experts;
     double gbs;
     int max_local_experts;
-    long long short_window; /* ap_model_short_window: no cp above 1 under it */
+    long long short_window; /* no_cp_span: no cp above 1 under it */
 } space;
 
 static int tp_ok(const space *s, int tp)
@@ -564,6 +564,17 @@ static int thread_count(int asked, long work)
     return (int)(n < work ? n : work > 0 ? work : 1);
 }
 
+/* The shortest window or chunk under which no configuration runs context
+ * parallelism: every chunk, and every window unless the sweep runs
+ * cp_comm a2a, the one type priced under a window (check_window_cp). */
+static long long no_cp_span(const ap_graph *g, const ap_sweep_opts *o)
+{
+    long long c = ap_model_short_chunk(g, NULL);
+    if (c || o->run.cp_comm != AP_CP_A2A || o->launcher != AP_LAUNCHER_MEGATRON)
+        return c ? c : ap_model_short_window(g, NULL);
+    return 0;
+}
+
 int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
              ap_sweep_result *out, char *err)
 {
@@ -575,7 +586,7 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                g->nlayers > 0 ? g->nlayers : 1, dim_size(g, AP_DIM_HEADS),
                dim_size(g, AP_DIM_KV_HEADS), dim_size(g, AP_DIM_SEQ),
                dim_size(g, AP_DIM_EXPERTS), o->global_batch > 0 ? o->global_batch : 512,
-               o->max_local_experts, ap_model_short_window(g, NULL)};
+               o->max_local_experts, no_cp_span(g, o)};
     if (s.gbs != floor(s.gbs) || s.gbs > 1e9) {
         snprintf(err, AP_ERR_LEN, "sweep: the global batch must be a whole number "
                  "of sequences, not %g", s.gbs);

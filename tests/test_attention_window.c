@@ -2,9 +2,10 @@
  * `window` keys that end at its own position. The graph counts its scores
  * as Megatron-LM counts full attention's (both halves of the causal
  * square), a flash kernel is priced for the band it computes at the rate
- * of its loop length (the window), the search never splits a windowed
- * sequence (context parallelism), and the project format writes and reads
- * the window. */
+ * of its loop length (the window), context parallelism runs under a
+ * window only as the all-to-all (whose ranks attend over whole sequences,
+ * with the window's kernel), and the project format writes and reads the
+ * window. */
 #include "costmodel/costmodel.h"
 #include "model.h"
 
@@ -109,10 +110,12 @@ static void the_planner_prices_a_windowed_op_by_its_band(void)
     ap_graph_free(g);
 }
 
-static int splits_sequence(const ap_graph *g, const ap_cluster *c, const ap_mesh *m)
+static int splits_sequence(const ap_graph *g, const ap_cluster *c, const ap_mesh *m,
+                           ap_cp_comm type)
 {
     ap_price_ctx x = {.g = g, .c = c, .mesh = m, .batch = 8, .nmicro = 1,
                       .zero = AP_ZERO_1};
+    x.run.cp_comm = type;
     ap_strategy st[AP_MAX_STRATEGIES];
     int n = ap_strategies(&x, ap_graph_find_op(g, "l0.attn"), st, AP_MAX_STRATEGIES);
     int seq = 0, heads = 0;
@@ -125,10 +128,11 @@ static int splits_sequence(const ap_graph *g, const ap_cluster *c, const ap_mesh
     return seq > 0;
 }
 
-/* Transformer Engine's ring refuses a window, and no other context-parallel
- * type is priced under one: the search splits a windowed attention's
- * heads and batch, never its sequence, unless the window spans it. */
-static void the_search_never_splits_a_windowed_sequence(void)
+/* Transformer Engine's ring refuses a window, and its all-gather's band is
+ * not priced: the search splits a windowed attention's heads and batch,
+ * never its sequence, unless the window spans it or the context-parallel
+ * type is the all-to-all. */
+static void only_the_all_to_all_splits_a_windowed_sequence(void)
 {
     char err[AP_ERR_LEN];
     ap_cluster c;
@@ -137,14 +141,41 @@ static void the_search_never_splits_a_windowed_sequence(void)
     ap_mesh_init(&m, 2, 2, 0, 8);
     ap_graph *g = mistral(256, 1024, err);
     CHECK(g != NULL);
-    if (g)
-        CHECK(!splits_sequence(g, &c, &m));
+    if (g) {
+        CHECK(!splits_sequence(g, &c, &m, AP_CP_P2P));
+        CHECK(!splits_sequence(g, &c, &m, AP_CP_ALLGATHER));
+        CHECK(splits_sequence(g, &c, &m, AP_CP_A2A));
+    }
     ap_graph_free(g);
     g = mistral(1024, 1024, err);
     CHECK(g != NULL);
     if (g)
-        CHECK(splits_sequence(g, &c, &m));
+        CHECK(splits_sequence(g, &c, &m, AP_CP_P2P));
     ap_graph_free(g);
+    ap_cluster_free(&c);
+}
+
+/* Under the all-to-all each of cp = 2 ranks holds whole sequences of half
+ * the heads, so the window's kernel over 4,096 rows of 256 head rows
+ * replaces the causal one; the copies around the all-to-alls and the
+ * exchange itself are the same with or without the window. */
+static void the_all_to_all_runs_the_window_kernel_on_whole_sequences(void)
+{
+    ap_cluster c = ap_test_h100(8);
+    for (int bwd = 0; bwd < 2; bwd++) {
+        double full = ap_cost_attention_cp_comm(&c, AP_CP_A2A, AP_BF16, bn, bn, 2048, d, d, 1,
+                                                0, 2, bwd);
+        double band = ap_cost_attention_cp_comm(&c, AP_CP_A2A, AP_BF16, bn, bn, 2048, d, d, 1,
+                                                1024, 2, bwd);
+        double causal = bwd ? ap_cost_attention_backward(&c, AP_BF16, bn / 2, 4096, 4096, d, d, 1)
+                            : ap_cost_attention(&c, AP_BF16, bn / 2, 4096, 4096, d, d, 1);
+        double window = ap_cost_attention_window(&c, AP_BF16, bn / 2, 4096, 1024, d, d, bwd);
+        CHECK(window < causal);
+        CHECK_NEAR(full - band, causal - window, 1e-12);
+        /* A window as long as the whole sequence is none. */
+        CHECK(ap_cost_attention_cp_comm(&c, AP_CP_A2A, AP_BF16, bn, bn, 2048, d, d, 1, 4096,
+                                        2, bwd) == full);
+    }
     ap_cluster_free(&c);
 }
 
@@ -212,7 +243,8 @@ int main(void)
     RUN(a_window_runs_at_the_rate_of_its_own_length);
     RUN(a_window_as_long_as_the_sequence_is_causal_attention);
     RUN(the_planner_prices_a_windowed_op_by_its_band);
-    RUN(the_search_never_splits_a_windowed_sequence);
+    RUN(only_the_all_to_all_splits_a_windowed_sequence);
+    RUN(the_all_to_all_runs_the_window_kernel_on_whole_sequences);
     RUN(the_model_format_keeps_the_window);
     RUN(bad_windows_in_a_model_file_are_refused);
     return DONE();

@@ -45,7 +45,7 @@ static double rail(int n, double bytes)
 static double cp_compute(const ap_cluster *c, ap_cp_comm t, double heads, double kv,
                          double s, int causal, int cp, int backward)
 {
-    return ap_cost_attention_cp_comm(c, t, AP_BF16, heads, kv, s, HEAD_DIM, HEAD_DIM, causal,
+    return ap_cost_attention_cp_comm(c, t, AP_BF16, heads, kv, s, HEAD_DIM, HEAD_DIM, causal, 0,
                                      cp, backward);
 }
 

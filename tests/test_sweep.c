@@ -12,8 +12,8 @@ static ap_graph *load(const char *rel)
     return g;
 }
 
-static ap_sweep_result sweep(const ap_graph *g, int gpus, double gbs,
-                             ap_launcher l, int threads)
+static ap_sweep_result sweep_cp(const ap_graph *g, int gpus, double gbs,
+                                ap_launcher l, int threads, ap_cp_comm cp_comm)
 {
     char err[AP_ERR_LEN];
     ap_cluster c;
@@ -22,6 +22,7 @@ static ap_sweep_result sweep(const ap_graph *g, int gpus, double gbs,
     memset(&r, 0, sizeof r);
     CHECK(ap_cluster_preset("h100-sxm", gpus, 8, &c, err) == AP_OK);
     ap_sweep_opts_default(&o);
+    o.run.cp_comm = cp_comm;
     o.launcher = l;
     o.global_batch = gbs;
     o.threads = threads;
@@ -29,6 +30,13 @@ static ap_sweep_result sweep(const ap_graph *g, int gpus, double gbs,
         CHECK(ap_sweep(g, &c, &o, &r, err) == AP_OK);
     ap_cluster_free(&c);
     return r;
+}
+
+/* The sweep with the context-parallel type's default, p2p. */
+static ap_sweep_result sweep(const ap_graph *g, int gpus, double gbs,
+                             ap_launcher l, int threads)
+{
+    return sweep_cp(g, gpus, gbs, l, threads, AP_CP_P2P);
 }
 
 /* gpt-tiny: 2 layers, 4 heads, sequence 256; 4 GPUs in one node, 16
@@ -137,12 +145,13 @@ static ap_graph *mistral_of(int window)
     return small_model(2, window);
 }
 
-/* Under a window shorter than the sequence context parallelism is not
- * priced (ap_megatron_plan refuses it), so the sweep does not list it:
- * gpt-tiny's 294 less the 144 with cp 2 or 4 (tp1 pp1 cp2 24, cp4 30; tp1
- * pp2 cp2 30; tp2 pp1 cp2 60), none listed and then refused. A window as
- * long as the sequence changes nothing. */
-static void a_short_window_lists_no_context_parallelism(void)
+/* Under a window shorter than the sequence context parallelism is priced
+ * with the all-to-all alone (ap_megatron_plan refuses the others), so a
+ * sweep with the ring does not list it: gpt-tiny's 294 less the 144 with cp
+ * 2 or 4 (tp1 pp1 cp2 24, cp4 30; tp1 pp2 cp2 30; tp2 pp1 cp2 60), none
+ * listed and then refused; a sweep with the all-to-all lists all 294. A
+ * window as long as the sequence changes nothing. */
+static void a_short_window_lists_context_parallelism_under_the_all_to_all_alone(void)
 {
     ap_graph *g = mistral_of(128), *whole = mistral_of(256);
     if (!g || !whole) {
@@ -154,6 +163,10 @@ static void a_short_window_lists_no_context_parallelism(void)
     CHECK(r.candidates == megatron_by_hand() - (24 + 30 + 30 + 60));
     CHECK(r.valid == r.candidates && r.refused == 0);
     CHECK(r.found && r.best.cp == 1);
+    ap_sweep_result_free(&r);
+    r = sweep_cp(g, 4, 16, AP_LAUNCHER_MEGATRON, 0, AP_CP_A2A);
+    CHECK(r.candidates == megatron_by_hand());
+    CHECK(r.valid == r.candidates && r.refused == 0);
     ap_sweep_result_free(&r);
     r = sweep(whole, 4, 16, AP_LAUNCHER_MEGATRON, 0);
     CHECK(r.candidates == megatron_by_hand());
@@ -376,7 +389,7 @@ int main(void)
     RUN(megatron_space_is_counted_by_hand);
     RUN(layers_pp_does_not_divide_split_first_and_last);
     RUN(layers_pp_does_not_divide_count_the_embedding_and_loss);
-    RUN(a_short_window_lists_no_context_parallelism);
+    RUN(a_short_window_lists_context_parallelism_under_the_all_to_all_alone);
     RUN(torchtitan_and_deepspeed_spaces_are_counted_by_hand);
     RUN(best_is_no_slower_than_hand_picked_configurations);
     RUN(states_over_memory_are_not_priced);
