@@ -478,6 +478,27 @@ double ap_cost_attention_window(const ap_cluster *c, ap_dtype dt, double bn, dou
                          attention_bytes(dt, bn, s, s, d, e), w, w, backward);
 }
 
+/* Queries at positions q0 .. q0 + h - 1, each meeting min(p + 1, w) keys:
+ * the first m of them (positions below w) their whole prefix, the rest w. */
+static double band_scores(double q0, double h, double w)
+{
+    double a = q0 + 1, m = fmin(fmax(w - a + 1, 0), h);
+    return m * a + m * (m - 1) / 2 + (h - m) * w;
+}
+
+double ap_cost_attention_band(const ap_cluster *c, ap_dtype dt, double bn, double q0,
+                              double h, double w, double d, double e, int backward)
+{
+    if (!(bn > 0 && h > 0 && d > 0 && e > 0 && q0 >= 0))
+        return 0;
+    if (!(w > 0 && w < q0 + h))
+        return ap_cost_attention_rect(c, dt, bn, h, q0 + h, d, e, 1, backward);
+    double t = fmin(q0 + h, h + w - 1);
+    return masked_kernel(c, dt, 2 * bn * band_scores(q0, h, w) * (d + e),
+                         attention_bytes(dt, bn, h, t, d, e), fmin(t, w), fmin(h, w),
+                         backward);
+}
+
 double ap_cost_attention_chunked(const ap_cluster *c, ap_dtype dt, double bn, double s,
                                  double chunk, double d, double e, int backward)
 {

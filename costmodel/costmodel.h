@@ -327,6 +327,15 @@ double ap_cost_attention_rect(const ap_cluster *c, ap_dtype dt, double bn, doubl
  * per head, and each block of queries (forward) or of keys (backward)
  * loops over at most w of the other, so the length curves are read at w.
  * A window of s or more, or 0, is ap_cost_attention(_backward). */
+/* The kernel of h queries at positions q0 .. q0 + h - 1 of a causal
+ * sequence under a sliding window of w keys (one chunk of Transformer
+ * Engine's all-gather context parallelism): each query meets min(p + 1, w)
+ * keys, the kernel reads the min(q0 + h, h + w - 1) keys the chunk's
+ * queries meet, and its loops run over at most w of them (forward) or
+ * min(h, w) queries (backward). w of q0 + h or more, or 0, is the causal
+ * rectangle ap_cost_attention_rect(h, q0 + h). */
+double ap_cost_attention_band(const ap_cluster *c, ap_dtype dt, double bn, double q0,
+                              double h, double w, double d, double e, int backward);
 double ap_cost_attention_window(const ap_cluster *c, ap_dtype dt, double bn, double s,
                                 double w, double d, double e, int backward);
 /* Chunked attention over s tokens in chunks of `chunk` (Llama 4's), forward
@@ -364,12 +373,13 @@ int ap_cp_comm_parse(const char *name, ap_cp_comm *out);
  *              before it and the chunk reorder after it): q, k, v before
  *              and out after forward; out, dout before and dq, dk, dv after
  *              backward.
- *              With a sliding window of `window` keys (0: none) shorter
- *              than the cp*s rows, the kernel is the window's
- *              (ap_cost_attention_window) over bn/cp heads; the window is
- *              priced for a2a only, and the caller gives p2p and allgather
- *              none (it refuses context parallelism under a window with
- *              them).
+ * With a sliding window of `window` keys (0: none) shorter than the cp*s
+ * rows: allgather's chunks each run their band (ap_cost_attention_band)
+ * against the s/2 + window - 1 keys before them, TE's
+ * get_kv_seq_info_after_all_gather; a2a's kernel is the window's
+ * (ap_cost_attention_window) over bn/cp heads. p2p takes none: Transformer
+ * Engine's ring refuses windows, and the caller refuses context
+ * parallelism under one with it.
  * Transformer Engine runs neither allgather nor a2a with MLA (d != e):
  * the caller refuses that, as it refuses heads cp does not divide. */
 double ap_cost_attention_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype dt,

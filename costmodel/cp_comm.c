@@ -34,13 +34,14 @@ typedef struct {
     double bn, bkv;  /* query and KV heads, times the batch */
     double s, d, e;  /* the rank's rows per head, head dims of q/k and v */
     int causal, cp;
+    double w;        /* a sliding window shorter than the cp*s rows, else 0 */
 } cp_shape;
 
 static cp_shape shape_of(const ap_cluster *c, ap_dtype dt, double bn, double bkv,
                          double s, double d, double e, int causal, int cp)
 {
     size_t sz = ap_dtype_size(dt);
-    cp_shape a = {c, dt, sz ? (double)sz : 2.0, bn, bkv, s, d, e, causal, cp};
+    cp_shape a = {c, dt, sz ? (double)sz : 2.0, bn, bkv, s, d, e, causal, cp, 0};
     return a;
 }
 
@@ -67,10 +68,26 @@ static double ag_reorder(const cp_shape *a)
 
 /* The keys chunk c's s/2 queries see: causally the sequence up to the
  * chunk's end (get_kv_seq_info_after_all_gather with window (-1, 0)),
- * else all of it. */
+ * under a window of w keys only the last s/2 + w - 1 of those (its window
+ * (w - 1, 0)), else all of it. */
 static double ag_keys(const cp_shape *a, int chunk)
 {
-    return a->causal ? (chunk + 1) * a->s / 2 : a->cp * a->s;
+    double h = a->s / 2, end = (chunk + 1) * h;
+    if (!a->causal)
+        return a->cp * a->s;
+    return a->w > 0 ? fmin(end, h + a->w - 1) : end;
+}
+
+/* Chunk c's kernel: the causal rectangle of its queries against the keys
+ * before them, or under a window its band. */
+static double ag_kernel(const cp_shape *a, int chunk, int backward)
+{
+    double h = a->s / 2;
+    if (a->w > 0 && a->causal)
+        return ap_cost_attention_band(a->c, a->dt, a->bn, chunk * h, h, a->w, a->d, a->e,
+                                      backward);
+    return ap_cost_attention_rect(a->c, a->dt, a->bn, h, ag_keys(a, chunk), a->d, a->e,
+                                  a->causal, backward);
 }
 
 /* Rank r's forward: the reorder, then per local chunk its kernel and the
@@ -80,9 +97,7 @@ static double ag_forward(const cp_shape *a, int r)
     const int chunks[2] = {r, 2 * a->cp - 1 - r};
     double h = a->s / 2, t = ag_reorder(a);
     for (int i = 0; i < 2; i++)
-        t += ap_cost_attention_rect(a->c, a->dt, a->bn, h, ag_keys(a, chunks[i]), a->d,
-                                    a->e, a->causal, 0) +
-             copy_of(a, a->bn * h * a->e);
+        t += ag_kernel(a, chunks[i], 0) + copy_of(a, a->bn * h * a->e);
     return t;
 }
 
@@ -97,8 +112,8 @@ static double ag_backward(const cp_shape *a, int r)
                ap_cost_memop(a->c, 0, a->sz * rows * a->e);
     for (int i = 0; i < 2; i++) {
         double keys = ag_keys(a, chunks[i]);
-        t += ap_cost_attention_rect(a->c, a->dt, a->bn, h, keys, a->d, a->e, a->causal, 1) +
-             copy_of(a, a->bn * h * a->d) + add_of(a, a->bkv * keys * a->d) +
+        t += ag_kernel(a, chunks[i], 1) + copy_of(a, a->bn * h * a->d) +
+             add_of(a, a->bkv * keys * a->d) +
              add_of(a, a->bkv * keys * a->e);
     }
     return t;
@@ -217,8 +232,8 @@ double ap_cost_attention_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype 
     if (!(bn > 0 && bkv > 0 && s > 0 && d > 0 && e > 0))
         return 0;
     cp_shape a = shape_of(c, dt, bn, bkv, s, d, e, causal, cp);
-    return type == AP_CP_ALLGATHER ? ag_compute(&a, backward)
-                                   : a2a_compute(&a, window, backward);
+    a.w = window > 0 && window < cp * s ? window : 0;
+    return type == AP_CP_ALLGATHER ? ag_compute(&a, backward) : a2a_compute(&a, a.w, backward);
 }
 
 double ap_cost_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype dt, double bn,

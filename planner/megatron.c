@@ -2464,11 +2464,11 @@ static int check_cp_comm(const ap_graph *g, const ap_megatron *m, char *err)
 }
 
 /* Context parallelism under a sliding window shorter than the sequence:
- * Transformer Engine's p2p ring refuses the window and its all-gather
- * takes it, but only the all-to-all (cp_comm a2a), after which every rank
- * holds whole sequences, is priced under one; no type runs an attention
- * chunk (Llama 4's), which has no Megatron-LM flag either. A window as
- * long as the sequence changes nothing and is priced. */
+ * Transformer Engine's p2p ring refuses the window; its all-gather (each
+ * chunk's band) and all-to-all (whole sequences of fewer heads) take it.
+ * No type runs an attention chunk (Llama 4's), which has no Megatron-LM
+ * flag either. A window as long as the sequence changes nothing and is
+ * priced. */
 static int check_window_cp(const ap_graph *g, const ap_megatron *m, char *err)
 {
     long long seq = 0, c = m->cp > 1 ? ap_model_short_chunk(g, &seq) : 0;
@@ -2479,15 +2479,13 @@ static int check_window_cp(const ap_graph *g, const ap_megatron *m, char *err)
                  m->cp, m->cp, c, seq);
         return AP_EINPUT;
     }
-    long long w = m->cp > 1 && m->run.cp_comm != AP_CP_A2A ? ap_model_short_window(g, &seq) : 0;
+    long long w = m->cp > 1 && m->run.cp_comm == AP_CP_P2P ? ap_model_short_window(g, &seq) : 0;
     if (!w)
         return AP_OK;
-    snprintf(err, AP_ERR_LEN, "cp=%d (--context-parallel-size %d) with cp_comm=%s: context "
-             "parallelism with a sliding window of %lld keys shorter than the sequence %lld "
-             "is priced with the all-to-all alone (Transformer Engine's p2p ring refuses the "
-             "window; its all-gather's band is not priced): give cp_comm=a2a "
-             "(--cp-comm-type a2a) or cp=1", m->cp, m->cp, ap_cp_comm_name(m->run.cp_comm),
-             w, seq);
+    snprintf(err, AP_ERR_LEN, "cp=%d (--context-parallel-size %d) with cp_comm=p2p: "
+             "Transformer Engine's ring refuses a sliding window (here %lld keys, shorter "
+             "than the sequence %lld): give cp_comm=allgather or a2a (--cp-comm-type "
+             "allgather or a2a), which take it, or cp=1", m->cp, m->cp, w, seq);
     return AP_EINPUT;
 }
 

@@ -220,13 +220,12 @@ static void shardable(const ap_price_ctx *x, const ap_op *op, char *out)
         const char *q = shape_of(x, op->inputs[0]);
         out[n++] = q[0]; /* batch */
         /* Context parallel; under a sliding window shorter than the
-         * sequence only with the all-to-all (cp_comm a2a: Transformer
-         * Engine's ring refuses the window, its all-gather's band is not
-         * priced), and never under an attention chunk, which no context
-         * parallelism of TE runs. */
+         * sequence only with the all-gather or the all-to-all (Transformer
+         * Engine's ring refuses the window), and never under an attention
+         * chunk, which no context parallelism of TE runs. */
         double s = ap_label_size(x, q[1]);
         int window = op->window && (double)op->window < s;
-        if ((!window || x->run.cp_comm == AP_CP_A2A) && (!op->chunk || (double)op->chunk >= s))
+        if ((!window || x->run.cp_comm != AP_CP_P2P) && (!op->chunk || (double)op->chunk >= s))
             out[n++] = q[1];
         out[n++] = q[2]; /* heads */
         break;

@@ -566,11 +566,11 @@ static int thread_count(int asked, long work)
 
 /* The shortest window or chunk under which no configuration runs context
  * parallelism: every chunk, and every window unless the sweep runs
- * cp_comm a2a, the one type priced under a window (check_window_cp). */
+ * cp_comm allgather or a2a, which take one (check_window_cp). */
 static long long no_cp_span(const ap_graph *g, const ap_sweep_opts *o)
 {
     long long c = ap_model_short_chunk(g, NULL);
-    if (c || o->run.cp_comm != AP_CP_A2A || o->launcher != AP_LAUNCHER_MEGATRON)
+    if (c || o->run.cp_comm == AP_CP_P2P || o->launcher != AP_LAUNCHER_MEGATRON)
         return c ? c : ap_model_short_window(g, NULL);
     return 0;
 }

@@ -128,11 +128,10 @@ static int splits_sequence(const ap_graph *g, const ap_cluster *c, const ap_mesh
     return seq > 0;
 }
 
-/* Transformer Engine's ring refuses a window, and its all-gather's band is
- * not priced: the search splits a windowed attention's heads and batch,
- * never its sequence, unless the window spans it or the context-parallel
- * type is the all-to-all. */
-static void only_the_all_to_all_splits_a_windowed_sequence(void)
+/* Transformer Engine's ring refuses a window: under it the search splits a
+ * windowed attention's heads and batch, never its sequence, unless the
+ * window spans it; under the all-gather or the all-to-all it may. */
+static void the_ring_never_splits_a_windowed_sequence(void)
 {
     char err[AP_ERR_LEN];
     ap_cluster c;
@@ -143,7 +142,7 @@ static void only_the_all_to_all_splits_a_windowed_sequence(void)
     CHECK(g != NULL);
     if (g) {
         CHECK(!splits_sequence(g, &c, &m, AP_CP_P2P));
-        CHECK(!splits_sequence(g, &c, &m, AP_CP_ALLGATHER));
+        CHECK(splits_sequence(g, &c, &m, AP_CP_ALLGATHER));
         CHECK(splits_sequence(g, &c, &m, AP_CP_A2A));
     }
     ap_graph_free(g);
@@ -152,6 +151,64 @@ static void only_the_all_to_all_splits_a_windowed_sequence(void)
     if (g)
         CHECK(splits_sequence(g, &c, &m, AP_CP_P2P));
     ap_graph_free(g);
+    ap_cluster_free(&c);
+}
+
+/* A band of h queries from position q0 meets min(p + 1, w) keys each.
+ * Without length curves its time is the causal rectangle's times the
+ * ratio of scores: 4,096 queries from 4,096 under a 1,024-key window meet
+ * 4,096 x 1,024 = 4,194,304 scores against the rectangle's 4096 x 8192 -
+ * 4096^2 / 2 = 25,165,824; the first chunk, from 0, 1,024 x 1,025 / 2 +
+ * 3,072 x 1,024 = 3,670,528 against 4096^2 / 2 = 8,388,608. A window that
+ * spans the chunk's keys is the rectangle. */
+static void a_band_counts_what_each_query_meets(void)
+{
+    ap_cluster c = ap_test_h100(8), flat = c;
+    flat.attn_len_n = 0;
+    for (int bwd = 0; bwd < 2; bwd++) {
+        double rect = ap_cost_attention_rect(&flat, AP_BF16, bn, 4096, 8192, d, d, 1, bwd);
+        double band = ap_cost_attention_band(&flat, AP_BF16, bn, 4096, 4096, 1024, d, d, bwd);
+        CHECK_NEAR(band / rect, 4194304.0 / 25165824.0, 1e-12);
+        double first = ap_cost_attention_rect(&flat, AP_BF16, bn, 4096, 4096, d, d, 1, bwd);
+        band = ap_cost_attention_band(&flat, AP_BF16, bn, 0, 4096, 1024, d, d, bwd);
+        CHECK_NEAR(band / first, 3670528.0 / 8388608.0, 1e-12);
+        CHECK(ap_cost_attention_band(&c, AP_BF16, bn, 4096, 4096, 8192, d, d, bwd) ==
+              ap_cost_attention_rect(&c, AP_BF16, bn, 4096, 8192, d, d, 1, bwd));
+    }
+    ap_cluster_free(&c);
+}
+
+/* Under the all-gather rank 0 of cp = 2 holds chunks 0 and 3 of 1,024
+ * tokens each (2,048 rows), rank 1 chunks 1 and 2; each chunk's kernel is
+ * its band. Under a window no longer than a chunk rank 1 is the slowest
+ * (chunk 0's queries meet fewer keys), so between windows of 512 and 256
+ * keys the forward differs by exactly its two bands' difference, from
+ * positions 1,024 and 2,048. Both are below the causal rectangles', and
+ * the gathers do not change. */
+static void the_all_gather_runs_each_chunks_band(void)
+{
+    ap_cluster c = ap_test_h100(8);
+    double want = 0;
+    const double q0[2] = {1024, 2048};
+    for (int i = 0; i < 2; i++)
+        want += ap_cost_attention_band(&c, AP_BF16, bn, q0[i], 1024, 512, d, d, 0) -
+                ap_cost_attention_band(&c, AP_BF16, bn, q0[i], 1024, 256, d, d, 0);
+    double w512 = ap_cost_attention_cp_comm(&c, AP_CP_ALLGATHER, AP_BF16, bn, bn, 2048, d, d,
+                                            1, 512, 2, 0);
+    double w256 = ap_cost_attention_cp_comm(&c, AP_CP_ALLGATHER, AP_BF16, bn, bn, 2048, d, d,
+                                            1, 256, 2, 0);
+    CHECK(want > 0);
+    CHECK_NEAR(w512 - w256, want, 1e-9);
+    for (int bwd = 0; bwd < 2; bwd++) {
+        double full = ap_cost_attention_cp_comm(&c, AP_CP_ALLGATHER, AP_BF16, bn, bn, 2048, d,
+                                                d, 1, 0, 2, bwd);
+        double band = ap_cost_attention_cp_comm(&c, AP_CP_ALLGATHER, AP_BF16, bn, bn, 2048, d,
+                                                d, 1, 512, 2, bwd);
+        CHECK(band < full);
+        /* A window as long as the whole sequence is none. */
+        CHECK(ap_cost_attention_cp_comm(&c, AP_CP_ALLGATHER, AP_BF16, bn, bn, 2048, d, d, 1,
+                                        4096, 2, bwd) == full);
+    }
     ap_cluster_free(&c);
 }
 
@@ -243,7 +300,9 @@ int main(void)
     RUN(a_window_runs_at_the_rate_of_its_own_length);
     RUN(a_window_as_long_as_the_sequence_is_causal_attention);
     RUN(the_planner_prices_a_windowed_op_by_its_band);
-    RUN(only_the_all_to_all_splits_a_windowed_sequence);
+    RUN(the_ring_never_splits_a_windowed_sequence);
+    RUN(a_band_counts_what_each_query_meets);
+    RUN(the_all_gather_runs_each_chunks_band);
     RUN(the_all_to_all_runs_the_window_kernel_on_whole_sequences);
     RUN(the_model_format_keeps_the_window);
     RUN(bad_windows_in_a_model_file_are_refused);
