@@ -36,6 +36,40 @@ static inline ap_graph *ap_test_hf_text(const char *json, const char *source)
     return g;
 }
 
+/* A graph from a Hugging Face config given as text at sequence length
+ * `seq` (0: the config's own), named "config.json" in messages; NULL, with
+ * the reason in err and on stderr, when it does not build. The caller
+ * frees it. */
+static inline ap_graph *ap_test_hf_seq(const char *json, int64_t seq, char *err)
+{
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.seq = seq;
+    ap_graph *g = NULL;
+    if (ap_graph_from_hf(json, strlen(json), "config.json", &o, &g, err) != AP_OK) {
+        fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    return g;
+}
+
+/* The op of g called `name`, NULL where there is none. */
+static inline const ap_op *ap_test_op(const ap_graph *g, const char *name)
+{
+    int i = ap_graph_find_op(g, name);
+    return i >= 0 ? &g->ops[i] : NULL;
+}
+
+/* The sliding window of layer i's attention op ("l<i>.attn"): its keys,
+ * 0 for none, -1 where the layer has no such op. */
+static inline int64_t ap_test_window(const ap_graph *g, int layer)
+{
+    char name[32];
+    snprintf(name, sizeof name, "l%d.attn", layer);
+    const ap_op *op = ap_test_op(g, name);
+    return op ? op->window : -1;
+}
+
 /* The same at sequence length `seq` (0: the model's own). */
 static inline ap_graph *ap_test_model(const char *rel, int seq)
 {

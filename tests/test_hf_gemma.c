@@ -7,33 +7,6 @@
  * window, and the configs that are refused. */
 #include "model.h"
 
-static ap_graph *from_text(const char *json, int64_t seq, char *err)
-{
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    o.seq = seq;
-    ap_graph *g = NULL;
-    if (ap_graph_from_hf(json, strlen(json), "config.json", &o, &g, err) != AP_OK) {
-        fprintf(stderr, "%s\n", err);
-        return NULL;
-    }
-    return g;
-}
-
-static const ap_op *op_named(const ap_graph *g, const char *name)
-{
-    int i = ap_graph_find_op(g, name);
-    return i >= 0 ? &g->ops[i] : NULL;
-}
-
-static int64_t window_of(const ap_graph *g, int layer)
-{
-    char name[32];
-    snprintf(name, sizeof name, "l%d.attn", layer);
-    const ap_op *op = op_named(g, name);
-    return op ? op->window : -1;
-}
-
 /* google/gemma-7b's config.json. */
 static const char *gemma_7b =
     "{\"model_type\":\"gemma\",\"head_dim\":256,\"hidden_act\":\"gelu\","
@@ -72,7 +45,7 @@ static const char *phi3_mini =
 static void gemma_7b_has_8_54b_parameters_and_a_geglu_mlp(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = from_text(gemma_7b, 0, err);
+    ap_graph *g = ap_test_hf_seq(gemma_7b, 0, err);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -80,17 +53,17 @@ static void gemma_7b_has_8_54b_parameters_and_a_geglu_mlp(void)
     double layer = 4 * h * nd + 3 * h * f + 2 * h;
     CHECK_NEAR(g->total_params, 28 * layer + v * h + h, 1e-15);
     CHECK_NEAR(g->total_params, 8537680896.0, 1e-15);
-    const ap_op *act = op_named(g, "l0.mlp.gelu");
+    const ap_op *act = ap_test_op(g, "l0.mlp.gelu");
     CHECK(act && act->kind == AP_OP_UNARY && act->sub == AP_UNARY_GELU);
-    CHECK(op_named(g, "l0.mlp.silu") == NULL);
-    const ap_op *mul = op_named(g, "l0.mlp.mul");
+    CHECK(ap_test_op(g, "l0.mlp.silu") == NULL);
+    const ap_op *mul = ap_test_op(g, "l0.mlp.mul");
     CHECK(mul && ap_glu_activation(g, mul, 0) == AP_UNARY_GELU);
     /* The embedding is scaled by sqrt(hidden) before the first layer. */
-    const ap_op *scale = op_named(g, "embed_scale");
+    const ap_op *scale = ap_test_op(g, "embed_scale");
     CHECK(scale && scale->sub == AP_UNARY_SCALE);
     CHECK(ap_graph_find_tensor(g, "lm_head.w") < 0); /* tied */
-    CHECK(window_of(g, 0) == 0);
-    CHECK(op_named(g, "l0.post_attn_norm") == NULL);
+    CHECK(ap_test_window(g, 0) == 0);
+    CHECK(ap_test_op(g, "l0.post_attn_norm") == NULL);
     ap_graph_free(g);
 }
 
@@ -101,28 +74,28 @@ static void gemma_7b_has_8_54b_parameters_and_a_geglu_mlp(void)
 static void gemma2_9b_has_9_24b_parameters_and_norms_after_each_sublayer(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = from_text(gemma2_9b, 0, err);
+    ap_graph *g = ap_test_hf_seq(gemma2_9b, 0, err);
     CHECK(g != NULL);
     if (!g)
         return;
     double h = 3584, layer = 2 * h * 4096 + 2 * h * 2048 + 3 * h * 14336 + 4 * h;
     CHECK_NEAR(g->total_params, 42 * layer + 256000 * h + h, 1e-15);
     CHECK_NEAR(g->total_params, 9241705984.0, 1e-15);
-    const ap_op *post = op_named(g, "l0.post_attn_norm");
+    const ap_op *post = ap_test_op(g, "l0.post_attn_norm");
     CHECK(post && post->kind == AP_OP_NORM);
     CHECK(post && g->tensors[post->inputs[0]].producer == ap_graph_find_op(g, "l0.o"));
-    const ap_op *res = op_named(g, "l0.res1");
+    const ap_op *res = ap_test_op(g, "l0.res1");
     CHECK(res && res->inputs[1] == ap_graph_find_tensor(g, "l0.post_attn_norm.y"));
-    CHECK(op_named(g, "l0.post_mlp_norm") != NULL);
+    CHECK(ap_test_op(g, "l0.post_mlp_norm") != NULL);
     /* Norms on the hidden-wide outputs are no QK layernorm (Megatron-LM's
      * --qk-layernorm); Gemma 3's on the heads are (below). */
     ap_model_shape shape;
     ap_model_shape_of(g, &shape);
     CHECK(!shape.qk_norm);
     /* The logits are capped before the loss. */
-    const ap_op *cap = op_named(g, "softcap");
+    const ap_op *cap = ap_test_op(g, "softcap");
     CHECK(cap && cap->sub == AP_UNARY_SOFTCAP);
-    const ap_op *loss = op_named(g, "loss");
+    const ap_op *loss = ap_test_op(g, "loss");
     CHECK(loss && g->tensors[loss->inputs[0]].producer == ap_graph_find_op(g, "softcap"));
     ap_graph_free(g);
 }
@@ -135,16 +108,16 @@ static void gemma2_9b_has_9_24b_parameters_and_norms_after_each_sublayer(void)
 static void gemma2_windows_every_other_layer(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = from_text(gemma2_9b, 8192, err);
+    ap_graph *g = ap_test_hf_seq(gemma2_9b, 8192, err);
     CHECK(g != NULL);
     if (!g)
         return;
-    CHECK(window_of(g, 0) == 4096);
-    CHECK(window_of(g, 1) == 0);
-    CHECK(window_of(g, 40) == 4096);
-    CHECK(window_of(g, 41) == 0);
+    CHECK(ap_test_window(g, 0) == 4096);
+    CHECK(ap_test_window(g, 1) == 0);
+    CHECK(ap_test_window(g, 40) == 4096);
+    CHECK(ap_test_window(g, 41) == 0);
     CHECK(g->layer_class[2] == 0 && g->layer_class[3] == 1);
-    const ap_op *w = op_named(g, "l0.attn"), *full = op_named(g, "l1.attn");
+    const ap_op *w = ap_test_op(g, "l0.attn"), *full = ap_test_op(g, "l1.attn");
     CHECK(w && full);
     if (w && full) {
         CHECK_NEAR(ap_attention_scores(8192, 4096), 50331648.0, 1e-15);
@@ -159,21 +132,21 @@ static void gemma2_windows_every_other_layer(void)
 static void gemma3_1b_windows_five_layers_of_six(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = from_text(gemma3_1b, 0, err);
+    ap_graph *g = ap_test_hf_seq(gemma3_1b, 0, err);
     CHECK(g != NULL);
     if (!g)
         return;
     CHECK_NEAR(g->total_params, 999885952.0, 1e-15);
     int windowed = 0;
     for (int i = 0; i < 26; i++)
-        windowed += window_of(g, i) == 512;
+        windowed += ap_test_window(g, i) == 512;
     CHECK(windowed == 22);
-    CHECK(window_of(g, 5) == 0 && window_of(g, 23) == 0 && window_of(g, 4) == 512);
-    CHECK(op_named(g, "l0.q_norm") != NULL && op_named(g, "l0.k_norm") != NULL);
+    CHECK(ap_test_window(g, 5) == 0 && ap_test_window(g, 23) == 0 && ap_test_window(g, 4) == 512);
+    CHECK(ap_test_op(g, "l0.q_norm") != NULL && ap_test_op(g, "l0.k_norm") != NULL);
     ap_model_shape shape;
     ap_model_shape_of(g, &shape);
     CHECK(shape.qk_norm);
-    CHECK(op_named(g, "softcap") == NULL);
+    CHECK(ap_test_op(g, "softcap") == NULL);
     ap_graph_free(g);
 }
 
@@ -187,11 +160,11 @@ static void layer_types_decide_which_layers_are_windowed(void)
         "\"num_attention_heads\":4,\"num_hidden_layers\":3,\"num_key_value_heads\":1,"
         "\"sliding_window\":128,\"vocab_size\":1000,\"layer_types\":"
         "[\"full_attention\",\"sliding_attention\",\"full_attention\"]}";
-    ap_graph *g = from_text(cfg, 0, err);
+    ap_graph *g = ap_test_hf_seq(cfg, 0, err);
     CHECK(g != NULL);
     if (!g)
         return;
-    CHECK(window_of(g, 0) == 0 && window_of(g, 1) == 128 && window_of(g, 2) == 0);
+    CHECK(ap_test_window(g, 0) == 0 && ap_test_window(g, 1) == 128 && ap_test_window(g, 2) == 0);
     ap_graph_free(g);
 }
 
@@ -207,19 +180,19 @@ static void qwen2_windows_only_under_use_sliding_window(void)
         "\"num_hidden_layers\":4,\"num_key_value_heads\":2,\"vocab_size\":1000,"
         "\"sliding_window\":512,\"max_window_layers\":2,\"use_sliding_window\":%s}";
     snprintf(cfg, sizeof cfg, fmt, "true");
-    ap_graph *g = from_text(cfg, 0, err);
+    ap_graph *g = ap_test_hf_seq(cfg, 0, err);
     CHECK(g != NULL);
     if (g) {
-        CHECK(window_of(g, 0) == 0 && window_of(g, 1) == 0);
-        CHECK(window_of(g, 2) == 512 && window_of(g, 3) == 512);
+        CHECK(ap_test_window(g, 0) == 0 && ap_test_window(g, 1) == 0);
+        CHECK(ap_test_window(g, 2) == 512 && ap_test_window(g, 3) == 512);
         ap_graph_free(g);
     }
     snprintf(cfg, sizeof cfg, fmt, "false");
-    g = from_text(cfg, 0, err);
+    g = ap_test_hf_seq(cfg, 0, err);
     CHECK(g != NULL);
     if (g) {
         for (int i = 0; i < 4; i++)
-            CHECK(window_of(g, i) == 0);
+            CHECK(ap_test_window(g, i) == 0);
         ap_graph_free(g);
     }
 }
@@ -230,12 +203,12 @@ static void qwen2_windows_only_under_use_sliding_window(void)
 static void phi3_mini_has_3_82b_parameters_and_a_window_on_every_layer(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = from_text(phi3_mini, 0, err);
+    ap_graph *g = ap_test_hf_seq(phi3_mini, 0, err);
     CHECK(g != NULL);
     if (!g)
         return;
     CHECK_NEAR(g->total_params, 3821079552.0, 1e-15);
-    CHECK(window_of(g, 0) == 2047 && window_of(g, 31) == 2047);
+    CHECK(ap_test_window(g, 0) == 2047 && ap_test_window(g, 31) == 2047);
     CHECK(g->layer_class[31] == 0);
     CHECK(ap_graph_label_of(g, AP_DIM_OTHER) == 0); /* the whole head rotates */
     ap_graph_free(g);
@@ -243,7 +216,7 @@ static void phi3_mini_has_3_82b_parameters_and_a_window_on_every_layer(void)
     char cfg[1024];
     snprintf(cfg, sizeof cfg, "%.*s,\"partial_rotary_factor\":0.75}",
              (int)strlen(phi3_mini) - 1, phi3_mini);
-    g = from_text(cfg, 0, err);
+    g = ap_test_hf_seq(cfg, 0, err);
     CHECK(g != NULL);
     if (g) {
         const ap_dim *r = ap_graph_dim(g, 'r');
@@ -299,7 +272,7 @@ static void a_gemma3_vision_config_builds_its_language_model(void)
         "{\"model_type\":\"gemma3\",\"text_config\":{\"hidden_size\":2560,"
         "\"intermediate_size\":10240,\"model_type\":\"gemma3_text\",\"num_hidden_layers\":34,"
         "\"sliding_window\":1024},\"vision_config\":{\"hidden_size\":1152}}";
-    ap_graph *g = from_text(cfg, 0, err);
+    ap_graph *g = ap_test_hf_seq(cfg, 0, err);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -307,7 +280,7 @@ static void a_gemma3_vision_config_builds_its_language_model(void)
     CHECK(g->total_params == 34 * layer + 262208 * h + h);
     CHECK(g->total_params == 3880263168.0);
     CHECK(ap_graph_dim(g, 'n')->size == 8 && ap_graph_dim(g, 'g')->size == 4);
-    CHECK(window_of(g, 0) == 1024 && window_of(g, 5) == 0);
+    CHECK(ap_test_window(g, 0) == 1024 && ap_test_window(g, 5) == 0);
     ap_graph_free(g);
     refused("{\"model_type\":\"gemma3\",\"vision_config\":{}}",
             "model_type \"gemma3\" (Gemma 3 with vision) needs a \"text_config\" object");

@@ -6,12 +6,6 @@
  * gate runs x * sigmoid(1.702 x) (Megatron-LM's --quick-geglu). */
 #include "model.h"
 
-static const ap_op *op_named(const ap_graph *g, const char *name)
-{
-    int i = ap_graph_find_op(g, name);
-    return i >= 0 ? &g->ops[i] : NULL;
-}
-
 /* openai/gpt-oss-120b's config.json, its 36 layer_types left to the
  * config class's rule (sliding on even layers) that they spell out. */
 static const char *gpt_oss_120b =
@@ -63,19 +57,19 @@ static void gpt_oss_blocks_are_built_as_hf_runs_them(void)
 {
     ap_graph *g = ap_test_model("examples/hf/gpt-oss-20b.json", 0);
     REQUIRE_OK(g ? 0 : 1, "examples/hf/gpt-oss-20b.json did not load");
-    const ap_op *attn = op_named(g, "l0.attn"), *full = op_named(g, "l1.attn");
+    const ap_op *attn = ap_test_op(g, "l0.attn"), *full = ap_test_op(g, "l1.attn");
     CHECK(attn && attn->ninputs == 4 && attn->window == 128);
     CHECK(full && full->ninputs == 4 && full->window == 0);
     if (attn) {
         const ap_tensor *sinks = &g->tensors[attn->inputs[3]];
         CHECK(sinks->role == AP_TENSOR_PARAM && !strcmp(sinks->shape, "n"));
     }
-    CHECK(op_named(g, "l0.q") && op_named(g, "l0.q")->ninputs == 3);
-    CHECK(op_named(g, "l0.o") && op_named(g, "l0.o")->ninputs == 3);
-    CHECK(op_named(g, "l0.router") && op_named(g, "l0.router")->ninputs == 3);
-    const ap_op *act = op_named(g, "l0.experts.quick_gelu");
+    CHECK(ap_test_op(g, "l0.q") && ap_test_op(g, "l0.q")->ninputs == 3);
+    CHECK(ap_test_op(g, "l0.o") && ap_test_op(g, "l0.o")->ninputs == 3);
+    CHECK(ap_test_op(g, "l0.router") && ap_test_op(g, "l0.router")->ninputs == 3);
+    const ap_op *act = ap_test_op(g, "l0.experts.quick_gelu");
     CHECK(act && act->sub == AP_UNARY_QUICK_GELU);
-    CHECK(op_named(g, "l0.experts.down") && op_named(g, "l0.experts.down")->ninputs == 3);
+    CHECK(ap_test_op(g, "l0.experts.down") && ap_test_op(g, "l0.experts.down")->ninputs == 3);
     ap_model_shape s;
     ap_model_shape_of(g, &s);
     CHECK(s.quick_geglu && s.sinks && s.window == 128 && !strcmp(s.window_freq, "2"));

@@ -8,12 +8,6 @@
 #include "costmodel/costmodel.h"
 #include "model.h"
 
-static const ap_op *op_named(const ap_graph *g, const char *name)
-{
-    int i = ap_graph_find_op(g, name);
-    return i >= 0 ? &g->ops[i] : NULL;
-}
-
 static ap_graph *from_text(const char *json, int64_t seq, char *err)
 {
     ap_build_opts o;
@@ -49,12 +43,12 @@ static void every_fourth_layer_takes_no_rotary(void)
 {
     ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 0);
     REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
-    CHECK(op_named(g, "l3.q_rot") == NULL && op_named(g, "l3.q_norm") == NULL);
-    CHECK(op_named(g, "l47.k_rot") == NULL);
-    const ap_op *norm = op_named(g, "l0.q_norm");
-    CHECK(norm && norm->ninputs == 1 && op_named(g, "l0.q_rot") != NULL);
+    CHECK(ap_test_op(g, "l3.q_rot") == NULL && ap_test_op(g, "l3.q_norm") == NULL);
+    CHECK(ap_test_op(g, "l47.k_rot") == NULL);
+    const ap_op *norm = ap_test_op(g, "l0.q_norm");
+    CHECK(norm && norm->ninputs == 1 && ap_test_op(g, "l0.q_rot") != NULL);
     CHECK(g->layer_class[3] == 3 && g->layer_class[7] == 3 && g->layer_class[4] == 0);
-    CHECK(op_named(g, "l0.shared.down") != NULL && op_named(g, "l0.experts.down") != NULL);
+    CHECK(ap_test_op(g, "l0.shared.down") != NULL && ap_test_op(g, "l0.experts.down") != NULL);
     ap_model_shape s;
     ap_model_shape_of(g, &s);
     CHECK(s.nope_layers == 12);
@@ -74,8 +68,8 @@ static void interleaved_moe_layers_leave_dense_ones_between(void)
         "\"max_position_embeddings\":4096}";
     ap_graph *g = from_text(cfg, 1024, err);
     REQUIRE_OK(g ? 0 : 1, err);
-    CHECK(op_named(g, "l0.mlp.down") != NULL && op_named(g, "l0.router") == NULL);
-    CHECK(op_named(g, "l1.router") != NULL && op_named(g, "l3.router") != NULL);
+    CHECK(ap_test_op(g, "l0.mlp.down") != NULL && ap_test_op(g, "l0.router") == NULL);
+    CHECK(ap_test_op(g, "l1.router") != NULL && ap_test_op(g, "l3.router") != NULL);
     CHECK(ap_graph_dim(g, 'f')->size == 512 && ap_graph_dim(g, 'm')->size == 128);
     ap_graph_free(g);
 }
@@ -89,7 +83,7 @@ static void rotary_layers_attend_within_chunks(void)
 {
     ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 20480);
     REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
-    const ap_op *chunked = op_named(g, "l0.attn"), *global = op_named(g, "l3.attn");
+    const ap_op *chunked = ap_test_op(g, "l0.attn"), *global = ap_test_op(g, "l3.attn");
     CHECK(chunked && chunked->chunk == 8192 && global && global->chunk == 0);
     double scores = 2 * 8192.0 * 8192 + 4096.0 * 4096;
     CHECK(ap_attention_chunk_scores(20480, 8192) == scores);

@@ -19,12 +19,6 @@ static ap_graph *from_text(const char *json, const char *source, char *err)
     return g;
 }
 
-static const ap_op *op_named(const ap_graph *g, const char *name)
-{
-    int i = ap_graph_find_op(g, name);
-    return i >= 0 ? &g->ops[i] : NULL;
-}
-
 static const ap_tensor *tensor_named(const ap_graph *g, const char *name)
 {
     int t = ap_graph_find_tensor(g, name);
@@ -81,12 +75,12 @@ static void nemotron_block_is_layernorm1p_and_squared_relu_without_biases(void)
 {
     ap_graph *g = ap_test_model("bench/validation/models/nemotron-4-15b.json", 0);
     REQUIRE_OK(g ? 0 : 1, "nemotron-4-15b.json did not load");
-    const ap_op *ln1 = op_named(g, "l0.ln1"), *fin = op_named(g, "final_norm");
+    const ap_op *ln1 = ap_test_op(g, "l0.ln1"), *fin = ap_test_op(g, "final_norm");
     CHECK(ln1 && ln1->kind == AP_OP_NORM && ln1->sub == AP_NORM_LAYER1P && ln1->ninputs == 3);
     CHECK(ln1 && !strcmp(ap_op_kind_name(ln1), "layernorm1p"));
     CHECK(fin && fin->sub == AP_NORM_LAYER1P);
-    CHECK(op_named(g, "l0.mlp.gate") == NULL);
-    const ap_op *act = op_named(g, "l0.mlp.relu2");
+    CHECK(ap_test_op(g, "l0.mlp.gate") == NULL);
+    const ap_op *act = ap_test_op(g, "l0.mlp.relu2");
     CHECK(act && act->kind == AP_OP_UNARY && act->sub == AP_UNARY_RELU2);
     CHECK(act && !strcmp(ap_op_kind_name(act), "relu2"));
     CHECK(!strcmp(tensor_named(g, "l0.mlp.up.w")->shape, "hf"));
@@ -128,7 +122,7 @@ static void squared_relu_reads_and_writes_bsf_and_saves_its_input(void)
 {
     ap_graph *g = ap_test_model("bench/validation/models/nemotron-4-15b.json", 0);
     REQUIRE_OK(g ? 0 : 1, "nemotron-4-15b.json did not load");
-    const ap_op *act = op_named(g, "l5.mlp.relu2");
+    const ap_op *act = ap_test_op(g, "l5.mlp.relu2");
     REQUIRE_OK(act ? 0 : 1, "no l5.mlp.relu2");
     double elems = 4096.0 * 24576;
     CHECK_NEAR(act->flops, 2 * elems, 0);
@@ -159,8 +153,8 @@ static void nemotron_graph_round_trips_through_the_project_format(void)
     CHECK_NEAR(back->total_params, g->total_params, 0);
     CHECK_NEAR(back->total_flops, g->total_flops, 0);
     CHECK_NEAR(back->total_saved_bytes, g->total_saved_bytes, 0);
-    CHECK(op_named(back, "l1.ln2")->sub == AP_NORM_LAYER1P);
-    CHECK(op_named(back, "l1.mlp.relu2")->sub == AP_UNARY_RELU2);
+    CHECK(ap_test_op(back, "l1.ln2")->sub == AP_NORM_LAYER1P);
+    CHECK(ap_test_op(back, "l1.mlp.relu2")->sub == AP_UNARY_RELU2);
     ap_graph_free(back);
     ap_graph_free(g);
 }
@@ -195,7 +189,7 @@ static void zero_rotary_factor_builds_no_rotary_ops(void)
     char err[AP_ERR_LEN];
     ap_graph *g = from_text(cfg, "norope.json", err);
     REQUIRE_OK(g ? 0 : 1, err);
-    CHECK(op_named(g, "l0.q_rot") == NULL && tensor_named(g, "rope.freqs") == NULL);
+    CHECK(ap_test_op(g, "l0.q_rot") == NULL && tensor_named(g, "rope.freqs") == NULL);
     ap_model_shape s;
     ap_model_shape_of(g, &s);
     CHECK_NEAR(s.rotary_percent, 0, 0);

@@ -7,37 +7,10 @@
  * costs, and what the Megatron-LM export cannot state. */
 #include "model.h"
 
-static ap_graph *from_text(const char *json, int64_t seq, char *err)
-{
-    ap_build_opts o;
-    ap_build_opts_default(&o);
-    o.seq = seq;
-    ap_graph *g = NULL;
-    if (ap_graph_from_hf(json, strlen(json), "config.json", &o, &g, err) != AP_OK) {
-        fprintf(stderr, "%s\n", err);
-        return NULL;
-    }
-    return g;
-}
-
-static const ap_op *op_named(const ap_graph *g, const char *name)
-{
-    int i = ap_graph_find_op(g, name);
-    return i >= 0 ? &g->ops[i] : NULL;
-}
-
 static const char *input_shape(const ap_graph *g, const char *op, int k)
 {
-    const ap_op *o = op_named(g, op);
+    const ap_op *o = ap_test_op(g, op);
     return o && k < o->ninputs ? g->tensors[o->inputs[k]].shape : "";
-}
-
-static int64_t window_of(const ap_graph *g, int layer)
-{
-    char name[32];
-    snprintf(name, sizeof name, "l%d.attn", layer);
-    const ap_op *op = op_named(g, name);
-    return op ? op->window : -1;
 }
 
 /* allenai/OLMo-2-1124-7B's config.json. */
@@ -77,7 +50,7 @@ static const char *olmo3_small =
 static void olmo2_7b_has_7_30b_parameters_and_norms_only_after_each_sublayer(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = from_text(olmo2_7b, 0, err);
+    ap_graph *g = ap_test_hf_seq(olmo2_7b, 0, err);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -86,24 +59,24 @@ static void olmo2_7b_has_7_30b_parameters_and_norms_only_after_each_sublayer(voi
     CHECK(g->total_params == 7298617344.0);
     /* No norm before attention or the MLP: the projections read the block
      * input, the MLP the first residual sum. */
-    CHECK(op_named(g, "l0.ln1") == NULL && op_named(g, "l0.ln2") == NULL);
-    const ap_op *q = op_named(g, "l1.q"), *gate = op_named(g, "l1.mlp.gate");
+    CHECK(ap_test_op(g, "l0.ln1") == NULL && ap_test_op(g, "l0.ln2") == NULL);
+    const ap_op *q = ap_test_op(g, "l1.q"), *gate = ap_test_op(g, "l1.mlp.gate");
     CHECK(q && q->inputs[0] == ap_graph_find_tensor(g, "l0.out"));
     CHECK(gate && gate->inputs[0] == ap_graph_find_tensor(g, "l1.res1.y"));
-    const ap_op *post = op_named(g, "l1.post_attn_norm");
+    const ap_op *post = ap_test_op(g, "l1.post_attn_norm");
     CHECK(post && g->tensors[post->inputs[0]].producer == ap_graph_find_op(g, "l1.o"));
-    const ap_op *res = op_named(g, "l1.res2");
+    const ap_op *res = ap_test_op(g, "l1.res2");
     CHECK(res && res->inputs[1] == ap_graph_find_tensor(g, "l1.post_mlp_norm.y"));
     /* The query norm spans heads and head dim, and the rotation reads it. */
     CHECK(!strcmp(input_shape(g, "l0.q_norm", 1), "nd"));
-    CHECK(ap_norm_span(g, op_named(g, "l0.q_norm")) == 2);
-    CHECK(ap_norm_span(g, op_named(g, "l0.post_attn_norm")) == 1);
-    const ap_op *rot = op_named(g, "l0.q_rot");
+    CHECK(ap_norm_span(g, ap_test_op(g, "l0.q_norm")) == 2);
+    CHECK(ap_norm_span(g, ap_test_op(g, "l0.post_attn_norm")) == 1);
+    const ap_op *rot = ap_test_op(g, "l0.q_rot");
     CHECK(rot && rot->inputs[0] == ap_graph_find_tensor(g, "l0.q_norm.y"));
     ap_model_shape s;
     ap_model_shape_of(g, &s);
     CHECK(s.qk_norm && s.qk_norm_wide && s.post_norm && !s.qk_l2);
-    CHECK(window_of(g, 0) == 0);
+    CHECK(ap_test_window(g, 0) == 0);
     ap_graph_free(g);
 }
 
@@ -115,7 +88,7 @@ static void olmo2_7b_has_7_30b_parameters_and_norms_only_after_each_sublayer(voi
 static void olmo2_32b_norms_its_keys_across_the_key_value_heads(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = from_text(olmo2_32b, 0, err);
+    ap_graph *g = ap_test_hf_seq(olmo2_32b, 0, err);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -134,7 +107,7 @@ static void olmo2_32b_norms_its_keys_across_the_key_value_heads(void)
 static void olmoe_has_6_92b_parameters_64_experts_and_norms_across_heads(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = from_text(olmoe_1b_7b, 0, err);
+    ap_graph *g = ap_test_hf_seq(olmoe_1b_7b, 0, err);
     CHECK(g != NULL);
     if (!g)
         return;
@@ -146,8 +119,8 @@ static void olmoe_has_6_92b_parameters_64_experts_and_norms_across_heads(void)
     double active = 4 * h * h + h * 64 + 8 * 3 * h * 1024 + 4 * h;
     CHECK(ap_graph_active_params(g) == 16 * active + 2 * 50304 * h + h);
     CHECK(ap_graph_active_params(g) == 1282017280.0);
-    CHECK(op_named(g, "l0.ln1") != NULL && op_named(g, "l0.post_attn_norm") == NULL);
-    const ap_op *router = op_named(g, "l15.router");
+    CHECK(ap_test_op(g, "l0.ln1") != NULL && ap_test_op(g, "l0.post_attn_norm") == NULL);
+    const ap_op *router = ap_test_op(g, "l15.router");
     CHECK(router && router->top_k == 8);
     CHECK(ap_graph_dim(g, 'E') && ap_graph_dim(g, 'E')->size == 64);
     CHECK(!strcmp(input_shape(g, "l0.q_norm", 1), "nd"));
@@ -163,39 +136,39 @@ static void olmoe_has_6_92b_parameters_64_experts_and_norms_across_heads(void)
 static void olmo3_windows_three_layers_of_four(void)
 {
     char err[AP_ERR_LEN];
-    ap_graph *g = from_text(olmo3_small, 1024, err);
+    ap_graph *g = ap_test_hf_seq(olmo3_small, 1024, err);
     CHECK(g != NULL);
     if (!g)
         return;
     for (int i = 0; i < 8; i++)
-        CHECK(window_of(g, i) == ((i + 1) % 4 ? 128 : 0));
-    CHECK(op_named(g, "l0.ln1") == NULL && op_named(g, "l0.post_mlp_norm") != NULL);
+        CHECK(ap_test_window(g, i) == ((i + 1) % 4 ? 128 : 0));
+    CHECK(ap_test_op(g, "l0.ln1") == NULL && ap_test_op(g, "l0.post_mlp_norm") != NULL);
     ap_graph_free(g);
     const char *listed =
         "{\"model_type\":\"olmo3\",\"hidden_size\":256,\"intermediate_size\":512,"
         "\"max_position_embeddings\":1024,\"num_attention_heads\":4,"
         "\"num_hidden_layers\":2,\"vocab_size\":1000,\"layer_types\":"
         "[\"full_attention\",\"sliding_attention\"]}";
-    g = from_text(listed, 0, err);
+    g = ap_test_hf_seq(listed, 0, err);
     CHECK(g != NULL);
     if (g)
-        CHECK(window_of(g, 0) == 0 && window_of(g, 1) == 4096);
+        CHECK(ap_test_window(g, 0) == 0 && ap_test_window(g, 1) == 4096);
     ap_graph_free(g);
     const char *none =
         "{\"model_type\":\"olmo3\",\"hidden_size\":256,\"intermediate_size\":512,"
         "\"max_position_embeddings\":8192,\"num_attention_heads\":4,"
         "\"num_hidden_layers\":2,\"vocab_size\":1000,\"sliding_window\":null}";
-    g = from_text(none, 8192, err);
+    g = ap_test_hf_seq(none, 8192, err);
     CHECK(g != NULL);
     if (g)
-        CHECK(window_of(g, 0) == 0);
+        CHECK(ap_test_window(g, 0) == 0);
     ap_graph_free(g);
 }
 
 /* A small OLMo 2: 4 heads of 64, sequence 512. */
 static ap_graph *small_olmo2(char *err)
 {
-    return from_text("{\"model_type\":\"olmo2\",\"hidden_size\":256,"
+    return ap_test_hf_seq("{\"model_type\":\"olmo2\",\"hidden_size\":256,"
                      "\"intermediate_size\":512,\"max_position_embeddings\":512,"
                      "\"num_attention_heads\":4,\"num_hidden_layers\":2,"
                      "\"vocab_size\":1000}", 0, err);
@@ -246,7 +219,7 @@ static void a_norm_across_heads_split_by_head_all_reduces_its_row_sums(void)
     ap_price_op(&x, qn, &both, &oc);
     CHECK_NEAR(oc.fwd_comm, ap_cost_collective(&c, AP_COLL_ALLREDUCE, 4, 1, 512 * 4), 1e-12);
     /* A norm within each head (Qwen3's) splits heads for nothing. */
-    ap_graph *q3 = from_text("{\"model_type\":\"qwen3\",\"hidden_size\":256,"
+    ap_graph *q3 = ap_test_hf_seq("{\"model_type\":\"qwen3\",\"hidden_size\":256,"
                              "\"intermediate_size\":512,\"max_position_embeddings\":512,"
                              "\"num_attention_heads\":4,\"num_hidden_layers\":2,"
                              "\"vocab_size\":1000}", 0, err);
@@ -296,7 +269,7 @@ static void the_megatron_export_refuses_what_it_cannot_state(void)
     ap_plan_desc_free(&d);
     /* OLMoE norms before its sublayers, as Megatron-LM does; its norms
      * across heads are what the export cannot state. */
-    ap_graph *moe = from_text("{\"model_type\":\"olmoe\",\"hidden_size\":256,"
+    ap_graph *moe = ap_test_hf_seq("{\"model_type\":\"olmoe\",\"hidden_size\":256,"
                               "\"intermediate_size\":128,\"max_position_embeddings\":512,"
                               "\"num_attention_heads\":4,\"num_hidden_layers\":2,"
                               "\"num_experts\":8,\"num_experts_per_tok\":2,"

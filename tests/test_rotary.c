@@ -24,12 +24,6 @@ static int rotary_ops(const ap_graph *g)
     return n;
 }
 
-static const ap_op *op_named(const ap_graph *g, const char *name)
-{
-    int i = ap_graph_find_op(g, name);
-    return i >= 0 ? &g->ops[i] : NULL;
-}
-
 static const ap_tensor *input_of(const ap_graph *g, const ap_op *op, int i)
 {
     return &g->tensors[op->inputs[i]];
@@ -54,8 +48,8 @@ static void llama_rotates_q_and_k_of_every_layer(void)
     REQUIRE_OK(g ? 0 : 1, err);
     double b = 2, s = 128, n = 8, gk = 2, d = 32;
     CHECK(rotary_ops(g) == 2 * 3);
-    const ap_op *q = op_named(g, "l1.q_rot"), *k = op_named(g, "l1.k_rot");
-    const ap_op *attn = op_named(g, "l1.attn");
+    const ap_op *q = ap_test_op(g, "l1.q_rot"), *k = ap_test_op(g, "l1.k_rot");
+    const ap_op *attn = ap_test_op(g, "l1.attn");
     CHECK(q && k && attn);
     if (!q || !k || !attn) {
         ap_graph_free(g);
@@ -96,7 +90,7 @@ static void rotary_saves_nothing_and_attention_keeps_the_rotated_q_and_k(void)
     ap_graph *g = from_hf(llama, 2, 128, err);
     REQUIRE_OK(g ? 0 : 1, err);
     double b = 2, s = 128, h = 256, n = 8, gk = 2, d = 32, f = 512;
-    const ap_op *q = op_named(g, "l1.q_rot"), *attn = op_named(g, "l1.attn");
+    const ap_op *q = ap_test_op(g, "l1.q_rot"), *attn = ap_test_op(g, "l1.attn");
     CHECK(q && attn);
     if (q && attn) {
         CHECK(q->saved_bytes == 0 && q->saves_in == 0 && q->saves_out == 0);
@@ -131,7 +125,7 @@ static void neox_rotary_pct_prices_the_rotated_fraction(void)
     double s = 128, n = 4, d = 64, r = 16;
     CHECK(rotary_ops(g) == 2 * 2);
     CHECK(ap_graph_dim(g, 'r') && ap_graph_dim(g, 'r')->size == 16);
-    const ap_op *q = op_named(g, "l0.q_rot");
+    const ap_op *q = ap_test_op(g, "l0.q_rot");
     CHECK(q != NULL);
     if (q) {
         CHECK(strcmp(input_of(g, q, 1)->shape, "sr") == 0);
@@ -147,12 +141,12 @@ static void neox_rotary_pct_defaults_to_a_quarter_and_one_rotates_all(void)
     char err[AP_ERR_LEN];
     ap_graph *g = neox("", err);
     REQUIRE_OK(g ? 0 : 1, err);
-    const ap_op *q = op_named(g, "l0.q_rot");
+    const ap_op *q = ap_test_op(g, "l0.q_rot");
     CHECK(q && q->flops == 3.0 * 128 * 4 * 16);
     ap_graph_free(g);
     g = neox(", \"rotary_pct\": 1.0", err);
     REQUIRE_OK(g ? 0 : 1, err);
-    q = op_named(g, "l0.q_rot");
+    q = ap_test_op(g, "l0.q_rot");
     CHECK(q && q->flops == 3.0 * 128 * 4 * 64);
     CHECK(q && strcmp(input_of(g, q, 1)->shape, "sd") == 0);
     CHECK(ap_graph_dim(g, 'r') == NULL);
@@ -183,7 +177,7 @@ static void gpt2_has_learned_positions_and_no_rotary(void)
     REQUIRE_OK(g ? 0 : 1, err);
     CHECK(rotary_ops(g) == 0);
     CHECK(ap_graph_find_tensor(g, "rope.freqs") < 0);
-    const ap_op *attn = op_named(g, "l0.attn");
+    const ap_op *attn = ap_test_op(g, "l0.attn");
     CHECK(attn && strcmp(input_of(g, attn, 0)->name, "l0.q.y") == 0);
     ap_graph_free(g);
 }
@@ -205,8 +199,8 @@ static void deepseek_rotates_only_the_rope_part_of_q_and_k(void)
     REQUIRE_OK(g ? 0 : 1, err);
     double s = 128, n = 4, d = 48, r = 16;
     CHECK(rotary_ops(g) == 2);
-    const ap_op *q = op_named(g, "l0.q_rot"), *k = op_named(g, "l0.k_rot");
-    const ap_op *attn = op_named(g, "l0.attn"), *bc = op_named(g, "l0.k_rope_heads");
+    const ap_op *q = ap_test_op(g, "l0.q_rot"), *k = ap_test_op(g, "l0.k_rot");
+    const ap_op *attn = ap_test_op(g, "l0.attn"), *bc = ap_test_op(g, "l0.k_rope_heads");
     CHECK(q && k && attn && bc);
     if (q && k && attn && bc) {
         CHECK(strcmp(input_of(g, q, 1)->shape, "sr") == 0);
@@ -317,14 +311,14 @@ static void model_format_round_trips_a_rotary_op(void)
     char err[AP_ERR_LEN];
     ap_graph *g = NULL, *h = NULL;
     REQUIRE_OK(parse_model(8, "input", &g, err), err);
-    const ap_op *op = op_named(g, "rope");
+    const ap_op *op = ap_test_op(g, "rope");
     CHECK(op && op->kind == AP_OP_UNARY && op->sub == AP_UNARY_ROTARY);
     /* 8 of each head's 16 elements are rotated. */
     CHECK(op && op->flops == 3.0 * 2 * 64 * 4 * 8);
     char *text = ap_graph_to_json(g);
     CHECK_STR_HAS(text, "\"rotary\"");
     CHECK(text && ap_graph_parse_json(text, strlen(text), "again.json", &h, err) == AP_OK);
-    const ap_op *back = h ? op_named(h, "rope") : NULL;
+    const ap_op *back = h ? ap_test_op(h, "rope") : NULL;
     CHECK(back && back->sub == AP_UNARY_ROTARY && back->ninputs == 2);
     CHECK(back && op && back->flops == op->flops && back->bytes_moved == op->bytes_moved);
     free(text);
