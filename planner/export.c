@@ -490,7 +490,8 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
      * heads. DeepSpeed's exports state no context parallelism. */
     if (to != AP_LAUNCHER_MEGATRON && d->run.cp_comm != AP_CP_P2P)
         return refuse(p, err, "%s does not run %s the plan was priced with: export it "
-                      "to Megatron-LM, or estimate with cp_comm=p2p", who,
+                      "to Megatron-LM, or estimate with cp_comm=p2p (cp=1 under a sliding "
+                      "window, which the ring refuses)", who,
                       d->run.cp_comm == AP_CP_A2A
                           ? "Transformer Engine's all-to-all context parallelism "
                             "(cp_comm_type a2a)"

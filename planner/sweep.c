@@ -152,7 +152,8 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
  * sweep over many GPUs lists 10^5 configurations in a few megabytes. */
 typedef struct {
     int tp, pp, dp, cp, ep, vpp, mbs, first, last;
-    unsigned char sp, recompute, zero, overlap_grad, account_embedding, account_loss;
+    unsigned char sp, recompute, zero, overlap_grad, account_embedding, account_loss,
+        cp_comm;
 } entry;
 
 /* A growing list of candidate configurations. */
@@ -180,7 +181,7 @@ static void push(list *l, const ap_megatron *m)
                            m->last, (unsigned char)m->sp, (unsigned char)m->recompute,
                            (unsigned char)m->zero, (unsigned char)m->overlap_grad,
                            (unsigned char)m->account_embedding,
-                           (unsigned char)m->account_loss};
+                           (unsigned char)m->account_loss, (unsigned char)m->run.cp_comm};
 }
 
 /* The configuration an entry lists: the template with the entry's choices,
@@ -205,6 +206,7 @@ static void make_config(const ap_graph *g, const ap_megatron *tmpl, const entry 
     m->overlap_grad = e->overlap_grad;
     m->account_embedding = e->account_embedding;
     m->account_loss = e->account_loss;
+    m->run.cp_comm = (ap_cp_comm)e->cp_comm;
     ap_megatron_drop_unsupported(g, m);
 }
 
@@ -222,7 +224,10 @@ typedef struct {
     long heads, kv_heads, seq, experts;
     double gbs;
     int max_local_experts;
-    long long short_window; /* no_cp_span: no cp above 1 under it */
+    ap_cp_comm cp_comm;   /* the run's context-parallel type */
+    /* The shortest attention chunk and sliding window shorter than the
+     * sequence (ap_model_short_chunk, ap_model_short_window), 0 for none. */
+    long long chunk, window;
 } space;
 
 static int tp_ok(const space *s, int tp)
@@ -302,16 +307,23 @@ static void add_batching(const space *s, ap_megatron m, int unit, list *out)
  * (cp, tp) mesh), plus cp taking all of it when that is not a power of two.
  * Expert parallelism goes with cp = 1 only: experts split over
  * context-parallel ranks are not modelled. Nor is context parallelism
- * under a sliding window shorter than the sequence, which ap_megatron_plan
- * refuses. */
+ * under an attention chunk shorter than the sequence, which no launcher
+ * runs, or, but for Megatron-LM's (Transformer Engine's), under such a
+ * sliding window. */
 static int cp_ok(const space *s, int rest, int cp)
 {
     if (cp == 1)
         return 1;
-    return rest % cp == 0 && s->seq && s->seq % cp == 0 && !s->short_window &&
+    return rest % cp == 0 && s->seq && s->seq % cp == 0 && !s->chunk &&
+           (!s->window || s->launcher == AP_LAUNCHER_MEGATRON) &&
            s->launcher != AP_LAUNCHER_DEEPSPEED;
 }
 
+static void add_ep(const space *s, ap_megatron m, int unit, list *out);
+
+/* Under a window Transformer Engine's ring (p2p) refuses context
+ * parallelism; its all-gather and all-to-all take it, so a run on the ring
+ * lists both of those instead (check_window_cp). */
 static void add_cp(const space *s, ap_megatron m, int rest, int cp, int unit,
                    list *out)
 {
@@ -319,6 +331,20 @@ static void add_cp(const space *s, ap_megatron m, int rest, int cp, int unit,
         return;
     m.cp = cp;
     m.dp = rest / cp;
+    if (cp == 1 || !s->window || s->cp_comm != AP_CP_P2P) {
+        add_ep(s, m, unit, out);
+        return;
+    }
+    const ap_cp_comm types[2] = {AP_CP_ALLGATHER, AP_CP_A2A};
+    for (int i = 0; i < 2; i++) {
+        m.run.cp_comm = types[i];
+        add_ep(s, m, unit, out);
+    }
+}
+
+static void add_ep(const space *s, ap_megatron m, int unit, list *out)
+{
+    int cp = m.cp;
     for (int ep = 1; ep <= (cp > 1 ? 1 : m.dp); ep++) {
         if (ep > 1 && (!s->experts || s->experts % ep || m.dp % ep))
             continue;
@@ -378,6 +404,7 @@ static int enumerate(const space *s, list *out)
     ap_megatron m;
     ap_megatron_default(&m);
     m.gbs = s->gbs;
+    m.run.cp_comm = s->cp_comm;
     for (int tp = 1; tp <= s->gpus; tp++) {
         if (s->gpus % tp || !tp_ok(s, tp))
             continue;
@@ -564,17 +591,6 @@ static int thread_count(int asked, long work)
     return (int)(n < work ? n : work > 0 ? work : 1);
 }
 
-/* The shortest window or chunk under which no configuration runs context
- * parallelism: every chunk, and every window unless the sweep runs
- * cp_comm allgather or a2a, which take one (check_window_cp). */
-static long long no_cp_span(const ap_graph *g, const ap_sweep_opts *o)
-{
-    long long c = ap_model_short_chunk(g, NULL);
-    if (c || o->run.cp_comm == AP_CP_P2P || o->launcher != AP_LAUNCHER_MEGATRON)
-        return c ? c : ap_model_short_window(g, NULL);
-    return 0;
-}
-
 int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
              ap_sweep_result *out, char *err)
 {
@@ -586,7 +602,8 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                g->nlayers > 0 ? g->nlayers : 1, dim_size(g, AP_DIM_HEADS),
                dim_size(g, AP_DIM_KV_HEADS), dim_size(g, AP_DIM_SEQ),
                dim_size(g, AP_DIM_EXPERTS), o->global_batch > 0 ? o->global_batch : 512,
-               o->max_local_experts, no_cp_span(g, o)};
+               o->max_local_experts, o->run.cp_comm, ap_model_short_chunk(g, NULL),
+               ap_model_short_window(g, NULL)};
     if (s.gbs != floor(s.gbs) || s.gbs > 1e9) {
         snprintf(err, AP_ERR_LEN, "sweep: the global batch must be a whole number "
                  "of sequences, not %g", s.gbs);
