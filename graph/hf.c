@@ -227,6 +227,11 @@ static int read_family(hf_cfg *c, family *out)
         cfg_fail(c, "\"model_type\" must be a string, not %s", json_type_name(v));
         return -1;
     }
+    /* Kimi K2 runs DeepSeek-V3's architecture under a name of its own. */
+    if (strcmp(v->valuestring, "kimi_k2") == 0) {
+        *out = FAM_DEEPSEEK_V3;
+        return 0;
+    }
     for (i = 0; i < FAM_COUNT; i++) {
         if (strcmp(v->valuestring, family_names[i]) == 0) {
             *out = (family)i;
@@ -235,8 +240,8 @@ static int read_family(hf_cfg *c, family *out)
         strcat(list, i ? ", " : "");
         strcat(list, family_names[i]);
     }
-    cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s, and gemma3 "
-             "and llama4 (their text_config)", v->valuestring, list);
+    cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s, kimi_k2 (as "
+             "deepseek_v3), and gemma3 and llama4 (their text_config)", v->valuestring, list);
     return -1;
 }
 

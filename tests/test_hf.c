@@ -114,6 +114,37 @@ static void deepseek_v3_has_671b_total_and_37b_active(void)
     ap_graph_free(g);
 }
 
+/* Kimi K2 runs DeepSeek-V3's architecture under model_type "kimi_k2":
+ * 61 layers, 384 experts of 2,048 and one shared expert, 64 heads. Moonshot
+ * publishes 1T total and 32B activated; built, 1,026,408,209,408 in all,
+ * and the same graph as the config under "deepseek_v3". */
+static void kimi_k2_is_deepseek_v3_with_1t_total_and_32b_active(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/kimi-k2.json", 0);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    CHECK(g->total_params == 1026408209408.0);
+    CHECK_NEAR(ap_graph_active_params(g), 32e9, 0.05);
+    char path[512], *text = NULL, err[AP_ERR_LEN];
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/examples/hf/kimi-k2.json", ap_test_src());
+    REQUIRE_OK(ap_read_file(path, &text, &len, err), err);
+    char *at = strstr(text, "\"kimi_k2\"");
+    CHECK(at != NULL);
+    if (at) {
+        char renamed[4096];
+        snprintf(renamed, sizeof renamed, "%.*s\"deepseek_v3\"%s", (int)(at - text), text,
+                 at + strlen("\"kimi_k2\""));
+        ap_graph *v3 = ap_test_hf_text(renamed, "v3.json");
+        CHECK(v3 && v3->total_params == g->total_params &&
+              v3->total_flops == g->total_flops && v3->nops == g->nops);
+        ap_graph_free(v3);
+    }
+    free(text);
+    ap_graph_free(g);
+}
+
 /* Qwen publishes 30.5B total and 3.3B activated (rounded to 0.1B). */
 static void qwen3_30b_a3b_has_30_5b_total_and_3_3b_active(void)
 {
@@ -425,6 +456,7 @@ int main(void)
     RUN(gpt3_counts_biases_positions_and_ties_the_head);
     RUN(mixtral_has_46_7b_total_and_12_9b_active);
     RUN(deepseek_v3_has_671b_total_and_37b_active);
+    RUN(kimi_k2_is_deepseek_v3_with_1t_total_and_32b_active);
     RUN(qwen3_30b_a3b_has_30_5b_total_and_3_3b_active);
     RUN(dense_forward_flops_are_2n_plus_attention);
     RUN(gpt_block_saves_34sbh_plus_5as2b);
