@@ -1265,21 +1265,26 @@ static int pick_seq(hf_cfg *c, const hf_model *m, const ap_build_opts *opt, int6
     return AP_OK;
 }
 
+/* g's source is `source` and its name the file name in it. */
+static void name_graph(ap_graph *g, const char *source)
+{
+    const char *base = strrchr(source, '/');
+    snprintf(g->name, sizeof g->name, "%s", base ? base + 1 : source);
+    snprintf(g->source, sizeof g->source, "%s", source);
+}
+
 static int build(const hf_model *m, const ap_build_opts *opt, const char *source,
                  int64_t batch, int64_t seq, ap_graph **out, char *err)
 {
-    char name[AP_NAME_LEN];
-    const char *base = strrchr(source, '/');
     bld b = {0};
     int64_t i;
     int rc;
-    snprintf(name, sizeof name, "%s", base ? base + 1 : source);
-    b.g = ap_graph_new(name);
+    b.g = ap_graph_new("");
     if (!b.g) {
         snprintf(err, AP_ERR_LEN, "%s: out of memory", source);
         return AP_EINTERNAL;
     }
-    snprintf(b.g->source, sizeof b.g->source, "%s", source);
+    name_graph(b.g, source);
     b.err = err;
     b.layer = -1;
     dims(&b, m, batch, seq, opt->mtp_layers);
@@ -1382,6 +1387,10 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
         rc = read_model(&c, &m);
     if (rc == AP_OK)
         rc = build_checked(&c, &m, opt, out);
+    /* Messages name the text_config; the graph's source and name are the
+     * file's, which a plan records to load the model again. */
+    if (rc == AP_OK && c.src != source)
+        name_graph(*out, source);
     cJSON_Delete(whole);
     free(m.dense_only);
     free(m.swa);

@@ -502,6 +502,21 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     else if (s->window > 0)
         put(&b, "# Its attention must have the sliding window the plan was priced with: "
                 "%lld keys per query, on every layer.\n", s->window);
+    /* Nor the norms and rotary embeddings outside Llama's pattern. */
+    if (s->nope_layers)
+        put(&b, "# Its attention must take no rotary embedding on the layers "
+                "--no-rope-freq \"%s\" marks (NoPE)%s, as the plan was priced.\n",
+            s->nope_freq, s->qk_l2 ? ", and norm queries and keys without a weight on "
+                                     "the others (Llama 4's L2 norm)" : "");
+    else if (s->qk_l2)
+        put(&b, "# Its attention must norm queries and keys without a weight (Llama 4's "
+                "L2 norm), as the plan was priced.\n");
+    if (s->qk_norm_wide)
+        put(&b, "# Its query and key norms must span all heads of their projections "
+                "(OLMo 2's), as the plan was priced.\n");
+    if (s->post_norm)
+        put(&b, "# Its layers must norm attention's and the MLP's outputs before the "
+                "residual adds (post-norms), as the plan was priced.\n");
     if (d->dp > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
         put(&b, "# ZeRO-%d has no torchtitan equivalent: FSDP without resharding after "
                 "forward is the nearest, and also shards parameters.\n", (int)d->zero);

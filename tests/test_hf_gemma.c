@@ -281,6 +281,9 @@ static void a_gemma3_vision_config_builds_its_language_model(void)
     CHECK(g->total_params == 3880263168.0);
     CHECK(ap_graph_dim(g, 'n')->size == 8 && ap_graph_dim(g, 'g')->size == 4);
     CHECK(ap_test_window(g, 0) == 1024 && ap_test_window(g, 5) == 0);
+    /* The graph's source is the file, which a plan records to load again;
+     * messages while reading it name its text_config (below). */
+    CHECK(!strcmp(g->source, "config.json") && !strcmp(g->name, "config.json"));
     ap_graph_free(g);
     refused("{\"model_type\":\"gemma3\",\"vision_config\":{}}",
             "model_type \"gemma3\" (Gemma 3 with vision) needs a \"text_config\" object");

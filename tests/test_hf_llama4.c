@@ -199,6 +199,27 @@ static void chunks_shorter_than_the_sequence_are_refused_by_megatron(void)
     ap_graph_free(g);
 }
 
+/* torchtitan runs the user's model code, so its export says in a comment
+ * which layers take no rotary embedding and that the others norm q and k
+ * without a weight, as the plan was priced. */
+static void torchtitan_export_states_nope_in_a_comment(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 0);
+    REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
+    ap_plan_desc d;
+    char *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=4,ep=16,mbs=1,gbs=64,sp=1,recompute=full", &d,
+                                     NULL), "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "# Its attention must take no rotary embedding on the layers "
+                        "--no-rope-freq \"4\" marks (NoPE), and norm queries and keys "
+                        "without a weight on the others");
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(llama4_scout_has_107_77b_parameters_17b_active);
@@ -207,5 +228,6 @@ int main(void)
     RUN(rotary_layers_attend_within_chunks);
     RUN(megatron_export_states_nope_and_qk_l2_norm);
     RUN(chunks_shorter_than_the_sequence_are_refused_by_megatron);
+    RUN(torchtitan_export_states_nope_in_a_comment);
     return DONE();
 }

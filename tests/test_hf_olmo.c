@@ -250,7 +250,8 @@ static void a_megatron_estimate_splits_the_norm_by_head(void)
 }
 
 /* Megatron-LM's export refuses what no flag of it states: norms across
- * heads and norms after the sublayers. */
+ * heads and norms after the sublayers; torchtitan's states them in
+ * comments for the model code it runs. */
 static void the_megatron_export_refuses_what_it_cannot_state(void)
 {
     char err[AP_ERR_LEN];
@@ -265,6 +266,17 @@ static void the_megatron_export_refuses_what_it_cannot_state(void)
     char *out = NULL;
     CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &out, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "post-norms");
+    free(out);
+    ap_plan_desc_free(&d);
+    /* torchtitan runs the user's model code: its export says what that
+     * code must do. */
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,mbs=1,gbs=8,sp=0,zero=0", &d, &step),
+               "see above");
+    out = NULL;
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &out, err), err);
+    CHECK_STR_HAS(out, "# Its query and key norms must span all heads of their projections");
+    CHECK_STR_HAS(out, "# Its layers must norm attention's and the MLP's outputs before the "
+                       "residual adds (post-norms)");
     free(out);
     ap_plan_desc_free(&d);
     /* OLMoE norms before its sublayers, as Megatron-LM does; its norms

@@ -440,7 +440,7 @@ static void nope_flags_must_describe_the_model(void)
     snprintf(line, sizeof line, "%s--no-rope-freq 2", ep);
     CHECK(plan_args(g, line, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "--no-rope-freq 2 makes layer 1 take no rotary embedding, but in ");
-    CHECK_STR_HAS(err, "llama-4-scout.json: text_config it is rotary: give --no-rope-freq 4");
+    CHECK_STR_HAS(err, "llama-4-scout.json it is rotary: give --no-rope-freq 4");
     snprintf(line, sizeof line, "%s--qk-layernorm", ep);
     CHECK(plan_args(g, line, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "--qk-layernorm, but");
