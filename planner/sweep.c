@@ -348,6 +348,10 @@ static void add_ep(const space *s, ap_megatron m, int unit, list *out)
     for (int ep = 1; ep <= (cp > 1 ? 1 : m.dp); ep++) {
         if (ep > 1 && (!s->experts || s->experts % ep || m.dp % ep))
             continue;
+        /* torchtitan's export states expert parallelism over all the
+         * data-parallel ranks, not an expert mesh of its own (folding). */
+        if (ep > 1 && ep != m.dp && s->launcher == AP_LAUNCHER_TORCHTITAN)
+            continue;
         if (s->max_local_experts > 0 && s->experts / ep > s->max_local_experts)
             continue;
         m.ep = ep;

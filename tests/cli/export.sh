@@ -174,4 +174,13 @@ grep -q "\"model_path\":	\"$src/examples/hf/llama-4-scout.json\"" "$tmp/scout.js
 "$bin" export "$tmp/scout.json" --to megatron | grep -q -- "--no-rope-freq 4" && ok ||
     bad "a vision config's plan exports"
 
+# A plan made for torchtitan exports to it: its sweep lists expert
+# parallelism over all the data-parallel ranks only, as the export states
+# it (Llama 4 Scout on 64 GPUs had picked ep = 2 of dp = 64, an expert mesh
+# of its own the export refuses).
+"$bin" plan "$src/examples/hf/llama-4-scout.json" --gpus 64 --target torchtitan \
+    -o "$tmp/scout-titan.json" --quiet >/dev/null 2>&1 &&
+    "$bin" export "$tmp/scout-titan.json" --to torchtitan >/dev/null 2>"$tmp/err" && ok ||
+    bad "a plan for torchtitan exports to it: $(cat "$tmp/err")"
+
 finish
