@@ -1061,8 +1061,9 @@ typedef enum { AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN, AP_LAUNCHER_DEEPSPE
 
 /* The sweep over a launcher's configuration space (docs/compare.md):
  * Megatron-LM; torchtitan (DDP or FSDP, TP with sequence-parallel norms, PP,
- * CP); DeepSpeed as Megatron-DeepSpeed (ZeRO 0-3, ZeRO-1 at most with PP, TP
- * without sequence parallelism). */
+ * CP, EP over all the data-parallel ranks); DeepSpeed as its config states
+ * it (ZeRO 0-3, ZeRO-1 at most with PP, no TP, CP or EP). Each lists what
+ * its export states, so a --target plan always exports. */
 typedef struct {
     ap_launcher launcher;
     double global_batch; /* sequences per step; 0: 512 */

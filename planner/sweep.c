@@ -230,8 +230,13 @@ typedef struct {
     long long chunk, window;
 } space;
 
+/* DeepSpeed's config states no tensor (or expert) parallelism of its own:
+ * Megatron-DeepSpeed takes them as Megatron-LM's flags, which the Megatron
+ * target lists. */
 static int tp_ok(const space *s, int tp)
 {
+    if (tp > 1 && s->launcher == AP_LAUNCHER_DEEPSPEED)
+        return 0;
     return tp <= s->max_tp && (!s->heads || s->heads % tp == 0) &&
            (!s->kv_heads || s->kv_heads % tp == 0);
 }
@@ -253,8 +258,8 @@ static void add_variants(const space *s, ap_megatron m, list *out)
         sp_lo = sp_hi;
     } else if (s->launcher == AP_LAUNCHER_DEEPSPEED) {
         /* DeepSpeed's pipeline engine runs ZeRO-1 at most; its activation
-         * checkpointing is whole layers; Megatron-DeepSpeed's TP has no
-         * sequence parallelism. */
+         * checkpointing is whole layers; it has no tensor parallelism
+         * (tp_ok), so no sequence parallelism either. */
         zeros = ds_zero;
         nzero = m.pp > 1 ? 2 : 4;
         sp_hi = 0;
@@ -349,8 +354,10 @@ static void add_ep(const space *s, ap_megatron m, int unit, list *out)
         if (ep > 1 && (!s->experts || s->experts % ep || m.dp % ep))
             continue;
         /* torchtitan's export states expert parallelism over all the
-         * data-parallel ranks, not an expert mesh of its own (folding). */
-        if (ep > 1 && ep != m.dp && s->launcher == AP_LAUNCHER_TORCHTITAN)
+         * data-parallel ranks, not an expert mesh of its own (folding);
+         * DeepSpeed's config states none (tp_ok). */
+        if (ep > 1 && ((ep != m.dp && s->launcher == AP_LAUNCHER_TORCHTITAN) ||
+                       s->launcher == AP_LAUNCHER_DEEPSPEED))
             continue;
         if (s->max_local_experts > 0 && s->experts / ep > s->max_local_experts)
             continue;

@@ -193,21 +193,19 @@ static void torchtitan_and_deepspeed_spaces_are_counted_by_hand(void)
      * (DDP) or 3 (FSDP) when there are replicas. */
     long titan = 3 * 3 * 2 + 4 * 3 * 2 + 5 * 3 * 2 + 4 * 3 * 2 + 5 * 3 * 2 +
                  4 * 3 * 2 + 5 * 3 * 2 + 5 * 3 * 1 + 5 * 3 * 1;
-    /* DeepSpeed: no context parallelism, no sequence parallelism, no
+    /* DeepSpeed: what its config states: no tensor, context or expert
+     * parallelism (Megatron-DeepSpeed's are Megatron-LM's flags), no
      * interleaving; recompute none or full; ZeRO 0-3 without a pipeline,
-     * 0-1 with one, one choice without replicas. */
+     * 0-1 with one. */
     long ds = 3 * 2 * 4    /* tp1 pp1 dp4 */
-            + 4 * 2 * 2    /* tp1 pp2 dp2 */
-            + 4 * 2 * 4    /* tp2 pp1 dp2 */
-            + 5 * 2 * 1    /* tp2 pp2 dp1 */
-            + 5 * 2 * 1;   /* tp4 pp1 dp1 */
+            + 4 * 2 * 2;   /* tp1 pp2 dp2 */
     ap_sweep_result t = sweep(g, 4, 16, AP_LAUNCHER_TORCHTITAN, 0);
     ap_sweep_result d = sweep(g, 4, 16, AP_LAUNCHER_DEEPSPEED, 0);
     CHECK(t.candidates == titan && t.refused == 0);
     CHECK(d.candidates == ds && d.refused == 0);
     CHECK(t.found && (t.best.zero == AP_ZERO_NONE || t.best.zero == AP_ZERO_3));
     CHECK(t.found && t.best.sp == (t.best.tp > 1));
-    CHECK(d.found && d.best.cp == 1 && d.best.vpp == 1 && !d.best.sp);
+    CHECK(d.found && d.best.tp == 1 && d.best.cp == 1 && d.best.vpp == 1 && !d.best.sp);
     ap_sweep_result_free(&t);
     ap_sweep_result_free(&d);
     ap_graph_free(g);
