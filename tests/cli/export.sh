@@ -183,4 +183,11 @@ grep -q "\"model_path\":	\"$src/examples/hf/llama-4-scout.json\"" "$tmp/scout.js
     "$bin" export "$tmp/scout-titan.json" --to torchtitan >/dev/null 2>"$tmp/err" && ok ||
     bad "a plan for torchtitan exports to it: $(cat "$tmp/err")"
 
+# So does a plan made for DeepSpeed, whose config states no tensor
+# parallelism (Llama 3 70B on 64 GPUs had picked tp = 2 with ZeRO-3).
+"$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 64 --target deepspeed \
+    -o "$tmp/ds70.json" --quiet >/dev/null 2>&1 &&
+    "$bin" export "$tmp/ds70.json" --to deepspeed >/dev/null 2>"$tmp/err" && ok ||
+    bad "a plan for DeepSpeed exports to it: $(cat "$tmp/err")"
+
 finish
