@@ -51,6 +51,7 @@ typedef enum {
     FAM_OLMO2,
     FAM_OLMO3,
     FAM_OLMOE,
+    FAM_STARCODER2,
     FAM_COUNT
 } family;
 
@@ -58,7 +59,7 @@ static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
     "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text",
-    "olmo2", "olmo3", "olmoe"};
+    "olmo2", "olmo3", "olmoe", "starcoder2"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -446,14 +447,17 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     m->ffn = cfg_int(c, "intermediate_size", 1, 0, 1, MAX_FFN);
     m->max_pos = cfg_int(c, "max_position_embeddings", 0, g3 ? 131072 : 0, 1,
                          INT64_C(1) << 40);
-    /* GemmaConfig and its successors tie by default. */
-    m->tie = cfg_bool(c, "tie_word_embeddings", is_gemma(f));
+    /* GemmaConfig and its successors, and Starcoder2Config, tie by default. */
+    m->tie = cfg_bool(c, "tie_word_embeddings", is_gemma(f) || f == FAM_STARCODER2);
     if (f != FAM_DEEPSEEK_V3)
         m->head_dim = cfg_int(c, "head_dim", 0, g3 ? 256 : 0, 1, MAX_HIDDEN);
     /* Qwen2 and Qwen2-MoE always have a bias on Q, K and V; the others
      * follow attention_bias (which also covers o_proj). */
     if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE) {
         m->qkv_bias = 1;
+    } else if (f == FAM_STARCODER2) {
+        /* use_bias covers every linear layer. */
+        m->qkv_bias = m->o_bias = m->mlp_bias = cfg_bool(c, "use_bias", 1);
     } else if (f != FAM_MISTRAL && f != FAM_MIXTRAL) {
         /* GptOssConfig's default is a bias on every projection. */
         m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", f == FAM_GPT_OSS);
@@ -1129,7 +1133,8 @@ static void read_window(hf_cfg *c, hf_model *m)
     family f = m->fam;
     int qwen = f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3 || f == FAM_QWEN3_MOE;
     if (c->bad || !(qwen || f == FAM_MISTRAL || f == FAM_MIXTRAL || f == FAM_PHI3 ||
-                    f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_GPT_OSS || f == FAM_OLMO3))
+                    f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_GPT_OSS || f == FAM_OLMO3 ||
+                    f == FAM_STARCODER2))
         return;
     int null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->root, "sliding_window"));
     int64_t def = null ? 0
@@ -1213,6 +1218,22 @@ static void read_nemotron(hf_cfg *c, hf_model *m)
     m->layernorm = m->layernorm1p = m->relu2_mlp = 1;
 }
 
+/* StarCoder2 is Llama's attention with LayerNorm (with bias) and GPT's
+ * MLP, c_fc -> gelu -> c_proj; hidden_act names that GELU (tanh or exact,
+ * the same cost), and another activation would be another MLP. */
+static void read_starcoder2(hf_cfg *c, hf_model *m)
+{
+    const cJSON *v = cfg_item(c, "hidden_act");
+    if (c->bad)
+        return;
+    if (v && !cJSON_IsString(v))
+        cfg_fail(c, "\"hidden_act\" must be a string, not %s", json_type_name(v));
+    else if (v && strncmp(v->valuestring, "gelu", 4))
+        cfg_fail(c, "\"hidden_act\" is \"%.64s\"; starcoder2 is built with a GELU "
+                 "(\"gelu_pytorch_tanh\", \"gelu\") only", v->valuestring);
+    m->layernorm = m->gelu_mlp = 1;
+}
+
 static int read_model(hf_cfg *c, hf_model *m)
 {
     if (read_family(c, &m->fam) < 0)
@@ -1225,6 +1246,8 @@ static int read_model(hf_cfg *c, hf_model *m)
         read_llama_like(c, m);
     if (m->fam != FAM_GPT2 && m->fam != FAM_NEOX)
         m->layernorm = m->gelu_mlp = 0;
+    if (m->fam == FAM_STARCODER2)
+        read_starcoder2(c, m);
     if (m->fam == FAM_NEMOTRON)
         read_nemotron(c, m);
     if (is_gemma(m->fam))

@@ -53,6 +53,44 @@ static inline ap_graph *ap_test_hf_seq(const char *json, int64_t seq, char *err)
     return g;
 }
 
+/* The flags of a Megatron-LM export's MEGATRON_ARGS="..." block into out,
+ * starting at the first "--" as a command line does ("" without one). */
+static inline void ap_test_megatron_args_of(const char *text, char *out, size_t cap)
+{
+    const char *p = strstr(text, "MEGATRON_ARGS=\"\n");
+    out[0] = 0;
+    if (!p)
+        return;
+    p += strlen("MEGATRON_ARGS=\"\n");
+    p += strspn(p, " \n");
+    const char *end = strchr(p, '"');
+    size_t n = end ? (size_t)(end - p) : 0;
+    snprintf(out, cap, "%.*s", (int)n, p);
+}
+
+/* The model Megatron-LM flags `args` state alone (a script without MODEL),
+ * its vocabulary `vocab`, at `seq` tokens; NULL with err set when they are
+ * refused. The caller frees it. */
+static inline ap_graph *ap_test_flags_model(const char *args, long vocab, int64_t seq,
+                                            char *err)
+{
+    char line[8192];
+    snprintf(line, sizeof line, "%s --tokenizer-type HuggingFaceTokenizer --vocab-size %ld "
+             "--make-vocab-size-divisible-by 1", args, vocab);
+    ap_megatron m;
+    ap_decoder d;
+    unsigned char *layers = NULL;
+    ap_build_opts o;
+    ap_graph *g = NULL;
+    ap_megatron_default(&m);
+    ap_build_opts_default(&o);
+    o.seq = seq;
+    if (!ap_megatron_parse_args(line, &m, err) && !ap_megatron_model(&m, &d, &layers, err))
+        ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, &o, &g, err);
+    free(layers);
+    return g;
+}
+
 /* The op of g called `name`, NULL where there is none. */
 static inline const ap_op *ap_test_op(const ap_graph *g, const char *name)
 {

@@ -43,22 +43,6 @@ static void megatron_plan_classifies_back_to_its_degrees(void)
     ap_graph_free(g);
 }
 
-/* Collects the lines "  --flag value" between MEGATRON_ARGS=" and ". */
-static void args_of(const char *text, char *out, size_t cap)
-{
-    out[0] = 0;
-    const char *p = strstr(text, "MEGATRON_ARGS=\"\n");
-    if (!p)
-        return;
-    p += strlen("MEGATRON_ARGS=\"\n");
-    const char *end = strchr(p, '"');
-    size_t n = end ? (size_t)(end - p) : 0;
-    if (n >= cap)
-        n = cap - 1;
-    memcpy(out, p, n);
-    out[n] = 0;
-}
-
 /* The Megatron-LM flags of export `text` priced on `gpus` H100s into *p,
  * which the caller frees whatever it returns; the status, the message in
  * err. */
@@ -69,7 +53,7 @@ static int price_exported(const ap_graph *g, const char *text, int gpus, ap_plan
     ap_megatron m;
     ap_cluster c;
     memset(p, 0, sizeof *p);
-    args_of(text ? text : "", args, sizeof args);
+    ap_test_megatron_args_of(text ? text : "", args, sizeof args);
     ap_megatron_default(&m);
     int rc = ap_megatron_parse_args(args, &m, err);
     if (!rc && !(rc = ap_cluster_preset("h100-sxm", gpus, 0, &c, err))) {

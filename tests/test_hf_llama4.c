@@ -109,41 +109,6 @@ static void rotary_layers_attend_within_chunks(void)
     ap_graph_free(g);
 }
 
-/* The Megatron-LM flags between MEGATRON_ARGS=" and " of an export. */
-static void args_of(const char *text, char *out, size_t cap)
-{
-    const char *p = strstr(text, "MEGATRON_ARGS=\"\n");
-    out[0] = 0;
-    if (!p)
-        return;
-    p += strlen("MEGATRON_ARGS=\"\n");
-    p += strspn(p, " \n"); /* so that it starts "--", as a command line does */
-    const char *end = strchr(p, '"');
-    size_t n = end ? (size_t)(end - p) : 0;
-    snprintf(out, cap, "%.*s", (int)n, p);
-}
-
-/* The model the flags `args` state alone, its vocabulary given as
- * Scout's, at `seq` tokens; NULL with err set when refused. */
-static ap_graph *flags_model(const char *args, int64_t seq, char *err)
-{
-    char line[8192];
-    snprintf(line, sizeof line, "%s --tokenizer-type HuggingFaceTokenizer --vocab-size "
-             "202048 --make-vocab-size-divisible-by 1", args);
-    ap_megatron m;
-    ap_decoder d;
-    unsigned char *layers = NULL;
-    ap_build_opts o;
-    ap_graph *g = NULL;
-    ap_megatron_default(&m);
-    ap_build_opts_default(&o);
-    o.seq = seq;
-    if (!ap_megatron_parse_args(line, &m, err) && !ap_megatron_model(&m, &d, &layers, err))
-        ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, &o, &g, err);
-    free(layers);
-    return g;
-}
-
 /* Megatron-LM's export states the NoPE layers (--no-rope-freq 4, one after
  * three rotary ones) and the weightless q and k norms (--qk-l2-norm, not
  * --qk-layernorm); at 4,096 tokens the chunks of 8,192 split nothing, so
@@ -163,12 +128,12 @@ static void megatron_export_states_nope_and_qk_l2_norm(void)
     CHECK_STR_HAS(text, "  --no-rope-freq 4\n");
     CHECK_STR_HAS(text, "  --qk-l2-norm\n");
     CHECK(text && !strstr(text, "--qk-layernorm"));
-    args_of(text ? text : "", args, sizeof args);
+    ap_test_megatron_args_of(text ? text : "", args, sizeof args);
     ap_plan p;
     REQUIRE_OK(ap_test_megatron_plan(g, 64, args, NULL, &p, err), err);
     CHECK_NEAR(p.step_time, d.step_time, 1e-12);
     ap_plan_free(&p);
-    ap_graph *alone = flags_model(args, 4096, err);
+    ap_graph *alone = ap_test_flags_model(args, 202048, 4096, err);
     CHECK(alone != NULL);
     if (alone) {
         CHECK(alone->total_params == g->total_params);
