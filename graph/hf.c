@@ -228,8 +228,10 @@ static int read_family(hf_cfg *c, family *out)
         cfg_fail(c, "\"model_type\" must be a string, not %s", json_type_name(v));
         return -1;
     }
-    /* Kimi K2 runs DeepSeek-V3's architecture under a name of its own. */
-    if (strcmp(v->valuestring, "kimi_k2") == 0) {
+    /* Kimi K2 runs DeepSeek-V3's architecture under a name of its own;
+     * DeepSeek-V2's differs in the gate's scoring alone (softmax, no
+     * correction bias), which costs the same, and its topk_method. */
+    if (!strcmp(v->valuestring, "kimi_k2") || !strcmp(v->valuestring, "deepseek_v2")) {
         *out = FAM_DEEPSEEK_V3;
         return 0;
     }
@@ -241,8 +243,9 @@ static int read_family(hf_cfg *c, family *out)
         strcat(list, i ? ", " : "");
         strcat(list, family_names[i]);
     }
-    cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s, kimi_k2 (as "
-             "deepseek_v3), and gemma3 and llama4 (their text_config)", v->valuestring, list);
+    cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s, deepseek_v2 and "
+             "kimi_k2 (as deepseek_v3), and gemma3 and llama4 (their text_config)",
+             v->valuestring, list);
     return -1;
 }
 
@@ -337,7 +340,23 @@ static void read_groups(hf_cfg *c, hf_model *m)
 {
     int64_t g = cfg_int(c, "n_group", 0, 1, 1, MAX_EXPERTS);
     int64_t k = cfg_int(c, "topk_group", 0, g, 1, MAX_EXPERTS);
-    if (c->bad || g <= 1 || k >= g)
+    /* DeepSeek-V2's gate picks from all experts under "greedy" whatever
+     * n_group says, from the best groups under "group_limited_greedy";
+     * V3's "noaux_tc" always limits to groups. */
+    const cJSON *t = cfg_item(c, "topk_method");
+    if (c->bad)
+        return;
+    if (t && !cJSON_IsString(t)) {
+        cfg_fail(c, "\"topk_method\" must be a string, not %s", json_type_name(t));
+        return;
+    }
+    if (t && strcmp(t->valuestring, "greedy") && strcmp(t->valuestring, "group_limited_greedy") &&
+        strcmp(t->valuestring, "noaux_tc")) {
+        cfg_fail(c, "\"topk_method\" is \"%.64s\"; \"greedy\", \"group_limited_greedy\" "
+                 "and \"noaux_tc\" are built", t->valuestring);
+        return;
+    }
+    if (g <= 1 || k >= g || (t && !strcmp(t->valuestring, "greedy")))
         return;
     if (m->experts % g)
         cfg_fail(c, "\"n_group\" (%lld) does not divide \"n_routed_experts\" (%lld)",

@@ -145,6 +145,65 @@ static void kimi_k2_is_deepseek_v3_with_1t_total_and_32b_active(void)
     ap_graph_free(g);
 }
 
+/* DeepSeek-V2 is V3's architecture with a softmax gate: V2-Lite (27
+ * layers, 64 experts of 1,408, top 6, no query compression) publishes
+ * 15.7B total and 2.4B activated (2.45B built without the input
+ * embedding), V2 (60 layers, 160 experts of 1,536) 236B and 21B (20.85B).
+ * The gate limits each token to its best groups under topk_method
+ * "group_limited_greedy" (V2's 3 of 8), not under "greedy" whatever
+ * n_group says. */
+static const char *deepseek_v2 =
+    "{\"model_type\":\"deepseek_v2\",\"vocab_size\":102400,\"hidden_size\":5120,"
+    "\"intermediate_size\":12288,\"moe_intermediate_size\":1536,\"num_hidden_layers\":60,"
+    "\"num_attention_heads\":128,\"num_key_value_heads\":128,\"n_shared_experts\":2,"
+    "\"n_routed_experts\":160,\"num_experts_per_tok\":6,\"first_k_dense_replace\":1,"
+    "\"kv_lora_rank\":512,\"q_lora_rank\":1536,\"qk_nope_head_dim\":128,"
+    "\"qk_rope_head_dim\":64,\"v_head_dim\":128,\"max_position_embeddings\":163840,"
+    "\"n_group\":8,\"topk_group\":3,\"topk_method\":\"%s\"}";
+
+static void deepseek_v2_is_v3_with_its_own_gate(void)
+{
+    char json[1024], err[AP_ERR_LEN];
+    ap_graph *lite = ap_test_hf_text(
+        "{\"model_type\":\"deepseek_v2\",\"vocab_size\":102400,\"hidden_size\":2048,"
+        "\"intermediate_size\":10944,\"moe_intermediate_size\":1408,\"num_hidden_layers\":27,"
+        "\"num_attention_heads\":16,\"num_key_value_heads\":16,\"n_shared_experts\":2,"
+        "\"n_routed_experts\":64,\"num_experts_per_tok\":6,\"first_k_dense_replace\":1,"
+        "\"kv_lora_rank\":512,\"q_lora_rank\":null,\"qk_nope_head_dim\":128,"
+        "\"qk_rope_head_dim\":64,\"v_head_dim\":128,\"max_position_embeddings\":163840,"
+        "\"n_group\":1,\"topk_group\":1,\"topk_method\":\"greedy\"}", "lite.json");
+    CHECK(lite != NULL);
+    if (lite) {
+        CHECK(lite->total_params == 15706484224.0);
+        CHECK_NEAR(ap_graph_active_params(lite) - 102400.0 * 2048, 2.4e9, 0.03);
+        ap_graph_free(lite);
+    }
+    snprintf(json, sizeof json, deepseek_v2, "group_limited_greedy");
+    ap_graph *g = ap_test_hf_text(json, "v2.json");
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(g->total_params == 235741434880.0);
+        CHECK_NEAR(ap_graph_active_params(g) - 102400.0 * 5120, 21e9, 0.01);
+        int r = ap_graph_find_op(g, "l1.router");
+        CHECK(r >= 0 && g->ops[r].groups == 8 && g->ops[r].group_topk == 3);
+        ap_graph_free(g);
+    }
+    snprintf(json, sizeof json, deepseek_v2, "greedy");
+    g = ap_test_hf_text(json, "v2.json");
+    CHECK(g != NULL);
+    if (g) {
+        int r = ap_graph_find_op(g, "l1.router");
+        CHECK(r >= 0 && g->ops[r].groups == 0);
+        ap_graph_free(g);
+    }
+    snprintf(json, sizeof json, deepseek_v2, "top2");
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    CHECK(ap_graph_from_hf(json, strlen(json), "v2.json", &o, &g, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "v2.json: \"topk_method\" is \"top2\"; \"greedy\", "
+                       "\"group_limited_greedy\" and \"noaux_tc\" are built");
+}
+
 /* Qwen publishes 30.5B total and 3.3B activated (rounded to 0.1B). */
 static void qwen3_30b_a3b_has_30_5b_total_and_3_3b_active(void)
 {
@@ -457,6 +516,7 @@ int main(void)
     RUN(mixtral_has_46_7b_total_and_12_9b_active);
     RUN(deepseek_v3_has_671b_total_and_37b_active);
     RUN(kimi_k2_is_deepseek_v3_with_1t_total_and_32b_active);
+    RUN(deepseek_v2_is_v3_with_its_own_gate);
     RUN(qwen3_30b_a3b_has_30_5b_total_and_3_3b_active);
     RUN(dense_forward_flops_are_2n_plus_attention);
     RUN(gpt_block_saves_34sbh_plus_5as2b);
