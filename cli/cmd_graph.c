@@ -15,8 +15,9 @@ static const char usage_text[] =
     "                     [--mtp-layers N] [-o OUT.json]\n"
     "\n"
     "Summarises a model's operator graph: dimensions, layers and layer\n"
-    "classes, ops by kind, parameters, activation bytes saved for backward\n"
-    "and forward FLOPs. MODEL is a model in the project format\n"
+    "classes, ops by kind, parameters (and, for MoE, those each token\n"
+    "touches), activation bytes saved for backward and forward FLOPs.\n"
+    "MODEL is a model in the project format\n"
     "(docs/model-format.md) or a Hugging Face config.json; or, with\n"
     "--megatron-args, the model a Megatron-LM script's flags state, built as\n"
     "`autopar estimate` builds it (docs/megatron.md, \"A script without MODEL\").\n"
@@ -252,10 +253,15 @@ static int print_text(const ap_graph *g)
     for (int k = 0; k < nk; k++)
         printf("%s %d %s", k ? "," : "", op_kind_count(g, kinds[k]),
                kinds[k]);
-    printf("\nparams    %s params (%s at %s)\n",
+    printf("\nparams    %s params (%s at %s)",
            human(b1, sizeof b1, g->total_params, count_units),
            human(b2, sizeof b2, g->total_param_bytes, byte_units),
            ap_dtype_name(g->dtype));
+    /* A MoE model's tokens each touch a fraction of it. */
+    double active = ap_graph_active_params(g);
+    if (active < g->total_params)
+        printf(", %s active per token", human(b1, sizeof b1, active, count_units));
+    printf("\n");
     printf("per layer class (one layer each):\n");
     span *sums = layer_sums(g);
     if (!sums)
@@ -340,6 +346,7 @@ static cJSON *summary_json(const ap_graph *g)
         cJSON_AddNumberToObject(ops, kinds[k], op_kind_count(g, kinds[k]));
     cJSON_AddNumberToObject(o, "ops", g->nops);
     cJSON_AddNumberToObject(o, "params", g->total_params);
+    cJSON_AddNumberToObject(o, "active_params", ap_graph_active_params(g));
     cJSON_AddNumberToObject(o, "param_bytes", g->total_param_bytes);
     cJSON_AddNumberToObject(o, "saved_bytes", g->total_saved_bytes);
     cJSON_AddNumberToObject(o, "flops", g->total_flops);

@@ -58,4 +58,13 @@ json=$("$bin" graph "$src/examples/hf/gemma-2-9b.json" --json) || bad "gemma-2 -
 has "$json" '"params":	9241705984' "gemma-2 params"
 has "$json" '"window":	4096' "gemma-2 --json window"
 
+# A MoE model's summary says what each token touches: OLMoE's 1.28 B of its
+# 6.92 B (8 of 64 experts); a dense model's touches all, and says nothing.
+out=$("$bin" graph "$src/examples/hf/olmoe-1b-7b.json") || bad "olmoe exit $?"
+has "$out" "6.92 B params (13.8 GB at bf16), 1.28 B active per token" "olmoe active"
+json=$("$bin" graph "$src/examples/hf/olmoe-1b-7b.json" --json) || bad "olmoe --json exit $?"
+has "$json" '"active_params":	1282017280' "olmoe --json active"
+out=$("$bin" graph "$src/examples/gpt-1.3b.json") || bad "gpt exit $?"
+case "$out" in *"active per token"*) bad "a dense model reports no active share" ;; *) ok ;; esac
+
 finish
