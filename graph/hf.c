@@ -52,6 +52,7 @@ typedef enum {
     FAM_OLMO3,
     FAM_OLMOE,
     FAM_STARCODER2,
+    FAM_OLMO,
     FAM_COUNT
 } family;
 
@@ -59,7 +60,7 @@ static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
     "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text",
-    "olmo2", "olmo3", "olmoe", "starcoder2"};
+    "olmo2", "olmo3", "olmoe", "starcoder2", "olmo"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -72,6 +73,7 @@ typedef struct {
     int gelu_mlp;      /* fc1 -> gelu -> fc2, else gate/up -> silu * up -> down */
     int relu2_mlp;     /* up -> relu^2 -> down (Nemotron), not gated */
     int layernorm1p;   /* LayerNorm with a zero-centred gamma (Nemotron) */
+    int norm_free;     /* LayerNorm without weight or bias (OLMo 1) */
     int qkv_bias, o_bias, mlp_bias;
     int parallel_residual;
     int tie;
@@ -651,12 +653,15 @@ static void linear(bld *b, const char *name, const char *x, const char *w,
     op(b, name, AP_OP_MATMUL, 0, ins, y);
 }
 
-/* Normalises x over its last label `l`; LayerNorm also has a bias. */
+/* Normalises x over its last label `l`; LayerNorm also has a bias, OLMo
+ * 1's neither a bias nor a weight. */
 static void norm(bld *b, const hf_model *m, const char *name, const char *x,
                  char l, const char *y)
 {
     char ins[3 * AP_NAME_LEN];
-    if (m->layernorm)
+    if (m->norm_free)
+        snprintf(ins, sizeof ins, "%s", x);
+    else if (m->layernorm)
         snprintf(ins, sizeof ins, "%s %s.w:%c %s.b:%c", x, name, l, name, l);
     else
         snprintf(ins, sizeof ins, "%s %s.w:%c", x, name, l);
@@ -1267,6 +1272,9 @@ static int read_model(hf_cfg *c, hf_model *m)
         m->layernorm = m->gelu_mlp = 0;
     if (m->fam == FAM_STARCODER2)
         read_starcoder2(c, m);
+    /* OLMo 1's OlmoLayerNorm: F.layer_norm with neither weight nor bias. */
+    if (m->fam == FAM_OLMO)
+        m->layernorm = m->norm_free = 1;
     if (m->fam == FAM_NEMOTRON)
         read_nemotron(c, m);
     if (is_gemma(m->fam))

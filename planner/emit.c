@@ -517,6 +517,9 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (s->post_norm)
         put(&b, "# Its layers must norm attention's and the MLP's outputs before the "
                 "residual adds (post-norms), as the plan was priced.\n");
+    if (s->norm_free)
+        put(&b, "# Its norms have neither weight nor bias (OLMo 1's), as the plan was "
+                "priced.\n");
     if (d->dp > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
         put(&b, "# ZeRO-%d has no torchtitan equivalent: FSDP without resharding after "
                 "forward is the nearest, and also shards parameters.\n", (int)d->zero);

@@ -668,6 +668,10 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s's models have no %s; export the plan to Megatron-LM "
                       "(--mtp-num-layers)", ap_launcher_name(to),
                       "multi-token-prediction module");
+    if (to == AP_LAUNCHER_MEGATRON && s->norm_free)
+        return refuse(p, err, "%s's norms have a weight (and LayerNorm a bias); %s, which "
+                      "no Megatron-LM flag states", ap_launcher_name(to), "the model's "
+                      "have neither (OLMo 1's non-parametric LayerNorm)");
     if (to == AP_LAUNCHER_MEGATRON && s->qk_norm_wide)
         return refuse(p, err, "%s's --qk-layernorm norms each head of the queries and keys; "
                       "%s, which no Megatron-LM flag states", ap_launcher_name(to),

@@ -445,6 +445,8 @@ static cJSON *shape_json(const ap_graph *g)
         cJSON_AddBoolToObject(o, "qk_l2_norm", 1);
     if (s.post_norm)
         cJSON_AddBoolToObject(o, "post_norms", 1);
+    if (s.norm_free)
+        cJSON_AddBoolToObject(o, "weightless_norms", 1);
     if (s.nope_layers)
         cJSON_AddStringToObject(o, "nope_layer_freq", s.nope_freq);
     cJSON_AddBoolToObject(o, "flash_attention", s.flash);

@@ -492,6 +492,8 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
         rc = get_bool(r, o, "qk_l2_norm", at, &s->qk_l2);
     if (!rc && field(o, "post_norms"))
         rc = get_bool(r, o, "post_norms", at, &s->post_norm);
+    if (!rc && field(o, "weightless_norms"))
+        rc = get_bool(r, o, "weightless_norms", at, &s->norm_free);
     if (!rc && field(o, "nope_layer_freq")) {
         rc = get_string(r, o, "nope_layer_freq", at, s->nope_freq, sizeof s->nope_freq, 1);
         s->nope_layers = !rc;

@@ -1244,6 +1244,8 @@ typedef struct {
                               each head (OLMo 2's q_norm and k_norm) */
     int post_norm;         /* norms on attention's and the MLP's outputs
                               before the residual adds (Gemma 2, OLMo 2) */
+    int norm_free;         /* the layers' norms have no weight (OLMo 1's
+                              non-parametric LayerNorm) */
     int flash;             /* fused attention */
     int sinks;             /* a learned softmax offset per head (attention sinks) */
     int nope_layers;       /* layers without rotary where others have it (NoPE) */

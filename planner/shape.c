@@ -275,6 +275,7 @@ static void bias_shape(const ap_graph *g, ap_model_shape *s)
             s->qk_norm_wide |= on_projection && ap_norm_span(g, op) > 1;
             s->post_norm |= op->layer >= 0 && p >= 0 && g->ops[p].kind == AP_OP_MATMUL &&
                             x->shape[x->rank - 1] == hidden;
+            s->norm_free |= op->layer >= 0 && !on_projection && op->ninputs == 1;
         }
         if (op->kind != AP_OP_MATMUL || op->layer < 0 || op->noutputs < 1 ||
             op->ninputs < 2 || !is_param(g, op->inputs[1]))

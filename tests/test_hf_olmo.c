@@ -1,10 +1,11 @@
-/* test_hf_olmo.c -- the OLMo families (Hugging Face model_type "olmo2",
- * "olmo3", "olmoe"): each config's parameters against the closed form and
- * the count its checkpoint is published with, the blocks HF's modeling
- * files run (norms across all heads of the query and key projections;
- * OLMo 2 and 3's norms after each sublayer and none before it; OLMo 3's
- * sliding windows), how a norm across heads is sharded and what that
- * costs, and what the Megatron-LM export cannot state. */
+/* test_hf_olmo.c -- the OLMo families (Hugging Face model_type "olmo",
+ * "olmo2", "olmo3", "olmoe"): each config's parameters against the closed
+ * form and the count its checkpoint is published with, the blocks HF's
+ * modeling files run (OLMo 1's norms without weights; norms across all
+ * heads of the query and key projections; OLMo 2 and 3's norms after each
+ * sublayer and none before it; OLMo 3's sliding windows), how a norm across
+ * heads is sharded and what that costs, and what the Megatron-LM export
+ * cannot state. */
 #include "model.h"
 
 static const char *input_shape(const ap_graph *g, const char *op, int k)
@@ -165,6 +166,55 @@ static void olmo3_windows_three_layers_of_four(void)
     ap_graph_free(g);
 }
 
+/* OLMo 1 (allenai/OLMo-7B-hf, OLMo-1B-hf): Llama's blocks with LayerNorms
+ * that have neither weight nor bias, so a layer is its projections alone:
+ * 7B, 32 layers of 4 x 4096^2 + 3 x 4096 x 11008 and an untied table each
+ * way, 6,888,095,744; 1B, 16 layers of 4 x 2048^2 + 3 x 2048 x 8192 and a
+ * tied table, 1,176,764,416: the released counts. Megatron-LM has no flag
+ * for such norms; torchtitan's export says the model code must have them. */
+static void olmo1_norms_have_no_weights(void)
+{
+    char err[AP_ERR_LEN];
+    const char *fmt =
+        "{\"model_type\":\"olmo\",\"hidden_size\":%d,\"intermediate_size\":%d,"
+        "\"max_position_embeddings\":2048,\"num_attention_heads\":%d,"
+        "\"num_hidden_layers\":%d,\"tie_word_embeddings\":%s,\"vocab_size\":50304}";
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, fmt, 4096, 11008, 32, 32, "false");
+    ap_graph *g = ap_test_hf_seq(cfg, 0, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    double h = 4096;
+    CHECK(g->total_params == 32 * (4 * h * h + 3 * h * 11008) + 2 * 50304 * h);
+    CHECK(g->total_params == 6888095744.0);
+    const ap_op *ln = ap_test_op(g, "l0.ln1");
+    CHECK(ln && ln->kind == AP_OP_NORM && ln->sub == AP_NORM_LAYER && ln->ninputs == 1);
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    CHECK(s.norm_free && !s.qk_l2 && !s.qk_norm && !s.rmsnorm);
+    ap_plan_desc d;
+    double step = 0;
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,mbs=1,gbs=8,sp=0,zero=0", &d, &step),
+               "see above");
+    CHECK(d.shape.norm_free);
+    char *out = NULL;
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &out, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "the model's have neither (OLMo 1's non-parametric LayerNorm)");
+    free(out);
+    out = NULL;
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &out, err), err);
+    CHECK_STR_HAS(out, "# Its norms have neither weight nor bias (OLMo 1's)");
+    free(out);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+    snprintf(cfg, sizeof cfg, fmt, 2048, 8192, 16, 16, "true");
+    g = ap_test_hf_seq(cfg, 0, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    h = 2048;
+    CHECK(g->total_params == 16 * (4 * h * h + 3 * h * 8192) + 50304 * h);
+    CHECK(g->total_params == 1176764416.0);
+    ap_graph_free(g);
+}
+
 /* A small OLMo 2: 4 heads of 64, sequence 512. */
 static ap_graph *small_olmo2(char *err)
 {
@@ -301,6 +351,7 @@ static void the_megatron_export_refuses_what_it_cannot_state(void)
 
 int main(void)
 {
+    RUN(olmo1_norms_have_no_weights);
     RUN(olmo2_7b_has_7_30b_parameters_and_norms_only_after_each_sublayer);
     RUN(olmo2_32b_norms_its_keys_across_the_key_value_heads);
     RUN(olmoe_has_6_92b_parameters_64_experts_and_norms_across_heads);
