@@ -316,4 +316,26 @@ static inline int ap_test_megatron_desc(const ap_graph *g, int gpus, const char 
     return rc;
 }
 
+/* A Megatron-LM export `text` of plan d of g on `gpus` H100s states g: its
+ * flags price d's step, and alone (a script without MODEL, vocabulary
+ * `vocab`, `seq` tokens) build g's parameters and FLOPs. */
+static inline void ap_test_flags_state_the_model(const ap_graph *g, int gpus,
+                                                 const ap_plan_desc *d, const char *text,
+                                                 long vocab, int64_t seq)
+{
+    char err[AP_ERR_LEN], args[8192];
+    ap_test_megatron_args_of(text ? text : "", args, sizeof args);
+    ap_plan p;
+    REQUIRE_OK(ap_test_megatron_plan(g, gpus, args, NULL, &p, err), err);
+    CHECK_NEAR(p.step_time, d->step_time, 1e-12);
+    ap_plan_free(&p);
+    ap_graph *alone = ap_test_flags_model(args, vocab, seq, err);
+    CHECK(alone != NULL);
+    if (alone) {
+        CHECK(alone->total_params == g->total_params);
+        CHECK(alone->total_flops == g->total_flops);
+        ap_graph_free(alone);
+    }
+}
+
 #endif

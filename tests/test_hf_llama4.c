@@ -116,7 +116,7 @@ static void rotary_layers_attend_within_chunks(void)
  * plan's step, and alone they build its parameters and FLOPs. */
 static void megatron_export_states_nope_and_qk_l2_norm(void)
 {
-    char err[AP_ERR_LEN], args[8192];
+    char err[AP_ERR_LEN];
     ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 0);
     REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
     ap_plan_desc d;
@@ -128,18 +128,7 @@ static void megatron_export_states_nope_and_qk_l2_norm(void)
     CHECK_STR_HAS(text, "  --no-rope-freq 4\n");
     CHECK_STR_HAS(text, "  --qk-l2-norm\n");
     CHECK(text && !strstr(text, "--qk-layernorm"));
-    ap_test_megatron_args_of(text ? text : "", args, sizeof args);
-    ap_plan p;
-    REQUIRE_OK(ap_test_megatron_plan(g, 64, args, NULL, &p, err), err);
-    CHECK_NEAR(p.step_time, d.step_time, 1e-12);
-    ap_plan_free(&p);
-    ap_graph *alone = ap_test_flags_model(args, 202048, 4096, err);
-    CHECK(alone != NULL);
-    if (alone) {
-        CHECK(alone->total_params == g->total_params);
-        CHECK(alone->total_flops == g->total_flops);
-        ap_graph_free(alone);
-    }
+    ap_test_flags_state_the_model(g, 64, &d, text, 202048, 4096);
     free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);

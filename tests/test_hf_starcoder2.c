@@ -126,7 +126,7 @@ static void another_activation_is_refused(void)
  * its parameters and FLOPs. */
 static void megatron_export_states_the_same_model(void)
 {
-    char err[AP_ERR_LEN], args[8192];
+    char err[AP_ERR_LEN];
     ap_graph *g = ap_test_hf_seq(starcoder2_3b, 0, err);
     REQUIRE_OK(g ? 0 : 1, err);
     ap_plan_desc d;
@@ -137,18 +137,7 @@ static void megatron_export_states_the_same_model(void)
     CHECK_STR_HAS(text, "  --num-query-groups 2\n");
     CHECK(text && !strstr(text, "--swiglu") && !strstr(text, "--normalization") &&
           !strstr(text, "--disable-bias-linear") && !strstr(text, "--untie"));
-    ap_test_megatron_args_of(text ? text : "", args, sizeof args);
-    ap_plan p;
-    REQUIRE_OK(ap_test_megatron_plan(g, 8, args, NULL, &p, err), err);
-    CHECK_NEAR(p.step_time, d.step_time, 1e-12);
-    ap_plan_free(&p);
-    ap_graph *alone = ap_test_flags_model(args, 49152, 4096, err);
-    CHECK(alone != NULL);
-    if (alone) {
-        CHECK(alone->total_params == g->total_params);
-        CHECK(alone->total_flops == g->total_flops);
-        ap_graph_free(alone);
-    }
+    ap_test_flags_state_the_model(g, 8, &d, text, 49152, 4096);
     free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
