@@ -52,7 +52,8 @@ static const char usage_text[] =
     "  --threads N          worker threads (default: the machine's cores); the\n"
     "                       plan does not depend on it\n"
     "  --target LAUNCHER    only what that launcher runs: the fastest of its\n"
-    "                       configurations that fits (docs/compare.md)\n"
+    "                       configurations that fits (docs/compare.md); a note\n"
+    "                       says where its flags cannot state the model\n"
     "  --emit FORMAT        what to print: table (the summary, default), json\n"
     "                       (plan.json), or a launcher's input: megatron,\n"
     "                       torchtitan, deepspeed (docs/exports.md)\n"
@@ -140,6 +141,23 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
              ap_launcher_name(l), spec, r.valid, r.fit);
     *out = r.plan;
     return AP_OK;
+}
+
+/* A --target plan is the launcher's own configuration, but the launcher's
+ * flags may still not state the model (Gemma 2's post-norms under
+ * Megatron-LM): say so now rather than at the export. */
+static void note_unexportable(const ap_graph *g, const ap_plan *p, ap_launcher l)
+{
+    char err[AP_ERR_LEN], *out = NULL, *text = ap_plan_to_json(g, p);
+    ap_plan_desc d;
+    if (text && !ap_plan_desc_parse(text, strlen(text), "this plan", &d, err)) {
+        if (ap_export(g, &d, l, &out, err))
+            fprintf(stderr, "autopar plan: note: `autopar export --to %s` will refuse it: "
+                    "%s\n", ap_launcher_key(l), err);
+        free(out);
+        ap_plan_desc_free(&d);
+    }
+    free(text);
 }
 
 int ap_cmd_plan(int argc, char **argv)
@@ -309,6 +327,8 @@ int ap_cmd_plan(int argc, char **argv)
                  "--tp-comm-overlap left out: this plan has no sequence-parallel "
                  "collectives of tensor-parallel layers to overlap");
     rc = ap_cli_output_plan(&out, "plan", g, &plan, line, NULL);
+    if (!rc && targeted && (!strcmp(out.emit, "table") || !strcmp(out.emit, "json")))
+        note_unexportable(g, &plan, target);
     ap_plan_free(&plan);
     ap_graph_free(g);
     ap_cluster_free(&c);

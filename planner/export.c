@@ -39,6 +39,11 @@ int ap_launcher_overlaps_grad(ap_launcher l, ap_zero zero)
     return l != AP_LAUNCHER_DEEPSPEED || zero >= AP_ZERO_2;
 }
 
+const char *ap_launcher_key(ap_launcher l)
+{
+    return launcher_keys[l];
+}
+
 int ap_launcher_from_name(const char *s, ap_launcher *out, char *err)
 {
     for (int i = 0; i < 3; i++)

@@ -1396,6 +1396,8 @@ void ap_plan_desc_free(ap_plan_desc *d);
 const char *ap_launcher_name(ap_launcher l); /* "Megatron-LM", ... */
 /* "megatron", "torchtitan" or "deepspeed"; AP_EINPUT naming the choices. */
 int ap_launcher_from_name(const char *s, ap_launcher *out, char *err);
+/* The name ap_launcher_from_name reads: "megatron", ... */
+const char *ap_launcher_key(ap_launcher l);
 /* Whether the launcher overlaps the data-parallel gradient reduction with
  * the backward at this ZeRO level: DeepSpeed only under ZeRO-2 and 3
  * (overlap_comm; ZeRO-0 and 1 reduce after the backward whatever the config

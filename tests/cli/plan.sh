@@ -86,4 +86,14 @@ awk -v a="$(step "$tmp/best.json")" -v b="$(step "$tmp/search.json")" 'BEGIN { e
     grep -q "layer class 1 (21 layers like layer 1):" "$tmp/g2.txt" && ok ||
     bad "Gemma 2's classes: $(grep 'layer class' "$tmp/g2.txt")"
 
+# A plan for a launcher whose flags cannot state the model (Gemma 2's
+# post-norms under Megatron-LM) says so at once; one they state does not.
+"$bin" plan "$src/examples/hf/gemma-2-9b.json" --gpus 16 --target megatron --quiet \
+    >/dev/null 2>"$tmp/err" && grep -q "note: \`autopar export --to megatron\` will refuse \
+it: this plan: Megatron-LM's layers norm the inputs" "$tmp/err" && ok ||
+    bad "a Gemma 2 plan for Megatron-LM warns of its export: $(cat "$tmp/err")"
+"$bin" plan "$src/examples/hf/phi-3-mini-4k.json" --gpus 8 --target megatron --quiet \
+    >/dev/null 2>"$tmp/err" && ! grep -q "note:" "$tmp/err" && ok ||
+    bad "a Phi-3 plan for Megatron-LM exports: $(cat "$tmp/err")"
+
 finish
