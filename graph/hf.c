@@ -246,8 +246,8 @@ static int read_family(hf_cfg *c, family *out)
         strcat(list, family_names[i]);
     }
     cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s, deepseek_v2 and "
-             "kimi_k2 (as deepseek_v3), and gemma3 and llama4 (their text_config)",
-             v->valuestring, list);
+             "kimi_k2 (as deepseek_v3), and gemma3, llama4, mistral3 and kimi_k25 (their "
+             "text_config)", v->valuestring, list);
     return -1;
 }
 
@@ -1385,33 +1385,47 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
     return rc;
 }
 
-/* A vision-language config whose language model is Gemma 3 ("gemma3",
- * Gemma3ForConditionalGeneration) or Llama 4 ("llama4") is read as its
- * text_config, a gemma3_text or llama4_text config: the model trained is
- * the language model (the vision tower, a few percent of it, is not
- * built). Messages then name text_config. */
+/* Vision-language configs whose language model is one of the families:
+ * the wrapper's model_type, its text_config's, the family built, and the
+ * model's name for messages. */
+static const struct {
+    const char *type, *text;
+    family fam;
+    const char *name;
+} wrappers[] = {
+    {"gemma3", "gemma3_text", FAM_GEMMA3, "Gemma 3"},
+    {"llama4", "llama4_text", FAM_LLAMA4, "Llama 4"},
+    {"mistral3", "mistral", FAM_MISTRAL, "Mistral 3"},
+    {"kimi_k25", "kimi_k2", FAM_DEEPSEEK_V3, "Kimi K2.5"},
+};
+
+/* Such a config (Gemma3ForConditionalGeneration, Mistral Small 3.1, ...)
+ * is read as its text_config: the model trained is the language model
+ * (the vision tower, a few percent of it, is not built). Messages then
+ * name text_config. */
 static int text_config(hf_cfg *c, const char *source, char *src, size_t len)
 {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
-    int g3 = cJSON_IsString(t) && !strcmp(t->valuestring, "gemma3");
-    if (!g3 && !(cJSON_IsString(t) && !strcmp(t->valuestring, "llama4")))
+    size_t w = 0, n = sizeof wrappers / sizeof wrappers[0];
+    while (w < n && !(cJSON_IsString(t) && !strcmp(t->valuestring, wrappers[w].type)))
+        w++;
+    if (w == n)
         return AP_OK;
-    const char *text = g3 ? "gemma3_text" : "llama4_text";
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(c->root, "text_config");
     if (!cJSON_IsObject(tc)) {
         cfg_fail(c, "model_type \"%s\" (%s with vision) needs a \"text_config\" object: "
-                 "the language model that is built", t->valuestring, g3 ? "Gemma 3" : "Llama 4");
+                 "the language model that is built", t->valuestring, wrappers[w].name);
         return AP_EINPUT;
     }
     const cJSON *tt = cJSON_GetObjectItemCaseSensitive(tc, "model_type");
-    if (tt && (!cJSON_IsString(tt) || strcmp(tt->valuestring, text))) {
-        cfg_fail(c, "\"text_config\".\"model_type\" must be \"%s\"", text);
+    if (tt && (!cJSON_IsString(tt) || strcmp(tt->valuestring, wrappers[w].text))) {
+        cfg_fail(c, "\"text_config\".\"model_type\" must be \"%s\"", wrappers[w].text);
         return AP_EINPUT;
     }
     snprintf(src, len, "%s: text_config", source);
     c->src = src;
     c->root = tc;
-    c->fam_override = g3 ? FAM_GEMMA3 + 1 : FAM_LLAMA4 + 1;
+    c->fam_override = (int)wrappers[w].fam + 1;
     return AP_OK;
 }
 

@@ -204,6 +204,49 @@ static void deepseek_v2_is_v3_with_its_own_gate(void)
                        "\"group_limited_greedy\" and \"noaux_tc\" are built");
 }
 
+/* Vision-language wrappers build their text_config's language model:
+ * Mistral Small 3.1 ("mistral3", a "mistral" text_config; 40 layers,
+ * 23,572,403,200 parameters without its vision tower) and Kimi K2.5
+ * ("kimi_k25", a "kimi_k2" one) give what the text_config gives alone. */
+static void vision_wrappers_build_their_language_model(void)
+{
+    const char *text[2] = {
+        "{\"head_dim\":128,\"hidden_size\":5120,\"intermediate_size\":32768,"
+        "\"max_position_embeddings\":131072,\"model_type\":\"mistral\","
+        "\"num_attention_heads\":32,\"num_hidden_layers\":40,\"num_key_value_heads\":8,"
+        "\"sliding_window\":null,\"vocab_size\":131072}",
+        "{\"model_type\":\"kimi_k2\",\"vocab_size\":1000,\"hidden_size\":256,"
+        "\"intermediate_size\":512,\"moe_intermediate_size\":64,\"num_hidden_layers\":3,"
+        "\"num_attention_heads\":4,\"n_shared_experts\":1,\"n_routed_experts\":8,"
+        "\"num_experts_per_tok\":2,\"first_k_dense_replace\":1,\"kv_lora_rank\":64,"
+        "\"q_lora_rank\":96,\"qk_nope_head_dim\":32,\"qk_rope_head_dim\":16,"
+        "\"v_head_dim\":32,\"max_position_embeddings\":512}"};
+    const char *wrapper[2] = {"mistral3", "kimi_k25"};
+    for (int i = 0; i < 2; i++) {
+        char json[2048];
+        snprintf(json, sizeof json,
+                 "{\"model_type\":\"%s\",\"vision_config\":{\"hidden_size\":1024},"
+                 "\"text_config\":%s}", wrapper[i], text[i]);
+        ap_graph *alone = ap_test_hf_text(text[i], "text.json");
+        ap_graph *g = ap_test_hf_text(json, "config.json");
+        CHECK(alone && g);
+        if (alone && g)
+            CHECK(g->total_params == alone->total_params &&
+                  g->total_flops == alone->total_flops && g->nops == alone->nops);
+        if (g && i == 0)
+            CHECK(g->total_params == 23572403200.0);
+        ap_graph_free(alone);
+        ap_graph_free(g);
+    }
+    char err[AP_ERR_LEN];
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = NULL;
+    const char *bad = "{\"model_type\":\"mistral3\",\"text_config\":{\"model_type\":\"llama\"}}";
+    CHECK(ap_graph_from_hf(bad, strlen(bad), "config.json", &o, &g, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "config.json: \"text_config\".\"model_type\" must be \"mistral\"");
+}
+
 /* Qwen publishes 30.5B total and 3.3B activated (rounded to 0.1B). */
 static void qwen3_30b_a3b_has_30_5b_total_and_3_3b_active(void)
 {
@@ -517,6 +560,7 @@ int main(void)
     RUN(deepseek_v3_has_671b_total_and_37b_active);
     RUN(kimi_k2_is_deepseek_v3_with_1t_total_and_32b_active);
     RUN(deepseek_v2_is_v3_with_its_own_gate);
+    RUN(vision_wrappers_build_their_language_model);
     RUN(qwen3_30b_a3b_has_30_5b_total_and_3_3b_active);
     RUN(dense_forward_flops_are_2n_plus_attention);
     RUN(gpt_block_saves_34sbh_plus_5as2b);
