@@ -182,14 +182,13 @@ static int a2a_legs(const cp_shape *a, int nodes, int backward, a2a_leg *l, int 
 /* After the all-to-all each rank holds the whole sequence of its heads,
  * so a sliding window of w keys is the same kernel as without context
  * parallelism (ap_cost_attention_window), over bn/cp heads. */
-static double a2a_compute(const cp_shape *a, double window, int backward)
+static double a2a_compute(const cp_shape *a, int backward)
 {
     a2a_leg l[5];
     int split, n = a2a_legs(a, 1, backward, l, &split);
     double bn = a->bn / a->cp, t = a->cp * a->s;
     double kernel =
-        window > 0 && window < t
-            ? ap_cost_attention_window(a->c, a->dt, bn, t, window, a->d, a->e, backward)
+        a->w > 0 ? ap_cost_attention_window(a->c, a->dt, bn, t, a->w, a->d, a->e, backward)
         : backward ? ap_cost_attention_backward(a->c, a->dt, bn, t, t, a->d, a->e, a->causal)
                    : ap_cost_attention(a->c, a->dt, bn, t, t, a->d, a->e, a->causal);
     for (int i = 0; i < n; i++)
@@ -233,7 +232,7 @@ double ap_cost_attention_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype 
         return 0;
     cp_shape a = shape_of(c, dt, bn, bkv, s, d, e, causal, cp);
     a.w = window > 0 && window < cp * s ? window : 0;
-    return type == AP_CP_ALLGATHER ? ag_compute(&a, backward) : a2a_compute(&a, a.w, backward);
+    return type == AP_CP_ALLGATHER ? ag_compute(&a, backward) : a2a_compute(&a, backward);
 }
 
 double ap_cost_cp_comm(const ap_cluster *c, ap_cp_comm type, ap_dtype dt, double bn,
