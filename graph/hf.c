@@ -1226,35 +1226,38 @@ static void read_gemma(hf_cfg *c, hf_model *m)
     m->logit_softcap = cap && cJSON_IsNumber(cap) && cap->valuedouble > 0;
 }
 
-/* Nemotron is a Llama-like config with LayerNorm1P (with bias) and a
- * squared-ReLU MLP that is not gated. hidden_act names that activation in
- * HF's ACT2FN; another one would be another MLP, so it is refused. */
-static void read_nemotron(hf_cfg *c, hf_model *m)
+/* hidden_act, where a family's MLP is built with one activation: it must
+ * be `act` (or, with `stem`, begin with it); another activation would be
+ * another MLP than the one built, so it is refused, saying what `built`
+ * is. */
+static void check_act(hf_cfg *c, const char *family, const char *act, int stem,
+                      const char *built)
 {
     const cJSON *v = cfg_item(c, "hidden_act");
-    if (c->bad)
+    if (c->bad || !v)
         return;
-    if (v && !cJSON_IsString(v))
+    if (!cJSON_IsString(v))
         cfg_fail(c, "\"hidden_act\" must be a string, not %s", json_type_name(v));
-    else if (v && strcmp(v->valuestring, "relu2"))
-        cfg_fail(c, "\"hidden_act\" is \"%.64s\"; nemotron is built with \"relu2\" "
-                 "(squared ReLU) only", v->valuestring);
+    else if (stem ? strncmp(v->valuestring, act, strlen(act)) : strcmp(v->valuestring, act))
+        cfg_fail(c, "\"hidden_act\" is \"%.64s\"; %s is built with %s only", v->valuestring,
+                 family, built);
+}
+
+/* Nemotron is a Llama-like config with LayerNorm1P (with bias) and a
+ * squared-ReLU MLP that is not gated, which hidden_act names in HF's
+ * ACT2FN. */
+static void read_nemotron(hf_cfg *c, hf_model *m)
+{
+    check_act(c, "nemotron", "relu2", 0, "\"relu2\" (squared ReLU)");
     m->layernorm = m->layernorm1p = m->relu2_mlp = 1;
 }
 
 /* StarCoder2 is Llama's attention with LayerNorm (with bias) and GPT's
  * MLP, c_fc -> gelu -> c_proj; hidden_act names that GELU (tanh or exact,
- * the same cost), and another activation would be another MLP. */
+ * the same cost). */
 static void read_starcoder2(hf_cfg *c, hf_model *m)
 {
-    const cJSON *v = cfg_item(c, "hidden_act");
-    if (c->bad)
-        return;
-    if (v && !cJSON_IsString(v))
-        cfg_fail(c, "\"hidden_act\" must be a string, not %s", json_type_name(v));
-    else if (v && strncmp(v->valuestring, "gelu", 4))
-        cfg_fail(c, "\"hidden_act\" is \"%.64s\"; starcoder2 is built with a GELU "
-                 "(\"gelu_pytorch_tanh\", \"gelu\") only", v->valuestring);
+    check_act(c, "starcoder2", "gelu", 1, "a GELU (\"gelu_pytorch_tanh\", \"gelu\")");
     m->layernorm = m->gelu_mlp = 1;
 }
 
