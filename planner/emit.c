@@ -438,9 +438,14 @@ static const char *titan_schedule(ap_schedule s)
 /* torchtitan shards data-parallel replicas with FSDP (ZeRO-3) or
  * replicates them (DDP); ZeRO-1 and ZeRO-2 go to FSDP that keeps the
  * parameters gathered between forward and backward, the nearest it has. */
+int ap_emit_titan_shard(const ap_degrees *d)
+{
+    return d->zero == AP_ZERO_NONE ? 1 : d->dp;
+}
+
 static void titan_data(sbuf *b, const ap_degrees *d)
 {
-    int shard = d->zero == AP_ZERO_NONE ? 1 : d->dp;
+    int shard = ap_emit_titan_shard(d);
     put(b, "  --parallelism.data_parallel_replicate_degree %d\n", d->dp / shard);
     put(b, "  --parallelism.data_parallel_shard_degree %d\n", shard);
     if (shard > 1 && d->zero != AP_ZERO_3)

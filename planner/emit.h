@@ -18,6 +18,11 @@ char *ap_emit_deepspeed(const ap_plan_desc *p, const ap_degrees *d, const ap_mod
  * states the chunks. 1 for a plan without chunk_layers. */
 int ap_emit_flags_state_chunks(const ap_plan_desc *p, const ap_degrees *d);
 
+/* torchtitan's FSDP shard degree for d (data_parallel_shard_degree): all
+ * the data-parallel ranks under any ZeRO stage, which FSDP stands in for,
+ * and 1 without ZeRO, where DDP replicates. */
+int ap_emit_titan_shard(const ap_degrees *d);
+
 /* The names plan.json uses. */
 const char *ap_emit_recompute_name(ap_recompute r);
 const char *ap_emit_schedule_name(ap_schedule s);

@@ -456,6 +456,41 @@ static int refuse(const ap_plan_desc *p, char *err, const char *fmt, const char 
     return errf(err, "%s: %s", p->source, msg);
 }
 
+/* torchtitan's expert parallelism (ParallelDims._validate and build_mesh)
+ * borrows its ranks from FSDP's shard dimension and the context-parallel
+ * ranks, with the tensor-parallel ranks too when the experts are not split
+ * by them (etp 1): ep = dp_shard_in_ep x cp (x tp), contiguous inside the
+ * shard ranks, which is Megatron-Core's order for the folded expert mesh.
+ * A plan without sharding (ZeRO-0: DDP, no shard dimension) has no ranks
+ * to borrow, and other splits have no torchtitan mesh. */
+static int titan_experts(const ap_plan_desc *p, const ap_degrees *d, const char *who,
+                         char *err)
+{
+    char what[96];
+    if (d->ep <= 1)
+        return AP_OK;
+    int borrowed = d->cp * (d->etp == 1 ? d->tp : 1);
+    if (d->etp != d->tp && d->etp != 1) {
+        snprintf(what, sizeof what, "etp=%d with tp=%d", d->etp, d->tp);
+        return refuse(p, err, "%s splits experts by all of the tensor-parallel ranks or "
+                      "none (expert_tensor_parallel_degree tp or 1); the plan uses %s: "
+                      "export it to Megatron-LM", who, what);
+    }
+    if (d->ep % borrowed) {
+        snprintf(what, sizeof what, "ep=%d with cp=%d%s", d->ep, d->cp,
+                 d->etp == 1 ? " and the experts whole on each tensor-parallel rank" : "");
+        return refuse(p, err, "%s's expert parallelism spans every context-parallel rank "
+                      "(and every tensor-parallel one under expert_tensor_parallel_degree "
+                      "1); the plan uses %s: export it to Megatron-LM", who, what);
+    }
+    if ((ap_emit_titan_shard(d) * borrowed) % d->ep)
+        return refuse(p, err, "%s's expert parallelism borrows FSDP's shard ranks "
+                      "(data_parallel_shard_degree), which a plan without sharding has "
+                      "none of; the plan uses %s: plan with --target torchtitan, which "
+                      "prices FSDP for it", who, "ZeRO-0 (DDP) with expert parallelism");
+    return AP_OK;
+}
+
 /* What each launcher cannot state, beyond the shared checks. */
 static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launcher to,
                           char *err)
@@ -558,11 +593,9 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                       "uneven layer counts (chunk_layers, Megatron-LM's "
                       "--pipeline-model-parallel-layout)");
     if (to == AP_LAUNCHER_TORCHTITAN) {
-        if (p->stages[0].expert_mesh[0])
-            return refuse(p, err, "%s's export states expert parallelism over the "
-                          "data-parallel ranks only; the plan uses %s: export it to "
-                          "Megatron-LM", who, "MoE parallel folding (an expert mesh of "
-                          "its own)");
+        int rc = titan_experts(p, d, who, err);
+        if (rc)
+            return rc;
         if (d->tp > 1 && !d->sp)
             return refuse(p, err, "%s's tensor parallelism always shards norms on the "
                           "sequence (sequence parallelism); the plan uses %s",

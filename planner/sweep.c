@@ -267,13 +267,16 @@ static void add_variants(const space *s, ap_megatron m, list *out)
     }
     if (m.dp * m.cp == 1)
         nzero = 1;
+    /* torchtitan's expert parallelism borrows FSDP's shard ranks, which
+     * DDP has none of (export.c, titan_experts). */
+    int zlo = s->launcher == AP_LAUNCHER_TORCHTITAN && m.ep > 1 && nzero > 1;
     /* Megatron-Core asserts sequence parallelism for MoE beside tensor
      * parallelism: each rank dispatches its own sequence shard. */
     if (m.ep > 1 && m.tp > 1)
         sp_lo = sp_hi;
     for (int sp = sp_lo; sp <= sp_hi; sp++)
         for (int rc = AP_RECOMPUTE_NONE; rc <= AP_RECOMPUTE_FULL; rc += rc_step)
-            for (int z = 0; z < nzero; z++) {
+            for (int z = zlo; z < nzero; z++) {
                 m.sp = sp;
                 m.recompute = (ap_recompute)rc;
                 m.zero = zeros[z];
@@ -353,11 +356,8 @@ static void add_ep(const space *s, ap_megatron m, int unit, list *out)
     for (int ep = 1; ep <= (cp > 1 ? 1 : m.dp); ep++) {
         if (ep > 1 && (!s->experts || s->experts % ep || m.dp % ep))
             continue;
-        /* torchtitan's export states expert parallelism over all the
-         * data-parallel ranks, not an expert mesh of its own (folding);
-         * DeepSpeed's config states none (tp_ok). */
-        if (ep > 1 && ((ep != m.dp && s->launcher == AP_LAUNCHER_TORCHTITAN) ||
-                       s->launcher == AP_LAUNCHER_DEEPSPEED))
+        /* DeepSpeed's config states no expert parallelism (tp_ok). */
+        if (ep > 1 && s->launcher == AP_LAUNCHER_DEEPSPEED)
             continue;
         if (s->max_local_experts > 0 && s->experts / ep > s->max_local_experts)
             continue;

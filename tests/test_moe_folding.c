@@ -254,11 +254,56 @@ static void flag_spec_and_export_agree(void)
     CHECK_STR_HAS(text, "--expert-model-parallel-size 16\n");
     CHECK_STR_HAS(text, "--expert-tensor-parallel-size 1\n");
     free(text);
-    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
-    CHECK_STR_HAS(err, "MoE parallel folding");
     ap_plan_desc_free(&d);
     ap_plan_free(&a);
     ap_plan_free(&b);
+    ap_graph_free(g);
+}
+
+/* Exports `spec` on 16 GPUs to torchtitan: its text, or NULL with err. */
+static char *titan_export(const ap_graph *g, const char *spec, char *err)
+{
+    ap_plan_desc d;
+    double step;
+    char *text = NULL;
+    if (ap_test_megatron_desc(g, 16, spec, &d, &step) != AP_OK) {
+        snprintf(err, AP_ERR_LEN, "estimate %s failed", spec);
+        return NULL;
+    }
+    if (ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) != AP_OK)
+        text = NULL;
+    ap_plan_desc_free(&d);
+    return text;
+}
+
+/* torchtitan builds the folded expert mesh from FSDP's shard ranks
+ * (ParallelDims._validate): ep = dp_shard_in_ep x cp with the experts
+ * split by the tensor-parallel ranks (etp = tp), or x tp with them whole
+ * (etp = 1), in Megatron-Core's rank order. So its export states ep < dp
+ * over the shard ranks, and refuses what it cannot build: no shard ranks
+ * (ZeRO-0 is DDP), an etp between 1 and tp. */
+static void torchtitan_states_the_folds_it_builds(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/qwen3-30b-a3b.json", 1024);
+    char err[AP_ERR_LEN];
+    char *text = titan_export(g, "tp=2,ep=16,etp=1,sp=1,mbs=1,gbs=64", err);
+    REQUIRE_OK(text ? AP_OK : AP_EINPUT, err);
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 8\n");
+    CHECK_STR_HAS(text, "--parallelism.expert_parallel_degree 16\n");
+    CHECK(!strstr(text, "expert_tensor_parallel_degree")); /* 1, its default */
+    free(text);
+    text = titan_export(g, "tp=2,ep=4,sp=1,mbs=1,gbs=64,zero=3", err);
+    REQUIRE_OK(text ? AP_OK : AP_EINPUT, err);
+    CHECK_STR_HAS(text, "--parallelism.expert_parallel_degree 4\n");
+    CHECK_STR_HAS(text, "--parallelism.expert_tensor_parallel_degree 2\n");
+    free(text);
+    CHECK(!titan_export(g, "tp=2,ep=4,sp=1,mbs=1,gbs=64,zero=0,overlap_grad=0", err));
+    CHECK_STR_HAS(err, "borrows FSDP's shard ranks");
+    CHECK_STR_HAS(err, "ZeRO-0 (DDP) with expert parallelism");
+    CHECK(!titan_export(g, "tp=4,ep=2,etp=2,sp=1,mbs=1,gbs=64", err));
+    CHECK_STR_HAS(err, "etp=2 with tp=4");
+    CHECK(!titan_export(g, "tp=4,ep=2,etp=1,sp=1,mbs=1,gbs=64", err));
+    CHECK_STR_HAS(err, "ep=2 with cp=1 and the experts whole");
     ap_graph_free(g);
 }
 
@@ -271,5 +316,6 @@ int main(void)
     RUN(expert_gradients_reduce_over_edp);
     RUN(refusals_name_the_broken_rule);
     RUN(flag_spec_and_export_agree);
+    RUN(torchtitan_states_the_folds_it_builds);
     return DONE();
 }
