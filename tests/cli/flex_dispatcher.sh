@@ -30,8 +30,16 @@ grep -qxF "  --moe-token-dispatcher-type flex" "$tmp/args.sh" &&
     >"$tmp/again" 2>"$tmp/err" || bad "the export's flags: $(cat "$tmp/err")"
 [ "$(step "$tmp/flex")" = "$(step "$tmp/again")" ] && ok ||
     bad "the export prices differently: $(step "$tmp/flex") vs $(step "$tmp/again")"
-"$bin" export "$tmp/plan.json" --to torchtitan >/dev/null 2>"$tmp/err"
+# torchtitan's expert parallelism needs FSDP's shard ranks, which the
+# distributed optimizer maps to; the dispatcher is then what it lacks.
+"$bin" estimate "$model" --gpus 16 --seq 1024 --megatron-args "$base --use-distributed-optimizer \
+--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep" -o "$tmp/zero1.json" \
+    >/dev/null 2>"$tmp/err" || bad "flex with ZeRO-1: $(cat "$tmp/err")"
+"$bin" export "$tmp/zero1.json" --to torchtitan >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "token dispatchers" "$tmp/err" && ok || bad "torchtitan: $(cat "$tmp/err")"
+"$bin" export "$tmp/plan.json" --to torchtitan >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "borrows FSDP's shard ranks" "$tmp/err" && ok ||
+    bad "torchtitan without sharding: $(cat "$tmp/err")"
 sed 's/"moe_dispatcher":[ \t]*"deepep"/"moe_dispatcher": "nccl"/' "$tmp/plan.json" >"$tmp/bad.json"
 "$bin" export "$tmp/bad.json" --to megatron >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q 'moe_dispatcher: "nccl" is not alltoall, deepep, hybridep or allgather' "$tmp/err" &&
