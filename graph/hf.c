@@ -1,6 +1,6 @@
 /* hf.c -- builds the operator graph of one training step from a Hugging Face
  * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
- * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS, Llama 4).
+ * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS, Llama 4, GLM-4.5).
  *
  * The config is read into an hf_model first, so that every field is checked
  * (present, of the right type, within sane bounds, consistent) before a single
@@ -53,6 +53,7 @@ typedef enum {
     FAM_OLMOE,
     FAM_STARCODER2,
     FAM_OLMO,
+    FAM_GLM4_MOE,
     FAM_COUNT
 } family;
 
@@ -60,7 +61,7 @@ static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
     "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text",
-    "olmo2", "olmo3", "olmoe", "starcoder2", "olmo"};
+    "olmo2", "olmo3", "olmoe", "starcoder2", "olmo", "glm4_moe"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -103,7 +104,7 @@ typedef struct {
     unsigned char *swa;
     /* MoE */
     int64_t experts, top_k, moe_ffn, shared_ffn;
-    int64_t groups, group_topk; /* DeepSeek's n_group, topk_group; 0: none */
+    int64_t groups, group_topk; /* DeepSeek's and GLM's n_group, topk_group; 0: none */
     int shared_gate;
     int64_t first_dense, sparse_step, moe_freq;
     unsigned char *dense_only; /* per layer: listed in mlp_only_layers */
@@ -211,6 +212,24 @@ static double cfg_fraction(hf_cfg *c, const char *key, double def)
         return def;
     }
     return v->valuedouble;
+}
+
+/* A string field that names a part the family is built with one way
+ * (hidden_act, a router's method): it must be `want` (or, with `stem`,
+ * begin with it); another value would be another model than the one built,
+ * so it is refused, saying what `built` is. Absent, it is the config
+ * class's default, which is the one built. */
+static void check_choice(hf_cfg *c, const char *key, const char *family, const char *want,
+                         int stem, const char *built)
+{
+    const cJSON *v = cfg_item(c, key);
+    if (c->bad || !v)
+        return;
+    if (!cJSON_IsString(v))
+        cfg_fail(c, "\"%s\" must be a string, not %s", key, json_type_name(v));
+    else if (stem ? strncmp(v->valuestring, want, strlen(want)) : strcmp(v->valuestring, want))
+        cfg_fail(c, "\"%s\" is \"%.64s\"; %s is built with %s only", key, v->valuestring,
+                 family, built);
 }
 
 static int read_family(hf_cfg *c, family *out)
@@ -370,12 +389,33 @@ static void read_groups(hf_cfg *c, hf_model *m)
     m->group_topk = k;
 }
 
+/* GLM-4.5's MoE layers are DeepSeek-V3's (HF's Glm4MoeMoE): n_routed_experts,
+ * shared experts n_shared_experts x moe_intermediate_size wide, dense
+ * layers before first_k_dense_replace, group-limited routing. */
+static int deepseek_moe(family f)
+{
+    return f == FAM_DEEPSEEK_V3 || f == FAM_GLM4_MOE;
+}
+
+/* Glm4MoeMoE scores experts with a sigmoid plus a correction bias and
+ * picks them from the best groups, DeepSeek-V3's "noaux_tc", whatever
+ * topk_method and scoring_func say (GLM's published configs have
+ * neither). A config that names another router describes one HF does not
+ * run, so it is refused; this runs before read_groups, whose list of
+ * methods is DeepSeek's and would accept "greedy". */
+static void check_glm4_router(hf_cfg *c)
+{
+    check_choice(c, "topk_method", "glm4_moe", "noaux_tc", 0,
+                 "\"noaux_tc\" (Glm4MoeMoE's group-limited top-k)");
+    check_choice(c, "scoring_func", "glm4_moe", "sigmoid", 0, "\"sigmoid\" (Glm4MoeMoE's)");
+}
+
 static void read_moe(hf_cfg *c, hf_model *m)
 {
     const char *ekey = m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS || m->fam == FAM_LLAMA4
                            ? "num_local_experts"
-                       : m->fam == FAM_DEEPSEEK_V3 ? "n_routed_experts"
-                                                   : "num_experts";
+                       : deepseek_moe(m->fam) ? "n_routed_experts"
+                                              : "num_experts";
     m->experts = cfg_int(c, ekey, 1, 0, 1, MAX_EXPERTS);
     m->top_k = cfg_int(c, "num_experts_per_tok", 1, 0, 1, MAX_EXPERTS);
     if (!c->bad && m->top_k > m->experts)
@@ -405,11 +445,18 @@ static void read_moe(hf_cfg *c, hf_model *m)
         m->sparse_step = cfg_int(c, "decoder_sparse_step", 0, 1, 1, MAX_LAYERS);
         read_dense_only(c, m);
     }
-    if (m->fam == FAM_DEEPSEEK_V3) {
-        int64_t shared = cfg_int(c, "n_shared_experts", 0, 0, 0, MAX_EXPERTS);
+    if (deepseek_moe(m->fam)) {
+        /* Glm4MoeConfig defaults to one shared expert and one dense layer;
+         * its decoder layer routes every layer from first_k_dense_replace
+         * on, with no moe_layer_freq. */
+        int glm = m->fam == FAM_GLM4_MOE;
+        int64_t shared = cfg_int(c, "n_shared_experts", 0, glm, 0, MAX_EXPERTS);
         m->shared_ffn = shared * m->moe_ffn;
-        m->first_dense = cfg_int(c, "first_k_dense_replace", 0, 0, 0, MAX_LAYERS);
-        m->moe_freq = cfg_int(c, "moe_layer_freq", 0, 1, 1, MAX_LAYERS);
+        m->first_dense = cfg_int(c, "first_k_dense_replace", 0, glm, 0, MAX_LAYERS);
+        if (glm)
+            check_glm4_router(c);
+        else
+            m->moe_freq = cfg_int(c, "moe_layer_freq", 0, 1, 1, MAX_LAYERS);
         read_groups(c, m);
     }
 }
@@ -425,9 +472,10 @@ static void read_mla(hf_cfg *c, hf_model *m)
     m->head_dim = m->qk_nope + m->qk_rope;
 }
 
-/* Nemotron and Phi-3 rotate int(head_dim * partial_rotary_factor) elements
- * of each head, as HF's default rope init does; `def` is the config class's
- * default (NemotronConfig's 0.5, Phi3Config's 1). */
+/* Nemotron, Phi-3 and GLM-4.5 rotate int(head_dim * partial_rotary_factor)
+ * elements of each head, as HF's default rope init does; `def` is the
+ * config class's default (NemotronConfig's and Glm4MoeConfig's 0.5,
+ * Phi3Config's 1). */
 static int64_t partial_rotary(hf_cfg *c, const hf_model *m, double def)
 {
     double f = cfg_fraction(c, "partial_rotary_factor", def);
@@ -455,7 +503,7 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
     int moe = f == FAM_MIXTRAL || f == FAM_QWEN2_MOE || f == FAM_QWEN3_MOE ||
-              f == FAM_DEEPSEEK_V3 || f == FAM_GPT_OSS || f == FAM_LLAMA4 || f == FAM_OLMOE;
+              deepseek_moe(f) || f == FAM_GPT_OSS || f == FAM_LLAMA4 || f == FAM_OLMOE;
     /* Gemma 3's multimodal configs leave Gemma3TextConfig's defaults out of
      * their text_config (the 4B's heads, its vocabulary); the sizes every
      * published config states stay required. */
@@ -479,6 +527,9 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     } else if (f == FAM_STARCODER2) {
         /* use_bias covers every linear layer. */
         m->qkv_bias = m->o_bias = m->mlp_bias = cfg_bool(c, "use_bias", 1);
+    } else if (f == FAM_GLM4_MOE) {
+        /* Glm4MoeAttention's attention_bias is on Q, K and V; o_proj has none. */
+        m->qkv_bias = cfg_bool(c, "attention_bias", 0);
     } else if (f != FAM_MISTRAL && f != FAM_MIXTRAL) {
         /* GptOssConfig's default is a bias on every projection. */
         m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", f == FAM_GPT_OSS);
@@ -486,6 +537,10 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     if (f == FAM_LLAMA || f == FAM_NEMOTRON)
         m->mlp_bias = cfg_bool(c, "mlp_bias", 0);
     m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE || f == FAM_GEMMA3 || is_olmo(f);
+    /* GLM-4.5 norms each head of q and k (Qwen3's norms) under use_qk_norm;
+     * GLM-4.5-Air does not. */
+    if (f == FAM_GLM4_MOE)
+        m->qk_norm = cfg_bool(c, "use_qk_norm", 0);
     m->qk_norm_wide = is_olmo(f);
     m->post_norm = f == FAM_OLMO2 || f == FAM_OLMO3;
     if (moe && !c->bad) {
@@ -505,10 +560,10 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
         m->kv_heads = m->heads;
     if (m->mla)
         m->rot = m->qk_rope;
-    else if (c->bad || (f != FAM_NEMOTRON && f != FAM_PHI3))
+    else if (c->bad || (f != FAM_NEMOTRON && f != FAM_PHI3 && f != FAM_GLM4_MOE))
         m->rot = m->head_dim;
     else
-        m->rot = partial_rotary(c, m, f == FAM_NEMOTRON ? 0.5 : 1.0);
+        m->rot = partial_rotary(c, m, f == FAM_PHI3 ? 1.0 : 0.5);
     if (!c->bad && m->rot % 2)
         cfg_fail(c, "the rotary part of the head (%lld) must be even: rotary "
                  "pairs its elements", (long long)m->rot);
@@ -518,7 +573,7 @@ static int is_moe_layer(const hf_model *m, int64_t i)
 {
     if (m->experts == 0 || m->dense_only[i])
         return 0;
-    if (m->fam == FAM_DEEPSEEK_V3)
+    if (deepseek_moe(m->fam))
         return i >= m->first_dense && i % m->moe_freq == 0;
     return (i + 1) % m->sparse_step == 0;
 }
@@ -1226,29 +1281,12 @@ static void read_gemma(hf_cfg *c, hf_model *m)
     m->logit_softcap = cap && cJSON_IsNumber(cap) && cap->valuedouble > 0;
 }
 
-/* hidden_act, where a family's MLP is built with one activation: it must
- * be `act` (or, with `stem`, begin with it); another activation would be
- * another MLP than the one built, so it is refused, saying what `built`
- * is. */
-static void check_act(hf_cfg *c, const char *family, const char *act, int stem,
-                      const char *built)
-{
-    const cJSON *v = cfg_item(c, "hidden_act");
-    if (c->bad || !v)
-        return;
-    if (!cJSON_IsString(v))
-        cfg_fail(c, "\"hidden_act\" must be a string, not %s", json_type_name(v));
-    else if (stem ? strncmp(v->valuestring, act, strlen(act)) : strcmp(v->valuestring, act))
-        cfg_fail(c, "\"hidden_act\" is \"%.64s\"; %s is built with %s only", v->valuestring,
-                 family, built);
-}
-
 /* Nemotron is a Llama-like config with LayerNorm1P (with bias) and a
  * squared-ReLU MLP that is not gated, which hidden_act names in HF's
  * ACT2FN. */
 static void read_nemotron(hf_cfg *c, hf_model *m)
 {
-    check_act(c, "nemotron", "relu2", 0, "\"relu2\" (squared ReLU)");
+    check_choice(c, "hidden_act", "nemotron", "relu2", 0, "\"relu2\" (squared ReLU)");
     m->layernorm = m->layernorm1p = m->relu2_mlp = 1;
 }
 
@@ -1257,7 +1295,8 @@ static void read_nemotron(hf_cfg *c, hf_model *m)
  * the same cost). */
 static void read_starcoder2(hf_cfg *c, hf_model *m)
 {
-    check_act(c, "starcoder2", "gelu", 1, "a GELU (\"gelu_pytorch_tanh\", \"gelu\")");
+    check_choice(c, "hidden_act", "starcoder2", "gelu", 1,
+                 "a GELU (\"gelu_pytorch_tanh\", \"gelu\")");
     m->layernorm = m->gelu_mlp = 1;
 }
 
@@ -1280,6 +1319,10 @@ static int read_model(hf_cfg *c, hf_model *m)
         m->layernorm = m->norm_free = 1;
     if (m->fam == FAM_NEMOTRON)
         read_nemotron(c, m);
+    /* Glm4MoeMLP and its experts gate with ACT2FN[hidden_act]: SwiGLU is
+     * what is built. */
+    if (m->fam == FAM_GLM4_MOE)
+        check_choice(c, "hidden_act", "glm4_moe", "silu", 0, "\"silu\" (SwiGLU)");
     if (is_gemma(m->fam))
         read_gemma(c, m);
     /* GPT-OSS's experts: gate * sigmoid(1.702 gate) * (up + 1), clamped,
