@@ -15,6 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 void ap_graph_fail(const ap_graph *g, char *err, const char *fmt, ...)
 {
     if (!err)
@@ -672,6 +674,40 @@ size_t ap_json_control_byte(const char *text, size_t len)
             return i;
     }
     return len;
+}
+
+/* Keys are checked against the ones before them: objects are small, and
+ * an array's elements are only walked into. */
+static const char *duplicate_in(const cJSON *o, char *path, size_t cap, size_t at)
+{
+    int i = 0;
+    for (const cJSON *f = o->child; f; f = f->next, i++) {
+        int n;
+        if (cJSON_IsObject(o)) {
+            for (const cJSON *e = o->child; e != f; e = e->next)
+                if (!strcmp(e->string, f->string)) {
+                    snprintf(path + at, cap - at, "%s%s", at ? "." : "", f->string);
+                    return f->string;
+                }
+            n = snprintf(path + at, cap - at, "%s%s", at ? "." : "", f->string);
+        } else {
+            n = snprintf(path + at, cap - at, "[%d]", i);
+        }
+        size_t next = n < 0 || at + (size_t)n >= cap ? cap - 1 : at + (size_t)n;
+        const char *d = f->child ? duplicate_in(f, path, cap, next) : NULL;
+        if (d)
+            return d;
+        path[at] = 0;
+    }
+    return NULL;
+}
+
+const char *ap_json_duplicate(const struct cJSON *root, char *path, size_t cap)
+{
+    if (cap == 0)
+        return NULL;
+    path[0] = 0;
+    return root && root->child ? duplicate_in(root, path, cap, 0) : NULL;
 }
 
 int ap_read_file(const char *path, char **text, size_t *len, char *err)

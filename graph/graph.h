@@ -389,6 +389,14 @@ int ap_dim_kind_from_name(const char *s, ap_dim_kind *out);
  * there is none. Every JSON reader refuses such text. */
 size_t ap_json_control_byte(const char *text, size_t len);
 
+/* The first key given twice in one object of the tree under root, with
+ * its path ("text_config.num_hidden_layers", "stages[2].ops") written
+ * into path (cap bytes); NULL when every key is unique. JSON leaves
+ * duplicates to the reader (cJSON keeps the first, Python's json the
+ * last), so a file with one means two models: every reader refuses it. */
+struct cJSON;
+const char *ap_json_duplicate(const struct cJSON *root, char *path, size_t cap);
+
 /* Reads a whole file, refusing files over AP_MAX_FILE_BYTES. The caller frees
  * *text. */
 #define AP_MAX_FILE_BYTES (64u << 20)

@@ -146,6 +146,8 @@ static const char *json_type_name(const cJSON *v)
         return "an array";
     if (cJSON_IsObject(v))
         return "an object";
+    if (cJSON_IsNull(v))
+        return "null";
     return "a number";
 }
 
@@ -1492,6 +1494,14 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
         return AP_EINPUT;
     }
     c.root = whole;
+    char dup_path[256];
+    if (ap_json_duplicate(whole, dup_path, sizeof dup_path)) {
+        snprintf(err, AP_ERR_LEN, "%s: \"%s\" is given twice; JSON readers keep "
+                 "different copies (transformers the last), so say it once", source,
+                 dup_path);
+        cJSON_Delete(whole);
+        return AP_EINPUT;
+    }
     rc = text_config(&c, source, src, sizeof src);
     if (rc == AP_OK)
         rc = read_model(&c, &m);

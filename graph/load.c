@@ -558,6 +558,20 @@ int ap_graph_parse_json(const char *text, size_t len, const char *source,
     return rc;
 }
 
+/* A Hugging Face config that lost its model_type: an object without the
+ * project's "ops" that has a field every such config has. */
+static int hf_without_type(const cJSON *root)
+{
+    static const char *const hf[] = {"architectures", "num_hidden_layers", "hidden_size",
+                                     "n_layer", "n_embd", "vocab_size", NULL};
+    if (!cJSON_IsObject(root) || field(root, "ops"))
+        return 0;
+    for (int i = 0; hf[i]; i++)
+        if (field(root, hf[i]))
+            return 1;
+    return 0;
+}
+
 int ap_graph_load_buffer(const char *text, size_t len, const char *source,
                          const ap_build_opts *opt, ap_graph **out, char *err)
 {
@@ -585,6 +599,11 @@ int ap_graph_load_buffer(const char *text, size_t len, const char *source,
     if (cJSON_IsObject(root) && field(root, "model_type")) {
         cJSON_Delete(root);
         rc = ap_graph_from_hf(text, len, c.source, opt, out, err);
+    } else if (hf_without_type(root)) {
+        cJSON_Delete(root);
+        return fail(&c, "no \"model_type\": a Hugging Face config.json names its "
+                        "family there (docs/hf-models.md lists them); the project's own "
+                        "format has \"ops\" (docs/model-format.md)");
     } else {
         rc = from_json(root, c.source, opt, out, err);
         cJSON_Delete(root);

@@ -1019,6 +1019,12 @@ int ap_plan_desc_parse(const char *text, size_t len, const char *source,
                      r.source, line, col);
         return AP_EINPUT;
     }
+    char dup_path[256];
+    if (ap_json_duplicate(root, dup_path, sizeof dup_path)) {
+        snprintf(err, AP_ERR_LEN, "%s: %s: given twice; say it once", r.source, dup_path);
+        cJSON_Delete(root);
+        return AP_EINPUT;
+    }
     int rc = parse_root(&r, root, out);
     cJSON_Delete(root);
     if (rc)

@@ -2,6 +2,8 @@
  * parameter counts of their closed forms, a graph survives a round trip
  * through ap_graph_to_json(), build options rescale batch and sequence, and
  * malformed text is reported with its line and column. */
+#include <cjson/cJSON.h>
+
 #include "model.h"
 
 static char err[AP_ERR_LEN];
@@ -228,9 +230,27 @@ static void group_limited_routing_is_kept_and_checked(void)
     }
 }
 
+/* A key given twice anywhere in a file is found with its path, however
+ * deep: JSON leaves duplicates to the reader, and cJSON and Python keep
+ * different copies. */
+static void a_duplicate_key_is_found_with_its_path(void)
+{
+    char path[64];
+    cJSON *ok = cJSON_Parse("{\"a\": {\"b\": [{\"c\": 1}, {\"c\": 2}]}, \"c\": 3}");
+    cJSON *dup = cJSON_Parse("{\"a\": {\"b\": [{\"c\": 1}, {\"d\": 2, \"d\": 4}]}}");
+    CHECK(ap_json_duplicate(ok, path, sizeof path) == NULL && path[0] == 0);
+    const char *key = ap_json_duplicate(dup, path, sizeof path);
+    CHECK(key && !strcmp(key, "d"));
+    CHECK_STR_HAS(path, "a.b[1].d");
+    CHECK(!strcmp(path, "a.b[1].d"));
+    cJSON_Delete(ok);
+    cJSON_Delete(dup);
+}
+
 int main(void)
 {
     RUN(gpt_1_3b_has_1_3_billion_parameters_in_24_alike_layers);
+    RUN(a_duplicate_key_is_found_with_its_path);
     RUN(gpt_tiny_saves_korthikanti_bytes_per_layer);
     RUN(a_graph_survives_a_round_trip_through_json);
     RUN(build_options_rescale_batch_and_sequence);
