@@ -247,7 +247,7 @@ static int set_key(ap_megatron *m, const char *k, const char *v,
             goto bad;
         *flag = (int)n;
     } else {
-        if (n < (zero_ok(k) ? 0 : 1))
+        if (n < (zero_ok(k) ? 0 : 1) || (!strcmp(k, "sp") && n > 1))
             goto bad;
         *slot = (int)n;
     }
@@ -262,7 +262,7 @@ bad:
              : !strcmp(k, "fp8_recipe") ? " (delayed or tensorwise)"
              : !strcmp(k, "capacity_factor") ? " (a number above 0)"
              : !strcmp(k, "zero") ? " (0 to 3)"
-             : flag_slot(m, k) ? " (0 or 1)"
+             : flag_slot(m, k) || !strcmp(k, "sp") ? " (0 or 1)"
              : zero_ok(k) ? " (an integer from 0 to 2^30)"
                           : " (an integer from 1 to 2^30)");
     return AP_EINPUT;
