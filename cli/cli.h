@@ -77,11 +77,16 @@ int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
 int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
                  ap_cluster *c);
 int ap_cli_write_file(const char *path, const char *text);
+/* Writes text and a newline to the -o (or --trace) file the user named;
+ * one that cannot be written is the user's input, so it prints the path
+ * and the system's reason and returns the input error's exit code, 2;
+ * else 0. */
+int ap_cli_write_out(const char *cmd, const char *path, const char *text);
 /* Warns on stderr when the search left configurations out because their
  * ILP found nothing within the time limit. */
 void ap_cli_warn_timeouts(const char *cmd, const ap_plan *p, double limit);
 /* --trace FILE: the plan's timeline (ap_plan_trace_json); prints errors and
- * returns 0 or the exit code 1. */
+ * returns 0 or the exit code (2 for a file that cannot be written). */
 int ap_cli_write_trace(const char *cmd, const ap_plan *p, const char *path);
 
 /* --emit (cmd_export.c): checks the value (table, json or a launcher),

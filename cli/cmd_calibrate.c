@@ -118,9 +118,11 @@ static int write_cluster(const calib_args *a, ap_cluster *c)
              a->cm.model ? a->cm.model : "the model --megatron-args states",
              ap_cluster_gpus(c), a->spec);
     char *text = ap_cluster_to_json(c);
-    int rc = !text || ap_cli_write_file(a->out, text);
-    if (rc)
-        fprintf(stderr, "autopar calibrate: cannot write %s\n", a->out);
+    if (!text) {
+        fprintf(stderr, "autopar calibrate: out of memory\n");
+        return 1;
+    }
+    int rc = ap_cli_write_out("calibrate", a->out, text);
     free(text);
     return rc;
 }

@@ -54,10 +54,9 @@ static int export_plan(const char *cmd, const ap_graph *g, const ap_plan_desc *p
     size_t n = strlen(text);
     if (n && text[n - 1] == '\n')
         text[n - 1] = 0; /* ap_cli_write_file and puts add one */
-    if (out && ap_cli_write_file(out, text)) {
-        fprintf(stderr, "autopar %s: cannot write %s\n", cmd, out);
-        rc = 1;
-    } else if (!out) {
+    if (out) {
+        rc = ap_cli_write_out(cmd, out, text);
+    } else {
         puts(text);
     }
     free(text);

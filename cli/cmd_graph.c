@@ -377,20 +377,9 @@ static int write_model(const ap_graph *g, const char *path)
         fprintf(stderr, "autopar graph: out of memory\n");
         return 1;
     }
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "autopar graph: %s: cannot write\n", path);
-        free(text);
-        return 2;
-    }
-    int ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = !fclose(f) && ok;
+    int rc = ap_cli_write_out("graph", path, text);
     free(text);
-    if (!ok) {
-        fprintf(stderr, "autopar graph: %s: write failed\n", path);
-        return 1;
-    }
-    return 0;
+    return rc;
 }
 
 /* --flash-attention given explicitly overrides what the file says. */

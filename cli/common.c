@@ -340,6 +340,16 @@ int ap_cli_write_file(const char *path, const char *text)
     return fclose(f) || bad ? -1 : 0;
 }
 
+int ap_cli_write_out(const char *cmd, const char *path, const char *text)
+{
+    errno = 0;
+    if (!ap_cli_write_file(path, text))
+        return 0;
+    fprintf(stderr, "autopar %s: %s: cannot write%s%s\n", cmd, path, errno ? ": " : "",
+            errno ? strerror(errno) : "");
+    return 2;
+}
+
 void ap_cli_warn_timeouts(const char *cmd, const ap_plan *p, double limit)
 {
     if (p->ilp_timeouts)
@@ -357,9 +367,7 @@ int ap_cli_write_trace(const char *cmd, const ap_plan *p, const char *path)
         fprintf(stderr, "autopar %s: %s\n", cmd, err);
         return 1;
     }
-    int bad = ap_cli_write_file(path, text);
+    int rc = ap_cli_write_out(cmd, path, text);
     free(text);
-    if (bad)
-        fprintf(stderr, "autopar %s: cannot write %s\n", cmd, path);
-    return bad ? 1 : 0;
+    return rc;
 }

@@ -48,11 +48,10 @@ int ap_cli_output_plan(const ap_cli_output *o, const char *cmd,
     int rc = 0;
     if (!text) {
         rc = 1;
-    } else if (o->out && ap_cli_write_file(o->out, text)) {
-        fprintf(stderr, "autopar %s: cannot write %s\n", cmd, o->out);
-        rc = 1;
-    } else if (o->trace && ap_cli_write_trace(cmd, p, o->trace)) {
-        rc = 1;
+    } else if (o->out && (rc = ap_cli_write_out(cmd, o->out, text))) {
+        ;
+    } else if (o->trace && (rc = ap_cli_write_trace(cmd, p, o->trace))) {
+        ;
     } else if (instead) {
         printf("%s\n", instead);
     } else if (!strcmp(o->emit, "json")) {

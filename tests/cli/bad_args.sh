@@ -48,6 +48,12 @@ refused "--max-stages needs an integer" "$bin" plan "$tiny" --max-stages 0
 refused "--ilp-time-limit needs a number from 0.001 to 3600, got 'inf'" "$bin" plan "$tiny" --ilp-time-limit inf
 refused "--ilp-gap needs a number from 0 to 1, got 'nan'" "$bin" plan "$tiny" --ilp-gap nan
 refused "unexpected argument '-o'" "$bin" plan "$tiny" -o
+# A file the user names that cannot be written is their input: status 2.
+refused "/nonexistent/plan.json: cannot write: No such file or directory" \
+    "$bin" plan "$tiny" --gpus 2 --no-sweep -o /nonexistent/plan.json
+refused "/nonexistent/trace.json: cannot write" "$bin" estimate "$tiny" --gpus 2 \
+    --megatron tp=2 --trace /nonexistent/trace.json
+refused "/nonexistent/model.json: cannot write" "$bin" graph "$tiny" -o /nonexistent/model.json
 refused "usage: autopar estimate" "$bin" estimate "$tiny" --gpus 8
 
 refused "--seq needs an integer from 1 to 16777216, got '0'" "$bin" graph "$tiny" --seq 0

@@ -74,7 +74,7 @@ grep -q '"traceEvents":\[' "$tmp/trace.json" && grep -q '"ph":"X"' "$tmp/trace.j
 [ $? -eq 2 ] && grep -q "does not combine" "$tmp/err" && ok || bad "--target with --no-pipeline is refused"
 "$bin" plan "$model" --gpus 4 --global-batch 16 --quiet --target megatron --trace /nonexistent/dir/t.json \
     >/dev/null 2>"$tmp/err"
-[ $? -eq 1 ] && grep -q "cannot write" "$tmp/err" && ok || bad "an unwritable --trace fails"
+[ $? -eq 2 ] && grep -q "cannot write" "$tmp/err" && ok || bad "an unwritable --trace fails"
 
 # autopar's column is the faster of the search's plan and the fastest
 # Megatron-LM configuration, and one sweep serves it and --sweep's column:
