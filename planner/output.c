@@ -296,10 +296,56 @@ int ap_plan_caveat_moe_overlap(const ap_plan *p, char *buf, size_t len)
     return 1;
 }
 
+/* Whether any op of stage st (its blocks' chosen points) splits mesh axis
+ * a. Blocks the stage does not run count too, which can only hide an idle
+ * axis, never invent one. */
+static int axis_used(const ap_stage *st, int nblocks, int a)
+{
+    for (int b = 0; b < nblocks; b++) {
+        const ap_block *blk = &st->blocks[b];
+        if (blk->nops == 0 || blk->npoints == 0)
+            continue;
+        const ap_block_point *bp = &blk->points[st->point[b]];
+        for (int i = 0; i < blk->nops; i++)
+            if (bp->strat[i].axis[a])
+                return 1;
+    }
+    return 0;
+}
+
+/* A mesh axis that splits nothing leaves every GPU along it computing what
+ * its neighbours compute: the search had more GPUs than the batch and the
+ * model's widths divide among, and the step is what a plan on a fraction
+ * of them would price. The plan is still the fastest found, so the reader
+ * is told rather than refused. Expert ops under folding lie on a mesh of
+ * their own, so such stages are left out. */
+int ap_plan_caveat_idle_axis(const ap_plan *p, char *buf, size_t len)
+{
+    for (int s = 0; s < p->nstages; s++) {
+        const ap_stage *st = &p->stages[s];
+        if (st->mesh.experts[0] || !st->blocks)
+            continue;
+        for (int a = 0; a < 2; a++) {
+            int n = st->mesh.d[a];
+            if (n <= 1 || axis_used(st, 2 + p->nclasses, a))
+                continue;
+            snprintf(buf, len, "stage %d's mesh axis %d (%d GPUs) splits none of its ops, "
+                     "so each GPU along it repeats the work of the others: %d GPUs are "
+                     "more than the batch of %.0f sequences and the model's widths "
+                     "divide among, and a plan on %d GPUs prices no slower (autopar plan "
+                     "--gpus %d)", s, a, n, p->gpus, p->global_batch, p->gpus / n,
+                     p->gpus / n);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 typedef int (*caveat_fn)(const ap_plan *, char *, size_t);
 
 static const caveat_fn caveats[] = {
-    ap_plan_caveat_moe_host, ap_plan_caveat_moe_overlap, ap_plan_caveat_cuda_graph,
+    ap_plan_caveat_idle_axis, ap_plan_caveat_moe_host, ap_plan_caveat_moe_overlap,
+    ap_plan_caveat_cuda_graph,
 };
 
 int ap_plan_caveat(const ap_plan *p, int i, char *buf, size_t len)

@@ -1173,6 +1173,10 @@ int ap_plan_caveat_cuda_graph(const ap_plan *p, char *buf, size_t len);
  * which the one published with-and-without pair showed priced too
  * generously; else 0. */
 int ap_plan_caveat_moe_overlap(const ap_plan *p, char *buf, size_t len);
+/* 1, with the caveat's sentence in buf, when a mesh axis of some stage
+ * splits none of its ops, so that its GPUs repeat one another's work (more
+ * GPUs than the batch and the model's widths can use); else 0. */
+int ap_plan_caveat_idle_axis(const ap_plan *p, char *buf, size_t len);
 /* 1, with the i-th of the plan's caveats (counting from 0, in the order the
  * reports print them) in buf; 0 when it has no more. */
 int ap_plan_caveat(const ap_plan *p, int i, char *buf, size_t len);
