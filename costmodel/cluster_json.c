@@ -518,10 +518,10 @@ static int parse_text(const char *text, size_t len, const char *file,
     ctx x = {file, err};
     const char *end = NULL;
     size_t bad = ap_json_control_byte(text, len);
+    char what[96];
     if (bad < len)
-        return fail(&x, "", "not valid JSON (line %d): a raw control character (0x%02x), "
-                    "which JSON allows only escaped", json_line(text, text + bad),
-                    (unsigned char)text[bad]);
+        return fail(&x, "", "not valid JSON (line %d): %s", json_line(text, text + bad),
+                    ap_json_control_what(text, bad, what, sizeof what));
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root)
         return fail(&x, "", "not valid JSON (line %d)", json_line(text, end));

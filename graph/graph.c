@@ -666,14 +666,44 @@ int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
 
 /* Files. */
 
+/* Whether text[i..] is the escape \u0000 (any case of its hex digits). */
+static int escaped_nul(const char *text, size_t len, size_t i)
+{
+    if (i + 6 > len || text[i + 1] != 'u')
+        return 0;
+    for (size_t k = 2; k < 6; k++)
+        if (text[i + k] != '0')
+            return 0;
+    return 1;
+}
+
 size_t ap_json_control_byte(const char *text, size_t len)
 {
+    int in_string = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char b = (unsigned char)text[i];
         if (b < 0x20 && b != '\t' && b != '\n' && b != '\r')
             return i;
+        if (b == '"') {
+            in_string = !in_string;
+        } else if (in_string && b == '\\') {
+            if (escaped_nul(text, len, i))
+                return i;
+            i++; /* the escaped character, a quote or a backslash among them */
+        }
     }
     return len;
+}
+
+const char *ap_json_control_what(const char *text, size_t at, char *buf, size_t cap)
+{
+    if (text[at] == '\\')
+        snprintf(buf, cap, "an escaped NUL (\\u0000), which would end the string "
+                 "early");
+    else
+        snprintf(buf, cap, "a raw control character (0x%02x), which JSON allows only "
+                 "escaped", (unsigned char)text[at]);
+    return buf;
 }
 
 /* Keys are checked against the ones before them: objects are small, and

@@ -385,9 +385,12 @@ int ap_dim_kind_from_name(const char *s, ap_dim_kind *out);
 
 /* The offset of the first raw control character in text (a byte below
  * 0x20 but tab, newline and return), which JSON allows only escaped and
- * cJSON would take inside a string (a NUL cutting it short); len where
- * there is none. Every JSON reader refuses such text. */
+ * cJSON would take inside a string (a NUL cutting it short), or of an
+ * escaped NUL (\u0000) inside a string, which cJSON decodes into one; len
+ * where there is none. Every JSON reader refuses such text, saying which
+ * with ap_json_control_what (into buf, cap bytes; returns buf). */
 size_t ap_json_control_byte(const char *text, size_t len);
+const char *ap_json_control_what(const char *text, size_t at, char *buf, size_t cap);
 
 /* The first key given twice in one object of the tree under root, with
  * its path ("text_config.num_hidden_layers", "stages[2].ops") written

@@ -45,8 +45,9 @@ static int control_byte(const char *text, size_t len, const ctx *c)
         line += text[i] == '\n';
         col = text[i] == '\n' ? 1 : col + 1;
     }
-    fail(c, "line %d, column %d: malformed JSON: a raw control character (0x%02x), "
-            "which JSON allows only escaped", line, col, (unsigned char)text[at]);
+    char what[96];
+    fail(c, "line %d, column %d: malformed JSON: %s", line, col,
+         ap_json_control_what(text, at, what, sizeof what));
     return 1;
 }
 

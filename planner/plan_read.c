@@ -999,9 +999,9 @@ int ap_plan_desc_parse(const char *text, size_t len, const char *source,
     if (bad < len) {
         int line, col;
         locate(text, bad, &line, &col);
-        snprintf(err, AP_ERR_LEN, "%s: not valid JSON at line %d, column %d: a raw control "
-                 "character (0x%02x), which JSON allows only escaped", r.source, line, col,
-                 (unsigned char)text[bad]);
+        char what[96];
+        snprintf(err, AP_ERR_LEN, "%s: not valid JSON at line %d, column %d: %s", r.source,
+                 line, col, ap_json_control_what(text, bad, what, sizeof what));
         return AP_EINPUT;
     }
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
