@@ -706,25 +706,60 @@ const char *ap_json_control_what(const char *text, size_t at, char *buf, size_t 
     return buf;
 }
 
-/* Keys are checked against the ones before them: objects are small, and
- * an array's elements are only walked into. */
+static int key_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A key of object o given twice, or NULL. Small objects (every file's
+ * objects but a hostile one) compare each key with those before it; a
+ * large one sorts its keys, so that a million keys cost no hang. */
+static const char *object_duplicate(const cJSON *o)
+{
+    int n = 0;
+    for (const cJSON *f = o->child; f; f = f->next)
+        n++;
+    if (n <= 64) {
+        for (const cJSON *f = o->child; f; f = f->next)
+            for (const cJSON *e = o->child; e != f; e = e->next)
+                if (!strcmp(e->string, f->string))
+                    return f->string;
+        return NULL;
+    }
+    const char **keys = malloc(sizeof *keys * (size_t)n);
+    if (!keys)
+        return NULL;
+    int i = 0;
+    for (const cJSON *f = o->child; f; f = f->next)
+        keys[i++] = f->string;
+    qsort(keys, (size_t)n, sizeof *keys, key_cmp);
+    const char *d = NULL;
+    for (i = 1; i < n && !d; i++)
+        if (!strcmp(keys[i - 1], keys[i]))
+            d = keys[i];
+    free(keys);
+    return d;
+}
+
+/* Depth first, the path of the element being walked kept in path[0..at). */
 static const char *duplicate_in(const cJSON *o, char *path, size_t cap, size_t at)
 {
+    if (cJSON_IsObject(o)) {
+        const char *d = object_duplicate(o);
+        if (d) {
+            snprintf(path + at, cap - at, "%s%s", at ? "." : "", d);
+            return d;
+        }
+    }
     int i = 0;
     for (const cJSON *f = o->child; f; f = f->next, i++) {
-        int n;
-        if (cJSON_IsObject(o)) {
-            for (const cJSON *e = o->child; e != f; e = e->next)
-                if (!strcmp(e->string, f->string)) {
-                    snprintf(path + at, cap - at, "%s%s", at ? "." : "", f->string);
-                    return f->string;
-                }
-            n = snprintf(path + at, cap - at, "%s%s", at ? "." : "", f->string);
-        } else {
-            n = snprintf(path + at, cap - at, "[%d]", i);
-        }
+        if (!f->child)
+            continue;
+        int n = cJSON_IsObject(o) ? snprintf(path + at, cap - at, "%s%s", at ? "." : "",
+                                             f->string)
+                                  : snprintf(path + at, cap - at, "[%d]", i);
         size_t next = n < 0 || at + (size_t)n >= cap ? cap - 1 : at + (size_t)n;
-        const char *d = f->child ? duplicate_in(f, path, cap, next) : NULL;
+        const char *d = duplicate_in(f, path, cap, next);
         if (d)
             return d;
         path[at] = 0;
