@@ -523,6 +523,9 @@ static int parse_text(const char *text, size_t len, const char *file,
         return fail(&x, "", "not valid JSON (line %d): %s", json_line(text, text + bad),
                     ap_json_control_what(text, bad, what, sizeof what));
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root && ap_json_too_deep(text, len))
+        return fail(&x, "", "not valid JSON: arrays and objects nested deeper than %d "
+                    "levels", AP_JSON_MAX_DEPTH);
     if (!root)
         return fail(&x, "", "not valid JSON (line %d)", json_line(text, end));
     snprintf(c->source, sizeof c->source, "%s", file);

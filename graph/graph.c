@@ -695,6 +695,28 @@ size_t ap_json_control_byte(const char *text, size_t len)
     return len;
 }
 
+int ap_json_too_deep(const char *text, size_t len)
+{
+    int depth = 0, in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        char b = text[i];
+        if (in_string) {
+            if (b == '\\')
+                i++;
+            else if (b == '"')
+                in_string = 0;
+        } else if (b == '"') {
+            in_string = 1;
+        } else if (b == '[' || b == '{') {
+            if (++depth > AP_JSON_MAX_DEPTH)
+                return 1;
+        } else if (b == ']' || b == '}') {
+            depth--;
+        }
+    }
+    return 0;
+}
+
 const char *ap_json_control_what(const char *text, size_t at, char *buf, size_t cap)
 {
     if (text[at] == '\\')

@@ -391,6 +391,11 @@ int ap_dim_kind_from_name(const char *s, ap_dim_kind *out);
  * with ap_json_control_what (into buf, cap bytes; returns buf). */
 size_t ap_json_control_byte(const char *text, size_t len);
 const char *ap_json_control_what(const char *text, size_t at, char *buf, size_t cap);
+/* 1 when text nests arrays and objects deeper than cJSON parses
+ * (CJSON_NESTING_LIMIT, 1000): the reason a parse failed where the text
+ * is otherwise well formed. */
+#define AP_JSON_MAX_DEPTH 1000
+int ap_json_too_deep(const char *text, size_t len);
 
 /* The first key given twice in one object of the tree under root, with
  * its path ("text_config.num_hidden_layers", "stages[2].ops") written

@@ -68,6 +68,11 @@ static cJSON *parse(const char *text, size_t len, const ctx *c)
     }
     if (root)
         return root;
+    if (ap_json_too_deep(text, len)) {
+        fail(c, "malformed JSON: arrays and objects nested deeper than %d levels",
+             AP_JSON_MAX_DEPTH);
+        return NULL;
+    }
     if (!end || end < text || end > text + len)
         end = text + len;
     int line = 1, col = 1;

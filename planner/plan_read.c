@@ -1005,6 +1005,11 @@ int ap_plan_desc_parse(const char *text, size_t len, const char *source,
         return AP_EINPUT;
     }
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root && ap_json_too_deep(text, len)) {
+        snprintf(err, AP_ERR_LEN, "%s: not valid JSON: arrays and objects nested deeper "
+                 "than %d levels", r.source, AP_JSON_MAX_DEPTH);
+        return AP_EINPUT;
+    }
     if (!root) {
         size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : len;
         int line, col;
