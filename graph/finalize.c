@@ -384,6 +384,13 @@ static int check_router(const check *c)
     if (c->op->ninputs == 3 && (in(c, 2)->rank != 1 || in(c, 2)->shape[0] != w->shape[1]))
         return bad(c, ".inputs[2]", "bias \"%s\" must be \"%c\" (w's experts)",
                    in(c, 2)->shape, w->shape[1]);
+    /* The loader checks these; a graph built in code is held to the same. */
+    if (c->op->route_score != AP_ROUTE_SOFTMAX && c->op->route_score != AP_ROUTE_SIGMOID)
+        return bad(c, ".score", "score %d is neither softmax nor sigmoid",
+                   (int)c->op->route_score);
+    if (!(c->op->route_scale > 0 && c->op->route_scale <= 1e6))
+        return bad(c, ".scale", "scale %g is not above 0 (and at most 1e6)",
+                   c->op->route_scale);
     return check_top_k(c, w->shape[1]);
 }
 
@@ -943,13 +950,16 @@ static int sig_tensor(sig *s, const ap_tensor *t)
 static int sig_op(const ap_graph *g, int layer, const ap_op *op,
                   const int *pos, int *ext, int *next_ext, sig *s)
 {
-    int64_t p;
+    int64_t p, scale;
     memcpy(&p, &op->dropout_p, sizeof p);
+    memcpy(&scale, &op->route_scale, sizeof scale);
     int rc = sig_push(s, op->kind) || sig_push(s, op->sub) ||
              sig_push(s, op->causal) || sig_push(s, op->flash) ||
              sig_push(s, op->window) || sig_push(s, op->chunk) ||
              sig_push(s, p) || sig_push(s, op->top_k) || sig_push(s, op->modules) ||
              sig_push(s, op->groups) || sig_push(s, op->group_topk) ||
+             sig_push(s, op->route_score) || sig_push(s, op->route_norm) ||
+             sig_push(s, op->route_bias) || sig_push(s, scale) ||
              sig_push(s, op->keep_bf16) ||
              sig_push(s, op->ninputs) || sig_push(s, op->noutputs);
     for (int i = 0; !rc && i < op->ninputs; i++) {

@@ -657,6 +657,9 @@ int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
     op->layer = layer;
     op->ninputs = ninputs;
     op->noutputs = noutputs;
+    /* Megatron-Core's default router: softmax over the top_k logits. */
+    op->route_norm = 1;
+    op->route_scale = 1;
     memcpy(op->inputs, in, sizeof(int) * (size_t)ninputs);
     memcpy(op->outputs, out, sizeof(int) * (size_t)noutputs);
     for (int i = 0; i < noutputs; i++)

@@ -80,7 +80,7 @@ typedef enum {
     AP_OP_EMBEDDING, /* ids[b,s], table[v,h] -> [b,s,h] */
     AP_OP_LOSS,      /* cross entropy: logits[b,s,v], labels[b,s] -> scalar */
     AP_OP_RESHAPE,   /* sub: ap_layout; reshape, transpose, split, concat */
-    AP_OP_ROUTER,    /* MoE gate: x[b,s,h], w[h,e] -> probs[b,s,e]; attr top_k */
+    AP_OP_ROUTER,    /* MoE gate: x[b,s,h], w[h,e] -> probs[b,s,e]; top_k, route_* */
     AP_OP_DISPATCH,  /* x[b,s,h], probs[b,s,e] -> [e,c,h] (tokens to experts) */
     AP_OP_COMBINE    /* y[e,c,h], probs[b,s,e] -> [b,s,h] (weighted sum back) */
 } ap_op_kind;
@@ -109,6 +109,9 @@ typedef enum { AP_BINARY_ADD, AP_BINARY_MUL } ap_binary;
  * different model. */
 typedef enum { AP_NORM_LAYER, AP_NORM_RMS, AP_NORM_LAYER1P } ap_norm;
 typedef enum { AP_LAYOUT_RESHAPE, AP_LAYOUT_TRANSPOSE, AP_LAYOUT_SPLIT, AP_LAYOUT_CONCAT } ap_layout;
+/* A router's scores: a softmax over all the experts' logits, or a sigmoid
+ * of each expert's own (DeepSeek-V3's, Llama 4's). */
+typedef enum { AP_ROUTE_SOFTMAX, AP_ROUTE_SIGMOID } ap_route_score;
 
 /* The Megatron-Core modules an op belongs to, by the names Megatron-LM's
  * --recompute-modules gives them, as bits of ap_op.modules: selective
@@ -180,6 +183,18 @@ typedef struct {
      * of group_topk of the `groups` equal groups (experts in index order).
      * 0, 0: any experts. */
     int groups, group_topk;
+    /* Router: how it scores and weighs the experts (docs/model-format.md).
+     * A token's top_k experts are those of the best scores (route_score),
+     * each score plus a per-expert bias where route_bias (updated to balance
+     * the load; it picks the experts, not their weights: DeepSeek-V3's
+     * e_score_correction_bias); their weights are the scores, divided by
+     * their sum where route_norm, times route_scale. ap_graph_add_op sets
+     * softmax, route_norm 1, no bias, route_scale 1: softmax over the top_k
+     * logits, Megatron-Core's default router. Costs do not depend on them;
+     * the exports state them. */
+    ap_route_score route_score;
+    int route_norm, route_bias;
+    double route_scale;
     unsigned modules; /* ap_module bits; 0 for an op in none */
     int keep_bf16;    /* in a layer kept in bf16 under FP8 (ap_graph_keep_bf16) */
 
@@ -307,6 +322,15 @@ typedef struct {
     int64_t experts, top_k, moe_ffn, shared_ffn;
     const unsigned char *moe_layer;
     int64_t route_groups, route_group_topk;
+    /* The router (ap_op's route_*), zero for Megatron-Core's default, a
+     * softmax over the top_k logits: route_sigmoid scores each expert with
+     * a sigmoid; route_unnormalized leaves the top_k weights as scored
+     * rather than renormalised to sum 1 (a softmax over all experts,
+     * Megatron-LM's --moe-router-pre-softmax; a sigmoid at top_k 1);
+     * route_bias adds a per-expert bias to the scores that pick; the
+     * weights are multiplied by route_scale (0 or 1: not scaled). */
+    int route_sigmoid, route_unnormalized, route_bias;
+    double route_scale;
     /* Multi-latent attention: its LoRA ranks (q_lora 0: none) and head
      * dimensions; rotary then turns qk_rope of each head. */
     int mla;

@@ -105,6 +105,11 @@ typedef struct {
     /* MoE */
     int64_t experts, top_k, moe_ffn, shared_ffn;
     int64_t groups, group_topk; /* DeepSeek's and GLM's n_group, topk_group; 0: none */
+    /* The router (ap_op's route_*): sigmoid scores (else a softmax over
+     * all experts), the top_k weights renormalised to sum 1, a per-expert
+     * bias on the scores that pick, the factor on the weights (read_router). */
+    int route_sigmoid, route_norm, route_bias;
+    double route_scale;
     int shared_gate;
     int64_t first_dense, sparse_step, moe_freq;
     unsigned char *dense_only; /* per layer: listed in mlp_only_layers */
@@ -216,6 +221,25 @@ static double cfg_fraction(hf_cfg *c, const char *key, double def)
     return v->valuedouble;
 }
 
+/* A number field above 0 and at most 1e6 (a factor); absent or null gives
+ * `def`. */
+static double cfg_factor(hf_cfg *c, const char *key, double def)
+{
+    const cJSON *v = cfg_item(c, key);
+    if (c->bad || !v)
+        return def;
+    if (!cJSON_IsNumber(v)) {
+        cfg_fail(c, "\"%s\" must be a number, not %s", key, json_type_name(v));
+        return def;
+    }
+    if (!(v->valuedouble > 0 && v->valuedouble <= 1e6)) {
+        cfg_fail(c, "\"%s\" is %g; it must be above 0 (and at most 1e6)", key,
+                 v->valuedouble);
+        return def;
+    }
+    return v->valuedouble;
+}
+
 /* A string field that names a part the family is built with one way
  * (hidden_act, a router's method): it must be `want` (or, with `stem`,
  * begin with it); another value would be another model than the one built,
@@ -252,8 +276,8 @@ static int read_family(hf_cfg *c, family *out)
         return -1;
     }
     /* Kimi K2 runs DeepSeek-V3's architecture under a name of its own;
-     * DeepSeek-V2's differs in the gate's scoring alone (softmax, no
-     * correction bias), which costs the same, and its topk_method. */
+     * DeepSeek-V2's differs in its router alone (a softmax, no correction
+     * bias: read_router), which costs the same, and its topk_method. */
     if (!strcmp(v->valuestring, "kimi_k2") || !strcmp(v->valuestring, "deepseek_v2")) {
         *out = FAM_DEEPSEEK_V3;
         return 0;
@@ -412,6 +436,45 @@ static void check_glm4_router(hf_cfg *c)
     check_choice(c, "scoring_func", "glm4_moe", "sigmoid", 0, "\"sigmoid\" (Glm4MoeMoE's)");
 }
 
+/* Whether the config is DeepSeek-V2's (model_type "deepseek_v2"), which
+ * is read as DeepSeek-V3's but for its router. */
+static int deepseek_v2(const hf_cfg *c)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
+    return cJSON_IsString(t) && !strcmp(t->valuestring, "deepseek_v2");
+}
+
+/* How the family's router scores and weighs the experts, as transformers'
+ * modeling files run it, with the config class's defaults
+ * (docs/hf-models.md, "Routers"). Mixtral and GPT-OSS: a softmax over the
+ * top-k logits (Megatron-Core's default). Qwen2-MoE, Qwen3-MoE and OLMoE:
+ * a softmax over all experts, its top k renormalised under norm_topk_prob
+ * (false by default). DeepSeek-V2: a softmax over all experts, its top k
+ * times routed_scaling_factor (1.0), never renormalised (DeepseekV2Moe
+ * does not read norm_topk_prob). DeepSeek-V3 and Kimi K2: sigmoid scores
+ * plus e_score_correction_bias to pick, renormalised under norm_topk_prob
+ * (true), times routed_scaling_factor (2.5); GLM-4.5 the same with 1.0.
+ * Llama 4: a sigmoid of its top-k logits, as they are. */
+static void read_router(hf_cfg *c, hf_model *m)
+{
+    m->route_norm = 1;
+    m->route_scale = 1;
+    if (m->fam == FAM_QWEN2_MOE || m->fam == FAM_QWEN3_MOE || m->fam == FAM_OLMOE) {
+        m->route_norm = cfg_bool(c, "norm_topk_prob", 0);
+    } else if (m->fam == FAM_LLAMA4) {
+        m->route_sigmoid = 1;
+        m->route_norm = 0;
+    } else if (m->fam == FAM_DEEPSEEK_V3 && deepseek_v2(c)) {
+        m->route_norm = 0;
+        m->route_scale = cfg_factor(c, "routed_scaling_factor", 1.0);
+    } else if (deepseek_moe(m->fam)) {
+        m->route_sigmoid = m->route_bias = 1;
+        m->route_norm = cfg_bool(c, "norm_topk_prob", 1);
+        m->route_scale = cfg_factor(c, "routed_scaling_factor",
+                                    m->fam == FAM_GLM4_MOE ? 1.0 : 2.5);
+    }
+}
+
 static void read_moe(hf_cfg *c, hf_model *m)
 {
     const char *ekey = m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS || m->fam == FAM_LLAMA4
@@ -425,6 +488,7 @@ static void read_moe(hf_cfg *c, hf_model *m)
                  (long long)m->top_k, ekey, (long long)m->experts);
     m->sparse_step = 1;
     m->moe_freq = 1;
+    read_router(c, m);
     if (m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS || m->fam == FAM_OLMOE) {
         m->moe_ffn = m->ffn;
         return;
@@ -906,9 +970,16 @@ static void set_top_k(bld *b, const hf_model *m, int i)
 {
     if (i < 0)
         return;
-    b->g->ops[i].top_k = (int)m->top_k;
-    b->g->ops[i].groups = (int)m->groups;
-    b->g->ops[i].group_topk = (int)m->group_topk;
+    ap_op *op = &b->g->ops[i];
+    op->top_k = (int)m->top_k;
+    op->groups = (int)m->groups;
+    op->group_topk = (int)m->group_topk;
+    if (op->kind != AP_OP_ROUTER)
+        return;
+    op->route_score = m->route_sigmoid ? AP_ROUTE_SIGMOID : AP_ROUTE_SOFTMAX;
+    op->route_norm = m->route_norm;
+    op->route_bias = m->route_bias;
+    op->route_scale = m->route_scale;
 }
 
 /* Routed experts (E experts, c tokens each, ffn m) plus the shared experts,
@@ -1542,6 +1613,9 @@ static void decoder_sizes(hf_cfg *c, const ap_decoder *d)
         decoder_size(c, "the experts per token", d->top_k, 1, d->experts);
         decoder_size(c, "the experts' FFN size", d->moe_ffn, 1, MAX_FFN);
         decoder_size(c, "the shared experts' FFN size", d->shared_ffn, 0, MAX_FFN);
+        if (!c->bad && !(d->route_scale >= 0 && d->route_scale <= 1e6))
+            cfg_fail(c, "the router's scaling factor is %g; above 0 to 1e6 are built "
+                     "(0: not scaled)", d->route_scale);
     }
     if (d->mla) {
         decoder_size(c, "the query LoRA rank", d->q_lora, 0, MAX_HIDDEN);
@@ -1647,6 +1721,10 @@ static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
     m->expert_bias = m->router_bias = d->mlp_bias;
     m->groups = d->route_groups;
     m->group_topk = d->route_group_topk;
+    m->route_sigmoid = d->route_sigmoid;
+    m->route_norm = !d->route_unnormalized;
+    m->route_bias = d->route_bias;
+    m->route_scale = d->route_scale > 0 ? d->route_scale : 1;
     m->sparse_step = m->moe_freq = 1;
     m->dense_only = calloc((size_t)m->layers, 1);
     if (!m->dense_only) {

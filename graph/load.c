@@ -339,6 +339,38 @@ static int load_names(const ctx *c, const cJSON *op, const char *path,
     return AP_OK;
 }
 
+/* A router's "score", "normalize", "expert_bias" and "scale" (ap_op's
+ * route_*), each optional: where left out, a softmax, renormalised, no
+ * bias, not scaled (ap_graph_add_op's). A bad value names the op. */
+static int load_router(const ctx *c, const cJSON *o, const char *path, ap_op *op)
+{
+    const cJSON *v = field(o, "score");
+    if (v && (!cJSON_IsString(v) || (strcmp(v->valuestring, "softmax") &&
+                                     strcmp(v->valuestring, "sigmoid"))))
+        return fail(c, "%s.score: router \"%s\": expected \"softmax\" or \"sigmoid\"",
+                    path, op->name);
+    if (v)
+        op->route_score = strcmp(v->valuestring, "sigmoid") ? AP_ROUTE_SOFTMAX
+                                                            : AP_ROUTE_SIGMOID;
+    static const char *const flags[] = {"normalize", "expert_bias"};
+    int *slot[] = {&op->route_norm, &op->route_bias};
+    for (int i = 0; i < 2; i++) {
+        if (!(v = field(o, flags[i])))
+            continue;
+        if (!cJSON_IsBool(v))
+            return fail(c, "%s.%s: router \"%s\": expected true or false", path, flags[i],
+                        op->name);
+        *slot[i] = cJSON_IsTrue(v);
+    }
+    if ((v = field(o, "scale")) &&
+        !(cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble <= 1e6))
+        return fail(c, "%s.scale: router \"%s\": expected a number above 0 (and at most "
+                    "1e6) that the weights are multiplied by", path, op->name);
+    if (v)
+        op->route_scale = v->valuedouble;
+    return AP_OK;
+}
+
 /* Attributes are accepted only on the kinds they mean something for. */
 static int load_attrs(const ctx *c, const cJSON *o, const char *path,
                       ap_op *op)
@@ -347,6 +379,8 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
                                             "window", "chunk", NULL};
     static const char *const dropout[] = {"p", NULL};
     static const char *const moe[] = {"top_k", "groups", "group_topk", NULL};
+    static const char *const router[] = {"top_k", "groups", "group_topk", "score",
+                                         "normalize", "expert_bias", "scale", NULL};
     static const char *const none[] = {NULL};
     static const char *const common[] = {"name", "kind", "layer", "inputs",
                                          "outputs", "modules", NULL};
@@ -355,8 +389,9 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
         own = attention;
     else if (op->kind == AP_OP_DROPOUT)
         own = dropout;
-    else if (op->kind == AP_OP_ROUTER || op->kind == AP_OP_DISPATCH ||
-             op->kind == AP_OP_COMBINE)
+    else if (op->kind == AP_OP_ROUTER)
+        own = router;
+    else if (op->kind == AP_OP_DISPATCH || op->kind == AP_OP_COMBINE)
         own = moe;
     for (const cJSON *f = o->child; f; f = f->next) {
         int ok = 0;
@@ -369,17 +404,20 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
                         f->string, ap_op_kind_name(op));
     }
     int64_t k = 0, groups = 0, group_topk = 0;
-    if (own == moe && (get_int(c, o, path, "top_k", 1, 1 << 20, &k) ||
-                       (field(o, "groups") &&
-                        get_int(c, o, path, "groups", 2, 1 << 20, &groups)) ||
-                       (field(o, "group_topk") &&
-                        get_int(c, o, path, "group_topk", 1, 1 << 20, &group_topk))))
+    int routed = own == moe || own == router;
+    if (routed && (get_int(c, o, path, "top_k", 1, 1 << 20, &k) ||
+                    (field(o, "groups") &&
+                     get_int(c, o, path, "groups", 2, 1 << 20, &groups)) ||
+                    (field(o, "group_topk") &&
+                     get_int(c, o, path, "group_topk", 1, 1 << 20, &group_topk))))
         return AP_EINPUT;
     if (!groups != !group_topk)
         return fail(c, "%s: \"groups\" and \"group_topk\" go together", path);
     op->top_k = (int)k;
     op->groups = (int)groups;
     op->group_topk = (int)group_topk;
+    if (own == router && load_router(c, o, path, op))
+        return AP_EINPUT;
     if (own == attention && field(o, "window") &&
         get_int(c, o, path, "window", 1, INT64_C(1) << 40, &op->window))
         return AP_EINPUT;
@@ -421,7 +459,8 @@ static int load_op(const ctx *c, const cJSON *o, const char *path,
     static const char *const any[] = {"name",   "kind",  "layer", "inputs",
                                       "outputs", "causal", "flash", "dropout",
                                       "p",      "top_k", "modules", "groups",
-                                      "group_topk", "window", "chunk", NULL};
+                                      "group_topk", "window", "chunk", "score",
+                                      "normalize", "expert_bias", "scale", NULL};
     const char *name = NULL, *kind = NULL;
     const char *in[AP_MAX_IO], *out[AP_MAX_IO];
     int nin = 0, nout = 0, sub = 0;

@@ -60,6 +60,17 @@ static int add_names(cJSON *o, const char *key, const ap_graph *g,
     return arr != NULL;
 }
 
+/* A router's scoring, each field only where it is not the default
+ * (softmax, renormalised, no bias, scale 1), as load.c reads it. */
+static int router_json(cJSON *o, const ap_op *op)
+{
+    return (op->route_score != AP_ROUTE_SIGMOID ||
+            cJSON_AddStringToObject(o, "score", "sigmoid")) &&
+           (op->route_norm || cJSON_AddBoolToObject(o, "normalize", 0)) &&
+           (!op->route_bias || cJSON_AddBoolToObject(o, "expert_bias", 1)) &&
+           (op->route_scale == 1 || cJSON_AddNumberToObject(o, "scale", op->route_scale));
+}
+
 static int attrs_json(cJSON *o, const ap_op *op)
 {
     switch (op->kind) {
@@ -76,7 +87,8 @@ static int attrs_json(cJSON *o, const ap_op *op)
     case AP_OP_COMBINE:
         return cJSON_AddNumberToObject(o, "top_k", op->top_k) &&
                (!op->groups || (cJSON_AddNumberToObject(o, "groups", op->groups) &&
-                                cJSON_AddNumberToObject(o, "group_topk", op->group_topk)));
+                                cJSON_AddNumberToObject(o, "group_topk", op->group_topk))) &&
+               (op->kind != AP_OP_ROUTER || router_json(o, op));
     default:
         return 1;
     }

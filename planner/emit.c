@@ -54,6 +54,16 @@ static char *finish(sbuf *b)
     return b->buf;
 }
 
+/* x in the fewest digits that read back as x (15, else 17), as cJSON
+ * writes numbers: a router's scale of 2.827 is "2.827". */
+static const char *short_number(double x, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.15g", x);
+    if (strtod(buf, NULL) != x)
+        snprintf(buf, len, "%.17g", x);
+    return buf;
+}
+
 const char *ap_emit_recompute_name(ap_recompute r)
 {
     return r == AP_RECOMPUTE_FULL ? "full" : r == AP_RECOMPUTE_SELECTIVE ? "selective" : "none";
@@ -362,6 +372,23 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
     if (s->experts && s->route_groups)
         put(b, "  --moe-router-num-groups %d\n  --moe-router-group-topk %d\n",
             s->route_groups, s->route_group_topk);
+    /* How the router scores and weighs the experts, where it is not
+     * Megatron-Core's default softmax over the top-k logits
+     * (topk_routing_with_score_function): sigmoid scores (renormalised
+     * above top-k 1, as they are at top-k 1), a softmax over all experts
+     * whose top k are not renormalised, an expert bias on the scores that
+     * pick, a factor on the weights. check_architecture refuses what no
+     * flag states. */
+    char num[32];
+    if (s->experts && s->route_sigmoid)
+        put(b, "  --moe-router-score-function sigmoid\n");
+    else if (s->experts && s->route_unnormalized)
+        put(b, "  --moe-router-pre-softmax\n");
+    if (s->experts && s->route_bias)
+        put(b, "  --moe-router-enable-expert-bias\n");
+    if (s->experts && s->route_scale > 0 && s->route_scale != 1)
+        put(b, "  --moe-router-topk-scaling-factor %s\n",
+            short_number(s->route_scale, num, sizeof num));
     if (s->mtp_layers)
         put(b, "  --mtp-num-layers %d\n", s->mtp_layers);
     put(b, "  --seq-length %lld\n  --max-position-embeddings %lld\n", s->seq, s->seq);
@@ -495,9 +522,21 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
         else
             put(&b, "on every layer, ");
         if (s->shared_ffn)
-            put(&b, "shared experts of FFN %lld in all.\n", s->shared_ffn);
+            put(&b, "shared experts of FFN %lld in all, ", s->shared_ffn);
         else
-            put(&b, "no shared experts.\n");
+            put(&b, "no shared experts, ");
+        /* MoEArgs' router (TokenChoiceTopKRouter): score_func over all
+         * experts, route_norm, route_scale, and an expert bias where
+         * load_balance_coeff is set (its default, 1e-3, has one). A
+         * softmax over the top-k logits is a softmax over all experts
+         * renormalised. */
+        char num[32];
+        put(&b, "router score_func \"%s\", route_norm %s, route_scale %s, %s.\n",
+            s->route_sigmoid ? "sigmoid" : "softmax",
+            s->route_unnormalized ? "False" : "True",
+            short_number(s->route_scale > 0 ? s->route_scale : 1, num, sizeof num),
+            s->route_bias ? "with an expert bias (load_balance_coeff set)"
+                          : "no expert bias (load_balance_coeff None)");
     }
     /* Nor does a flag state a sliding window. */
     if (s->window > 0 && s->window_freq[0])

@@ -641,6 +641,39 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
     return AP_OK;
 }
 
+/* The routers Megatron-Core's flags state (topk_routing_with_score_function
+ * and TransformerConfig's checks): a softmax over the top-k logits (its
+ * default), or over all experts with the top k left as scored
+ * (--moe-router-pre-softmax, which it asserts at top-k 1); sigmoid scores
+ * (--moe-router-score-function sigmoid), renormalised above top-k 1 and
+ * left as scored at top-k 1; an expert bias (--moe-router-enable-expert-bias)
+ * with sigmoid scores only, which it raises otherwise; any factor on the
+ * weights (--moe-router-topk-scaling-factor). */
+static int check_router(const ap_model_shape *s, const ap_plan_desc *p, char *err)
+{
+    const char *who = ap_launcher_name(AP_LAUNCHER_MEGATRON);
+    if (!s->experts)
+        return AP_OK;
+    if (s->route_bias && !s->route_sigmoid)
+        return refuse(p, err, "%s's expert bias (--moe-router-enable-expert-bias) goes with "
+                      "sigmoid scores only, as Megatron-Core raises otherwise; %s", who,
+                      "the model's router adds one to softmax scores");
+    if (s->route_sigmoid && s->top_k > 1 && s->route_unnormalized)
+        return refuse(p, err, "%s renormalises the top-k weights of sigmoid scores to sum 1 "
+                      "(--moe-router-score-function sigmoid); %s, which no Megatron-LM flag "
+                      "states", who, "the model's router leaves them as scored");
+    if (s->route_sigmoid && s->top_k == 1 && !s->route_unnormalized)
+        return refuse(p, err, "%s weighs a token's one expert by its sigmoid score at top-k 1 "
+                      "(--moe-router-score-function sigmoid); %s, which no Megatron-LM flag "
+                      "states", who, "the model's router renormalises it to 1");
+    if (!s->route_sigmoid && s->top_k == 1 && !s->route_unnormalized)
+        return refuse(p, err, "%s runs a softmax router at top-k 1 only with "
+                      "--moe-router-pre-softmax, which weighs a token's one expert by its "
+                      "softmax over all experts (Megatron-Core raises otherwise); %s", who,
+                      "the model's router renormalises that weight to 1");
+    return AP_OK;
+}
+
 /* What a launcher's model flags cannot state. Only Megatron-LM's export
  * states the architecture; the others run the user's own model code. */
 static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
@@ -719,7 +752,7 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
                       "and --quick-geglu; the model's MLP is %s, which no Megatron-LM "
                       "flag states", ap_launcher_name(to),
                       s->gated ? "gated by another activation than silu" : "a plain ReLU");
-    return AP_OK;
+    return to == AP_LAUNCHER_MEGATRON ? check_router(s, p, err) : AP_OK;
 }
 
 /* Whether full recomputation under the plan's method redoes every layer

@@ -776,6 +776,10 @@ typedef struct {
     const char *norm;        /* --normalization */
     const char *softmax;     /* --softmax-type */
     int groups, group_topk;  /* --moe-router-num-groups, --moe-router-group-topk */
+    const char *score;       /* --moe-router-score-function */
+    int pre_softmax;         /* --moe-router-pre-softmax */
+    int expert_bias;         /* --moe-router-enable-expert-bias */
+    double route_scale;      /* --moe-router-topk-scaling-factor; 0 where not given */
     double capacity;         /* --moe-expert-capacity-factor; 0 where not given */
     int pad;                 /* --moe-pad-expert-input-to-capacity */
     int mb_group;            /* --microbatch-group-size-per-virtual-pipeline-stage */
@@ -1198,6 +1202,42 @@ static int list_flag(const char *tok, char **save, audit *a, char *err)
     return 0;
 }
 
+/* The router's flags, how it scores and weighs the experts (settle_audit
+ * keeps them under --num-experts): 1 when `tok` was one, 0 when not, -1
+ * with err set for a bad or missing value. Megatron-Core's sqrtsoftplus
+ * scores are not built. */
+static int router_flag(const char *tok, char **save, audit *a, char *err)
+{
+    if (!strcmp(tok, "--moe-router-score-function")) {
+        if (value_into(tok, save, &a->score, err) < 0)
+            return -1;
+        if (!strcmp(a->score, "sqrtsoftplus"))
+            return refuse(tok, a->score, "scores the experts by sqrt(softplus(x)), which "
+                          "autopar's graphs do not build (softmax and sigmoid)", err);
+        return one_of(tok, a->score, "softmax sigmoid", err) ? -1 : 1;
+    }
+    if (!strcmp(tok, "--moe-router-pre-softmax")) {
+        a->pre_softmax = 1;
+        return 1;
+    }
+    if (!strcmp(tok, "--moe-router-enable-expert-bias")) {
+        a->expert_bias = 1;
+        return 1;
+    }
+    if (strcmp(tok, "--moe-router-topk-scaling-factor"))
+        return 0;
+    char *v = flag_value(tok, save, err), *end;
+    if (!v || shell_variable(tok, v, err))
+        return -1;
+    a->route_scale = strtod(v, &end);
+    if (end == v || *end || !(a->route_scale > 0 && a->route_scale <= 1e6)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" (a number "
+                 "above 0, at most 1e6)", tok, v);
+        return -1;
+    }
+    return 1;
+}
+
 /* The flags settle_audit judges; 1 when `tok` was one, 0 when not, -1
  * with err set for a bad or missing value. */
 static int audit_flag(const char *tok, char **save, audit *a, char *err)
@@ -1240,6 +1280,8 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
     }
     if (!strcmp(tok, "--moe-router-group-topk"))
         return count_value(tok, save, &a->group_topk, err);
+    if ((rc = router_flag(tok, save, a, err)))
+        return rc;
     if (!strcmp(tok, "--microbatch-group-size-per-virtual-pipeline-stage"))
         return count_value(tok, save, &a->mb_group, err);
     if (!strcmp(tok, "--moe-shared-expert-intermediate-size")) {
@@ -1537,6 +1579,18 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
     if (m->shape.experts) {
         m->shape.route_groups = a->groups;
         m->shape.route_group_topk = a->group_topk;
+    }
+    /* TransformerConfig raises at an expert bias without sigmoid scores,
+     * whether or not the model has experts. */
+    if (a->expert_bias && !(a->score && !strcmp(a->score, "sigmoid")))
+        return refuse("--moe-router-enable-expert-bias", NULL, "needs "
+                      "--moe-router-score-function sigmoid, as Megatron-Core raises without "
+                      "it (its expert bias goes with sigmoid scores only)", err);
+    if (m->shape.experts) {
+        m->shape.route_score = !a->score ? 0 : !strcmp(a->score, "sigmoid") ? 2 : 1;
+        m->shape.route_pre_softmax = a->pre_softmax;
+        m->shape.route_bias = a->expert_bias;
+        m->shape.route_scale = a->route_scale;
     }
     return 0;
 }
@@ -2573,6 +2627,60 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_
     return AP_EINPUT;
 }
 
+/* A router in words, for messages: its scores, its top-k weights, its
+ * expert bias and the factor on its weights. */
+static void router_words(int sigmoid, int unnormalized, int bias, double scale, char *buf,
+                         size_t len)
+{
+    char factor[40] = "";
+    if (scale > 0 && scale != 1)
+        snprintf(factor, sizeof factor, ", scaled by %g", scale);
+    snprintf(buf, len, "%s%s%s", sigmoid && unnormalized ? "sigmoid, the top k as scored"
+             : sigmoid ? "sigmoid, the top k renormalised"
+             : unnormalized ? "softmax over all experts, the top k as scored"
+                            : "softmax over the top-k logits",
+             bias ? ", an expert bias" : "", factor);
+}
+
+/* The router's flags against the model's router (ap_model_shape_of), where
+ * any is given: the router they state, Megatron-LM's defaults for those
+ * left out (topk_routing_with_score_function: a softmax over the top-k
+ * logits, or over all experts under --moe-router-pre-softmax, its top k
+ * then as they are; sigmoid scores renormalised above top-k 1), must be
+ * the model's. Left out, the router prices the same whatever it is, as
+ * the groups do outside the flex dispatcher (check_groups). */
+static int check_router_flags(const ap_graph *g, const ap_megatron *m,
+                              const ap_model_shape *s, char *err)
+{
+    int sigmoid = m->shape.route_score == 2;
+    int unnormalized = sigmoid ? s->top_k == 1 : m->shape.route_pre_softmax;
+    double scale = m->shape.route_scale > 0 ? m->shape.route_scale : 1;
+    double model_scale = s->route_scale > 0 ? s->route_scale : 1;
+    if (!m->shape.route_score && !m->shape.route_pre_softmax && !m->shape.route_bias &&
+        !(m->shape.route_scale > 0))
+        return AP_OK;
+    if (sigmoid == s->route_sigmoid && unnormalized == s->route_unnormalized &&
+        m->shape.route_bias == s->route_bias && scale == model_scale)
+        return AP_OK;
+    char flags[160] = "", want[96], have[96];
+    if (m->shape.route_score)
+        snprintf(flags, sizeof flags, " --moe-router-score-function %s",
+                 sigmoid ? "sigmoid" : "softmax");
+    if (m->shape.route_pre_softmax)
+        strcat(flags, " --moe-router-pre-softmax");
+    if (m->shape.route_bias)
+        strcat(flags, " --moe-router-enable-expert-bias");
+    if (m->shape.route_scale > 0)
+        snprintf(flags + strlen(flags), sizeof flags - strlen(flags),
+                 " --moe-router-topk-scaling-factor %g", m->shape.route_scale);
+    router_words(sigmoid, unnormalized, m->shape.route_bias, scale, want, sizeof want);
+    router_words(s->route_sigmoid, s->route_unnormalized, s->route_bias, model_scale, have,
+                 sizeof have);
+    snprintf(err, AP_ERR_LEN, "--megatron-args: the router%.140s (%.95s), but %.128s routes "
+             "with %.95s", flags, want, g->source, have);
+    return AP_EINPUT;
+}
+
 /* The layers a per-layer flag states, a byte a layer into *want: its
  * text read by parse where given (text non-empty), else every layer
  * `fill`; *have gets a buffer as long for the model's. The caller frees
@@ -2975,7 +3083,9 @@ static int check_audited(const ap_graph *g, const ap_megatron *m, const ap_model
         return AP_EINPUT;
     }
     rc = check_moe_layers(g, m, s, err);
-    return rc ? rc : check_groups(g, m, s, err);
+    if (!rc)
+        rc = check_groups(g, m, s, err);
+    return rc ? rc : check_router_flags(g, m, s, err);
 }
 
 /* Token dropping: padding needs a capacity (Megatron-Core asserts it);

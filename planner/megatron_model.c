@@ -163,6 +163,14 @@ static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char *moe_la
     d->shared_ffn = m->shape.shared_ffn;
     d->route_groups = m->shape.route_groups;
     d->route_group_topk = m->shape.route_group_topk;
+    /* The router as Megatron-Core's topk_routing_with_score_function runs
+     * it: a softmax over the top-k logits, or under --moe-router-pre-softmax
+     * over all experts with the top k as they are; sigmoid scores
+     * renormalised above top-k 1, as they are at top-k 1. */
+    d->route_sigmoid = m->shape.route_score == 2;
+    d->route_unnormalized = d->route_sigmoid ? d->top_k == 1 : m->shape.route_pre_softmax;
+    d->route_bias = m->shape.route_bias;
+    d->route_scale = m->shape.route_scale;
     if (!m->shape.moe_freq[0])
         return AP_OK;
     d->moe_layer = moe_layer;

@@ -462,6 +462,16 @@ static cJSON *shape_json(const ap_graph *g)
         cJSON_AddNumberToObject(o, "route_groups", s.route_groups);
         cJSON_AddNumberToObject(o, "route_group_topk", s.route_group_topk);
     }
+    /* The router's scoring, each only where it is not the default (a
+     * softmax over the top_k logits), as the model format writes it. */
+    if (s.experts && s.route_sigmoid)
+        cJSON_AddStringToObject(o, "router_score", "sigmoid");
+    if (s.experts && s.route_unnormalized)
+        cJSON_AddBoolToObject(o, "router_normalize", 0);
+    if (s.experts && s.route_bias)
+        cJSON_AddBoolToObject(o, "router_expert_bias", 1);
+    if (s.experts && s.route_scale > 0 && s.route_scale != 1)
+        cJSON_AddNumberToObject(o, "router_scale", s.route_scale);
     cJSON_AddStringToObject(o, "dtype", ap_dtype_name(s.dtype));
     cJSON_AddStringToObject(o, "norm", s.rmsnorm ? "rmsnorm"
                             : s.layernorm_1p ? "layernorm1p" : "layernorm");

@@ -901,6 +901,12 @@ typedef struct {
         /* --moe-router-num-groups and --moe-router-group-topk under
          * --num-experts (group-limited routing); 0 where not given */
         int route_groups, route_group_topk;
+        /* The router's flags under --num-experts, 0 where not given:
+         * --moe-router-score-function (1 softmax, 2 sigmoid),
+         * --moe-router-pre-softmax and --moe-router-enable-expert-bias (1),
+         * --moe-router-topk-scaling-factor (its value). */
+        int route_score, route_pre_softmax, route_bias;
+        double route_scale;
         int kv_channels; /* --kv-channels; 0 where not given */
         int mla;         /* 1 where --multi-latent-attention is given */
         int q_lora, kv_lora, qk_nope_dim, qk_rope_dim, v_head_dim; /* its flags */
@@ -1207,6 +1213,13 @@ typedef struct {
     char moe_freq[256];
     int top_k;
     int route_groups, route_group_topk; /* group-limited routing; 0, 0: none */
+    /* The first router's scoring (ap_op's route_*), zero for Megatron-Core's
+     * default (a softmax over the top_k logits), so that a dense model and a
+     * plan read back without them have it: sigmoid scores, the top_k
+     * weights left as scored rather than renormalised, a per-expert bias
+     * on the scores that pick, the factor on the weights (0 or 1: none). */
+    int route_sigmoid, route_unnormalized, route_bias;
+    double route_scale;
     /* Multi-latent attention (ops in the mla_up_proj module): the query and
      * key-value LoRA ranks (q_lora 0: none), the query and key head
      * dimension without and with rotary embedding, and the value head

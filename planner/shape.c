@@ -354,6 +354,10 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             s->top_k = op->top_k;
             s->route_groups = op->groups;
             s->route_group_topk = op->group_topk;
+            s->route_sigmoid = op->route_score == AP_ROUTE_SIGMOID;
+            s->route_unnormalized = !op->route_norm;
+            s->route_bias = op->route_bias;
+            s->route_scale = op->route_scale;
         }
         if (op->kind == AP_OP_DROPOUT && op->layer >= 0)
             s->hidden_dropout = fmax(s->hidden_dropout, op->dropout_p);
