@@ -380,13 +380,25 @@ static void read_dense_only(hf_cfg *c, hf_model *m)
     }
 }
 
+/* Whether the config is DeepSeek-V2's (model_type "deepseek_v2"), which
+ * is read as DeepSeek-V3's but for its router. */
+static int deepseek_v2(const hf_cfg *c)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
+    return cJSON_IsString(t) && !strcmp(t->valuestring, "deepseek_v2");
+}
+
 /* DeepSeek's group-limited routing: a token's top_k experts come from the
  * experts of its topk_group best groups of n_group. A config that limits
- * nothing (topk_group = n_group, or one group) has none. */
+ * nothing (topk_group = n_group, or one group) has none. Left out, the
+ * fields are the config class's: DeepseekV3Config's 8 groups and 4 picked
+ * (Kimi K2's too), DeepseekV2Config's "greedy" gate over all experts,
+ * Glm4MoeConfig's one group. */
 static void read_groups(hf_cfg *c, hf_model *m)
 {
-    int64_t g = cfg_int(c, "n_group", 0, 1, 1, MAX_EXPERTS);
-    int64_t k = cfg_int(c, "topk_group", 0, g, 1, MAX_EXPERTS);
+    int v3 = m->fam == FAM_DEEPSEEK_V3 && !deepseek_v2(c);
+    int64_t g = cfg_int(c, "n_group", 0, v3 ? 8 : 1, 1, MAX_EXPERTS);
+    int64_t k = cfg_int(c, "topk_group", 0, v3 ? 4 : g, 1, MAX_EXPERTS);
     /* DeepSeek-V2's gate picks from all experts under "greedy" whatever
      * n_group says, from the best groups under "group_limited_greedy";
      * V3's "noaux_tc" always limits to groups. */
@@ -403,7 +415,8 @@ static void read_groups(hf_cfg *c, hf_model *m)
                  "and \"noaux_tc\" are built", t->valuestring);
         return;
     }
-    if (g <= 1 || k >= g || (t && !strcmp(t->valuestring, "greedy")))
+    int greedy = t ? !strcmp(t->valuestring, "greedy") : deepseek_v2(c);
+    if (g <= 1 || k >= g || greedy)
         return;
     if (m->experts % g)
         cfg_fail(c, "\"n_group\" (%lld) does not divide \"n_routed_experts\" (%lld)",
@@ -436,13 +449,6 @@ static void check_glm4_router(hf_cfg *c)
     check_choice(c, "scoring_func", "glm4_moe", "sigmoid", 0, "\"sigmoid\" (Glm4MoeMoE's)");
 }
 
-/* Whether the config is DeepSeek-V2's (model_type "deepseek_v2"), which
- * is read as DeepSeek-V3's but for its router. */
-static int deepseek_v2(const hf_cfg *c)
-{
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
-    return cJSON_IsString(t) && !strcmp(t->valuestring, "deepseek_v2");
-}
 
 /* How the family's router scores and weighs the experts, as transformers'
  * modeling files run it, with the config class's defaults
@@ -515,10 +521,14 @@ static void read_moe(hf_cfg *c, hf_model *m)
         /* Glm4MoeConfig defaults to one shared expert and one dense layer;
          * its decoder layer routes every layer from first_k_dense_replace
          * on, with no moe_layer_freq. */
-        int glm = m->fam == FAM_GLM4_MOE;
-        int64_t shared = cfg_int(c, "n_shared_experts", 0, glm, 0, MAX_EXPERTS);
+        int glm = m->fam == FAM_GLM4_MOE, v2 = deepseek_v2(c);
+        /* The config classes' defaults: DeepseekV3Config's one shared
+         * expert and three dense layers, DeepseekV2Config's two and none. */
+        int64_t shared = cfg_int(c, "n_shared_experts", 0, glm ? 1 : v2 ? 2 : 1, 0,
+                                 MAX_EXPERTS);
         m->shared_ffn = shared * m->moe_ffn;
-        m->first_dense = cfg_int(c, "first_k_dense_replace", 0, glm, 0, MAX_LAYERS);
+        m->first_dense = cfg_int(c, "first_k_dense_replace", 0, glm ? 1 : v2 ? 0 : 3, 0,
+                                 MAX_LAYERS);
         if (glm)
             check_glm4_router(c);
         else

@@ -193,7 +193,8 @@ static void deepseek_rotates_only_the_rope_part_of_q_and_k(void)
         " \"max_position_embeddings\": 128, \"n_routed_experts\": 4,"
         " \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 64,"
         " \"kv_lora_rank\": 64, \"q_lora_rank\": 96, \"qk_nope_head_dim\": 32,"
-        " \"qk_rope_head_dim\": 16, \"v_head_dim\": 32, \"first_k_dense_replace\": 1}";
+        " \"qk_rope_head_dim\": 16, \"v_head_dim\": 32, \"first_k_dense_replace\": 1,"
+        " \"n_group\": 1}";
     char err[AP_ERR_LEN];
     ap_graph *g = from_hf(cfg, 1, 128, err);
     REQUIRE_OK(g ? 0 : 1, err);

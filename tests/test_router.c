@@ -437,6 +437,39 @@ static void the_megatron_export_refuses_sigmoid_weights_left_as_scored(void)
     ap_graph_free(g);
 }
 
+/* Group-limited routing left out of a config is its config class's:
+ * DeepseekV3Config picks from the 4 best of 8 groups, DeepseekV2Config's
+ * gate is "greedy" over all experts whatever n_group says, unless
+ * topk_method names the groups. */
+static void group_routing_left_out_is_the_config_classs(void)
+{
+    char err[AP_ERR_LEN], cfg[1024];
+    ap_graph *g = small_deepseek("", err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    const ap_op *r = router(g, 0);
+    CHECK(r && r->groups == 8 && r->group_topk == 4);
+    ap_graph_free(g);
+    const char *v2 = "{\"model_type\":\"deepseek_v2\",\"hidden_size\":256,"
+                     "\"intermediate_size\":512,\"moe_intermediate_size\":64,"
+                     "\"num_attention_heads\":4,\"num_hidden_layers\":2,"
+                     "\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"kv_lora_rank\":64,"
+                     "\"q_lora_rank\":null,\"qk_nope_head_dim\":32,\"qk_rope_head_dim\":16,"
+                     "\"v_head_dim\":32,\"vocab_size\":1000,\"max_position_embeddings\":512,"
+                     "\"n_group\":4,\"topk_group\":2%s}";
+    snprintf(cfg, sizeof cfg, v2, "");
+    g = ap_test_hf_seq(cfg, 0, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    r = router(g, 0);
+    CHECK(r && r->groups == 0 && r->group_topk == 0);
+    ap_graph_free(g);
+    snprintf(cfg, sizeof cfg, v2, ",\"topk_method\":\"group_limited_greedy\"");
+    g = ap_test_hf_seq(cfg, 0, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    r = router(g, 0);
+    CHECK(r && r->groups == 4 && r->group_topk == 2);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(deepseek_v3_routes_by_sigmoid_with_an_expert_bias_renormalised_and_scaled_2_5);
@@ -454,5 +487,6 @@ int main(void)
     RUN(an_exported_command_line_reads_back_into_the_same_router);
     RUN(megatron_args_refuse_a_router_megatron_core_does_not_run);
     RUN(the_megatron_export_refuses_sigmoid_weights_left_as_scored);
+    RUN(group_routing_left_out_is_the_config_classs);
     return DONE();
 }
