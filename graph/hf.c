@@ -204,40 +204,45 @@ static int cfg_bool(hf_cfg *c, const char *key, int def)
     return cJSON_IsTrue(v);
 }
 
-/* A number field in [0, 1]; absent or null gives `def`. */
-static double cfg_fraction(hf_cfg *c, const char *key, double def)
+/* A number field; absent or null gives `def`, and so does one of another
+ * type, refused. *ok is 1 where the field is there and a number, else 0. */
+static double cfg_number(hf_cfg *c, const char *key, double def, int *ok)
 {
     const cJSON *v = cfg_item(c, key);
+    *ok = 0;
     if (c->bad || !v)
         return def;
     if (!cJSON_IsNumber(v)) {
         cfg_fail(c, "\"%s\" must be a number, not %s", key, json_type_name(v));
         return def;
     }
-    if (!(v->valuedouble >= 0 && v->valuedouble <= 1)) {
-        cfg_fail(c, "\"%s\" is %g; it must be between 0 and 1", key, v->valuedouble);
+    *ok = 1;
+    return v->valuedouble;
+}
+
+/* A number field in [0, 1]; absent or null gives `def`. */
+static double cfg_fraction(hf_cfg *c, const char *key, double def)
+{
+    int there;
+    double x = cfg_number(c, key, def, &there);
+    if (there && !(x >= 0 && x <= 1)) {
+        cfg_fail(c, "\"%s\" is %g; it must be between 0 and 1", key, x);
         return def;
     }
-    return v->valuedouble;
+    return x;
 }
 
 /* A number field above 0 and at most 1e6 (a factor); absent or null gives
  * `def`. */
 static double cfg_factor(hf_cfg *c, const char *key, double def)
 {
-    const cJSON *v = cfg_item(c, key);
-    if (c->bad || !v)
-        return def;
-    if (!cJSON_IsNumber(v)) {
-        cfg_fail(c, "\"%s\" must be a number, not %s", key, json_type_name(v));
-        return def;
-    }
-    if (!(v->valuedouble > 0 && v->valuedouble <= 1e6)) {
-        cfg_fail(c, "\"%s\" is %g; it must be above 0 (and at most 1e6)", key,
-                 v->valuedouble);
+    int there;
+    double x = cfg_number(c, key, def, &there);
+    if (there && !(x > 0 && x <= 1e6)) {
+        cfg_fail(c, "\"%s\" is %g; it must be above 0 (and at most 1e6)", key, x);
         return def;
     }
-    return v->valuedouble;
+    return x;
 }
 
 /* A string field that names a part the family is built with one way
