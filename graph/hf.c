@@ -232,6 +232,25 @@ static double cfg_fraction(hf_cfg *c, const char *key, double def)
     return x;
 }
 
+/* The share of each head rotary turns: transformers 5 keeps it in
+ * rope_parameters.partial_rotary_factor, which wins over the field `key`
+ * its configs had before (GPTNeoXConfig and the base config setdefault it
+ * from there); absent from both, `def`. */
+static double rotary_fraction(hf_cfg *c, const char *key, double def)
+{
+    const cJSON *rp = cfg_item(c, "rope_parameters");
+    const cJSON *v = cJSON_IsObject(rp)
+                         ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
+    if (c->bad || !v || cJSON_IsNull(v))
+        return cfg_fraction(c, key, def);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1)) {
+        cfg_fail(c, "\"rope_parameters\".\"partial_rotary_factor\" must be a number "
+                 "between 0 and 1");
+        return def;
+    }
+    return v->valuedouble;
+}
+
 /* A number field above 0 and at most 1e6 (a factor); absent or null gives
  * `def`. */
 static double cfg_factor(hf_cfg *c, const char *key, double def)
@@ -350,7 +369,7 @@ static void read_neox(hf_cfg *c, hf_model *m)
     m->parallel_residual = cfg_bool(c, "use_parallel_residual", 1);
     m->tie = cfg_bool(c, "tie_word_embeddings", 0);
     m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", 1);
-    double pct = cfg_fraction(c, "rotary_pct", 0.25); /* GPTNeoXConfig's default */
+    double pct = rotary_fraction(c, "rotary_pct", 0.25); /* GPTNeoXConfig's default */
     m->kv_heads = m->heads;
     m->layernorm = m->gelu_mlp = m->mlp_bias = 1;
     check_heads(c, m, "hidden_size", "num_attention_heads", "num_attention_heads");
@@ -559,7 +578,7 @@ static void read_mla(hf_cfg *c, hf_model *m)
  * Phi3Config's 1). */
 static int64_t partial_rotary(hf_cfg *c, const hf_model *m, double def)
 {
-    double f = cfg_fraction(c, "partial_rotary_factor", def);
+    double f = rotary_fraction(c, "partial_rotary_factor", def);
     int64_t r = (int64_t)((double)m->head_dim * f);
     if (!c->bad && r % 2)
         cfg_fail(c, "\"partial_rotary_factor\" (%g) of the head size %lld rotates "

@@ -157,6 +157,31 @@ static void neox_rotary_pct_defaults_to_a_quarter_and_one_rotates_all(void)
     ap_graph_free(g);
 }
 
+/* transformers 5 saves the share in rope_parameters.partial_rotary_factor,
+ * which wins over a top-level rotary_pct (GPTNeoXConfig setdefaults the
+ * latter into it), and a Phi-3 config's partial_rotary_factor moves there
+ * the same way. */
+static void rope_parameters_partial_rotary_factor_is_the_share(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = neox(", \"rope_parameters\": {\"rope_theta\": 10000, "
+                       "\"partial_rotary_factor\": 0.5}, \"rotary_pct\": 0.25", err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    CHECK(ap_graph_dim(g, 'r') && ap_graph_dim(g, 'r')->size == 32);
+    ap_graph_free(g);
+    const char *phi3 =
+        "{\"model_type\": \"phi3\", \"num_hidden_layers\": 1, \"hidden_size\": 256,"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+        " \"intermediate_size\": 512, \"vocab_size\": 1000, \"max_position_embeddings\": 128,"
+        " \"rope_parameters\": {\"rope_type\": \"default\", \"partial_rotary_factor\": 0.75}}";
+    g = from_hf(phi3, 1, 128, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    CHECK(ap_graph_dim(g, 'r') && ap_graph_dim(g, 'r')->size == 48);
+    ap_graph_free(g);
+    CHECK(neox(", \"rope_parameters\": {\"partial_rotary_factor\": \"half\"}", err) == NULL);
+    CHECK_STR_HAS(err, "\"rope_parameters\".\"partial_rotary_factor\" must be a number");
+}
+
 /* 0.11 * 64 = 7.04: HF's int() gives 7, which rotate_half cannot pair. */
 static void neox_rotary_pct_out_of_range_or_odd_is_refused(void)
 {
@@ -348,6 +373,7 @@ int main(void)
     RUN(neox_rotary_pct_prices_the_rotated_fraction);
     RUN(neox_rotary_pct_defaults_to_a_quarter_and_one_rotates_all);
     RUN(neox_rotary_pct_out_of_range_or_odd_is_refused);
+    RUN(rope_parameters_partial_rotary_factor_is_the_share);
     RUN(gpt2_has_learned_positions_and_no_rotary);
     RUN(deepseek_rotates_only_the_rope_part_of_q_and_k);
     RUN(rotary_time_is_its_bytes_over_hbm_bandwidth);
