@@ -959,7 +959,8 @@ static int sig_op(const ap_graph *g, int layer, const ap_op *op,
              sig_push(s, p) || sig_push(s, op->top_k) || sig_push(s, op->modules) ||
              sig_push(s, op->groups) || sig_push(s, op->group_topk) ||
              sig_push(s, op->route_score) || sig_push(s, op->route_norm) ||
-             sig_push(s, op->route_bias) || sig_push(s, scale) ||
+             sig_push(s, op->route_bias) || sig_push(s, op->route_on_input) ||
+             sig_push(s, scale) ||
              sig_push(s, op->keep_bf16) ||
              sig_push(s, op->ninputs) || sig_push(s, op->noutputs);
     for (int i = 0; !rc && i < op->ninputs; i++) {

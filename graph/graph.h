@@ -190,10 +190,12 @@ typedef struct {
      * e_score_correction_bias); their weights are the scores, divided by
      * their sum where route_norm, times route_scale. ap_graph_add_op sets
      * softmax, route_norm 1, no bias, route_scale 1: softmax over the top_k
-     * logits, Megatron-Core's default router. Costs do not depend on them;
-     * the exports state them. */
+     * logits, Megatron-Core's default router. route_on_input: the weight
+     * multiplies the expert's input rather than its output (Llama 4's;
+     * Megatron-LM's --moe-apply-probs-on-input, top_k 1 only). Costs do not
+     * depend on them; the exports state them. */
     ap_route_score route_score;
-    int route_norm, route_bias;
+    int route_norm, route_bias, route_on_input;
     double route_scale;
     unsigned modules; /* ap_module bits; 0 for an op in none */
     int keep_bf16;    /* in a layer kept in bf16 under FP8 (ap_graph_keep_bf16) */
@@ -328,8 +330,9 @@ typedef struct {
      * rather than renormalised to sum 1 (a softmax over all experts,
      * Megatron-LM's --moe-router-pre-softmax; a sigmoid at top_k 1);
      * route_bias adds a per-expert bias to the scores that pick; the
-     * weights are multiplied by route_scale (0 or 1: not scaled). */
-    int route_sigmoid, route_unnormalized, route_bias;
+     * weights are multiplied by route_scale (0 or 1: not scaled);
+     * route_on_input weighs the expert's input, not its output. */
+    int route_sigmoid, route_unnormalized, route_bias, route_on_input;
     double route_scale;
     /* Multi-latent attention: its LoRA ranks (q_lora 0: none) and head
      * dimensions; rotary then turns qk_rope of each head. */

@@ -107,8 +107,9 @@ typedef struct {
     int64_t groups, group_topk; /* DeepSeek's and GLM's n_group, topk_group; 0: none */
     /* The router (ap_op's route_*): sigmoid scores (else a softmax over
      * all experts), the top_k weights renormalised to sum 1, a per-expert
-     * bias on the scores that pick, the factor on the weights (read_router). */
-    int route_sigmoid, route_norm, route_bias;
+     * bias on the scores that pick, the factor on the weights, the weight
+     * on the expert's input rather than its output (read_router). */
+    int route_sigmoid, route_norm, route_bias, route_on_input;
     double route_scale;
     int shared_gate;
     int64_t first_dense, sparse_step, moe_freq;
@@ -492,7 +493,10 @@ static void read_router(hf_cfg *c, hf_model *m)
     if (m->fam == FAM_QWEN2_MOE || m->fam == FAM_QWEN3_MOE || m->fam == FAM_OLMOE) {
         m->route_norm = cfg_bool(c, "norm_topk_prob", 0);
     } else if (m->fam == FAM_LLAMA4) {
-        m->route_sigmoid = 1;
+        /* Llama4TextMoe multiplies the tokens routed in by their score
+         * (routed_in * router_scores) and adds the experts' outputs as
+         * they come. */
+        m->route_sigmoid = m->route_on_input = 1;
         m->route_norm = 0;
     } else if (m->fam == FAM_DEEPSEEK_V3 && deepseek_v2(c)) {
         m->route_norm = 0;
@@ -1013,6 +1017,7 @@ static void set_top_k(bld *b, const hf_model *m, int i)
     op->route_score = m->route_sigmoid ? AP_ROUTE_SIGMOID : AP_ROUTE_SOFTMAX;
     op->route_norm = m->route_norm;
     op->route_bias = m->route_bias;
+    op->route_on_input = m->route_on_input;
     op->route_scale = m->route_scale;
 }
 
@@ -1758,6 +1763,7 @@ static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
     m->route_sigmoid = d->route_sigmoid;
     m->route_norm = !d->route_unnormalized;
     m->route_bias = d->route_bias;
+    m->route_on_input = d->route_on_input;
     m->route_scale = d->route_scale > 0 ? d->route_scale : 1;
     m->sparse_step = m->moe_freq = 1;
     m->dense_only = calloc((size_t)m->layers, 1);

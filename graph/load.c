@@ -339,9 +339,10 @@ static int load_names(const ctx *c, const cJSON *op, const char *path,
     return AP_OK;
 }
 
-/* A router's "score", "normalize", "expert_bias" and "scale" (ap_op's
- * route_*), each optional: where left out, a softmax, renormalised, no
- * bias, not scaled (ap_graph_add_op's). A bad value names the op. */
+/* A router's "score", "normalize", "expert_bias", "probs_on_input" and
+ * "scale" (ap_op's route_*), each optional: where left out, a softmax,
+ * renormalised, no bias, weighing the output, not scaled
+ * (ap_graph_add_op's). A bad value names the op. */
 static int load_router(const ctx *c, const cJSON *o, const char *path, ap_op *op)
 {
     const cJSON *v = field(o, "score");
@@ -352,9 +353,9 @@ static int load_router(const ctx *c, const cJSON *o, const char *path, ap_op *op
     if (v)
         op->route_score = strcmp(v->valuestring, "sigmoid") ? AP_ROUTE_SOFTMAX
                                                             : AP_ROUTE_SIGMOID;
-    static const char *const flags[] = {"normalize", "expert_bias"};
-    int *slot[] = {&op->route_norm, &op->route_bias};
-    for (int i = 0; i < 2; i++) {
+    static const char *const flags[] = {"normalize", "expert_bias", "probs_on_input"};
+    int *slot[] = {&op->route_norm, &op->route_bias, &op->route_on_input};
+    for (int i = 0; i < 3; i++) {
         if (!(v = field(o, flags[i])))
             continue;
         if (!cJSON_IsBool(v))
@@ -380,7 +381,8 @@ static int load_attrs(const ctx *c, const cJSON *o, const char *path,
     static const char *const dropout[] = {"p", NULL};
     static const char *const moe[] = {"top_k", "groups", "group_topk", NULL};
     static const char *const router[] = {"top_k", "groups", "group_topk", "score",
-                                         "normalize", "expert_bias", "scale", NULL};
+                                         "normalize", "expert_bias", "probs_on_input",
+                                         "scale", NULL};
     static const char *const none[] = {NULL};
     static const char *const common[] = {"name", "kind", "layer", "inputs",
                                          "outputs", "modules", NULL};
@@ -460,7 +462,8 @@ static int load_op(const ctx *c, const cJSON *o, const char *path,
                                       "outputs", "causal", "flash", "dropout",
                                       "p",      "top_k", "modules", "groups",
                                       "group_topk", "window", "chunk", "score",
-                                      "normalize", "expert_bias", "scale", NULL};
+                                      "normalize", "expert_bias", "probs_on_input",
+                                      "scale", NULL};
     const char *name = NULL, *kind = NULL;
     const char *in[AP_MAX_IO], *out[AP_MAX_IO];
     int nin = 0, nout = 0, sub = 0;

@@ -68,6 +68,7 @@ static int router_json(cJSON *o, const ap_op *op)
             cJSON_AddStringToObject(o, "score", "sigmoid")) &&
            (op->route_norm || cJSON_AddBoolToObject(o, "normalize", 0)) &&
            (!op->route_bias || cJSON_AddBoolToObject(o, "expert_bias", 1)) &&
+           (!op->route_on_input || cJSON_AddBoolToObject(o, "probs_on_input", 1)) &&
            (op->route_scale == 1 || cJSON_AddNumberToObject(o, "scale", op->route_scale));
 }
 

@@ -386,6 +386,8 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
         put(b, "  --moe-router-pre-softmax\n");
     if (s->experts && s->route_bias)
         put(b, "  --moe-router-enable-expert-bias\n");
+    if (s->experts && s->route_on_input)
+        put(b, "  --moe-apply-probs-on-input\n");
     if (s->experts && s->route_scale > 0 && s->route_scale != 1)
         put(b, "  --moe-router-topk-scaling-factor %s\n",
             short_number(s->route_scale, num, sizeof num));

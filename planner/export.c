@@ -654,6 +654,10 @@ static int check_router(const ap_model_shape *s, const ap_plan_desc *p, char *er
     const char *who = ap_launcher_name(AP_LAUNCHER_MEGATRON);
     if (!s->experts)
         return AP_OK;
+    if (s->route_on_input && s->top_k > 1)
+        return refuse(p, err, "%s weighs the experts' input (--moe-apply-probs-on-input) "
+                      "at top-k 1 only, as its expert MLPs assert; %s", who,
+                      "the model's router weighs the input of several experts a token");
     if (s->route_bias && !s->route_sigmoid)
         return refuse(p, err, "%s's expert bias (--moe-router-enable-expert-bias) goes with "
                       "sigmoid scores only, as Megatron-Core raises otherwise; %s", who,

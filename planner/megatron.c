@@ -779,6 +779,7 @@ typedef struct {
     const char *score;       /* --moe-router-score-function */
     int pre_softmax;         /* --moe-router-pre-softmax */
     int expert_bias;         /* --moe-router-enable-expert-bias */
+    int on_input;            /* --moe-apply-probs-on-input */
     double route_scale;      /* --moe-router-topk-scaling-factor; 0 where not given */
     double capacity;         /* --moe-expert-capacity-factor; 0 where not given */
     int pad;                 /* --moe-pad-expert-input-to-capacity */
@@ -1224,6 +1225,10 @@ static int router_flag(const char *tok, char **save, audit *a, char *err)
         a->expert_bias = 1;
         return 1;
     }
+    if (!strcmp(tok, "--moe-apply-probs-on-input")) {
+        a->on_input = 1;
+        return 1;
+    }
     if (strcmp(tok, "--moe-router-topk-scaling-factor"))
         return 0;
     char *v = flag_value(tok, save, err), *end;
@@ -1591,7 +1596,14 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
         m->shape.route_pre_softmax = a->pre_softmax;
         m->shape.route_bias = a->expert_bias;
         m->shape.route_scale = a->route_scale;
+        m->shape.route_on_input = a->on_input;
     }
+    /* Megatron-Core's expert MLPs assert top-k 1 under it: one expert's
+     * input carries the weight whole. */
+    if (a->on_input && m->shape.experts && m->shape.top_k != 1)
+        return refuse("--moe-apply-probs-on-input", NULL, "needs --moe-router-topk 1, as "
+                      "Megatron-Core's expert MLPs assert (one expert takes the weighted "
+                      "input)", err);
     return 0;
 }
 
@@ -2629,17 +2641,18 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_
 
 /* A router in words, for messages: its scores, its top-k weights, its
  * expert bias and the factor on its weights. */
-static void router_words(int sigmoid, int unnormalized, int bias, double scale, char *buf,
-                         size_t len)
+static void router_words(int sigmoid, int unnormalized, int bias, double scale,
+                         int on_input, char *buf, size_t len)
 {
     char factor[40] = "";
     if (scale > 0 && scale != 1)
         snprintf(factor, sizeof factor, ", scaled by %g", scale);
-    snprintf(buf, len, "%s%s%s", sigmoid && unnormalized ? "sigmoid, the top k as scored"
+    snprintf(buf, len, "%s%s%s%s", sigmoid && unnormalized ? "sigmoid, the top k as scored"
              : sigmoid ? "sigmoid, the top k renormalised"
              : unnormalized ? "softmax over all experts, the top k as scored"
                             : "softmax over the top-k logits",
-             bias ? ", an expert bias" : "", factor);
+             bias ? ", an expert bias" : "", factor,
+             on_input ? ", weighing the experts' input" : "");
 }
 
 /* The router's flags against the model's router (ap_model_shape_of), where
@@ -2657,10 +2670,11 @@ static int check_router_flags(const ap_graph *g, const ap_megatron *m,
     double scale = m->shape.route_scale > 0 ? m->shape.route_scale : 1;
     double model_scale = s->route_scale > 0 ? s->route_scale : 1;
     if (!m->shape.route_score && !m->shape.route_pre_softmax && !m->shape.route_bias &&
-        !(m->shape.route_scale > 0))
+        !(m->shape.route_scale > 0) && !m->shape.route_on_input)
         return AP_OK;
     if (sigmoid == s->route_sigmoid && unnormalized == s->route_unnormalized &&
-        m->shape.route_bias == s->route_bias && scale == model_scale)
+        m->shape.route_bias == s->route_bias && scale == model_scale &&
+        m->shape.route_on_input == s->route_on_input)
         return AP_OK;
     char flags[160] = "", want[96], have[96];
     if (m->shape.route_score)
@@ -2673,9 +2687,12 @@ static int check_router_flags(const ap_graph *g, const ap_megatron *m,
     if (m->shape.route_scale > 0)
         snprintf(flags + strlen(flags), sizeof flags - strlen(flags),
                  " --moe-router-topk-scaling-factor %g", m->shape.route_scale);
-    router_words(sigmoid, unnormalized, m->shape.route_bias, scale, want, sizeof want);
-    router_words(s->route_sigmoid, s->route_unnormalized, s->route_bias, model_scale, have,
-                 sizeof have);
+    if (m->shape.route_on_input)
+        strcat(flags, " --moe-apply-probs-on-input");
+    router_words(sigmoid, unnormalized, m->shape.route_bias, scale, m->shape.route_on_input,
+                 want, sizeof want);
+    router_words(s->route_sigmoid, s->route_unnormalized, s->route_bias, model_scale,
+                 s->route_on_input, have, sizeof have);
     snprintf(err, AP_ERR_LEN, "--megatron-args: the router%.140s (%.95s), but %.128s routes "
              "with %.95s", flags, want, g->source, have);
     return AP_EINPUT;

@@ -170,6 +170,7 @@ static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char *moe_la
     d->route_sigmoid = m->shape.route_score == 2;
     d->route_unnormalized = d->route_sigmoid ? d->top_k == 1 : m->shape.route_pre_softmax;
     d->route_bias = m->shape.route_bias;
+    d->route_on_input = m->shape.route_on_input;
     d->route_scale = m->shape.route_scale;
     if (!m->shape.moe_freq[0])
         return AP_OK;

@@ -470,6 +470,8 @@ static cJSON *shape_json(const ap_graph *g)
         cJSON_AddBoolToObject(o, "router_normalize", 0);
     if (s.experts && s.route_bias)
         cJSON_AddBoolToObject(o, "router_expert_bias", 1);
+    if (s.experts && s.route_on_input)
+        cJSON_AddBoolToObject(o, "router_probs_on_input", 1);
     if (s.experts && s.route_scale > 0 && s.route_scale != 1)
         cJSON_AddNumberToObject(o, "router_scale", s.route_scale);
     cJSON_AddStringToObject(o, "dtype", ap_dtype_name(s.dtype));

@@ -904,8 +904,9 @@ typedef struct {
         /* The router's flags under --num-experts, 0 where not given:
          * --moe-router-score-function (1 softmax, 2 sigmoid),
          * --moe-router-pre-softmax and --moe-router-enable-expert-bias (1),
-         * --moe-router-topk-scaling-factor (its value). */
-        int route_score, route_pre_softmax, route_bias;
+         * --moe-router-topk-scaling-factor (its value),
+         * --moe-apply-probs-on-input (1). */
+        int route_score, route_pre_softmax, route_bias, route_on_input;
         double route_scale;
         int kv_channels; /* --kv-channels; 0 where not given */
         int mla;         /* 1 where --multi-latent-attention is given */
@@ -1217,8 +1218,9 @@ typedef struct {
      * default (a softmax over the top_k logits), so that a dense model and a
      * plan read back without them have it: sigmoid scores, the top_k
      * weights left as scored rather than renormalised, a per-expert bias
-     * on the scores that pick, the factor on the weights (0 or 1: none). */
-    int route_sigmoid, route_unnormalized, route_bias;
+     * on the scores that pick, the factor on the weights (0 or 1: none),
+     * the weight on the expert's input rather than its output. */
+    int route_sigmoid, route_unnormalized, route_bias, route_on_input;
     double route_scale;
     /* Multi-latent attention (ops in the mla_up_proj module): the query and
      * key-value LoRA ranks (q_lora 0: none), the query and key head

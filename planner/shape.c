@@ -357,6 +357,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             s->route_sigmoid = op->route_score == AP_ROUTE_SIGMOID;
             s->route_unnormalized = !op->route_norm;
             s->route_bias = op->route_bias;
+            s->route_on_input = op->route_on_input;
             s->route_scale = op->route_scale;
         }
         if (op->kind == AP_OP_DROPOUT && op->layer >= 0)

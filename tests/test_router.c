@@ -150,15 +150,22 @@ static void mixtral_and_gpt_oss_route_as_megatron_cores_default(void)
     ap_graph_free(g);
 }
 
-/* Llama 4 (Llama4Router): a sigmoid of its top-1 logit, the weight as it
- * is. */
-static void llama_4_weighs_its_one_expert_by_a_sigmoid_as_it_is(void)
+/* Llama 4 (Llama4Router, Llama4TextMoe): a sigmoid of its top-1 logit,
+ * the weight as it is, multiplying the tokens routed in (routed_in *
+ * router_scores) rather than the expert's output; no other family does. */
+static void llama_4_weighs_its_one_experts_input_by_a_sigmoid_as_it_is(void)
 {
     ap_graph *g = ap_test_model("examples/hf/llama-4-scout.json", 0);
     REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
     const ap_op *r = router(g, 0);
     CHECK(r && r->top_k == 1);
     CHECK(routes(r, AP_ROUTE_SIGMOID, 0, 0, 1));
+    CHECK(r && r->route_on_input == 1);
+    ap_graph_free(g);
+    g = ap_test_model("examples/hf/mixtral-8x7b.json", 0);
+    REQUIRE_OK(g ? 0 : 1, "examples/hf/mixtral-8x7b.json did not load");
+    r = router(g, 0);
+    CHECK(r && r->route_on_input == 0);
     ap_graph_free(g);
 }
 
@@ -320,7 +327,8 @@ static void qwen2_moe_exports_pre_softmax_unless_it_renormalises(void)
 }
 
 /* Llama 4's sigmoid at top-1 is Megatron-Core's sigmoid router, which
- * renormalises nothing at top-k 1. */
+ * renormalises nothing at top-k 1, with the weight on the expert's input
+ * (--moe-apply-probs-on-input). */
 static void llama_4_exports_a_sigmoid_router(void)
 {
     char err[AP_ERR_LEN];
@@ -335,6 +343,7 @@ static void llama_4_exports_a_sigmoid_router(void)
     char *text = megatron_export(g, 8, "tp=1,pp=1,ep=8,mbs=1,gbs=8", &d);
     CHECK_STR_HAS(text, "  --moe-router-topk 1\n");
     CHECK_STR_HAS(text, "  --moe-router-score-function sigmoid\n");
+    CHECK_STR_HAS(text, "  --moe-apply-probs-on-input\n");
     CHECK(text && !strstr(text, "--moe-router-pre-softmax"));
     free(text);
     ap_plan_desc_free(&d);
@@ -408,6 +417,10 @@ static void megatron_args_refuse_a_router_megatron_core_does_not_run(void)
     CHECK(ap_megatron_parse_args("--num-experts 8 --moe-router-topk-scaling-factor 0", &m,
                                  err) == AP_EINPUT);
     CHECK_STR_HAS(err, "--moe-router-topk-scaling-factor: bad value \"0\"");
+    ap_megatron_default(&m);
+    CHECK(ap_megatron_parse_args("--num-experts 8 --moe-grouped-gemm --moe-router-topk 2 "
+                                 "--moe-apply-probs-on-input", &m, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--moe-apply-probs-on-input: needs --moe-router-topk 1");
 }
 
 /* What Megatron-LM's router cannot state is refused: a DeepSeek-V3 whose
@@ -476,7 +489,7 @@ int main(void)
     RUN(deepseek_v2_weighs_its_softmax_over_all_experts_scaled);
     RUN(qwen2_moe_weighs_its_top_k_softmax_over_all_experts_as_it_is);
     RUN(mixtral_and_gpt_oss_route_as_megatron_cores_default);
-    RUN(llama_4_weighs_its_one_expert_by_a_sigmoid_as_it_is);
+    RUN(llama_4_weighs_its_one_experts_input_by_a_sigmoid_as_it_is);
     RUN(glm_4_5_air_routes_by_sigmoid_with_an_expert_bias_unscaled);
     RUN(the_model_format_keeps_the_router);
     RUN(routers_that_weigh_differently_are_different_layer_classes);
