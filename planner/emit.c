@@ -528,15 +528,18 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
         else
             put(&b, "no shared experts, ");
         /* MoEArgs' router (TokenChoiceTopKRouter): score_func over all
-         * experts, route_norm, route_scale, and an expert bias where
+         * experts, route_norm, route_scale, score_before_experts (the
+         * weight on the experts' input), and an expert bias where
          * load_balance_coeff is set (its default, 1e-3, has one). A
          * softmax over the top-k logits is a softmax over all experts
          * renormalised. */
         char num[32];
-        put(&b, "router score_func \"%s\", route_norm %s, route_scale %s, %s.\n",
+        put(&b, "router score_func \"%s\", route_norm %s, route_scale %s, "
+                "score_before_experts %s, %s.\n",
             s->route_sigmoid ? "sigmoid" : "softmax",
             s->route_unnormalized ? "False" : "True",
             short_number(s->route_scale > 0 ? s->route_scale : 1, num, sizeof num),
+            s->route_on_input ? "True" : "False",
             s->route_bias ? "with an expert bias (load_balance_coeff set)"
                           : "no expert bias (load_balance_coeff None)");
     }

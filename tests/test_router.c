@@ -444,7 +444,8 @@ static void the_megatron_export_refuses_sigmoid_weights_left_as_scored(void)
                        "as scored, which no Megatron-LM flag states");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "router score_func \"sigmoid\", route_norm False, route_scale 2.5, "
-                        "with an expert bias (load_balance_coeff set).");
+                        "score_before_experts False, with an expert bias "
+                        "(load_balance_coeff set).");
     free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);

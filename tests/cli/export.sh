@@ -121,12 +121,12 @@ grep -q -- "--moe-ffn-hidden-size 2048$" "$tmp/args.sh" &&
 # torchtitan takes the MoE structure from its flavor: the script says what
 # to check it against, dense layers, shared experts and the router included
 # (Mixtral's softmax over the top-k logits is MoEArgs' softmax renormalised).
-grep -qF "# Its MoE flavor must match what the plan was priced with: 8 experts of FFN 14336, top 2, on every layer, no shared experts, router score_func \"softmax\", route_norm True, route_scale 1, no expert bias (load_balance_coeff None)." "$tmp/mx.sh" &&
+grep -qF "# Its MoE flavor must match what the plan was priced with: 8 experts of FFN 14336, top 2, on every layer, no shared experts, router score_func \"softmax\", route_norm True, route_scale 1, score_before_experts False, no expert bias (load_balance_coeff None)." "$tmp/mx.sh" &&
     ok || bad "Mixtral's MoE flavor in the torchtitan export: $(grep flavor "$tmp/mx.sh")"
 "$bin" estimate "$src/examples/hf/deepseek-v3.json" --gpus 256 \
     --megatron "tp=1,pp=8,ep=32,mbs=1,gbs=256,first=5,last=8" -o "$tmp/dsv3.json" >/dev/null 2>&1
 "$bin" export "$tmp/dsv3.json" --to torchtitan >"$tmp/dsv3.sh" 2>"$tmp/err"
-grep -qF '256 experts of FFN 2048, top 8, on the layers --moe-layer-freq "[0]*3+[1]*58" marks, shared experts of FFN 2048 in all, router score_func "sigmoid", route_norm True, route_scale 2.5, with an expert bias (load_balance_coeff set).' "$tmp/dsv3.sh" &&
+grep -qF '256 experts of FFN 2048, top 8, on the layers --moe-layer-freq "[0]*3+[1]*58" marks, shared experts of FFN 2048 in all, router score_func "sigmoid", route_norm True, route_scale 2.5, score_before_experts False, with an expert bias (load_balance_coeff set).' "$tmp/dsv3.sh" &&
     ok || bad "DeepSeek-V3's MoE flavor in the torchtitan export: $(cat "$tmp/err") $(grep flavor "$tmp/dsv3.sh")"
 
 # Qwen3's norms on queries and keys: --qk-layernorm, read back.
