@@ -654,6 +654,10 @@ static int check_router(const ap_model_shape *s, const ap_plan_desc *p, char *er
     const char *who = ap_launcher_name(AP_LAUNCHER_MEGATRON);
     if (!s->experts)
         return AP_OK;
+    if (s->routers_differ)
+        return refuse(p, err, "%s's router flags state one router for every MoE layer; %s",
+                      who, "the model's layers route differently (their top_k, groups or "
+                      "scoring), which no Megatron-LM flag states");
     if (s->route_on_input && s->top_k > 1)
         return refuse(p, err, "%s weighs the experts' input (--moe-apply-probs-on-input) "
                       "at top-k 1 only, as its expert MLPs assert; %s", who,

@@ -1219,8 +1219,11 @@ typedef struct {
      * plan read back without them have it: sigmoid scores, the top_k
      * weights left as scored rather than renormalised, a per-expert bias
      * on the scores that pick, the factor on the weights (0 or 1: none),
-     * the weight on the expert's input rather than its output. */
+     * the weight on the expert's input rather than its output.
+     * routers_differ: 1 where a later router routes otherwise (top_k, its
+     * groups or its scoring), which no launcher's model-wide flags state. */
     int route_sigmoid, route_unnormalized, route_bias, route_on_input;
+    int routers_differ;
     double route_scale;
     /* Multi-latent attention (ops in the mla_up_proj module): the query and
      * key-value LoRA ranks (q_lora 0: none), the query and key head

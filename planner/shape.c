@@ -313,6 +313,17 @@ static void moe_shape(const ap_graph *g, ap_model_shape *s)
     free(moe);
 }
 
+/* Whether router op routes as the first router, which s holds: the shape
+ * states one router for the model, as the launchers' flags do. */
+static int same_router(const ap_model_shape *s, const ap_op *op)
+{
+    return op->top_k == s->top_k && op->groups == s->route_groups &&
+           op->group_topk == s->route_group_topk &&
+           (op->route_score == AP_ROUTE_SIGMOID) == s->route_sigmoid &&
+           (!op->route_norm) == s->route_unnormalized && op->route_bias == s->route_bias &&
+           op->route_on_input == s->route_on_input && op->route_scale == s->route_scale;
+}
+
 void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
 {
     memset(s, 0, sizeof *s);
@@ -350,6 +361,8 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
             s->flash = 1;
         if (op->kind == AP_OP_ATTENTION && op->ninputs == 4)
             s->sinks = 1;
+        if (op->kind == AP_OP_ROUTER && s->top_k && !same_router(s, op))
+            s->routers_differ = 1;
         if (op->kind == AP_OP_ROUTER && !s->top_k) {
             s->top_k = op->top_k;
             s->route_groups = op->groups;

@@ -484,6 +484,33 @@ static void group_routing_left_out_is_the_config_classs(void)
     ap_graph_free(g);
 }
 
+/* Megatron-LM's router flags hold for every MoE layer, so a model whose
+ * layers route differently (here layer 1 scales its weights by 3, layer 0
+ * by 2.827) is refused rather than exported with the first layer's. */
+static void layers_that_route_differently_are_refused_by_megatron(void)
+{
+    char err[AP_ERR_LEN];
+    ap_graph *g = small_deepseek(",\"routed_scaling_factor\":2.827", err), *mixed = NULL;
+    REQUIRE_OK(g ? 0 : 1, err);
+    char *json = ap_graph_to_json(g);
+    char *last = json ? strstr(strstr(json, "\"scale\":\t2.827") + 1, "\"scale\":\t2.827") : NULL;
+    CHECK(last != NULL);
+    if (last)
+        memcpy(last, "\"scale\":\t3.000", 14);
+    REQUIRE_OK(ap_graph_parse_json(json, strlen(json), "mixed.json", &mixed, err), err);
+    ap_plan_desc d;
+    REQUIRE_OK(ap_test_megatron_desc(mixed, 8, "tp=1,pp=1,ep=8,mbs=1,gbs=8", &d, NULL),
+               "the plan did not price");
+    char *text = NULL;
+    CHECK(ap_export(mixed, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "the model's layers route differently");
+    free(text);
+    ap_plan_desc_free(&d);
+    free(json);
+    ap_graph_free(mixed);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(deepseek_v3_routes_by_sigmoid_with_an_expert_bias_renormalised_and_scaled_2_5);
@@ -502,5 +529,6 @@ int main(void)
     RUN(megatron_args_refuse_a_router_megatron_core_does_not_run);
     RUN(the_megatron_export_refuses_sigmoid_weights_left_as_scored);
     RUN(group_routing_left_out_is_the_config_classs);
+    RUN(layers_that_route_differently_are_refused_by_megatron);
     return DONE();
 }
