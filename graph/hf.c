@@ -1,6 +1,7 @@
 /* hf.c -- builds the operator graph of one training step from a Hugging Face
  * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
- * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS, Llama 4, GLM-4.5).
+ * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS, Llama 4, GLM-4.5,
+ * MiniMax-M2).
  *
  * The config is read into an hf_model first, so that every field is checked
  * (present, of the right type, within sane bounds, consistent) before a single
@@ -54,6 +55,7 @@ typedef enum {
     FAM_STARCODER2,
     FAM_OLMO,
     FAM_GLM4_MOE,
+    FAM_MINIMAX_M2,
     FAM_COUNT
 } family;
 
@@ -61,7 +63,7 @@ static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
     "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text",
-    "olmo2", "olmo3", "olmoe", "starcoder2", "olmo", "glm4_moe"};
+    "olmo2", "olmo3", "olmoe", "starcoder2", "olmo", "glm4_moe", "minimax_m2"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -485,7 +487,11 @@ static void check_glm4_router(hf_cfg *c)
  * does not read norm_topk_prob). DeepSeek-V3 and Kimi K2: sigmoid scores
  * plus e_score_correction_bias to pick, renormalised under norm_topk_prob
  * (true), times routed_scaling_factor (2.5); GLM-4.5 the same with 1.0.
- * Llama 4: a sigmoid of its top-k logits, as they are. */
+ * Llama 4: a sigmoid of its top-k logits, as they are. MiniMax-M2
+ * (MiniMaxM2TopKRouter): sigmoid scores plus e_score_correction_bias to
+ * pick (use_routing_bias, true in every published config), the top k
+ * always renormalised and never scaled: it reads neither norm_topk_prob
+ * nor a scaling factor. */
 static void read_router(hf_cfg *c, hf_model *m)
 {
     m->route_norm = 1;
@@ -501,6 +507,9 @@ static void read_router(hf_cfg *c, hf_model *m)
     } else if (m->fam == FAM_DEEPSEEK_V3 && deepseek_v2(c)) {
         m->route_norm = 0;
         m->route_scale = cfg_factor(c, "routed_scaling_factor", 1.0);
+    } else if (m->fam == FAM_MINIMAX_M2) {
+        m->route_sigmoid = 1;
+        m->route_bias = cfg_bool(c, "use_routing_bias", 1);
     } else if (deepseek_moe(m->fam)) {
         m->route_sigmoid = m->route_bias = 1;
         m->route_norm = cfg_bool(c, "norm_topk_prob", 1);
@@ -511,7 +520,8 @@ static void read_router(hf_cfg *c, hf_model *m)
 
 static void read_moe(hf_cfg *c, hf_model *m)
 {
-    const char *ekey = m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS || m->fam == FAM_LLAMA4
+    const char *ekey = m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS ||
+                               m->fam == FAM_LLAMA4 || m->fam == FAM_MINIMAX_M2
                            ? "num_local_experts"
                        : deepseek_moe(m->fam) ? "n_routed_experts"
                                               : "num_experts";
@@ -523,7 +533,8 @@ static void read_moe(hf_cfg *c, hf_model *m)
     m->sparse_step = 1;
     m->moe_freq = 1;
     read_router(c, m);
-    if (m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS || m->fam == FAM_OLMOE) {
+    if (m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS || m->fam == FAM_OLMOE ||
+        m->fam == FAM_MINIMAX_M2) {
         m->moe_ffn = m->ffn;
         return;
     }
@@ -602,20 +613,74 @@ static int is_olmo(family f)
     return f == FAM_OLMO2 || f == FAM_OLMO3 || f == FAM_OLMOE;
 }
 
+/* A boolean field that names a part the family is built with one way
+ * (HF's modeling file builds it whatever the config says): it must be
+ * `want`; the other value describes a model HF does not build, so it is
+ * refused, saying what `built` is. Absent, it is the part built. */
+static void check_flag(hf_cfg *c, const char *key, const char *family, int want,
+                       const char *built)
+{
+    const cJSON *v = cfg_item(c, key);
+    if (c->bad || !v)
+        return;
+    if (!cJSON_IsBool(v))
+        cfg_fail(c, "\"%s\" must be true or false, not %s", key, json_type_name(v));
+    else if (cJSON_IsTrue(v) != want)
+        cfg_fail(c, "\"%s\" is %s; %s is built with %s only", key,
+                 want ? "false" : "true", family, built);
+}
+
+/* MiniMax-M2 rotates rotary_dim elements of each head: MiniMax's configs
+ * state the width, and MiniMaxM2Config (3e108993) turns it into
+ * partial_rotary_factor = rotary_dim / head_dim, head_dim / 2 where it is
+ * absent. A config without rotary_dim is read by its factor
+ * (rope_parameters' or the top-level field, 0.5 where neither is); one
+ * with both must have them agree, as the published configs that carry both
+ * do (64 of 128 and 0.5). */
+static int64_t minimax_rotary(hf_cfg *c, const hf_model *m)
+{
+    const cJSON *rp = cfg_item(c, "rope_parameters");
+    const cJSON *pf = cJSON_IsObject(rp)
+                          ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
+    int factor = (pf && !cJSON_IsNull(pf)) || cfg_item(c, "partial_rotary_factor");
+    if (!cfg_item(c, "rotary_dim"))
+        return partial_rotary(c, m, 0.5);
+    int64_t r = cfg_int(c, "rotary_dim", 0, m->head_dim / 2, 0, m->head_dim);
+    if (c->bad)
+        return 0;
+    if (factor) {
+        double f = rotary_fraction(c, "partial_rotary_factor", 0.5);
+        int64_t rf = (int64_t)((double)m->head_dim * f);
+        if (!c->bad && rf != r)
+            cfg_fail(c, "\"rotary_dim\" (%lld) and \"partial_rotary_factor\" (%g of the "
+                     "head size %lld: %lld) disagree; say the rotated width once",
+                     (long long)r, f, (long long)m->head_dim, (long long)rf);
+    }
+    if (!c->bad && r % 2)
+        cfg_fail(c, "\"rotary_dim\" (%lld) is odd; rotary pairs the elements it rotates",
+                 (long long)r);
+    return r;
+}
+
 /* Llama and its descendants share the field names. */
 static void read_llama_like(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
     int moe = f == FAM_MIXTRAL || f == FAM_QWEN2_MOE || f == FAM_QWEN3_MOE ||
-              deepseek_moe(f) || f == FAM_GPT_OSS || f == FAM_LLAMA4 || f == FAM_OLMOE;
+              deepseek_moe(f) || f == FAM_GPT_OSS || f == FAM_LLAMA4 || f == FAM_OLMOE ||
+              f == FAM_MINIMAX_M2;
     /* Gemma 3's multimodal configs leave Gemma3TextConfig's defaults out of
      * their text_config (the 4B's heads, its vocabulary); the sizes every
      * published config states stay required. */
     int g3 = f == FAM_GEMMA3;
+    /* MiniMaxM2Config defaults to 8 key-value heads of 128, not to the
+     * heads and hidden / heads. */
+    int mm2 = f == FAM_MINIMAX_M2;
     m->layers = cfg_int(c, "num_hidden_layers", 1, 0, 1, MAX_LAYERS);
     m->hidden = cfg_int(c, "hidden_size", 1, 0, 1, MAX_HIDDEN);
     m->heads = cfg_int(c, "num_attention_heads", !g3, 8, 1, MAX_HEADS);
-    m->kv_heads = cfg_int(c, "num_key_value_heads", 0, g3 ? 4 : m->heads, 1, MAX_HEADS);
+    m->kv_heads = cfg_int(c, "num_key_value_heads", 0, g3 ? 4 : mm2 ? 8 : m->heads, 1,
+                          MAX_HEADS);
     m->vocab = cfg_int(c, "vocab_size", !g3, 262208, 1, MAX_VOCAB);
     m->ffn = cfg_int(c, "intermediate_size", 1, 0, 1, MAX_FFN);
     m->max_pos = cfg_int(c, "max_position_embeddings", 0, g3 ? 131072 : 0, 1,
@@ -623,7 +688,7 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     /* GemmaConfig and its successors, and Starcoder2Config, tie by default. */
     m->tie = cfg_bool(c, "tie_word_embeddings", is_gemma(f) || f == FAM_STARCODER2);
     if (f != FAM_DEEPSEEK_V3)
-        m->head_dim = cfg_int(c, "head_dim", 0, g3 ? 256 : 0, 1, MAX_HIDDEN);
+        m->head_dim = cfg_int(c, "head_dim", 0, g3 ? 256 : mm2 ? 128 : 0, 1, MAX_HIDDEN);
     /* Qwen2 and Qwen2-MoE always have a bias on Q, K and V; the others
      * follow attention_bias (which also covers o_proj). */
     if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE) {
@@ -634,6 +699,10 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     } else if (f == FAM_GLM4_MOE) {
         /* Glm4MoeAttention's attention_bias is on Q, K and V; o_proj has none. */
         m->qkv_bias = cfg_bool(c, "attention_bias", 0);
+    } else if (f == FAM_MINIMAX_M2) {
+        /* MiniMaxM2Attention's projections have no bias (bias=False). */
+        check_flag(c, "attention_bias", "minimax_m2", 0,
+                   "no bias on Q, K, V and O (MiniMaxM2Attention's)");
     } else if (f != FAM_MISTRAL && f != FAM_MIXTRAL) {
         /* GptOssConfig's default is a bias on every projection. */
         m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", f == FAM_GPT_OSS);
@@ -645,7 +714,11 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
      * GLM-4.5-Air does not. */
     if (f == FAM_GLM4_MOE)
         m->qk_norm = cfg_bool(c, "use_qk_norm", 0);
-    m->qk_norm_wide = is_olmo(f);
+    /* MiniMax-M2 norms each projection across all its heads too
+     * (qk_norm_type "per_layer"; read_minimax_m2). */
+    if (f == FAM_MINIMAX_M2)
+        m->qk_norm = 1;
+    m->qk_norm_wide = is_olmo(f) || f == FAM_MINIMAX_M2;
     m->post_norm = f == FAM_OLMO2 || f == FAM_OLMO3;
     if (moe && !c->bad) {
         m->dense_only = calloc((size_t)m->layers, 1);
@@ -664,6 +737,8 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
         m->kv_heads = m->heads;
     if (m->mla)
         m->rot = m->qk_rope;
+    else if (!c->bad && f == FAM_MINIMAX_M2)
+        m->rot = minimax_rotary(c, m);
     else if (c->bad || (f != FAM_NEMOTRON && f != FAM_PHI3 && f != FAM_GLM4_MOE))
         m->rot = m->head_dim;
     else
@@ -1412,6 +1487,51 @@ static void read_starcoder2(hf_cfg *c, hf_model *m)
     m->layernorm = m->gelu_mlp = 1;
 }
 
+/* MiniMax-M2 (HF's MiniMaxM2ForCausalLM) builds one model whatever the
+ * config's MiniMax fields say: full attention on every layer, the query
+ * and key norms across all heads, a sigmoid router, SwiGLU experts and no
+ * shared expert. A config naming another describes a model HF does not
+ * build, so it is refused; its MTP fields (use_mtp, num_mtp_modules,
+ * mtp_transformer_layers) build nothing, as DeepSeek's do not. */
+static void read_minimax_m2(hf_cfg *c, hf_model *m)
+{
+    const cJSON *types = cfg_item(c, "attn_type_list"), *e;
+    int64_t i = 0;
+    check_choice(c, "hidden_act", "minimax_m2", "silu", 0, "\"silu\" (SwiGLU experts)");
+    check_choice(c, "scoring_func", "minimax_m2", "sigmoid", 0,
+                 "\"sigmoid\" (MiniMaxM2TopKRouter's)");
+    check_choice(c, "qk_norm_type", "minimax_m2", "per_layer", 0,
+                 "\"per_layer\" (one RMSNorm across all heads of q and of k)");
+    check_flag(c, "use_qk_norm", "minimax_m2", 1,
+               "the query and key norms (MiniMaxM2Attention always has them)");
+    int64_t shared = cfg_int(c, "shared_intermediate_size", 0, 0, 0, MAX_FFN);
+    if (!c->bad && shared > 0)
+        cfg_fail(c, "\"shared_intermediate_size\" is %lld; minimax_m2 is built without a "
+                 "shared expert (MiniMaxM2SparseMoeBlock has none)", (long long)shared);
+    if (c->bad || !types)
+        return;
+    /* MiniMax-Text-01's list: 0 lightning (linear) attention, 1 softmax
+     * attention; MiniMax-M2's has 1 on every layer, all HF runs. */
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != m->layers) {
+        cfg_fail(c, "\"attn_type_list\" must be an array of %lld 1s, one per layer",
+                 (long long)m->layers);
+        return;
+    }
+    cJSON_ArrayForEach(e, types) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != 1) {
+            if (cJSON_IsNumber(e))
+                cfg_fail(c, "\"attn_type_list\"[%lld] is %g; minimax_m2 is built with full "
+                         "attention (1) on every layer, as MiniMaxM2Attention runs it",
+                         (long long)i, e->valuedouble);
+            else
+                cfg_fail(c, "\"attn_type_list\"[%lld] must be 1 (full attention), not %s",
+                         (long long)i, json_type_name(e));
+            return;
+        }
+        i++;
+    }
+}
+
 static int read_model(hf_cfg *c, hf_model *m)
 {
     if (read_family(c, &m->fam) < 0)
@@ -1435,6 +1555,8 @@ static int read_model(hf_cfg *c, hf_model *m)
      * what is built. */
     if (m->fam == FAM_GLM4_MOE)
         check_choice(c, "hidden_act", "glm4_moe", "silu", 0, "\"silu\" (SwiGLU)");
+    if (m->fam == FAM_MINIMAX_M2)
+        read_minimax_m2(c, m);
     if (is_gemma(m->fam))
         read_gemma(c, m);
     /* GPT-OSS's experts: gate * sigmoid(1.702 gate) * (up + 1), clamped,
