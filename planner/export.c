@@ -754,7 +754,8 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
     if (to == AP_LAUNCHER_MEGATRON && s->qk_norm_wide)
         return refuse(p, err, "%s's --qk-layernorm norms each head of the queries and keys; "
                       "%s, which no Megatron-LM flag states", ap_launcher_name(to),
-                      "the model norms them across all heads (OLMo 2's q_norm and k_norm)");
+                      "the model norms them across all heads (OLMo 2's and MiniMax-M2's q_norm "
+                      "and k_norm)");
     if (to == AP_LAUNCHER_MEGATRON && !s->swiglu && !s->quick_geglu && (s->relu || s->gated))
         return refuse(p, err, "%s's MLP activations are gelu, --swiglu, --squared-relu "
                       "and --quick-geglu; the model's MLP is %s, which no Megatron-LM "
