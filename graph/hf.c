@@ -318,8 +318,8 @@ static int read_family(hf_cfg *c, family *out)
         strcat(list, family_names[i]);
     }
     cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s, deepseek_v2 and "
-             "kimi_k2 (as deepseek_v3), and gemma3, llama4, mistral3 and kimi_k25 (their "
-             "text_config)", v->valuestring, list);
+             "kimi_k2 (as deepseek_v3), and gemma3, llama4, mistral3, kimi_k25 and glm4v_moe "
+             "(their text_config)", v->valuestring, list);
     return -1;
 }
 
@@ -1677,6 +1677,9 @@ static const struct {
     {"llama4", "llama4_text", FAM_LLAMA4, "Llama 4"},
     {"mistral3", "mistral", FAM_MISTRAL, "Mistral 3"},
     {"kimi_k25", "kimi_k2", FAM_DEEPSEEK_V3, "Kimi K2.5"},
+    /* Glm4vMoeTextConfig is Glm4MoeConfig without use_qk_norm; its
+     * multimodal rotary turns the same partial_rotary_factor of a head. */
+    {"glm4v_moe", "glm4v_moe_text", FAM_GLM4_MOE, "GLM-4.5V"},
 };
 
 /* Such a config (Gemma3ForConditionalGeneration, Mistral Small 3.1, ...)

@@ -8,6 +8,7 @@
  * HF's modeling file runs; the configs that are refused; and Megatron-LM's
  * export, whose flags state the same model. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "model.h"
 
@@ -268,6 +269,44 @@ static void megatron_export_states_the_same_model(void)
     ap_graph_free(g);
 }
 
+/* GLM-4.5V ("glm4v_moe") is GLM-4.5-Air's language model under a vision
+ * tower: its text_config ("glm4v_moe_text", Glm4vMoeTextConfig) builds
+ * what the same fields build as a glm4_moe config, the vision tower left
+ * out; another text model_type is refused. */
+static void glm_4_5v_builds_its_air_language_model(void)
+{
+    const char *fields =
+        "\"attention_bias\":true,\"first_k_dense_replace\":1,\"head_dim\":128,"
+        "\"hidden_size\":4096,\"intermediate_size\":10944,\"max_position_embeddings\":65536,"
+        "\"moe_intermediate_size\":1408,\"n_group\":1,\"n_routed_experts\":128,"
+        "\"n_shared_experts\":1,\"norm_topk_prob\":true,\"num_attention_heads\":96,"
+        "\"num_experts_per_tok\":8,\"num_hidden_layers\":46,\"num_key_value_heads\":8,"
+        "\"partial_rotary_factor\":0.5,\"routed_scaling_factor\":1.0,\"topk_group\":1,"
+        "\"vocab_size\":151552";
+    char text[2048], wrapped[2400];
+    snprintf(text, sizeof text, "{\"model_type\":\"glm4_moe\",%s}", fields);
+    snprintf(wrapped, sizeof wrapped,
+             "{\"model_type\":\"glm4v_moe\",\"vision_config\":{\"hidden_size\":1536},"
+             "\"text_config\":{\"model_type\":\"glm4v_moe_text\",%s}}", fields);
+    ap_graph *alone = ap_test_hf_text(text, "text.json");
+    ap_graph *g = ap_test_hf_text(wrapped, "config.json");
+    CHECK(alone && g);
+    if (alone && g)
+        CHECK(g->total_params == alone->total_params && g->total_flops == alone->total_flops &&
+              g->nops == alone->nops);
+    if (g)
+        CHECK(g->total_params == 106852245504.0);
+    ap_graph_free(alone);
+    ap_graph_free(g);
+    char err[AP_ERR_LEN];
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    const char *bad = "{\"model_type\":\"glm4v_moe\",\"text_config\":{\"model_type\":\"glm4_moe\"}}";
+    g = NULL;
+    CHECK(ap_graph_from_hf(bad, strlen(bad), "config.json", &o, &g, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "\"text_config\".\"model_type\" must be \"glm4v_moe_text\"");
+}
+
 int main(void)
 {
     RUN(glm45_air_has_106_9b_parameters_12_2b_active_without_the_tables);
@@ -277,5 +316,6 @@ int main(void)
     RUN(defaults_and_group_limited_routing);
     RUN(another_router_or_activation_is_refused);
     RUN(megatron_export_states_the_same_model);
+    RUN(glm_4_5v_builds_its_air_language_model);
     return DONE();
 }
