@@ -318,8 +318,8 @@ static int read_family(hf_cfg *c, family *out)
         strcat(list, family_names[i]);
     }
     cfg_fail(c, "model_type \"%.100s\" is not supported; supported: %s, deepseek_v2 and "
-             "kimi_k2 (as deepseek_v3), and gemma3, llama4, mistral3, kimi_k25 and glm4v_moe "
-             "(their text_config)", v->valuestring, list);
+             "kimi_k2 (as deepseek_v3), and gemma3, llama4, mistral3, kimi_k25, glm4v_moe, "
+             "qwen3_vl and qwen3_vl_moe (their text_config)", v->valuestring, list);
     return -1;
 }
 
@@ -1680,6 +1680,12 @@ static const struct {
     /* Glm4vMoeTextConfig is Glm4MoeConfig without use_qk_norm; its
      * multimodal rotary turns the same partial_rotary_factor of a head. */
     {"glm4v_moe", "glm4v_moe_text", FAM_GLM4_MOE, "GLM-4.5V"},
+    /* Qwen3VLTextConfig and Qwen3VLMoeTextConfig are Qwen3's and
+     * Qwen3-MoE's fields; their interleaved multimodal rotary turns whole
+     * heads, and the visual features added to early layers come with
+     * images only. */
+    {"qwen3_vl", "qwen3_vl_text", FAM_QWEN3, "Qwen3-VL"},
+    {"qwen3_vl_moe", "qwen3_vl_moe_text", FAM_QWEN3_MOE, "Qwen3-VL MoE"},
 };
 
 /* Such a config (Gemma3ForConditionalGeneration, Mistral Small 3.1, ...)

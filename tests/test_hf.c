@@ -206,11 +206,13 @@ static void deepseek_v2_is_v3_with_its_own_gate(void)
 
 /* Vision-language wrappers build their text_config's language model:
  * Mistral Small 3.1 ("mistral3", a "mistral" text_config; 40 layers,
- * 23,572,403,200 parameters without its vision tower) and Kimi K2.5
- * ("kimi_k25", a "kimi_k2" one) give what the text_config gives alone. */
+ * 23,572,403,200 parameters without its vision tower), Kimi K2.5
+ * ("kimi_k25", a "kimi_k2" one) and Qwen3-VL dense and MoE ("qwen3_vl",
+ * "qwen3_vl_moe", text_configs of their own types read as Qwen3's and
+ * Qwen3-MoE's) give what the text_config gives alone as that family. */
 static void vision_wrappers_build_their_language_model(void)
 {
-    const char *text[2] = {
+    const char *text[4] = {
         "{\"head_dim\":128,\"hidden_size\":5120,\"intermediate_size\":32768,"
         "\"max_position_embeddings\":131072,\"model_type\":\"mistral\","
         "\"num_attention_heads\":32,\"num_hidden_layers\":40,\"num_key_value_heads\":8,"
@@ -220,14 +222,28 @@ static void vision_wrappers_build_their_language_model(void)
         "\"num_attention_heads\":4,\"n_shared_experts\":1,\"n_routed_experts\":8,"
         "\"num_experts_per_tok\":2,\"first_k_dense_replace\":1,\"kv_lora_rank\":64,"
         "\"q_lora_rank\":96,\"qk_nope_head_dim\":32,\"qk_rope_head_dim\":16,"
-        "\"v_head_dim\":32,\"max_position_embeddings\":512}"};
-    const char *wrapper[2] = {"mistral3", "kimi_k25"};
-    for (int i = 0; i < 2; i++) {
+        "\"v_head_dim\":32,\"max_position_embeddings\":512}",
+        "{\"model_type\":\"qwen3_vl_text\",\"hidden_size\":256,\"intermediate_size\":512,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":64,"
+        "\"num_hidden_layers\":2,\"vocab_size\":1000,\"max_position_embeddings\":512}",
+        "{\"model_type\":\"qwen3_vl_moe_text\",\"hidden_size\":256,\"intermediate_size\":512,"
+        "\"moe_intermediate_size\":64,\"num_experts\":8,\"num_experts_per_tok\":2,"
+        "\"norm_topk_prob\":true,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+        "\"head_dim\":64,\"num_hidden_layers\":2,\"vocab_size\":1000,"
+        "\"max_position_embeddings\":512}"};
+    const char *wrapper[4] = {"mistral3", "kimi_k25", "qwen3_vl", "qwen3_vl_moe"};
+    /* The text_configs alone, as the families the wrappers read them as. */
+    const char *as[4] = {"mistral", "kimi_k2", "qwen3", "qwen3_moe"};
+    for (int i = 0; i < 4; i++) {
         char json[2048];
         snprintf(json, sizeof json,
                  "{\"model_type\":\"%s\",\"vision_config\":{\"hidden_size\":1024},"
                  "\"text_config\":%s}", wrapper[i], text[i]);
-        ap_graph *alone = ap_test_hf_text(text[i], "text.json");
+        char own[2048];
+        const char *type = strstr(text[i], "\"model_type\":\"") + 14;
+        snprintf(own, sizeof own, "%.*s%s%s", (int)(type - text[i]), text[i], as[i],
+                 strchr(type, '"'));
+        ap_graph *alone = ap_test_hf_text(own, "text.json");
         ap_graph *g = ap_test_hf_text(json, "config.json");
         CHECK(alone && g);
         if (alone && g)
