@@ -1691,10 +1691,18 @@ static int bf16_edge_flag(const char *tok, char **save, int edge[3], char *err)
 }
 
 /* --tokenizer-type, kept for the vocabulary of a model the command line
- * states (ap_megatron_model): 1 when `tok` was it, 0 when not, -1 with err
- * set for a missing or overlong value. */
+ * states (ap_megatron_model), and whether --vocab-file is given, which the
+ * default GPT2BPETokenizer needs: 1 when `tok` was one, 0 when not, -1
+ * with err set for a missing or overlong value. */
 static int tokenizer_flag(const char *tok, char **save, ap_megatron *m, char *err)
 {
+    if (!strcmp(tok, "--vocab-file")) {
+        m->shape.vocab_file = 1;
+        return flag_value(tok, save, err) ? 1 : -1;
+    }
+    /* Noted, and left to the flags read past. */
+    if (strstr(tok, "tokenizer") && strcmp(tok, "--tokenizer-type"))
+        m->shape.other_tokenizer = 1;
     if (strcmp(tok, "--tokenizer-type"))
         return 0;
     char *v = flag_value(tok, save, err);
@@ -3278,7 +3286,9 @@ static ap_strategy layout_of(const ap_graph *g, const ap_megatron *m, int opi)
     int fold = folded(g, m);
     if (fold && ap_expert_op(g, opi))
         return expert_layout(g, m, opi);
-    int expert_op = !fold && m->ep > 1 && first_of(g, op->iter, is_experts);
+    /* The router is no expert op: each rank routes its own tokens over all
+     * the experts, and the dispatch sends them on. */
+    int expert_op = !fold && m->ep > 1 && ap_expert_op(g, opi);
     if (m->dp > 1)
         s.axis[0] = expert_op ? first_of(g, op->iter, is_experts)
                               : first_of(g, op->iter, is_batch);
