@@ -49,6 +49,20 @@ static int states_model(const ap_megatron *m, char *err)
 static int tokenizer_vocab(const ap_megatron *m, long long *v, char *err)
 {
     const char *t = m->shape.tokenizer[0] ? m->shape.tokenizer : "GPT2BPETokenizer";
+    /* Without --tokenizer-type or the GPT-2 files, a line that names its
+     * tokenizer some other way (NeMo's --tokenizer-library, a fork's
+     * --patch-tokenizer-type) does not run the default GPT2BPETokenizer:
+     * its vocabulary is in files autopar does not read. */
+    if (!m->shape.tokenizer[0] && !m->shape.vocab_file && m->shape.other_tokenizer) {
+        if (m->shape.vocab) {
+            *v = m->shape.vocab;
+            return AP_OK;
+        }
+        return fail(err, "--megatron-args: the tokenizer is named by a flag autopar does "
+                    "not read (no --tokenizer-type, no --vocab-file for Megatron-LM's "
+                    "default GPT2BPETokenizer), and its vocabulary is in its files: add "
+                    "--vocab-size N to the flags, the tokenizer's vocabulary, or give MODEL");
+    }
     if (!strcmp(t, "NullTokenizer")) {
         if (!m->shape.vocab)
             return fail(err, "--megatron-args: --tokenizer-type %s needs --vocab-size "

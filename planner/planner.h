@@ -938,6 +938,12 @@ typedef struct {
          * not given), and 1 where --apply-layernorm-1p is. */
         int vocab, vocab_divisor, max_pos;
         char tokenizer[48];
+        int vocab_file; /* --vocab-file was given (GPT2BPETokenizer reads it) */
+        /* A flag naming the tokenizer otherwise was given (NeMo's
+         * --tokenizer-library, --tokenizer-model, a fork's
+         * --patch-tokenizer-type): any flag with "tokenizer" in its name
+         * but --tokenizer-type. */
+        int other_tokenizer;
         int layernorm_1p;
         int half; /* --bf16 or --fp16 was given */
     } shape;

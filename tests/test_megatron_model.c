@@ -541,6 +541,36 @@ static void quick_geglu_is_a_gated_mlp(void)
     CHECK_STR_HAS(err, "--swiglu with --quick-geglu: each sets the MLP's activation");
 }
 
+/* A line without --tokenizer-type or the GPT-2 files that names its
+ * tokenizer another way (NeMo's --tokenizer-library, a fork's
+ * --patch-tokenizer-type) does not run GPT2BPETokenizer: it needs
+ * --vocab-size, which then is the vocabulary (256,000 padded to 128 x 8
+ * is 256,000). With --vocab-file it is GPT-2's 50,257 again. */
+static void a_tokenizer_named_otherwise_needs_its_vocabulary(void)
+{
+    char err[AP_ERR_LEN];
+    const char *gpt = "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 "
+                      "--seq-length 2048 --max-position-embeddings 2048 "
+                      "--tensor-model-parallel-size 8 --bf16 ";
+    char line[1024];
+    snprintf(line, sizeof line, "%s--tokenizer-library sentencepiece "
+             "--tokenizer-model /data/nemotron_2_256k.model", gpt);
+    CHECK(!script_graph(line, err));
+    CHECK_STR_HAS(err, "the tokenizer is named by a flag autopar does not read");
+    snprintf(line, sizeof line, "%s--patch-tokenizer-type LLama3Tokenizer --vocab-size 256000",
+             gpt);
+    ap_graph *g = script_graph(line, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    CHECK(dim(g, 'v') == 256000);
+    ap_graph_free(g);
+    snprintf(line, sizeof line, "%s--tokenizer-model x --vocab-file gpt2-vocab.json "
+             "--merge-file gpt2-merges.txt", gpt);
+    g = script_graph(line, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    CHECK(dim(g, 'v') == 51200);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(a_bare_gpt_script_gets_megatron_defaults);
@@ -549,6 +579,7 @@ int main(void)
     RUN(a_llama_script_builds_the_llama_graph);
     RUN(moe_layer_freq_makes_the_dense_layers);
     RUN(what_the_script_leaves_unknown_is_refused);
+    RUN(a_tokenizer_named_otherwise_needs_its_vocabulary);
     RUN(window_size_gives_every_layer_l_plus_one_keys);
     RUN(skip_freq_leaves_every_nth_layer_full);
     RUN(bad_windows_are_refused);
