@@ -175,8 +175,14 @@ static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char *moe_la
     d->top_k = m->shape.top_k;
     d->moe_ffn = m->shape.moe_ffn ? m->shape.moe_ffn : d->ffn;
     d->shared_ffn = m->shape.shared_ffn;
-    d->route_groups = m->shape.route_groups;
-    d->route_group_topk = m->shape.route_group_topk;
+    /* Groups that all stay in (a group top-k of at least the groups, as
+     * Moonlight's 1 of 1) limit nothing, and Megatron-Core routes over
+     * all the experts, as check_groups reads them against a model. */
+    if (m->shape.route_groups > 1 && m->shape.route_group_topk &&
+        m->shape.route_group_topk < m->shape.route_groups) {
+        d->route_groups = m->shape.route_groups;
+        d->route_group_topk = m->shape.route_group_topk;
+    }
     /* The router as Megatron-Core's topk_routing_with_score_function runs
      * it: a softmax over the top-k logits, or under --moe-router-pre-softmax
      * over all experts with the top k as they are; sigmoid scores

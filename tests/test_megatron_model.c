@@ -143,6 +143,32 @@ static void moe_layer_freq_makes_the_dense_layers(void)
     ap_graph_free(g);
 }
 
+/* Expert groups that all stay in (Moonlight's --moe-router-num-groups 1
+ * --moe-router-group-topk 1, or 4 of 4) limit nothing: Megatron-Core
+ * routes over all the experts, and so does the model built. 2 of 4 is a
+ * limit the router keeps. */
+static void expert_groups_that_all_stay_in_limit_nothing(void)
+{
+    const char *base = "--num-layers 2 --hidden-size 1024 --num-attention-heads 8 "
+                       "--seq-length 1024 --position-embedding-type rope --swiglu "
+                       "--normalization RMSNorm --disable-bias-linear --num-experts 16 "
+                       "--moe-router-topk 2 --moe-ffn-hidden-size 512 --moe-grouped-gemm "
+                       "--tokenizer-type TikTokenizer --vocab-size 1000 --bf16 ";
+    const char *groups[3] = {"--moe-router-num-groups 1 --moe-router-group-topk 1",
+                             "--moe-router-num-groups 4 --moe-router-group-topk 4",
+                             "--moe-router-num-groups 4 --moe-router-group-topk 2"};
+    for (int i = 0; i < 3; i++) {
+        char line[1024], err[AP_ERR_LEN];
+        snprintf(line, sizeof line, "%s%s", base, groups[i]);
+        ap_graph *g = script_graph(line, err);
+        REQUIRE_OK(g ? 0 : 1, err);
+        int r = ap_graph_find_op(g, "l0.router");
+        CHECK(r >= 0 && g->ops[r].groups == (i == 2 ? 4 : 0) &&
+              g->ops[r].group_topk == (i == 2 ? 2 : 0));
+        ap_graph_free(g);
+    }
+}
+
 /* Eight small layers at 8,192 tokens, Megatron-LM's flags for them. */
 #define SMALL "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 " \
               "--seq-length 8192 --position-embedding-type rope --swiglu " \
@@ -580,6 +606,7 @@ int main(void)
     RUN(moe_layer_freq_makes_the_dense_layers);
     RUN(what_the_script_leaves_unknown_is_refused);
     RUN(a_tokenizer_named_otherwise_needs_its_vocabulary);
+    RUN(expert_groups_that_all_stay_in_limit_nothing);
     RUN(window_size_gives_every_layer_l_plus_one_keys);
     RUN(skip_freq_leaves_every_nth_layer_full);
     RUN(bad_windows_are_refused);
