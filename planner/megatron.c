@@ -780,6 +780,7 @@ typedef struct {
     int pre_softmax;         /* --moe-router-pre-softmax */
     int expert_bias;         /* --moe-router-enable-expert-bias */
     int on_input;            /* --moe-apply-probs-on-input */
+    int no_gelu_fusion;      /* --no-bias-gelu-fusion */
     double route_scale;      /* --moe-router-topk-scaling-factor; 0 where not given */
     double capacity;         /* --moe-expert-capacity-factor; 0 where not given */
     int pad;                 /* --moe-pad-expert-input-to-capacity */
@@ -827,8 +828,6 @@ static const struct {
      "resident under FSDP, which is not priced"},
     {"--fp32-residual-connection", 0, "keeps the residual stream in fp32, which is "
      "not priced"},
-    {"--no-bias-gelu-fusion", 0, "runs bias and GELU unfused, which keeps more for "
-     "backward than the fused kernel priced"},
     {"--fallback-to-eager-attn", 0, "runs attention eagerly, unfused, which autopar "
      "prices only for a model built with --flash-attention off (and "
      "--attention-backend unfused)"},
@@ -1247,6 +1246,10 @@ static int router_flag(const char *tok, char **save, audit *a, char *err)
  * with err set for a bad or missing value. */
 static int audit_flag(const char *tok, char **save, audit *a, char *err)
 {
+    if (!strcmp(tok, "--no-bias-gelu-fusion")) {
+        a->no_gelu_fusion = 1;
+        return 1;
+    }
     int rc = refused_flag(tok, save, err);
     if (rc || (rc = list_flag(tok, save, a, err)))
         return rc;
@@ -1585,6 +1588,12 @@ static int settle_audit(const audit *a, ap_megatron *m, char *err)
         m->shape.route_groups = a->groups;
         m->shape.route_group_topk = a->group_topk;
     }
+    /* Megatron-LM's validate_args turns the bias-GELU fusion off itself
+     * under --disable-bias-linear, so the flag changes nothing there; with
+     * biases it runs bias and GELU unfused. */
+    if (a->no_gelu_fusion && !m->shape.no_bias)
+        return refuse("--no-bias-gelu-fusion", NULL, "runs bias and GELU unfused, which "
+                      "keeps more for backward than the fused kernel priced", err);
     /* TransformerConfig raises at an expert bias without sigmoid scores,
      * whether or not the model has experts. */
     if (a->expert_bias && !(a->score && !strcmp(a->score, "sigmoid")))

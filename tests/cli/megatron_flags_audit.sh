@@ -315,6 +315,11 @@ for f in "--cpu-offloading" "--optimizer-cpu-offload" "--use-legacy-models" \
     "--heterogeneous-layers-config-encoded-json {}" "--standalone-embedding-stage"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
+# Megatron-LM turns the bias-GELU fusion off itself without biases, so the
+# flag changes nothing there.
+a=$(est "$llama" 16 --megatron-args "$layout --disable-bias-linear --no-bias-gelu-fusion")
+b=$(est "$llama" 16 --megatron-args "$layout --disable-bias-linear")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "--no-bias-gelu-fusion without biases: $a"
 # CUDA graphs price as without them (autopar prices no host time) and the
 # report says so; Megatron-Core's rule on full recomputation is kept.
 for f in "--cuda-graph-impl local" "--enable-cuda-graph" "--cuda-graph-impl transformer_engine" \
