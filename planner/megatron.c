@@ -1685,6 +1685,30 @@ static int launcher_flag(const char *tok, char **save, ap_megatron *m, char *err
     return 1;
 }
 
+/* A torchrun line's training script, where it is one of Megatron-LM's
+ * that trains another model than the GPT decoder the flags build here
+ * (pretrain_gpt.py's; forks' own scripts, pretrain_llama.py and the like,
+ * pass): BERT and T5 are bidirectional with heads of their own, the
+ * vision-language, vision, retrieval and Mamba scripts add or replace
+ * parts the graph does not have. 1 with err set for such a script. */
+static int other_entry_point(const char *tok, char *err)
+{
+    static const char *const scripts[] = {
+        "pretrain_bert.py", "pretrain_t5.py", "pretrain_vlm.py", "pretrain_retro.py",
+        "pretrain_ict.py", "pretrain_mamba.py", "pretrain_vision_classify.py",
+        "pretrain_vision_dino.py", "pretrain_vision_inpaint.py"};
+    const char *base = strrchr(tok, '/');
+    base = base ? base + 1 : tok;
+    for (size_t i = 0; i < sizeof scripts / sizeof scripts[0]; i++)
+        if (!strcmp(base, scripts[i])) {
+            snprintf(err, AP_ERR_LEN, "--megatron-args: %s trains another model than the "
+                     "GPT decoder (pretrain_gpt.py's) that autopar builds from the flags "
+                     "and prices", base);
+            return 1;
+        }
+    return 0;
+}
+
 /* --first-last-layers-bf16 and the counts --num-layers-at-start-in-bf16
  * and --num-layers-at-end-in-bf16 (Megatron-LM's defaults, 1 each, where
  * left out; read only under the switch, as Megatron-Core's get_fp8_context
@@ -1826,6 +1850,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
          tok = strtok_r(NULL, " \t\n", &save)) {
         int known = 0;
+        if (other_entry_point(tok, err))
+            return AP_EINPUT;
         for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
             if (strcmp(tok, flags[i].flag))
                 continue;
