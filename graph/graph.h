@@ -349,6 +349,9 @@ typedef struct {
     /* The rotary layers' q and k normed to unit length without a weight
      * (Llama 4's L2 norm; Megatron-LM's --qk-l2-norm). */
     int qk_l2;
+    /* The weights and activations in fp16 (Megatron-LM's --fp16); else
+     * bf16. */
+    int fp16;
 } ap_decoder;
 
 int ap_graph_from_decoder(const ap_decoder *d, const char *source,

@@ -68,6 +68,7 @@ static const char *const family_names[FAM_COUNT] = {
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
     family fam;
+    int fp16; /* fp16 weights and activations (a decoder's), else bf16 */
     int64_t layers, hidden, heads, kv_heads, head_dim, v_head_dim, ffn, vocab;
     int64_t positions; /* learned position table rows (GPT-2), else 0 */
     int64_t max_pos;   /* the config's context length, 0 if unknown */
@@ -839,7 +840,7 @@ static int names(bld *b, const char *list, ap_role role,
         if (colon) {
             snprintf(shape, sizeof shape, "%.*s", (int)(len - (size_t)(colon - list) - 1),
                      colon + 1);
-            tensor(b, buf[n], shape, AP_BF16, role);
+            tensor(b, buf[n], shape, b->g->dtype, role);
         }
         out[n] = buf[n];
         n++;
@@ -1266,7 +1267,7 @@ static void embedding(bld *b, const hf_model *m)
         snprintf(b->in, sizeof b->in, "embed_add.y");
     }
     if (m->mla)
-        tensor(b, "heads.ones", "g", AP_BF16, AP_TENSOR_INPUT);
+        tensor(b, "heads.ones", "g", b->g->dtype, AP_TENSOR_INPUT);
     if (m->rot)
         tensor(b, "rope.freqs", rotary_shape(m), AP_FP32, AP_TENSOR_INPUT);
 }
@@ -1615,6 +1616,7 @@ static int build(const hf_model *m, const ap_build_opts *opt, const char *source
         return AP_EINTERNAL;
     }
     name_graph(b.g, source);
+    b.g->dtype = m->fp16 ? AP_FP16 : AP_BF16;
     b.err = err;
     b.layer = -1;
     dims(&b, m, batch, seq, opt->mtp_layers);
@@ -1849,6 +1851,7 @@ static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
     if (c->bad)
         return;
     m->fam = d->experts ? FAM_QWEN3_MOE : FAM_LLAMA;
+    m->fp16 = d->fp16;
     m->layers = d->layers;
     m->hidden = d->hidden;
     m->heads = d->heads;

@@ -2007,6 +2007,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     if (ce.fusion)
         m->run.cross_entropy = ce.impl;
     m->shape.half = gf.bf16 || gf.fp16;
+    m->shape.fp16 = gf.fp16;
     if (edge[0]) {
         m->bf16_first = edge[1] < 0 ? 1 : edge[1];
         m->bf16_last = edge[2] < 0 ? 1 : edge[2];

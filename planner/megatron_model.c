@@ -265,6 +265,7 @@ int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **layer
     if (!rc) {
         d->layers = m->shape.layers;
         d->hidden = m->shape.hidden;
+        d->fp16 = m->shape.fp16;
         d->vocab = padded_vocab(m, vocab);
         mlp_of(m, d);
         /* The MoE pattern first in *layers, the window's after it, the

@@ -946,6 +946,7 @@ typedef struct {
         int other_tokenizer;
         int layernorm_1p;
         int half; /* --bf16 or --fp16 was given */
+        int fp16; /* --fp16 was given */
     } shape;
     /* A torchrun line pasted with the flags: its --nproc-per-node and
      * --nnodes (0: not given, or a range of nodes), which the commands

@@ -49,6 +49,7 @@ static void a_bare_gpt_script_gets_megatron_defaults(void)
         return;
     }
     long long h = 1024, L = 4, V = 51200, P = 2048;
+    CHECK(g->dtype == AP_FP16); /* --fp16 trains fp16 weights and activations */
     CHECK(dim(g, 'v') == V);
     CHECK(dim(g, 'f') == 4 * h);
     CHECK(dim(g, 'p') == P);
