@@ -2138,8 +2138,10 @@ static int check_split(const ap_megatron *m, int L, char *err)
     long chunks = (long)m->pp * m->vpp;
     if (L % chunks) {
         snprintf(err, AP_ERR_LEN, "pp*vpp = %ld does not divide the %d layers%s",
-                 chunks, L, m->pp > 1 ? " (first=N,last=N give the first and last "
-                 "stage their own count)" : "");
+                 chunks, L, m->pp > 1 ? " (first=N,last=N, or Megatron-LM's "
+                 "--decoder-first-pipeline-num-layers and "
+                 "--decoder-last-pipeline-num-layers, give the first and last stage "
+                 "their own count)" : "");
         return AP_EINPUT;
     }
     return AP_OK;

@@ -74,7 +74,7 @@ static int tokenizer_vocab(const ap_megatron *m, long long *v, char *err)
         *v = m->shape.vocab;
     } else {
         return fail(err, "--megatron-args: --tokenizer-type %s keeps its vocabulary in "
-                    "its files, which autopar does not read: add --vocab-size N, the "
+                    "its files, which autopar does not read: add --vocab-size N to the flags, the "
                     "tokenizer's vocabulary (Megatron-LM reads past it for this "
                     "tokenizer), or give MODEL", t);
     }
