@@ -1978,12 +1978,12 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
                  : "--num-virtual-stages-per-pipeline-rank");
         return AP_EINPUT;
     }
-    if (layers_per_chunk && (m->first || m->last || m->account_embedding ||
-                             m->account_loss)) {
+    /* Megatron-LM asserts this in validate_args; it counts the embedding
+     * and the loss as layers there when told to. */
+    if (layers_per_chunk && (m->first || m->last)) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: --num-layers-per-virtual-pipeline-stage "
                  "assumes even stages; with %s give --num-virtual-stages-per-pipeline-rank",
-                 m->first || m->last ? "--decoder-first/last-pipeline-num-layers"
-                                     : "--account-for-embedding/loss-in-pipeline-split");
+                 "--decoder-first/last-pipeline-num-layers");
         return AP_EINPUT;
     }
     /* Each sets the MLP's activation in Megatron-LM's
@@ -3196,8 +3196,23 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     if (m->layout[0] && (rc = check_layout(m, L, g->mtp_layers, lay, err)))
         return rc;
     if (m->vpp < 0) { /* layers per virtual stage, from --megatron-args */
-        long chunk = (long)m->pp * -m->vpp;
-        m->vpp = L % chunk ? 0 : (int)(L / chunk);
+        /* validate_args counts the embedding's and the loss's slots under
+         * --account-for-*-in-pipeline-split, and asserts the division. */
+        long per = -m->vpp, slots = L + m->account_embedding + m->account_loss;
+        if (slots % m->pp || (slots / m->pp) % per) {
+            if (slots % m->pp)
+                snprintf(err, AP_ERR_LEN, "--megatron-args: with "
+                         "--num-layers-per-virtual-pipeline-stage, the %ld layers%s do not "
+                         "divide into the %d pipeline stages (Megatron-LM asserts it)",
+                         slots, slots > L ? " and accounted slots" : "", m->pp);
+            else
+                snprintf(err, AP_ERR_LEN, "--megatron-args: "
+                         "--num-layers-per-virtual-pipeline-stage %ld does not divide the %ld "
+                         "layers%s of a pipeline stage (Megatron-LM asserts it)", per,
+                         slots / m->pp, slots > L ? " and accounted slots" : "");
+            return AP_EINPUT;
+        }
+        m->vpp = (int)(slots / m->pp / per);
     }
     if (m->vpp == 0)
         m->vpp = 1;

@@ -306,6 +306,17 @@ static void embedding_and_loss_counted_as_layers(void)
                                      "--account-for-embedding-in-pipeline-split "
                                      "--account-for-loss-in-pipeline-split", NULL, &p, err), err);
     CHECK(p.stages[0].nlayers == 7 && p.stages[8].nlayers == 8 && p.stages[15].nlayers == 7);
+    double step = p.step_time;
+    ap_plan_free(&p);
+    /* --num-layers-per-virtual-pipeline-stage counts the two slots too, as
+     * validate_args does: (126 + 2) / 16 = 8 a stage, one a chunk, vpp 8. */
+    REQUIRE_OK(ap_test_megatron_plan(g, 128, "--tensor-model-parallel-size 8 "
+                                     "--pipeline-model-parallel-size 16 "
+                                     "--sequence-parallel --global-batch-size 64 "
+                                     "--num-layers-per-virtual-pipeline-stage 1 "
+                                     "--account-for-embedding-in-pipeline-split "
+                                     "--account-for-loss-in-pipeline-split", NULL, &p, err), err);
+    CHECK(p.vchunks == 8 && p.step_time == step);
     ap_plan_free(&p);
     ap_graph_free(g);
 }
@@ -333,8 +344,8 @@ static void counted_split_refuses_what_megatron_refuses(void)
                                 "--num-layers-per-virtual-pipeline-stage 2 "
                                 "--account-for-loss-in-pipeline-split", NULL, &p, err) ==
           AP_EINPUT);
-    CHECK_STR_HAS(err, "with --account-for-embedding/loss-in-pipeline-split give "
-                       "--num-virtual-stages-per-pipeline-rank");
+    CHECK_STR_HAS(err, "the 25 layers and accounted slots do not divide into the 4 "
+                       "pipeline stages (Megatron-LM asserts it)");
     ap_graph_free(g);
 }
 
