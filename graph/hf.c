@@ -236,16 +236,24 @@ static double cfg_fraction(hf_cfg *c, const char *key, double def)
     return x;
 }
 
+/* rope_parameters.partial_rotary_factor where the config has one (not
+ * null), else NULL. */
+static const cJSON *rope_parameters_factor(const hf_cfg *c)
+{
+    const cJSON *rp = cfg_item(c, "rope_parameters");
+    const cJSON *v = cJSON_IsObject(rp)
+                         ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
 /* The share of each head rotary turns: transformers 5 keeps it in
  * rope_parameters.partial_rotary_factor, which wins over the field `key`
  * its configs had before (GPTNeoXConfig and the base config setdefault it
  * from there); absent from both, `def`. */
 static double rotary_fraction(hf_cfg *c, const char *key, double def)
 {
-    const cJSON *rp = cfg_item(c, "rope_parameters");
-    const cJSON *v = cJSON_IsObject(rp)
-                         ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
-    if (c->bad || !v || cJSON_IsNull(v))
+    const cJSON *v = rope_parameters_factor(c);
+    if (c->bad || !v)
         return cfg_fraction(c, key, def);
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1)) {
         cfg_fail(c, "\"rope_parameters\".\"partial_rotary_factor\" must be a number "
@@ -640,10 +648,7 @@ static void check_flag(hf_cfg *c, const char *key, const char *family, int want,
  * do (64 of 128 and 0.5). */
 static int64_t minimax_rotary(hf_cfg *c, const hf_model *m)
 {
-    const cJSON *rp = cfg_item(c, "rope_parameters");
-    const cJSON *pf = cJSON_IsObject(rp)
-                          ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
-    int factor = (pf && !cJSON_IsNull(pf)) || cfg_item(c, "partial_rotary_factor");
+    int factor = rope_parameters_factor(c) || cfg_item(c, "partial_rotary_factor");
     if (!cfg_item(c, "rotary_dim"))
         return partial_rotary(c, m, 0.5);
     int64_t r = cfg_int(c, "rotary_dim", 0, m->head_dim / 2, 0, m->head_dim);
