@@ -25,6 +25,18 @@ static int routes(const ap_op *op, ap_route_score score, int norm, int bias, dou
            op->route_scale == scale;
 }
 
+/* Whether the example model at `path` routes layer `layer` as routes()
+ * says. */
+static int example_routes(const char *path, int layer, ap_route_score score, int norm,
+                          int bias, double scale)
+{
+    ap_graph *g = ap_test_model(path, 0);
+    CHECK(g != NULL);
+    int ok = g && routes(router(g, layer), score, norm, bias, scale);
+    ap_graph_free(g);
+    return ok;
+}
+
 /* A small DeepSeek-V3 (MLA, 8 experts, top 2, one shared expert), its
  * router fields given as `router` (JSON members, leading comma). */
 static ap_graph *small_deepseek(const char *router, char *err)
@@ -73,10 +85,7 @@ static void deepseek_v3_routes_by_sigmoid_with_an_expert_bias_renormalised_and_s
     ap_model_shape_of(g, &s);
     CHECK(s.route_sigmoid && !s.route_unnormalized && s.route_bias && s.route_scale == 2.5);
     ap_graph_free(g);
-    g = ap_test_model("examples/hf/kimi-k2.json", 0);
-    REQUIRE_OK(g ? 0 : 1, "examples/hf/kimi-k2.json did not load");
-    CHECK(routes(router(g, 1), AP_ROUTE_SIGMOID, 1, 1, 2.827));
-    ap_graph_free(g);
+    CHECK(example_routes("examples/hf/kimi-k2.json", 1, AP_ROUTE_SIGMOID, 1, 1, 2.827));
     /* DeepseekV3Config's defaults: norm_topk_prob true, 2.5. */
     char err[AP_ERR_LEN];
     g = small_deepseek("", err);
@@ -90,10 +99,7 @@ static void deepseek_v3_routes_by_sigmoid_with_an_expert_bias_renormalised_and_s
  * says; V2-Lite's factor is 1. */
 static void deepseek_v2_weighs_its_softmax_over_all_experts_scaled(void)
 {
-    ap_graph *g = ap_test_model("examples/hf/deepseek-v2-lite.json", 0);
-    REQUIRE_OK(g ? 0 : 1, "examples/hf/deepseek-v2-lite.json did not load");
-    CHECK(routes(router(g, 1), AP_ROUTE_SOFTMAX, 0, 0, 1));
-    ap_graph_free(g);
+    CHECK(example_routes("examples/hf/deepseek-v2-lite.json", 1, AP_ROUTE_SOFTMAX, 0, 0, 1));
     char err[AP_ERR_LEN], cfg[1024];
     snprintf(cfg, sizeof cfg,
              "{\"model_type\":\"deepseek_v2\",\"hidden_size\":256,\"intermediate_size\":512,"
@@ -103,7 +109,7 @@ static void deepseek_v2_weighs_its_softmax_over_all_experts_scaled(void)
              "\"qk_nope_head_dim\":32,\"qk_rope_head_dim\":16,\"v_head_dim\":32,"
              "\"vocab_size\":1000,\"max_position_embeddings\":512,\"topk_method\":\"greedy\","
              "\"norm_topk_prob\":true,\"routed_scaling_factor\":16.0}");
-    g = ap_test_hf_seq(cfg, 0, err);
+    ap_graph *g = ap_test_hf_seq(cfg, 0, err);
     REQUIRE_OK(g ? 0 : 1, err);
     CHECK(routes(router(g, 0), AP_ROUTE_SOFTMAX, 0, 0, 16));
     ap_graph_free(g);
@@ -122,14 +128,8 @@ static void qwen2_moe_weighs_its_top_k_softmax_over_all_experts_as_it_is(void)
     REQUIRE_OK(g ? 0 : 1, err);
     CHECK(routes(router(g, 1), AP_ROUTE_SOFTMAX, 1, 0, 1));
     ap_graph_free(g);
-    g = ap_test_model("examples/hf/qwen3-30b-a3b.json", 0);
-    REQUIRE_OK(g ? 0 : 1, "examples/hf/qwen3-30b-a3b.json did not load");
-    CHECK(routes(router(g, 0), AP_ROUTE_SOFTMAX, 1, 0, 1));
-    ap_graph_free(g);
-    g = ap_test_model("examples/hf/olmoe-1b-7b.json", 0);
-    REQUIRE_OK(g ? 0 : 1, "examples/hf/olmoe-1b-7b.json did not load");
-    CHECK(routes(router(g, 0), AP_ROUTE_SOFTMAX, 0, 0, 1));
-    ap_graph_free(g);
+    CHECK(example_routes("examples/hf/qwen3-30b-a3b.json", 0, AP_ROUTE_SOFTMAX, 1, 0, 1));
+    CHECK(example_routes("examples/hf/olmoe-1b-7b.json", 0, AP_ROUTE_SOFTMAX, 0, 0, 1));
 }
 
 /* Mixtral's softmax over all experts renormalised over its top 2 is a
@@ -144,10 +144,7 @@ static void mixtral_and_gpt_oss_route_as_megatron_cores_default(void)
     ap_model_shape_of(g, &s);
     CHECK(!s.route_sigmoid && !s.route_unnormalized && !s.route_bias && s.route_scale == 1);
     ap_graph_free(g);
-    g = ap_test_model("examples/hf/gpt-oss-20b.json", 0);
-    REQUIRE_OK(g ? 0 : 1, "examples/hf/gpt-oss-20b.json did not load");
-    CHECK(routes(router(g, 0), AP_ROUTE_SOFTMAX, 1, 0, 1));
-    ap_graph_free(g);
+    CHECK(example_routes("examples/hf/gpt-oss-20b.json", 0, AP_ROUTE_SOFTMAX, 1, 0, 1));
 }
 
 /* Llama 4 (Llama4Router, Llama4TextMoe): a sigmoid of its top-1 logit,
