@@ -1832,6 +1832,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     }
     strcpy(buf, args);
     ap_megatron_shell_words(buf, m->commented, sizeof m->commented);
+    m->from_args = 1;
     /* Megatron's defaults without the flags */
     m->zero = AP_ZERO_NONE;
     m->overlap_grad = 0;
@@ -2652,7 +2653,8 @@ static int check_recompute(const ap_megatron *m, int L, const ap_pipe_layout *la
  * that contradict it are refused; where they are left out (Megatron-LM
  * then routes over all experts) the flex dispatcher, whose traffic depends
  * on it, is refused too, and the alltoall dispatcher, whose does not, is
- * priced. A group_topk not below the groups limits nothing. */
+ * priced. A group_topk not below the groups limits nothing. A spec has no
+ * such keys: it runs the model's routing. */
 static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                         char *err)
 {
@@ -2666,7 +2668,7 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_
      * token, wherever its experts are. */
     int flex = m->run.dispatcher == AP_DISPATCH_DEEPEP ||
                m->run.dispatcher == AP_DISPATCH_HYBRIDEP;
-    if (given ? fg == groups && ft == topk : !groups || !flex)
+    if (given ? fg == groups && ft == topk : !groups || !flex || !m->from_args)
         return AP_OK;
     if (given) {
         char routes[48] = "over all experts";

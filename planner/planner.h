@@ -954,6 +954,10 @@ typedef struct {
     struct {
         int nproc, nnodes;
     } launcher;
+    /* 1 when Megatron-LM's flags set it (ap_megatron_parse_args): a flag
+     * left out then means Megatron-LM's default, where a spec's key left
+     * out means the model's own (its routing groups, say). */
+    int from_args;
 } ap_megatron;
 
 /* Whether --megatron-args states the model whole, as a Megatron-LM script

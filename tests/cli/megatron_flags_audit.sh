@@ -117,6 +117,12 @@ refused "no --moe-router-num-groups (Megatron-LM then routes over all experts), 
     "$dsv3" 16 "$dlay --moe-token-dispatcher-type flex" --seq 1024
 a=$(est "$dsv3" 16 --seq 1024 --megatron-args "$dlay --moe-token-dispatcher-type flex --moe-router-num-groups 8 --moe-router-group-topk 4")
 echo "$a" | grep -q '"step_time_s"' && ok || bad "DeepSeek-V3 with its groups: $a"
+# A spec has no routing keys: it runs the model's groups, and prices as the
+# flags that state them.
+b=$(est "$dsv3" 16 --seq 1024 --megatron \
+    "tp=8,sp=1,pp=2,first=30,ep=8,etp=1,mbs=1,gbs=16,zero=0,overlap_grad=0,dispatcher=deepep")
+echo "$b" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok ||
+    bad "a spec with the flex dispatcher does not route as the model: $b"
 refused "--moe-router-num-groups 8 --moe-router-group-topk 2, but" "$dsv3" 16 \
     "$dlay --moe-token-dispatcher-type flex --moe-router-num-groups 8 --moe-router-group-topk 2" --seq 1024
 a=$(est "$dsv3" 16 --seq 1024 --megatron-args "$dlay --moe-token-dispatcher-type alltoall")
