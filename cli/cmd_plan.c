@@ -15,7 +15,7 @@ static const char usage_text[] =
     "                    [--no-pipeline] [--max-stages P] [--ilp-time-limit S]\n"
     "                    [--ilp-gap G] [--threads N] [--target megatron|torchtitan|deepspeed]\n"
     "                    [--fp8] [--tp-comm-overlap] [--cross-entropy IMPL]\n"
-    "                    [--recompute-modules M,...] [--fp8-recipe delayed|tensorwise]\n"
+    "                    [--recompute-modules M,...] [--fp8-recipe R]\n"
     "                    [--bf16-layers FIRST,LAST]\n"
     "                    [--dispatcher alltoall|deepep|hybridep]\n"
     "                    [--grad-fp32] [--max-experts-per-gpu E]\n"
@@ -71,10 +71,12 @@ static const char usage_text[] =
     "                       Engine userbuffers); all-reduces stay exposed;\n"
     "                       plan.json records it\n"
     "  --fp8-recipe R       with --fp8, Transformer Engine's scaling: delayed (the\n"
-    "                       default) or tensorwise (current scaling, an amax pass\n"
-    "                       before each cast; docs/cost-model.md, FP8)\n"
-    "  --bf16-layers F,L    with --fp8 --fp8-recipe tensorwise, keep the first F and\n"
-    "                       last L layers in bf16, as Megatron-LM's\n"
+    "                       default), tensorwise (current scaling, an amax pass\n"
+    "                       before each cast), blockwise (DeepSeek-V3's 128-element\n"
+    "                       blocks) or mxfp8 (32-element blocks, Blackwell only;\n"
+    "                       docs/cost-model.md, FP8)\n"
+    "  --bf16-layers F,L    with --fp8 and a recipe other than delayed, keep the\n"
+    "                       first F and last L layers in bf16, as Megatron-LM's\n"
     "                       --first-last-layers-bf16 (1,1 is Megatron-Bridge's\n"
     "                       current-scaling recipe); the export states them\n"
     "  --dispatcher D       MoE models: the token dispatcher the plan runs with:\n"
@@ -208,8 +210,8 @@ int ap_cmd_plan(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--fp8-recipe") && v) {
             if (ap_fp8_recipe_parse(v, &o.run.fp8_recipe)) {
-                fprintf(stderr, "autopar plan: --fp8-recipe: bad value \"%.64s\" (delayed "
-                        "or tensorwise)\n", v);
+                fprintf(stderr, "autopar plan: --fp8-recipe: bad value \"%.64s\" (delayed, "
+                        "tensorwise, blockwise or mxfp8)\n", v);
                 return 2;
             }
             i++;
@@ -288,8 +290,8 @@ int ap_cmd_plan(int argc, char **argv)
     if ((cm.build.bf16_first || cm.build.bf16_last) &&
         (!o.run.fp8 || o.run.fp8_recipe == AP_FP8_DELAYED)) {
         fprintf(stderr, "autopar plan: --bf16-layers keeps layers out of FP8: give --fp8 "
-                "--fp8-recipe tensorwise (Megatron-Core refuses them with delayed "
-                "scaling)\n");
+                "and --fp8-recipe tensorwise, blockwise or mxfp8 (Megatron-Core refuses "
+                "them with delayed scaling)\n");
         return 2;
     }
     ap_graph *g;

@@ -678,7 +678,7 @@ int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                      char *err)
 {
     record_cluster(c, p);
-    if (p->run.fp8 && ap_fp8_check(c, err))
+    if (p->run.fp8 && ap_fp8_check(c, p->run.fp8_recipe, err))
         return AP_EINPUT;
     for (int i = 0; i < p->nstages; i++) {
         ap_stage *st = &p->stages[i];

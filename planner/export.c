@@ -596,6 +596,15 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
         int rc = titan_experts(p, d, who, err);
         if (rc)
             return rc;
+        /* torchtitan's float8 converter is torchao's tensor- or row-scaled
+         * training, and its MX converter torchao's own kernels, not
+         * Transformer Engine's block-scaled casts and GEMMs priced. */
+        if (d->run.fp8 && ap_fp8_recipe_blocks(d->run.fp8_recipe))
+            return refuse(p, err, "%s's float8 converter scales whole tensors (torchao); "
+                          "the plan was priced with %s: export it to Megatron-LM", who,
+                          d->run.fp8_recipe == AP_FP8_MXFP8
+                          ? "Transformer Engine's MXFP8 (fp8_recipe mxfp8)"
+                          : "Transformer Engine's blockwise FP8 (fp8_recipe blockwise)");
         if (d->tp > 1 && !d->sp)
             return refuse(p, err, "%s's tensor parallelism always shards norms on the "
                           "sequence (sequence parallelism); the plan uses %s",

@@ -259,7 +259,7 @@ bad:
              : !strcmp(k, "cp_comm") ? " (p2p, allgather or a2a)"
              : !strcmp(k, "dispatcher") ? " (alltoall, deepep, hybridep or allgather)"
              : !strcmp(k, "cuda_graph") ? " (none, local or transformer_engine)"
-             : !strcmp(k, "fp8_recipe") ? " (delayed or tensorwise)"
+             : !strcmp(k, "fp8_recipe") ? " (delayed, tensorwise, blockwise or mxfp8)"
              : !strcmp(k, "capacity_factor") ? " (a number above 0)"
              : !strcmp(k, "zero") ? " (0 to 3)"
              : flag_slot(m, k) || !strcmp(k, "sp") ? " (0 or 1)"
@@ -358,15 +358,13 @@ static int fp8_flag(const char *tok, char **save, ap_megatron *m, char *err)
         return -1;
     if (tuning)
         return 1;
-    /* Delayed and tensorwise scaling run the same GEMMs; mxfp8 and
-     * blockwise scale blocks of a tensor and run other kernels. Without
-     * --fp8-format the recipe is read past, as Megatron-LM reads it. */
+    /* Without --fp8-format the recipe is read past, as Megatron-LM reads
+     * it; "custom" loads a recipe from a Python factory. */
     if (recipe) {
         if (!ap_fp8_recipe_parse(v, &m->run.fp8_recipe))
             return 1;
-        snprintf(err, AP_ERR_LEN, "--megatron-args: %s %.64s: scales FP8 tensors by "
-                 "blocks and runs other GEMM kernels than the delayed and tensorwise "
-                 "scaling priced", tok, v);
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s %.64s: not a recipe autopar "
+                 "prices (delayed, tensorwise, blockwise or mxfp8)", tok, v);
         return -1;
     }
     /* hybrid: E4M3 forward, E5M2 gradients; e4m3 everywhere. Both run

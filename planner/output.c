@@ -296,6 +296,23 @@ int ap_plan_caveat_moe_overlap(const ap_plan *p, char *buf, size_t len)
     return 1;
 }
 
+/* Blockwise FP8 GEMMs are priced at the cluster's FP8 GEMM rate, which
+ * was measured (or published) with one scale per tensor. On Hopper,
+ * Transformer Engine's docs say, block-scaled GEMMs are emulated in
+ * software (the scales applied outside the tensor cores), at a cost that
+ * no measurement autopar has gives; on Blackwell TE runs the recipe as
+ * MXFP8, whose GEMMs TE's own benchmark puts at the FP8 rate. */
+int ap_plan_caveat_fp8_blockwise(const ap_plan *p, char *buf, size_t len)
+{
+    if (!p->run.fp8 || p->run.fp8_recipe != AP_FP8_BLOCKWISE)
+        return 0;
+    snprintf(buf, len, "blockwise FP8 (fp8_recipe blockwise) GEMMs are priced at the FP8 "
+             "GEMM rate of one scale per tensor; on Hopper Transformer Engine emulates "
+             "block-scaled GEMMs in software, at a cost no measurement here prices: read "
+             "the step as a lower bound there (docs/cost-model.md, FP8)");
+    return 1;
+}
+
 /* Whether any op of stage st (its blocks' chosen points) splits mesh axis
  * a. Blocks the stage does not run count too, which can only hide an idle
  * axis, never invent one. */
@@ -345,7 +362,7 @@ typedef int (*caveat_fn)(const ap_plan *, char *, size_t);
 
 static const caveat_fn caveats[] = {
     ap_plan_caveat_idle_axis, ap_plan_caveat_moe_host, ap_plan_caveat_moe_overlap,
-    ap_plan_caveat_cuda_graph,
+    ap_plan_caveat_cuda_graph, ap_plan_caveat_fp8_blockwise,
 };
 
 int ap_plan_caveat(const ap_plan *p, int i, char *buf, size_t len)

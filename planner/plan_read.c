@@ -534,7 +534,8 @@ static int parse_fp8_params(const reader *r, const cJSON *root, ap_plan_desc *p)
         if (rc)
             return rc;
         if (ap_fp8_recipe_parse(s, &p->run.fp8_recipe))
-            return fail(r, "fp8_recipe", "\"%s\" is not delayed or tensorwise", s);
+            return fail(r, "fp8_recipe", "\"%s\" is not delayed, tensorwise, blockwise "
+                        "or mxfp8", s);
         if (!p->run.fp8)
             return fail(r, "fp8_recipe", "scales FP8 tensors, which needs \"fp8\": true");
     }

@@ -90,13 +90,18 @@ typedef enum {
  * (--fp8-recipe): delayed scaling takes each tensor's scale from earlier
  * steps' amaxes, the amax found on the way of the cast; tensorwise
  * (current) scaling finds the tensor's amax first, in a pass of its own
- * over it, then casts (docs/cost-model.md, FP8). */
-typedef enum { AP_FP8_DELAYED, AP_FP8_TENSORWISE } ap_fp8_recipe;
+ * over it, then casts; blockwise (DeepSeek-V3's: 1 x 128 activation and
+ * gradient blocks, 128 x 128 weight blocks) and mxfp8 (32-element blocks,
+ * Blackwell) give each block its own scale, found by the cast itself
+ * (docs/cost-model.md, FP8). */
+typedef enum { AP_FP8_DELAYED, AP_FP8_TENSORWISE, AP_FP8_BLOCKWISE, AP_FP8_MXFP8 } ap_fp8_recipe;
 
-/* "delayed" or "tensorwise"; a static string. */
+/* "delayed", "tensorwise", "blockwise" or "mxfp8"; a static string. */
 const char *ap_fp8_recipe_name(ap_fp8_recipe r);
 /* AP_EINPUT unless name is one of those. */
 int ap_fp8_recipe_parse(const char *name, ap_fp8_recipe *out);
+/* Whether recipe r scales blocks of a tensor (blockwise, mxfp8). */
+int ap_fp8_recipe_blocks(ap_fp8_recipe r);
 
 /* How a launcher runs each step, apart from the parallel layout: the
  * precision of the linear layers, the overlaps and kernels it picks, the
@@ -301,8 +306,9 @@ int ap_expert_op(const ap_graph *g, int op);
  * (ap_op.keep_bf16, --first-last-layers-bf16). */
 int ap_fp8_linear(const ap_graph *g, int op);
 /* AP_EINPUT, naming the cluster's GPU, when it has no FP8 tensor cores
- * (peak_flops[AP_FP8] is 0, as on the A100). */
-int ap_fp8_check(const ap_cluster *c, char *err);
+ * (peak_flops[AP_FP8] is 0, as on the A100), or when recipe r is mxfp8 and
+ * the GPU is a Hopper, which Transformer Engine refuses it on. */
+int ap_fp8_check(const ap_cluster *c, ap_fp8_recipe r, char *err);
 
 /* Tensor-parallel communication overlap as Transformer Engine's userbuffers
  * run it under Megatron-LM's --tp-comm-overlap (docs/cost-model.md,
@@ -1195,6 +1201,10 @@ int ap_plan_caveat_moe_overlap(const ap_plan *p, char *buf, size_t len);
  * splits none of its ops, so that its GPUs repeat one another's work (more
  * GPUs than the batch and the model's widths can use); else 0. */
 int ap_plan_caveat_idle_axis(const ap_plan *p, char *buf, size_t len);
+/* 1, with the caveat's sentence in buf, when the plan runs blockwise FP8,
+ * whose GEMMs are priced at the tensor-scaled FP8 rate although Hopper
+ * emulates their block scales in software; else 0. */
+int ap_plan_caveat_fp8_blockwise(const ap_plan *p, char *buf, size_t len);
 /* 1, with the i-th of the plan's caveats (counting from 0, in the order the
  * reports print them) in buf; 0 when it has no more. */
 int ap_plan_caveat(const ap_plan *p, int i, char *buf, size_t len);

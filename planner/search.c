@@ -486,7 +486,7 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
 static int search_once(const ap_graph *g, const ap_cluster *c, const ap_plan_opts *o,
                        ap_plan *out, char *err)
 {
-    if ((o->run.fp8 && ap_fp8_check(c, err)) || ap_rc_modules_check(g, &o->run, err))
+    if ((o->run.fp8 && ap_fp8_check(c, o->run.fp8_recipe, err)) || ap_rc_modules_check(g, &o->run, err))
         return AP_EINPUT;
     ap_parts m;
     int rc = ap_parts_build(g, &m, err);

@@ -505,14 +505,36 @@ int ap_fp8_linear(const ap_graph *g, int opi)
     return !has_label(g->tensors[op->outputs[0]].shape, v);
 }
 
-int ap_fp8_check(const ap_cluster *c, char *err)
+/* Whether the cluster's GPU is a Hopper, by the names NVIDIA's driver and
+ * the presets give it (a cluster file records no compute capability). */
+static int hopper_gpu(const ap_cluster *c)
 {
-    if (c->peak_flops[AP_FP8] > 0)
-        return AP_OK;
-    snprintf(err, AP_ERR_LEN, "fp8: %s (%s) has no FP8 tensor cores (its fp8 peak "
-             "is 0); FP8 training needs Hopper or later, e.g. h100-sxm, h200, b200",
-             c->name, c->gpu_name[0] ? c->gpu_name : "GPU of unknown name");
-    return AP_EINPUT;
+    static const char *const names[] = {"H100", "H200", "H800", "H20", "GH200"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strstr(c->gpu_name, names[i]))
+            return 1;
+    return 0;
+}
+
+int ap_fp8_check(const ap_cluster *c, ap_fp8_recipe r, char *err)
+{
+    const char *gpu = c->gpu_name[0] ? c->gpu_name : "GPU of unknown name";
+    if (!(c->peak_flops[AP_FP8] > 0)) {
+        snprintf(err, AP_ERR_LEN, "fp8: %s (%s) has no FP8 tensor cores (its fp8 peak "
+                 "is 0); FP8 training needs Hopper or later, e.g. h100-sxm, h200, b200",
+                 c->name, gpu);
+        return AP_EINPUT;
+    }
+    /* Transformer Engine's MXFP8BlockScaling asserts compute capability
+     * 10.0 (check_mxfp8_support): Hopper's tensor cores take no block
+     * scales, so its block-scaled recipe is blockwise. */
+    if (r == AP_FP8_MXFP8 && hopper_gpu(c)) {
+        snprintf(err, AP_ERR_LEN, "fp8_recipe=mxfp8: %s (%s) is a Hopper GPU, and "
+                 "Transformer Engine runs MXFP8 on Blackwell (compute capability 10.0) "
+                 "or later only; Hopper's block-scaled recipe is blockwise", c->name, gpu);
+        return AP_EINPUT;
+    }
+    return AP_OK;
 }
 
 static int runs_fp8(const ap_price_ctx *x, const ap_op *op)
@@ -706,13 +728,23 @@ static double fused_gemm(const ap_price_ctx *x, int t, int cons,
     return own > 0 && all > own ? gemm * all / own : gemm;
 }
 
+/* The scales a block-scaled recipe writes beside each FP8 copy of a tensor
+ * of `elems` elements, rowwise and columnwise: one fp32 per 128 elements
+ * (blockwise's 1 x 128 blocks; its 128 x 128 weight blocks write fewer) or
+ * one E8M0 byte per 32 (mxfp8), 1/32 of a byte an element either way.
+ * Tensor-scaled recipes keep one scale per tensor. */
+static double block_scales(const ap_price_ctx *x, double elems)
+{
+    return ap_fp8_recipe_blocks(x->run.fp8_recipe) ? 2 * elems / 32 : 0;
+}
+
 /* Transformer Engine's cast of a bf16 tensor to FP8 with its transpose
  * (fp8_cast_transpose_fused): one pass reads 2 bytes per element and writes
  * 1 byte each for the tensor and its transpose, taking the amax (one
  * comparison per element) on the way. */
 static double fp8_cast(const ap_price_ctx *x, double elems)
 {
-    return ap_cost_memop(x->c, elems, 4 * elems);
+    return ap_cost_memop(x->c, elems, 4 * elems + block_scales(x, elems));
 }
 
 /* Under tensorwise scaling the scale must be known before the cast, so the
@@ -750,10 +782,24 @@ static double fp8_transpose(const ap_price_ctx *x, double elems)
 /* TE's rowwise-only quantization of a sequence shard before it is gathered
  * (gather_along_first_dim with a quantizer; cast_to_fp8 in TE 1.x): read 2
  * bytes an element, write 1, with its amax pass under tensorwise scaling.
- * The gathered tensor is transposed in the backward, for wgrad. */
+ * The gathered tensor is transposed in the backward, for wgrad. A
+ * block-scaled recipe cannot make the columnwise copy by transposing (its
+ * blocks run along the other dimension), so the shard is quantized both
+ * ways at once, as fp8_cast does, and the backward gathers the columnwise
+ * shard instead of transposing (sp_transpose). */
 static double shard_cast(const ap_price_ctx *x, double shard, int fused)
 {
+    if (ap_fp8_recipe_blocks(x->run.fp8_recipe))
+        return fp8_cast(x, shard);
     return ap_cost_memop(x->c, shard, 3 * shard) + fp8_amax(x, shard, fused);
+}
+
+/* The backward's transpose of a tensor gathered in FP8 for wgrad: none
+ * under a block-scaled recipe, whose columnwise copy was quantized on the
+ * shard and is gathered itself (shard_cast). */
+static double sp_transpose(const ap_price_ctx *x, double elems)
+{
+    return ap_fp8_recipe_blocks(x->run.fp8_recipe) ? 0 : fp8_transpose(x, elems);
 }
 
 /* The cast of an FP8 linear layer's input of `in` elements (gathered), fwd
@@ -761,15 +807,18 @@ static double shard_cast(const ap_price_ctx *x, double shard, int fused)
  * layer gathers in FP8 (k > 1). Under delayed scaling the norm TE fuses into
  * the layer (LayerNormLinear) writes FP8 itself (layernorm_fwd_fp8, the
  * FULLY_FUSED norm), leaving only the transpose: made in the forward when
- * nothing is gathered (TE 2.x; TE 1.x made it in the backward). */
+ * nothing is gathered (TE 2.x; TE 1.x made it in the backward). Under the
+ * block-scaled recipes TE's norm writes bf16 and quantizes after (its
+ * UNFUSED path: MXFP8 is fused only with the cuDNN norm that
+ * NVTE_NORM_FWD_USE_CUDNN selects, blockwise never). */
 static void input_cast(const ap_price_ctx *x, const ap_op *op, double in, double k,
                        double *fwd, double *bwd)
 {
     int fused = amax_fused(x, op);
-    int norm_writes_fp8 = fused && x->run.fp8_recipe != AP_FP8_TENSORWISE;
+    int norm_writes_fp8 = fused && x->run.fp8_recipe == AP_FP8_DELAYED;
     if (k > 1) {
         *fwd = norm_writes_fp8 ? 0 : shard_cast(x, in / k, fused);
-        *bwd = fp8_transpose(x, in);
+        *bwd = sp_transpose(x, in);
     } else {
         *fwd = norm_writes_fp8 ? fp8_transpose(x, in) : fp8_cast(x, in) + fp8_amax(x, in, fused);
         *bwd = 0;
@@ -822,25 +871,31 @@ static void fp8_casts(const ap_price_ctx *x, const ap_op *op,
     *bwd = in_b / share;
     double k = rs_ways(x, s);
     if (k > 1)
-        *bwd += shard_cast(x, out / k, 0) + fp8_transpose(x, out);
+        *bwd += shard_cast(x, out / k, 0) + sp_transpose(x, out);
     else
         *bwd += fp8_cast(x, out) + fp8_amax(x, out, 0);
 }
 
+static const char *const recipe_names[] = {"delayed", "tensorwise", "blockwise", "mxfp8"};
+
 const char *ap_fp8_recipe_name(ap_fp8_recipe r)
 {
-    return r == AP_FP8_TENSORWISE ? "tensorwise" : "delayed";
+    return recipe_names[r];
 }
 
 int ap_fp8_recipe_parse(const char *name, ap_fp8_recipe *out)
 {
-    if (!strcmp(name, "delayed"))
-        *out = AP_FP8_DELAYED;
-    else if (!strcmp(name, "tensorwise"))
-        *out = AP_FP8_TENSORWISE;
-    else
-        return AP_EINPUT;
-    return AP_OK;
+    for (size_t i = 0; i < sizeof recipe_names / sizeof recipe_names[0]; i++)
+        if (!strcmp(name, recipe_names[i])) {
+            *out = (ap_fp8_recipe)i;
+            return AP_OK;
+        }
+    return AP_EINPUT;
+}
+
+int ap_fp8_recipe_blocks(ap_fp8_recipe r)
+{
+    return r == AP_FP8_BLOCKWISE || r == AP_FP8_MXFP8;
 }
 
 /* What one element of input i a linear layer saves for its backward costs,

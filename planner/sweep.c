@@ -625,7 +625,7 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
                  "of its own (Megatron-LM and torchtitan do)");
         return AP_EINPUT;
     }
-    if (o->run.fp8 && ap_fp8_check(c, err))
+    if (o->run.fp8 && ap_fp8_check(c, o->run.fp8_recipe, err))
         return AP_EINPUT;
     if (o->run.cross_entropy != AP_CE_UNFUSED && o->launcher != AP_LAUNCHER_MEGATRON) {
         snprintf(err, AP_ERR_LEN, "sweep: cross_entropy=%s: %s computes the loss with "

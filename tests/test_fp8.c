@@ -158,6 +158,45 @@ static void tensorwise_scaling_adds_an_amax_pass_where_no_kernel_finds_it(void)
     ap_graph_free(g);
 }
 
+/* The block-scaled recipes (blockwise, mxfp8) find each block's scale in
+ * the cast itself, so no tensor takes an amax pass, but TE's norm then
+ * writes bf16 (its fused FP8 norm is delayed scaling's) and the fused
+ * module's input is cast after it; every cast also writes its two copies'
+ * scales, one per 32 elements. The two recipes price alike here: their
+ * kernels differ, not their bytes. */
+static void block_scaled_recipes_cast_with_their_scales_and_no_amax_pass(void)
+{
+    ap_graph *g = llama();
+    one_gpu u;
+    if (!g || one_gpu_init(&u, g, 1)) {
+        CHECK(0);
+        ap_graph_free(g);
+        return;
+    }
+    double s = dim_of(g, AP_DIM_SEQ), h = dim_of(g, AP_DIM_HIDDEN), f = dim_of(g, AP_DIM_FFN);
+    const char *ops[] = {"l0.q", "l0.o", "l0.mlp.down"};
+    double dims[3][5] = {{s * h, h * h, s * h, 1, 3}, {s * h, h * h, s * h, 0, 1},
+                         {s * f, f * h, s * h, 0, 1}};
+    for (int i = 0; i < 3; i++) {
+        ap_op_cost d = price(&u.x, ops[i]);
+        u.x.run.fp8_recipe = AP_FP8_BLOCKWISE;
+        ap_op_cost b = price(&u.x, ops[i]);
+        u.x.run.fp8_recipe = AP_FP8_MXFP8;
+        ap_op_cost m = price(&u.x, ops[i]);
+        u.x.run.fp8_recipe = AP_FP8_DELAYED;
+        double in = dims[i][0], w = dims[i][1], out = dims[i][2];
+        double block_in = ap_cost_memop(&u.c, in, 4 * in + in / 16);
+        double in_was = dims[i][3] ? transpose(&u.c, in) : cast(&u.c, in);
+        double w_extra = ap_cost_memop(&u.c, w, 4 * w + w / 16) - cast(&u.c, w);
+        CHECK_NEAR(b.fwd - d.fwd, (block_in - in_was) / dims[i][4] + w_extra / 8, 1e-9);
+        CHECK_NEAR(b.bwd - d.bwd, ap_cost_memop(&u.c, out, 4 * out + out / 16) -
+                   cast(&u.c, out), 1e-9);
+        CHECK(m.fwd == b.fwd && m.bwd == b.bwd);
+    }
+    ap_cluster_free(&u.c);
+    ap_graph_free(g);
+}
+
 static void attention_and_the_head_are_unchanged_by_fp8(void)
 {
     ap_graph *g = llama();
@@ -233,6 +272,23 @@ static void fp8_on_an_a100_is_refused_naming_fp8_and_the_gpu(void)
     CHECK(ap_plan_search(g, &c, &o, &p, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "no FP8 tensor cores");
     ap_cluster_free(&c);
+    /* MXFP8 needs Blackwell's tensor cores (TE's check_mxfp8_support);
+     * Hopper runs blockwise, and a B200 either. */
+    const char *gpus[] = {"h100-sxm", "h200", "b200", "b200"};
+    const ap_fp8_recipe rs[] = {AP_FP8_MXFP8, AP_FP8_MXFP8, AP_FP8_MXFP8, AP_FP8_BLOCKWISE};
+    for (int i = 0; i < 4; i++) {
+        if (ap_cluster_preset(gpus[i], 8, 0, &c, err)) {
+            CHECK(0);
+            continue;
+        }
+        err[0] = 0;
+        int rc = ap_fp8_check(&c, rs[i], err);
+        CHECK(rc == (i < 2 ? AP_EINPUT : AP_OK));
+        if (i < 2)
+            CHECK_STR_HAS(err, "Blackwell");
+        CHECK(ap_fp8_check(&c, AP_FP8_BLOCKWISE, err) == AP_OK);
+        ap_cluster_free(&c);
+    }
     ap_graph_free(g);
 }
 
@@ -378,6 +434,7 @@ int main(void)
     RUN(only_the_layers_linear_layers_run_in_fp8);
     RUN(a_linear_layer_takes_the_fp8_gemm_time_plus_its_casts);
     RUN(tensorwise_scaling_adds_an_amax_pass_where_no_kernel_finds_it);
+    RUN(block_scaled_recipes_cast_with_their_scales_and_no_amax_pass);
     RUN(attention_and_the_head_are_unchanged_by_fp8);
     RUN(a_linear_layer_saves_its_input_in_one_byte_and_keeps_fp8_weights);
     RUN(fp8_on_an_a100_is_refused_naming_fp8_and_the_gpu);

@@ -195,6 +195,42 @@ static void tensorwise_reduces_each_shards_amax_over_the_tp_group(void)
     recipes_free(&r);
 }
 
+/* A block-scaled cast writes the rowwise and columnwise copies with a
+ * scale per 32 elements of each: 1/16 of a byte an element more. */
+static double block_cast(const ap_cluster *c, double elems)
+{
+    return ap_cost_memop(c, elems, 4 * elems + elems / 16);
+}
+
+/* Blockwise scaling (DeepSeek-V3's recipe): TE's norm writes bf16 and the
+ * input is quantized after it; under sequence parallelism the shard is
+ * quantized both ways at once (a 1-D block's columnwise copy cannot be a
+ * transpose of its rowwise one) and the backward gathers the columnwise
+ * shard, so nothing is transposed. Each block's scale is its own: no amax
+ * is all-reduced, over the tensor-parallel group or at the autocast's
+ * exits. */
+static void blockwise_quantizes_shards_both_ways_and_reduces_no_amax(void)
+{
+    recipes r;
+    ap_plan b;
+    int ok = recipes_init(&r) == 0;
+    ok = ap_test_megatron_plan_ok(r.g, 4, "tp=4,mbs=1,gbs=8,sp=1,fp8=1,fp8_recipe=blockwise",
+                                  NULL, &b) == 0 && ok;
+    CHECK(ok);
+    if (ok) {
+        double fwd, bwd, in = sh();
+        edge_casts(r.g, &r.c, &b, &fwd, &bwd);
+        CHECK_NEAR(fwd, 2 * (block_cast(&r.c, in / 4) - block_cast(&r.c, in)), 1e-12);
+        CHECK(bwd == 0);
+        const ap_block_point *d = ap_test_layer(&r.d), *k = ap_test_layer(&b);
+        CHECK_NEAR(k->kfwd.reshard, d->kfwd.reshard, 1e-15);
+        CHECK_NEAR(k->kbwd.tp, d->kbwd.tp, 1e-15);
+        CHECK(r.d.t_kinds.amax > 0 && b.t_kinds.amax == 0);
+    }
+    ap_plan_free(&b);
+    recipes_free(&r);
+}
+
 /* The casts on the edges are compute, also where the MLP module is
  * recomputed (its norm and fc1 redone, the shard's cast with them): the
  * communication by kind still adds up to the communication. */
@@ -249,6 +285,7 @@ int main(void)
     RUN(the_gathered_input_is_quantized_on_its_shard);
     RUN(a_row_parallel_layer_quantizes_its_gradient_shard);
     RUN(tensorwise_reduces_each_shards_amax_over_the_tp_group);
+    RUN(blockwise_quantizes_shards_both_ways_and_reduces_no_amax);
     RUN(recomputed_casts_stay_compute);
     RUN(delayed_scaling_reduces_the_amaxes_at_each_autocast_exit);
     return DONE();

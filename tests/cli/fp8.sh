@@ -62,9 +62,34 @@ grep -qxF "  --fp8-recipe tensorwise" "$tmp/csargs.sh" && ok || bad "the export 
 "$bin" estimate "$model" --gpus 16 --json --megatron-args "$(megatron_args "$tmp/csargs.sh")" \
     >"$tmp/csgot" 2>&1
 cmp -s "$tmp/cs" "$tmp/csgot" && ok || bad "tensorwise round trip: $(diff "$tmp/cs" "$tmp/csgot")"
-out=$("$bin" estimate "$model" --gpus 16 --megatron-args "$flags --fp8-format hybrid --fp8-recipe blockwise" 2>&1)
-[ $? -eq 2 ] && case "$out" in *"--fp8-recipe blockwise: scales FP8 tensors by blocks"*) true ;; *) false ;; esac &&
-    ok || bad "blockwise is refused: $out"
+# Blockwise scaling: the flags and the spec price alike, the report carries
+# the caveat on its GEMM rate, the Megatron-LM export states it and reads
+# back the same, torchtitan's refuses it; mxfp8 is refused on a Hopper and
+# priced on a B200; a recipe autopar does not price is refused by name.
+"$bin" estimate "$model" --gpus 16 --json --megatron "$spec,fp8=1,fp8_recipe=blockwise" \
+    -o "$tmp/bw.json" >"$tmp/bw" 2>&1 || bad "blockwise estimate: $(cat "$tmp/bw")"
+"$bin" estimate "$model" --gpus 16 --json --megatron-args "$flags --fp8-format e4m3
+ --fp8-recipe blockwise" >"$tmp/bwflags" 2>&1 || bad "blockwise flags"
+cmp -s "$tmp/bw" "$tmp/bwflags" && ok || bad "fp8_recipe=blockwise and --fp8-recipe blockwise differ"
+grep -q "GEMMs are priced at the FP8 GEMM rate of one scale per tensor" "$tmp/bw" && ok ||
+    bad "blockwise has no caveat: $(cat "$tmp/bw")"
+"$bin" export "$tmp/bw.json" --to megatron >"$tmp/bwargs.sh" 2>&1
+grep -qxF "  --fp8-recipe blockwise" "$tmp/bwargs.sh" && ok || bad "the export lacks blockwise"
+"$bin" estimate "$model" --gpus 16 --json --megatron-args "$(megatron_args "$tmp/bwargs.sh")" \
+    >"$tmp/bwgot" 2>&1
+cmp -s "$tmp/bw" "$tmp/bwgot" && ok || bad "blockwise round trip: $(diff "$tmp/bw" "$tmp/bwgot")"
+out=$("$bin" export "$tmp/bw.json" --to torchtitan 2>&1)
+[ $? -eq 2 ] && case "$out" in *"blockwise FP8 (fp8_recipe blockwise)"*) true ;; *) false ;; esac &&
+    ok || bad "torchtitan takes blockwise: $out"
+out=$("$bin" estimate "$model" --gpus 16 --megatron "$spec,fp8=1,fp8_recipe=mxfp8" 2>&1)
+[ $? -eq 2 ] && case "$out" in *"is a Hopper GPU"*"Blackwell"*) true ;; *) false ;; esac &&
+    ok || bad "mxfp8 on an H100: $out"
+"$bin" estimate "$model" --cluster b200 --gpus 16 --megatron-args "$flags --fp8-format e4m3
+ --fp8-recipe mxfp8" >"$tmp/mx" 2>&1 && grep -q "mxfp8 scaling" "$tmp/mx" && ok ||
+    bad "mxfp8 on a B200: $(cat "$tmp/mx")"
+out=$("$bin" estimate "$model" --gpus 16 --megatron-args "$flags --fp8-format hybrid --fp8-recipe custom" 2>&1)
+[ $? -eq 2 ] && case "$out" in *"--fp8-recipe custom: not a recipe autopar prices"*) true ;; *) false ;; esac &&
+    ok || bad "custom is refused: $out"
 "$bin" estimate "$model" --gpus 16 --json --megatron-args "$flags --fp8-recipe tensorwise" \
     >"$tmp/csbf16" 2>&1 && cmp -s "$tmp/csbf16" "$tmp/bf16" && ok ||
     bad "--fp8-recipe without --fp8-format changes the price"

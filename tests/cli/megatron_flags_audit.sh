@@ -343,7 +343,7 @@ est "$llama" 16 --megatron-args "$layout --cuda-graph-impl local --cuda-graph-sc
 refused "--cuda-graph-impl: bad value \"eager\"" "$llama" 16 "$layout --cuda-graph-impl eager"
 # ... and unless they are Megatron-LM's default, which prices as before.
 for f in "--optimizer sgd" "--cpu-offloading-num-layers 2" \
-    "--num-distributed-optimizer-instances 2" "--fp8-recipe mxfp8" "--distributed-backend gloo" \
+    "--num-distributed-optimizer-instances 2" "--fp8-recipe custom" "--distributed-backend gloo" \
     "--hybrid-attention-ratio 0.25" "--hybrid-mlp-ratio 0.5"; do
     refused "--megatron-args: $f:" "$llama" 16 "$layout $f"
 done
