@@ -118,6 +118,35 @@ static void a_linear_layer_takes_the_fp8_gemm_time_plus_its_casts(void)
     ap_graph_free(g);
 }
 
+/* Three linear layers of Llama 2 7B's first layer, one sequence: the
+ * elements of their input, weight and output; whether TE fuses the norm
+ * before them into the layer (QKV's LayerNormLinear), finding the input's
+ * amax; and how many projections share the input's cast (q, k and v:
+ * linear_qkv). */
+typedef struct {
+    const char *op;
+    double in, w, out;
+    int fused;
+    double share;
+} cast_case;
+
+static void cast_cases(const ap_graph *g, cast_case cc[3])
+{
+    double s = dim_of(g, AP_DIM_SEQ), h = dim_of(g, AP_DIM_HIDDEN), f = dim_of(g, AP_DIM_FFN);
+    cc[0] = (cast_case){"l0.q", s * h, h * h, s * h, 1, 3};
+    cc[1] = (cast_case){"l0.o", s * h, h * h, s * h, 0, 1};
+    cc[2] = (cast_case){"l0.mlp.down", s * f, f * h, s * h, 0, 1};
+}
+
+/* op's price under recipe r; x is left at delayed scaling. */
+static ap_op_cost price_recipe(ap_price_ctx *x, const char *op, ap_fp8_recipe r)
+{
+    x->run.fp8_recipe = r;
+    ap_op_cost c = price(x, op);
+    x->run.fp8_recipe = AP_FP8_DELAYED;
+    return c;
+}
+
 /* Tensorwise (current) scaling reads a tensor for its amax before the
  * cast, 2 bytes an element, except where the kernel that made it found it:
  * the norm Transformer Engine fuses into QKV's linear layer. The
@@ -133,24 +162,18 @@ static void tensorwise_scaling_adds_an_amax_pass_where_no_kernel_finds_it(void)
         ap_graph_free(g);
         return;
     }
-    double s = dim_of(g, AP_DIM_SEQ), h = dim_of(g, AP_DIM_HIDDEN), f = dim_of(g, AP_DIM_FFN);
-    const char *ops[] = {"l0.q", "l0.o", "l0.mlp.down"};
-    /* input elements, weight elements, output elements, input's amax fused,
-     * projections sharing the input's cast (q, k and v: linear_qkv) */
-    double dims[3][5] = {{s * h, h * h, s * h, 1, 3}, {s * h, h * h, s * h, 0, 1},
-                         {s * f, f * h, s * h, 0, 1}};
+    cast_case cc[3];
+    cast_cases(g, cc);
     for (int i = 0; i < 3; i++) {
-        ap_op_cost d = price(&u.x, ops[i]);
-        u.x.run.fp8_recipe = AP_FP8_TENSORWISE;
-        ap_op_cost t = price(&u.x, ops[i]);
-        u.x.run.fp8_recipe = AP_FP8_DELAYED;
-        double in = dims[i][0], w = dims[i][1], out = dims[i][2];
+        ap_op_cost d = price(&u.x, cc[i].op);
+        ap_op_cost t = price_recipe(&u.x, cc[i].op, AP_FP8_TENSORWISE);
+        double in = cc[i].in, w = cc[i].w, out = cc[i].out;
         /* Where the norm is fused, delayed scaling's norm writes FP8 and
          * leaves the transpose; tensorwise's writes bf16 and its amax, and
          * the cast follows. Elsewhere tensorwise adds the amax pass. */
-        double in_extra = dims[i][3] ? cast(&u.c, in) - transpose(&u.c, in)
-                                     : ap_cost_memop(&u.c, in, 2 * in);
-        CHECK_NEAR(t.fwd - d.fwd, in_extra / dims[i][4] + ap_cost_memop(&u.c, w, 2 * w) / 8,
+        double in_extra = cc[i].fused ? cast(&u.c, in) - transpose(&u.c, in)
+                                      : ap_cost_memop(&u.c, in, 2 * in);
+        CHECK_NEAR(t.fwd - d.fwd, in_extra / cc[i].share + ap_cost_memop(&u.c, w, 2 * w) / 8,
                    1e-9);
         CHECK_NEAR(t.bwd - d.bwd, ap_cost_memop(&u.c, out, 2 * out), 1e-9);
     }
@@ -158,12 +181,19 @@ static void tensorwise_scaling_adds_an_amax_pass_where_no_kernel_finds_it(void)
     ap_graph_free(g);
 }
 
+/* A block-scaled cast: the rowwise and columnwise copies, each with a
+ * scale per 32 elements (1/32 of a byte an element). */
+static double block_cast(const ap_cluster *c, double elems)
+{
+    return ap_cost_memop(c, elems, 4 * elems + elems / 16);
+}
+
 /* The block-scaled recipes (blockwise, mxfp8) find each block's scale in
  * the cast itself, so no tensor takes an amax pass, but TE's norm then
  * writes bf16 (its fused FP8 norm is delayed scaling's) and the fused
  * module's input is cast after it; every cast also writes its two copies'
- * scales, one per 32 elements. The two recipes price alike here: their
- * kernels differ, not their bytes. */
+ * scales. The two recipes price alike here: their kernels differ, not
+ * their bytes. */
 static void block_scaled_recipes_cast_with_their_scales_and_no_amax_pass(void)
 {
     ap_graph *g = llama();
@@ -173,24 +203,17 @@ static void block_scaled_recipes_cast_with_their_scales_and_no_amax_pass(void)
         ap_graph_free(g);
         return;
     }
-    double s = dim_of(g, AP_DIM_SEQ), h = dim_of(g, AP_DIM_HIDDEN), f = dim_of(g, AP_DIM_FFN);
-    const char *ops[] = {"l0.q", "l0.o", "l0.mlp.down"};
-    double dims[3][5] = {{s * h, h * h, s * h, 1, 3}, {s * h, h * h, s * h, 0, 1},
-                         {s * f, f * h, s * h, 0, 1}};
+    cast_case cc[3];
+    cast_cases(g, cc);
     for (int i = 0; i < 3; i++) {
-        ap_op_cost d = price(&u.x, ops[i]);
-        u.x.run.fp8_recipe = AP_FP8_BLOCKWISE;
-        ap_op_cost b = price(&u.x, ops[i]);
-        u.x.run.fp8_recipe = AP_FP8_MXFP8;
-        ap_op_cost m = price(&u.x, ops[i]);
-        u.x.run.fp8_recipe = AP_FP8_DELAYED;
-        double in = dims[i][0], w = dims[i][1], out = dims[i][2];
-        double block_in = ap_cost_memop(&u.c, in, 4 * in + in / 16);
-        double in_was = dims[i][3] ? transpose(&u.c, in) : cast(&u.c, in);
-        double w_extra = ap_cost_memop(&u.c, w, 4 * w + w / 16) - cast(&u.c, w);
-        CHECK_NEAR(b.fwd - d.fwd, (block_in - in_was) / dims[i][4] + w_extra / 8, 1e-9);
-        CHECK_NEAR(b.bwd - d.bwd, ap_cost_memop(&u.c, out, 4 * out + out / 16) -
-                   cast(&u.c, out), 1e-9);
+        ap_op_cost d = price(&u.x, cc[i].op);
+        ap_op_cost b = price_recipe(&u.x, cc[i].op, AP_FP8_BLOCKWISE);
+        ap_op_cost m = price_recipe(&u.x, cc[i].op, AP_FP8_MXFP8);
+        double in = cc[i].in, w = cc[i].w, out = cc[i].out;
+        double in_was = cc[i].fused ? transpose(&u.c, in) : cast(&u.c, in);
+        CHECK_NEAR(b.fwd - d.fwd, (block_cast(&u.c, in) - in_was) / cc[i].share +
+                   (block_cast(&u.c, w) - cast(&u.c, w)) / 8, 1e-9);
+        CHECK_NEAR(b.bwd - d.bwd, block_cast(&u.c, out) - cast(&u.c, out), 1e-9);
         CHECK(m.fwd == b.fwd && m.bwd == b.bwd);
     }
     ap_cluster_free(&u.c);
