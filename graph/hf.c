@@ -1,7 +1,7 @@
 /* hf.c -- builds the operator graph of one training step from a Hugging Face
  * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
  * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS, Llama 4, GLM-4.5,
- * MiniMax-M2).
+ * MiniMax-M2, Seed-OSS, SmolLM3, ERNIE 4.5 dense and MoE, dots.llm1).
  *
  * The config is read into an hf_model first, so that every field is checked
  * (present, of the right type, within sane bounds, consistent) before a single
@@ -56,6 +56,11 @@ typedef enum {
     FAM_OLMO,
     FAM_GLM4_MOE,
     FAM_MINIMAX_M2,
+    FAM_SEED_OSS,
+    FAM_SMOLLM3,
+    FAM_ERNIE4_5,
+    FAM_ERNIE4_5_MOE,
+    FAM_DOTS1,
     FAM_COUNT
 } family;
 
@@ -63,7 +68,8 @@ static const char *const family_names[FAM_COUNT] = {
     "gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
     "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text",
-    "olmo2", "olmo3", "olmoe", "starcoder2", "olmo", "glm4_moe", "minimax_m2"};
+    "olmo2", "olmo3", "olmoe", "starcoder2", "olmo", "glm4_moe", "minimax_m2",
+    "seed_oss", "smollm3", "ernie4_5", "ernie4_5_moe", "dots1"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -79,6 +85,7 @@ typedef struct {
     int layernorm1p;   /* LayerNorm with a zero-centred gamma (Nemotron) */
     int norm_free;     /* LayerNorm without weight or bias (OLMo 1) */
     int qkv_bias, o_bias, mlp_bias;
+    int head_bias;      /* a bias on the output layer (ERNIE 4.5 MoE's use_bias) */
     int parallel_residual;
     int tie;
     int qk_norm;
@@ -297,7 +304,7 @@ static void check_choice(hf_cfg *c, const char *key, const char *family, const c
 static int read_family(hf_cfg *c, family *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
-    char list[256] = "";
+    char list[512] = "";
     int i;
     if (c->fam_override) {
         *out = (family)(c->fam_override - 1);
@@ -464,25 +471,28 @@ static void read_groups(hf_cfg *c, hf_model *m)
     m->group_topk = k;
 }
 
-/* GLM-4.5's MoE layers are DeepSeek-V3's (HF's Glm4MoeMoE): n_routed_experts,
- * shared experts n_shared_experts x moe_intermediate_size wide, dense
- * layers before first_k_dense_replace, group-limited routing. */
+/* GLM-4.5's and dots.llm1's MoE layers are DeepSeek-V3's (HF's Glm4MoeMoE
+ * and Dots1MoE): n_routed_experts, shared experts n_shared_experts x
+ * moe_intermediate_size wide, dense layers before first_k_dense_replace,
+ * group-limited routing. */
 static int deepseek_moe(family f)
 {
-    return f == FAM_DEEPSEEK_V3 || f == FAM_GLM4_MOE;
+    return f == FAM_DEEPSEEK_V3 || f == FAM_GLM4_MOE || f == FAM_DOTS1;
 }
 
-/* Glm4MoeMoE scores experts with a sigmoid plus a correction bias and
- * picks them from the best groups, DeepSeek-V3's "noaux_tc", whatever
- * topk_method and scoring_func say (GLM's published configs have
- * neither). A config that names another router describes one HF does not
- * run, so it is refused; this runs before read_groups, whose list of
- * methods is DeepSeek's and would accept "greedy". */
-static void check_glm4_router(hf_cfg *c)
+/* Glm4MoeMoE and Dots1TopkRouter (`block`) score experts with a sigmoid
+ * plus a correction bias and pick them from the best groups, DeepSeek-V3's
+ * "noaux_tc", whatever topk_method and scoring_func say. A config that
+ * names another router describes one HF does not run, so it is refused;
+ * this runs before read_groups, whose list of methods is DeepSeek's and
+ * would accept "greedy". */
+static void check_noaux_router(hf_cfg *c, const char *family, const char *block)
 {
-    check_choice(c, "topk_method", "glm4_moe", "noaux_tc", 0,
-                 "\"noaux_tc\" (Glm4MoeMoE's group-limited top-k)");
-    check_choice(c, "scoring_func", "glm4_moe", "sigmoid", 0, "\"sigmoid\" (Glm4MoeMoE's)");
+    char built[96];
+    snprintf(built, sizeof built, "\"noaux_tc\" (%s's group-limited top-k)", block);
+    check_choice(c, "topk_method", family, "noaux_tc", 0, built);
+    snprintf(built, sizeof built, "\"sigmoid\" (%s's)", block);
+    check_choice(c, "scoring_func", family, "sigmoid", 0, built);
 }
 
 
@@ -500,7 +510,11 @@ static void check_glm4_router(hf_cfg *c)
  * (MiniMaxM2TopKRouter): sigmoid scores plus e_score_correction_bias to
  * pick (use_routing_bias, true in every published config), the top k
  * always renormalised and never scaled: it reads neither norm_topk_prob
- * nor a scaling factor. */
+ * nor a scaling factor. dots.llm1 (Dots1TopkRouter): DeepSeek-V3's, with
+ * Dots1Config's norm_topk_prob false and routed_scaling_factor 1.0.
+ * ERNIE 4.5 (Ernie4_5_MoeSparseMoeBlock): a softmax over all experts,
+ * moe_statics' e_score_correction_bias added to pick, the picked
+ * probabilities always renormalised and never scaled. */
 static void read_router(hf_cfg *c, hf_model *m)
 {
     m->route_norm = 1;
@@ -519,25 +533,52 @@ static void read_router(hf_cfg *c, hf_model *m)
     } else if (m->fam == FAM_MINIMAX_M2) {
         m->route_sigmoid = 1;
         m->route_bias = cfg_bool(c, "use_routing_bias", 1);
+    } else if (m->fam == FAM_ERNIE4_5_MOE) {
+        m->route_bias = 1;
     } else if (deepseek_moe(m->fam)) {
         m->route_sigmoid = m->route_bias = 1;
-        m->route_norm = cfg_bool(c, "norm_topk_prob", 1);
+        m->route_norm = cfg_bool(c, "norm_topk_prob", m->fam != FAM_DOTS1);
         m->route_scale = cfg_factor(c, "routed_scaling_factor",
-                                    m->fam == FAM_GLM4_MOE ? 1.0 : 2.5);
+                                    m->fam == FAM_DEEPSEEK_V3 ? 2.5 : 1.0);
     }
+}
+
+/* ERNIE 4.5's MoE layers (Ernie4_5_MoeDecoderLayer): layer i routes where
+ * (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <=
+ * moe_layer_end_index (-1: the last layer), the others are dense; each
+ * has moe_num_shared_experts x moe_intermediate_size of shared expert.
+ * Ernie4_5_MoeConfig's defaults: 2 shared, from layer 1 to the last,
+ * every layer. use_bias puts a bias on every expert projection too. */
+static void read_ernie_moe(hf_cfg *c, hf_model *m)
+{
+    int64_t shared = cfg_int(c, "moe_num_shared_experts", 0, 2, 0, MAX_EXPERTS);
+    int64_t first = cfg_int(c, "moe_layer_start_index", 0, 1, 0, MAX_LAYERS);
+    int64_t last = cfg_int(c, "moe_layer_end_index", 0, -1, -1, MAX_LAYERS);
+    int64_t every = cfg_int(c, "moe_layer_interval", 0, 1, 1, MAX_LAYERS);
+    if (c->bad)
+        return;
+    if (last == -1)
+        last = m->layers - 1;
+    m->shared_ffn = shared * m->moe_ffn;
+    m->expert_bias = m->mlp_bias;
+    for (int64_t i = 0; i < m->layers; i++)
+        m->dense_only[i] = !((i + 1) % every == 0 && i >= first && i <= last);
 }
 
 static void read_moe(hf_cfg *c, hf_model *m)
 {
+    int ernie = m->fam == FAM_ERNIE4_5_MOE;
     const char *ekey = m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS ||
                                m->fam == FAM_LLAMA4 || m->fam == FAM_MINIMAX_M2
                            ? "num_local_experts"
                        : deepseek_moe(m->fam) ? "n_routed_experts"
+                       : ernie                ? "moe_num_experts"
                                               : "num_experts";
+    const char *kkey = ernie ? "moe_k" : "num_experts_per_tok";
     m->experts = cfg_int(c, ekey, 1, 0, 1, MAX_EXPERTS);
-    m->top_k = cfg_int(c, "num_experts_per_tok", 1, 0, 1, MAX_EXPERTS);
+    m->top_k = cfg_int(c, kkey, 1, 0, 1, MAX_EXPERTS);
     if (!c->bad && m->top_k > m->experts)
-        cfg_fail(c, "\"num_experts_per_tok\" (%lld) exceeds \"%s\" (%lld)",
+        cfg_fail(c, "\"%s\" (%lld) exceeds \"%s\" (%lld)", kkey,
                  (long long)m->top_k, ekey, (long long)m->experts);
     m->sparse_step = 1;
     m->moe_freq = 1;
@@ -557,6 +598,8 @@ static void read_moe(hf_cfg *c, hf_model *m)
         return;
     }
     m->moe_ffn = cfg_int(c, "moe_intermediate_size", 1, 0, 1, MAX_FFN);
+    if (ernie)
+        read_ernie_moe(c, m);
     if (m->fam == FAM_QWEN2_MOE) {
         m->shared_ffn = cfg_int(c, "shared_expert_intermediate_size", 1, 0, 0, MAX_FFN);
         m->shared_gate = m->shared_ffn > 0;
@@ -567,18 +610,20 @@ static void read_moe(hf_cfg *c, hf_model *m)
     }
     if (deepseek_moe(m->fam)) {
         /* Glm4MoeConfig defaults to one shared expert and one dense layer;
-         * its decoder layer routes every layer from first_k_dense_replace
-         * on, with no moe_layer_freq. */
-        int glm = m->fam == FAM_GLM4_MOE, v2 = deepseek_v2(c);
+         * its decoder layer, and Dots1's, routes every layer from
+         * first_k_dense_replace on, with no moe_layer_freq. */
+        int glm = m->fam == FAM_GLM4_MOE, dots = m->fam == FAM_DOTS1, v2 = deepseek_v2(c);
         /* The config classes' defaults: DeepseekV3Config's one shared
-         * expert and three dense layers, DeepseekV2Config's two and none. */
-        int64_t shared = cfg_int(c, "n_shared_experts", 0, glm ? 1 : v2 ? 2 : 1, 0,
+         * expert and three dense layers, DeepseekV2Config's two and none,
+         * Dots1Config's none dense; Dots1Config has no number of shared
+         * experts (None, which Dots1MoE cannot build), so dots1 needs it. */
+        int64_t shared = cfg_int(c, "n_shared_experts", dots, glm ? 1 : v2 ? 2 : 1, 0,
                                  MAX_EXPERTS);
         m->shared_ffn = shared * m->moe_ffn;
-        m->first_dense = cfg_int(c, "first_k_dense_replace", 0, glm ? 1 : v2 ? 0 : 3, 0,
-                                 MAX_LAYERS);
-        if (glm)
-            check_glm4_router(c);
+        m->first_dense = cfg_int(c, "first_k_dense_replace", 0,
+                                 glm ? 1 : v2 || dots ? 0 : 3, 0, MAX_LAYERS);
+        if (glm || dots)
+            check_noaux_router(c, family_names[m->fam], glm ? "Glm4MoeMoE" : "Dots1TopkRouter");
         else
             m->moe_freq = cfg_int(c, "moe_layer_freq", 0, 1, 1, MAX_LAYERS);
         read_groups(c, m);
@@ -596,10 +641,11 @@ static void read_mla(hf_cfg *c, hf_model *m)
     m->head_dim = m->qk_nope + m->qk_rope;
 }
 
-/* Nemotron, Phi-3 and GLM-4.5 rotate int(head_dim * partial_rotary_factor)
- * elements of each head, as HF's default rope init does; `def` is the
- * config class's default (NemotronConfig's and Glm4MoeConfig's 0.5,
- * Phi3Config's 1). */
+/* Nemotron, Phi-3, GLM-4.5 and SmolLM3 rotate int(head_dim *
+ * partial_rotary_factor) elements of each head, as HF's default rope init
+ * does (SmolLM3RotaryEmbedding's own reads the factor, 1.0 where absent);
+ * `def` is the config class's default (NemotronConfig's and
+ * Glm4MoeConfig's 0.5, Phi3Config's and SmolLM3's 1). */
 static int64_t partial_rotary(hf_cfg *c, const hf_model *m, double def)
 {
     double f = rotary_fraction(c, "partial_rotary_factor", def);
@@ -668,33 +714,62 @@ static int64_t minimax_rotary(hf_cfg *c, const hf_model *m)
     return r;
 }
 
+/* The key-value heads of a config that leaves them out: its config
+ * class's number where the class has one of its own (Gemma3TextConfig's
+ * 4, MiniMaxM2Config's and SeedOssConfig's 8, SmolLM3Config's 4,
+ * Ernie4_5Config's 2, Ernie4_5_MoeConfig's 4, Dots1Config's 32), else the
+ * query heads, as LlamaConfig's None reads. */
+static int64_t class_kv_heads(family f, int64_t heads)
+{
+    switch (f) {
+    case FAM_GEMMA3: case FAM_SMOLLM3: case FAM_ERNIE4_5_MOE: return 4;
+    case FAM_MINIMAX_M2: case FAM_SEED_OSS: return 8;
+    case FAM_ERNIE4_5: return 2;
+    case FAM_DOTS1: return 32;
+    default: return heads;
+    }
+}
+
+/* The head size of a config that leaves head_dim out: its config class's
+ * (Gemma3TextConfig's 256; MiniMaxM2Config's, SeedOssConfig's and
+ * Ernie4_5Config's 128: ERNIE-4.5-0.3B's 16 heads of 128 are twice its
+ * hidden size), else 0, hidden / heads. */
+static int64_t class_head_dim(family f)
+{
+    switch (f) {
+    case FAM_GEMMA3: return 256;
+    case FAM_MINIMAX_M2: case FAM_SEED_OSS: case FAM_ERNIE4_5: return 128;
+    default: return 0;
+    }
+}
+
 /* Llama and its descendants share the field names. */
 static void read_llama_like(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
     int moe = f == FAM_MIXTRAL || f == FAM_QWEN2_MOE || f == FAM_QWEN3_MOE ||
               deepseek_moe(f) || f == FAM_GPT_OSS || f == FAM_LLAMA4 || f == FAM_OLMOE ||
-              f == FAM_MINIMAX_M2;
+              f == FAM_MINIMAX_M2 || f == FAM_ERNIE4_5_MOE;
+    int ernie = f == FAM_ERNIE4_5 || f == FAM_ERNIE4_5_MOE;
     /* Gemma 3's multimodal configs leave Gemma3TextConfig's defaults out of
      * their text_config (the 4B's heads, its vocabulary); the sizes every
      * published config states stay required. */
     int g3 = f == FAM_GEMMA3;
-    /* MiniMaxM2Config defaults to 8 key-value heads of 128, not to the
-     * heads and hidden / heads. */
-    int mm2 = f == FAM_MINIMAX_M2;
     m->layers = cfg_int(c, "num_hidden_layers", 1, 0, 1, MAX_LAYERS);
     m->hidden = cfg_int(c, "hidden_size", 1, 0, 1, MAX_HIDDEN);
     m->heads = cfg_int(c, "num_attention_heads", !g3, 8, 1, MAX_HEADS);
-    m->kv_heads = cfg_int(c, "num_key_value_heads", 0, g3 ? 4 : mm2 ? 8 : m->heads, 1,
+    m->kv_heads = cfg_int(c, "num_key_value_heads", 0, class_kv_heads(f, m->heads), 1,
                           MAX_HEADS);
     m->vocab = cfg_int(c, "vocab_size", !g3, 262208, 1, MAX_VOCAB);
     m->ffn = cfg_int(c, "intermediate_size", 1, 0, 1, MAX_FFN);
     m->max_pos = cfg_int(c, "max_position_embeddings", 0, g3 ? 131072 : 0, 1,
                          INT64_C(1) << 40);
-    /* GemmaConfig and its successors, and Starcoder2Config, tie by default. */
-    m->tie = cfg_bool(c, "tie_word_embeddings", is_gemma(f) || f == FAM_STARCODER2);
+    /* GemmaConfig and its successors, Starcoder2Config, SmolLM3Config and
+     * ERNIE 4.5's config classes tie by default. */
+    m->tie = cfg_bool(c, "tie_word_embeddings",
+                      is_gemma(f) || f == FAM_STARCODER2 || f == FAM_SMOLLM3 || ernie);
     if (f != FAM_DEEPSEEK_V3)
-        m->head_dim = cfg_int(c, "head_dim", 0, g3 ? 256 : mm2 ? 128 : 0, 1, MAX_HIDDEN);
+        m->head_dim = cfg_int(c, "head_dim", 0, class_head_dim(f), 1, MAX_HIDDEN);
     /* Qwen2 and Qwen2-MoE always have a bias on Q, K and V; the others
      * follow attention_bias (which also covers o_proj). */
     if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE) {
@@ -709,13 +784,26 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
         /* MiniMaxM2Attention's projections have no bias (bias=False). */
         check_flag(c, "attention_bias", "minimax_m2", 0,
                    "no bias on Q, K, V and O (MiniMaxM2Attention's)");
+    } else if (ernie) {
+        /* use_bias covers Q, K, V, O and every MLP, the experts' and the
+         * shared expert's too; Ernie4_5_MoeForCausalLM's lm_head has one
+         * with it, Ernie4_5ForCausalLM's none. */
+        m->qkv_bias = m->o_bias = m->mlp_bias = cfg_bool(c, "use_bias", 0);
+        m->head_bias = f == FAM_ERNIE4_5_MOE && m->mlp_bias;
+    } else if (f == FAM_SEED_OSS) {
+        /* SeedOssAttention: attention_bias on Q, K and V (true by default),
+         * attention_out_bias on O (false). */
+        m->qkv_bias = cfg_bool(c, "attention_bias", 1);
+        m->o_bias = cfg_bool(c, "attention_out_bias", 0);
     } else if (f != FAM_MISTRAL && f != FAM_MIXTRAL) {
         /* GptOssConfig's default is a bias on every projection. */
         m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", f == FAM_GPT_OSS);
     }
-    if (f == FAM_LLAMA || f == FAM_NEMOTRON)
+    if (f == FAM_LLAMA || f == FAM_NEMOTRON || f == FAM_SEED_OSS || f == FAM_SMOLLM3)
         m->mlp_bias = cfg_bool(c, "mlp_bias", 0);
-    m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE || f == FAM_GEMMA3 || is_olmo(f);
+    /* dots.llm1's Dots1Attention norms each head of q and k, Qwen3's. */
+    m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE || f == FAM_GEMMA3 || is_olmo(f) ||
+                 f == FAM_DOTS1;
     /* GLM-4.5 norms each head of q and k (Qwen3's norms) under use_qk_norm;
      * GLM-4.5-Air does not. */
     if (f == FAM_GLM4_MOE)
@@ -745,10 +833,11 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
         m->rot = m->qk_rope;
     else if (!c->bad && f == FAM_MINIMAX_M2)
         m->rot = minimax_rotary(c, m);
-    else if (c->bad || (f != FAM_NEMOTRON && f != FAM_PHI3 && f != FAM_GLM4_MOE))
+    else if (c->bad || (f != FAM_NEMOTRON && f != FAM_PHI3 && f != FAM_GLM4_MOE &&
+                        f != FAM_SMOLLM3))
         m->rot = m->head_dim;
     else
-        m->rot = partial_rotary(c, m, f == FAM_PHI3 ? 1.0 : 0.5);
+        m->rot = partial_rotary(c, m, f == FAM_PHI3 || f == FAM_SMOLLM3 ? 1.0 : 0.5);
     if (!c->bad && m->rot % 2)
         cfg_fail(c, "the rotary part of the head (%lld) must be even: rotary "
                  "pairs its elements", (long long)m->rot);
@@ -1279,10 +1368,11 @@ static void embedding(bld *b, const hf_model *m)
 
 static void head(bld *b, const hf_model *m)
 {
+    char ins[64];
     norm(b, m, "final_norm", "^", 'h', "final_norm.y:bsh");
-    op(b, "lm_head", AP_OP_MATMUL, 0,
-       m->tie ? "final_norm.y wte" : "final_norm.y lm_head.w:vh",
-       m->logit_softcap ? "lm_head.y:bsv" : "logits:bsv");
+    snprintf(ins, sizeof ins, "final_norm.y %s%s", m->tie ? "wte" : "lm_head.w:vh",
+             m->head_bias ? " lm_head.b:v" : "");
+    op(b, "lm_head", AP_OP_MATMUL, 0, ins, m->logit_softcap ? "lm_head.y:bsv" : "logits:bsv");
     if (m->logit_softcap)
         op(b, "softcap", AP_OP_UNARY, AP_UNARY_SOFTCAP, "lm_head.y", "logits:bsv");
     op(b, "loss", AP_OP_LOSS, 0, "logits labels", "loss:");
@@ -1385,35 +1475,41 @@ static void read_window_layers(hf_cfg *c, hf_model *m)
     }
     if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3 || f == FAM_QWEN3_MOE)
         first = cfg_int(c, "max_window_layers", 0, 28, 0, MAX_LAYERS);
+    if (f == FAM_DOTS1)
+        first = cfg_int(c, "max_window_layers", 0, 62, 0, MAX_LAYERS);
     if (f == FAM_GEMMA3)
         pattern = cfg_int(c, "sliding_window_pattern", 0, 6, 1, MAX_LAYERS);
     if (f == FAM_OLMO3)
         pattern = 4; /* Olmo3Config's rule: full attention on every fourth layer */
+    /* SmolLM3Config's rule: the window on the NoPE layers. */
     for (i = 0; i < m->layers; i++)
         m->swa[i] = (unsigned char)(f == FAM_GEMMA2 || f == FAM_GPT_OSS ? i % 2 == 0
+                                    : f == FAM_SMOLLM3 ? m->nope[i]
                                     : pattern      ? (i + 1) % pattern != 0
                                                    : i >= first);
 }
 
 /* Sliding-window attention, where the family has it: sliding_window keys
  * per query (HF masks keys more than sliding_window - 1 behind the query),
- * for Qwen only under use_sliding_window. Gemma 2 and 3 and OLMo 3 default
- * to the config classes' 4096, GPT-OSS to 128; a null sliding_window is
- * none, as the attention modules read it. */
+ * for Qwen and SmolLM3 only under use_sliding_window. Gemma 2 and 3, OLMo 3
+ * and dots.llm1 default to the config classes' 4096, GPT-OSS to 128; a
+ * null sliding_window is none, as the attention modules read it. */
 static void read_window(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
-    int qwen = f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3 || f == FAM_QWEN3_MOE;
-    if (c->bad || !(qwen || f == FAM_MISTRAL || f == FAM_MIXTRAL || f == FAM_PHI3 ||
+    /* Qwen's and SmolLM3's attention reads the window under use_sliding_window. */
+    int gated = f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3 || f == FAM_QWEN3_MOE ||
+                f == FAM_SMOLLM3;
+    if (c->bad || !(gated || f == FAM_MISTRAL || f == FAM_MIXTRAL || f == FAM_PHI3 ||
                     f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_GPT_OSS || f == FAM_OLMO3 ||
-                    f == FAM_STARCODER2))
+                    f == FAM_STARCODER2 || f == FAM_DOTS1))
         return;
     int null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->root, "sliding_window"));
     int64_t def = null ? 0
-                  : f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_OLMO3 ? 4096
+                  : f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_OLMO3 || f == FAM_DOTS1 ? 4096
                   : f == FAM_GPT_OSS ? 128 : 0;
     int64_t w = cfg_int(c, "sliding_window", 0, def, 1, INT64_C(1) << 40);
-    if (c->bad || !w || (qwen && !cfg_bool(c, "use_sliding_window", 0)))
+    if (c->bad || !w || (gated && !cfg_bool(c, "use_sliding_window", 0)))
         return;
     m->swa = calloc((size_t)m->layers, 1);
     if (!m->swa) {
@@ -1424,14 +1520,15 @@ static void read_window(hf_cfg *c, hf_model *m)
     read_window_layers(c, m);
 }
 
-/* Llama 4's rotary layers: no_rope_layers (1 where a layer rotates), else
- * Llama4TextConfig's rule, NoPE every no_rope_layer_interval-th (4). */
-static void read_llama4(hf_cfg *c, hf_model *m)
+/* The layers that take no rotary embedding (NoPE): no_rope_layers (1
+ * where a layer rotates), else the config class's rule, NoPE on every
+ * no_rope_layer_interval-th (4). Llama 4's list is one entry a layer;
+ * SmolLM3's, `longer`, at least one (SmolLM3Attention reads entry i for
+ * layer i and nothing after the last layer's). */
+static void read_nope(hf_cfg *c, hf_model *m, int longer)
 {
     const cJSON *v = cfg_item(c, "no_rope_layers"), *e;
     int64_t i = 0, every = cfg_int(c, "no_rope_layer_interval", 0, 4, 1, MAX_LAYERS);
-    m->qk_l2 = cfg_bool(c, "use_qk_norm", 1);
-    m->chunk = cfg_int(c, "attention_chunk_size", 0, 8192, 1, INT64_C(1) << 40);
     if (c->bad)
         return;
     m->nope = calloc((size_t)m->layers, 1);
@@ -1444,18 +1541,30 @@ static void read_llama4(hf_cfg *c, hf_model *m)
             m->nope[i] = (i + 1) % every == 0;
         return;
     }
-    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != m->layers) {
-        cfg_fail(c, "\"no_rope_layers\" must be an array of %lld 0s and 1s, one per layer",
-                 (long long)m->layers);
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n < 0 || n < m->layers || (!longer && n != m->layers)) {
+        cfg_fail(c, "\"no_rope_layers\" must be an array of %s%lld 0s and 1s, one per layer",
+                 longer ? "at least " : "", (long long)m->layers);
         return;
     }
     cJSON_ArrayForEach(e, v) {
+        if (i == m->layers)
+            break;
         if (!cJSON_IsNumber(e) || (e->valuedouble != 0 && e->valuedouble != 1)) {
             cfg_fail(c, "\"no_rope_layers\"[%lld] must be 0 (no rotary) or 1", (long long)i);
             return;
         }
         m->nope[i++] = e->valuedouble == 0;
     }
+}
+
+/* Llama 4's rotary layers norm q and k without a weight and attend within
+ * chunks; its NoPE layers are read_nope's. */
+static void read_llama4(hf_cfg *c, hf_model *m)
+{
+    m->qk_l2 = cfg_bool(c, "use_qk_norm", 1);
+    m->chunk = cfg_int(c, "attention_chunk_size", 0, 8192, 1, INT64_C(1) << 40);
+    read_nope(c, m, 0);
 }
 
 /* Gemma: a GeGLU MLP (HF runs GELU's tanh form whatever hidden_act says),
@@ -1557,10 +1666,12 @@ static int read_model(hf_cfg *c, hf_model *m)
         m->layernorm = m->norm_free = 1;
     if (m->fam == FAM_NEMOTRON)
         read_nemotron(c, m);
-    /* Glm4MoeMLP and its experts gate with ACT2FN[hidden_act]: SwiGLU is
+    /* Glm4MoeMLP and its experts, and the MLPs of Seed-OSS, SmolLM3,
+     * ERNIE 4.5 and dots.llm1, gate with ACT2FN[hidden_act]: SwiGLU is
      * what is built. */
-    if (m->fam == FAM_GLM4_MOE)
-        check_choice(c, "hidden_act", "glm4_moe", "silu", 0, "\"silu\" (SwiGLU)");
+    if (m->fam == FAM_GLM4_MOE || m->fam == FAM_SEED_OSS || m->fam == FAM_SMOLLM3 ||
+        m->fam == FAM_ERNIE4_5 || m->fam == FAM_ERNIE4_5_MOE || m->fam == FAM_DOTS1)
+        check_choice(c, "hidden_act", family_names[m->fam], "silu", 0, "\"silu\" (SwiGLU)");
     if (m->fam == FAM_MINIMAX_M2)
         read_minimax_m2(c, m);
     if (is_gemma(m->fam))
@@ -1572,6 +1683,10 @@ static int read_model(hf_cfg *c, hf_model *m)
         m->quick_geglu = m->expert_bias = m->router_bias = m->sinks = 1;
     if (m->fam == FAM_LLAMA4)
         read_llama4(c, m);
+    /* SmolLM3 leaves out the rotary embedding on its NoPE layers, as Llama
+     * 4 does, with neither its q and k norms nor its chunks. */
+    if (m->fam == FAM_SMOLLM3)
+        read_nope(c, m, 1);
     read_window(c, m);
     return c->bad ? AP_EINPUT : AP_OK;
 }
