@@ -488,6 +488,20 @@ static int titan_fp8_gather(const ap_degrees *d)
     return d->run.fp8_param_gather && d->zero != AP_ZERO_NONE && d->dp > 1;
 }
 
+int ap_emit_titan_split(const ap_plan_desc *p, int *n, int *first_less, int *last_less)
+{
+    int S = p->nstages, a = p->stages[0].nlayers, z = p->stages[S - 1].nlayers;
+    *n = S > 2 ? p->stages[1].nlayers : a > z ? a : z;
+    for (int i = 1; i < S - 1; i++)
+        if (p->stages[i].nlayers != *n)
+            return AP_EINPUT;
+    if (a > *n || z > *n)
+        return AP_EINPUT;
+    *first_less = *n - a;
+    *last_less = *n - z;
+    return AP_OK;
+}
+
 static void titan_pipeline(sbuf *b, const ap_plan_desc *p, const ap_degrees *d,
                            const ap_model_shape *s)
 {
@@ -495,15 +509,16 @@ static void titan_pipeline(sbuf *b, const ap_plan_desc *p, const ap_degrees *d,
     if (d->pp == 1)
         return;
     put(b, "  --parallelism.pipeline_parallel_schedule %s\n", titan_schedule(d->schedule));
+    int n, first_less, last_less;
     if (d->even) {
-        put(b, "  --parallelism.pipeline_parallel_layers_per_stage %d\n",
-            s->layers / (d->pp * d->vpp));
+        n = s->layers / (d->pp * d->vpp);
+        first_less = last_less = 0;
     } else {
-        put(b, "  --parallelism.pipeline_parallel_split_points ");
-        for (int i = 1; i < p->nstages; i++)
-            put(b, "%slayers.%d", i > 1 ? "," : "", p->stages[i].first_layer);
-        put(b, "\n");
+        ap_emit_titan_split(p, &n, &first_less, &last_less);
     }
+    put(b, "  --parallelism.pipeline_parallel_layers_per_stage %d\n", n);
+    put(b, "  --parallelism.pipeline_parallel_first_stage_less_layers %d\n", first_less);
+    put(b, "  --parallelism.pipeline_parallel_last_stage_less_layers %d\n", last_less);
     put(b, "  --parallelism.pipeline_parallel_microbatch_size %d\n", d->mbs);
 }
 
@@ -569,7 +584,11 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (s->norm_free)
         put(&b, "# Its norms have neither weight nor bias (OLMo 1's), as the plan was "
                 "priced.\n");
-    if (d->dp > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
+    if (d->dp > 1 && d->pp > 1 && d->zero == AP_ZERO_1)
+        put(&b, "# ZeRO-1 under a pipeline is torchtitan's FSDP: it keeps each stage's "
+                "weights gathered and its gradients unsharded until the last "
+                "micro-batch, then reduce-scatters them, as priced.\n");
+    else if (d->dp > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
         put(&b, "# ZeRO-%d has no torchtitan equivalent: FSDP without resharding after "
                 "forward is the nearest, and also shards parameters.\n", (int)d->zero);
     if (d->dp > 1 && !d->overlap_grad)

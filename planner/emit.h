@@ -23,6 +23,14 @@ int ap_emit_flags_state_chunks(const ap_plan_desc *p, const ap_degrees *d);
  * and 1 without ZeRO, where DDP replicates. */
 int ap_emit_titan_shard(const ap_degrees *d);
 
+/* How torchtitan's pipeline_llm states a split without interleaving: n
+ * layers a stage, the first stage first_less fewer and the last last_less
+ * fewer (pipeline_parallel_layers_per_stage and its first and last
+ * stage_less_layers, which count the embedding and the output layer as
+ * that many layers). AP_EINPUT where the middle stages differ or an end
+ * stage holds more than they do: a split those flags cannot state. */
+int ap_emit_titan_split(const ap_plan_desc *p, int *n, int *first_less, int *last_less);
+
 /* The names plan.json uses. */
 const char *ap_emit_recompute_name(ap_recompute r);
 const char *ap_emit_schedule_name(ap_schedule s);

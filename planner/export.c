@@ -610,8 +610,26 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                           "sequence (sequence parallelism); the plan uses %s",
                           who, "tensor parallelism without it (Megatron-LM runs it)");
         if (d->vpp > 1 && !d->even)
-            return refuse(p, err, "%s's split points cut the layers into pp*vpp even "
+            return refuse(p, err, "%s's pipeline cuts the layers into pp*vpp even "
                           "chunks here; the plan interleaves %s", who, "uneven stages");
+        int n, fl, ll;
+        if (d->pp > 1 && !d->even && ap_emit_titan_split(p, &n, &fl, &ll))
+            return refuse(p, err, "%s states a pipeline split as layers per stage, the "
+                          "first and last stage fewer (pipeline_parallel_layers_per_stage, "
+                          "..._first_stage_less_layers, ..._last_stage_less_layers); the "
+                          "plan's stages are %s: export it to Megatron-LM", who,
+                          "uneven in the middle, or larger at an end");
+        /* Under a pipeline torchtitan's FSDP keeps a stage's weights
+         * gathered from the first micro-batch's forward and its gradients
+         * unsharded until the last one's backward (reshard_after_forward
+         * off, the pipelining stage's no-sync backward): ZeRO-1's memory
+         * and collectives, not ZeRO-2's or 3's per micro-batch. */
+        if (d->pp > 1 && d->dp > 1 && (d->zero == AP_ZERO_2 || d->zero == AP_ZERO_3))
+            return refuse(p, err, "%s's FSDP under a pipeline keeps each stage's weights "
+                          "and gradients unsharded through the step (ZeRO-1 as autopar "
+                          "prices it); the plan uses %s, sharded every micro-batch: plan "
+                          "with --target torchtitan", who,
+                          d->zero == AP_ZERO_2 ? "ZeRO-2" : "ZeRO-3");
         return AP_OK;
     }
     if (d->run.tp_overlap)

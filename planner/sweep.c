@@ -253,8 +253,10 @@ static void add_variants(const space *s, ap_megatron m, list *out)
     int nzero = 2, sp_lo = 0, sp_hi = m.tp > 1, rc_step = 1;
     if (s->launcher == AP_LAUNCHER_TORCHTITAN) {
         /* DDP (replicate) or FSDP (shard); TP always with sequence-parallel
-         * norms. */
-        zeros = titan_zero;
+         * norms. Under a pipeline FSDP keeps a stage's weights gathered and
+         * its gradients unsharded through the step (export.c), which is
+         * ZeRO-1's memory and collectives. */
+        zeros = m.pp > 1 ? megatron_zero : titan_zero;
         sp_lo = sp_hi;
     } else if (s->launcher == AP_LAUNCHER_DEEPSPEED) {
         /* DeepSpeed's pipeline engine runs ZeRO-1 at most; its activation

@@ -480,9 +480,25 @@ static void uneven_stages_need_a_layout_flag(void)
                         "  --decoder-last-pipeline-num-layers 14\n");
     CHECK(text && !strstr(text, "--pipeline-model-parallel-layout"));
     free(text);
+    /* torchtitan's pipeline_llm states it as 14 layers a stage, the first
+     * stage 4 fewer: (24 + 4 + 0) / 14 = 2 stages. */
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
-    CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_split_points layers.10\n");
+    CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_layers_per_stage 14\n"
+                        "  --parallelism.pipeline_parallel_first_stage_less_layers 4\n"
+                        "  --parallelism.pipeline_parallel_last_stage_less_layers 0\n");
     free(text);
+    ap_plan_desc_free(&d);
+    /* Middle stages that differ are a split those flags cannot state. */
+    REQUIRE_OK(ap_test_megatron_desc(g, 32, "tp=2,pp=4,sp=1,mbs=1,gbs=64", &d, NULL),
+               "see above");
+    int counts[4] = {6, 5, 7, 6};
+    for (int i = 0, first = 0; i < 4; first += counts[i++]) {
+        d.stages[i].first_layer = first;
+        d.stages[i].nlayers = counts[i];
+    }
+    text = NULL;
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT && !text);
+    CHECK_STR_HAS(err, "uneven in the middle");
     ap_plan_desc_free(&d);
     REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=1,pp=2,mbs=1,gbs=64", &d, NULL), "see above");
     d.stages[0].nlayers = 10;

@@ -184,6 +184,21 @@ grep -q "\"model_path\":	\"$src/examples/hf/llama-4-scout.json\"" "$tmp/scout.js
     "$bin" export "$tmp/scout-titan.json" --to torchtitan >/dev/null 2>"$tmp/err" && ok ||
     bad "a plan for torchtitan exports to it: $(cat "$tmp/err")"
 
+# Under a pipeline torchtitan's FSDP keeps the stage's weights and
+# gradients unsharded through the step: ZeRO-3 with pp > 1 is refused, and
+# its sweep prices ZeRO-1 there (Llama 3 70B on 64 GPUs had been priced at
+# 59 GiB a GPU with ZeRO-3's per-micro-batch gathers).
+"$bin" estimate "$src/examples/hf/llama-3-8b.json" --gpus 16 \
+    --megatron "tp=4,pp=2,sp=1,mbs=1,gbs=256,zero=3,recompute=full" -o "$tmp/z3.json" >/dev/null 2>&1
+"$bin" export "$tmp/z3.json" --to torchtitan >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "under a pipeline keeps each stage's weights and gradients unsharded" \
+    "$tmp/err" && ok || bad "torchtitan takes ZeRO-3 under a pipeline: $(cat "$tmp/err")"
+"$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 64 --target torchtitan \
+    -o "$tmp/tt70.json" --quiet >/dev/null 2>&1 &&
+    "$bin" export "$tmp/tt70.json" --to torchtitan >"$tmp/tt70.sh" 2>"$tmp/err" &&
+    grep -q "pipeline_parallel_degree 2" "$tmp/tt70.sh" && grep -q "ZeRO-1 under a pipeline" \
+    "$tmp/tt70.sh" && ok || bad "torchtitan's pipelined plan: $(cat "$tmp/err")"
+
 # So does a plan made for DeepSpeed, whose config states no tensor
 # parallelism (Llama 3 70B on 64 GPUs had picked tp = 2 with ZeRO-3).
 "$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 64 --target deepspeed \
