@@ -2600,6 +2600,57 @@ static int check_window_cp(const ap_graph *g, const ap_megatron *m, char *err)
     return AP_EINPUT;
 }
 
+/* What Megatron-LM asserts of the sequence length: validate_args that it
+ * is a multiple of 2 * cp (each context-parallel rank takes two chunks, one
+ * from each end, for causal balance), and Megatron-Core's sequence-parallel
+ * scatter (_split_along_first_dim, _reduce_scatter_along_first_dim) that
+ * tp divides each rank's share of it. */
+static int check_seq(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    char l = ap_graph_label_of(g, AP_DIM_SEQ);
+    long long seq = l ? ap_graph_dim(g, l)->size : 0;
+    if (!seq)
+        return AP_OK;
+    if (m->cp > 1 && seq % (2LL * m->cp)) {
+        snprintf(err, AP_ERR_LEN, "cp=%d (--context-parallel-size %d): the sequence of "
+                 "%lld tokens is not a multiple of 2 * cp = %d, which Megatron-LM asserts "
+                 "(each rank takes two chunks of it)", m->cp, m->cp, seq, 2 * m->cp);
+        return AP_EINPUT;
+    }
+    if (m->sp && m->tp > 1 && (seq / m->cp) % m->tp) {
+        snprintf(err, AP_ERR_LEN, "sp=1 (--sequence-parallel) with tp=%d: the %lld tokens "
+                 "%s do not split over the %d tensor-parallel ranks, which Megatron-Core "
+                 "asserts when it scatters the sequence", m->tp, seq / m->cp,
+                 m->cp > 1 ? "of a context-parallel rank" : "of the sequence", m->tp);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+/* An fp16 MoE model: Megatron-LM asserts bf16 for the grouped GEMM ("Currently
+ * GroupedGEMM for MoE only supports bf16 dtype"), which autopar prices the
+ * experts with and the export states, and refuses expert parallelism under
+ * fp16 ("Expert parallelism is not supported with fp16 training"). A
+ * weight-gradient deferral needs gradient-accumulation fusion: Megatron-Core
+ * raises without it. */
+static int check_runtime_asserts(const ap_megatron *m, const ap_model_shape *s, char *err)
+{
+    if (s->experts && s->dtype == AP_FP16) {
+        snprintf(err, AP_ERR_LEN, "an fp16 MoE model: Megatron-LM runs its grouped GEMM in "
+                 "bf16 only and refuses expert parallelism under fp16 (--fp16); build it "
+                 "in bf16");
+        return AP_EINPUT;
+    }
+    if (m->run.defer_wgrad && m->run.no_grad_fusion) {
+        snprintf(err, AP_ERR_LEN, "defer_wgrad=1 with no_grad_fusion=1: Megatron-Core cannot "
+                 "defer the embedding's weight gradients without gradient-accumulation "
+                 "fusion (--defer-embedding-wgrad-compute with "
+                 "--no-gradient-accumulation-fusion raises)");
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
 /* The method and its layers under a checked split. Megatron-LM's uniform
  * groups run past a chunk's last layer when N does not divide the chunk's
  * layers (an IndexError), and N = 0 never leaves the first group. The spec
@@ -3246,7 +3297,8 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     if (!rc)
         rc = check_bf16_layers(g, m, err);
     if (rc || (rc = check_opt_dtypes(m, err)) || (rc = check_cp_comm(g, m, err)) ||
-        (rc = check_window_cp(g, m, err)) || (rc = check_param_gather(m, err)) ||
+        (rc = check_window_cp(g, m, err)) || (rc = check_seq(g, m, err)) ||
+        (rc = check_runtime_asserts(m, &shape, err)) || (rc = check_param_gather(m, err)) ||
         (rc = check_split(m, L, err)))
         return rc;
     if ((rc = check_recompute(m, L, lay, err)) || (rc = ap_rc_modules_check(g, &m->run, err)))

@@ -68,5 +68,23 @@ expect "--megatron-args: --decoder-last-pipeline-num-layers: bad value \"x\"" \
     --megatron-args "--pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers x"
 expect "--megatron-args: --decoder-first-pipeline-num-layers needs a value" \
     --megatron-args "--decoder-first-pipeline-num-layers"
+# What Megatron-LM asserts at run time is refused before pricing: a sequence
+# not a multiple of 2 * cp, a sequence-parallel shard tp does not divide,
+# a weight-gradient deferral without gradient-accumulation fusion.
+expect "the sequence of 4100 tokens is not a multiple of 2 * cp = 8" --seq 4100 \
+    --megatron "tp=2,pp=2,cp=4,sp=1"
+expect "the 2050 tokens of a context-parallel rank do not split over the 4 tensor-parallel" \
+    --seq 4100 --megatron "tp=4,pp=2,cp=2,sp=1"
+"$bin" estimate "$model" --gpus 16 --seq 4100 --megatron "tp=4,pp=2,cp=2,sp=0" >/dev/null &&
+    ok || bad "the same layout without sequence parallelism is priced"
+expect "without gradient-accumulation fusion" --megatron "tp=1,pp=2,defer_wgrad=1,no_grad_fusion=1"
+"$bin" graph --megatron-args "--num-layers 2 --hidden-size 512 --num-attention-heads 8 \
+ --seq-length 256 --max-position-embeddings 256 --tokenizer-type NullTokenizer --vocab-size 1024 \
+ --swiglu --num-experts 8 --moe-grouped-gemm --disable-bias-linear --normalization RMSNorm \
+ --untie-embeddings-and-output-weights --position-embedding-type rope --fp16" -o "$tmp/moe16.json" \
+    >/dev/null 2>&1 || bad "the fp16 MoE graph"
+out=$("$bin" estimate "$tmp/moe16.json" --gpus 8 --megatron "ep=8,mbs=1,gbs=8" 2>&1)
+[ $? -eq 2 ] && case "$out" in *"an fp16 MoE model"*) true ;; *) false ;; esac && ok ||
+    bad "an fp16 MoE model is priced: $out"
 
 finish
