@@ -55,6 +55,9 @@ static int parse_args(int argc, char **argv, calib_args *a)
         } else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
             fputs(usage_text, stdout);
             return 0;
+        } else if (a->spec && v && (!strcmp(s, "--megatron") || !strcmp(s, "--megatron-args"))) {
+            fprintf(stderr, "autopar calibrate: give one --megatron or --megatron-args\n");
+            return 2;
         } else if ((used = ap_cli_megatron_arg("calibrate", s, v, &a->m)) != 0) {
             if (used < 0)
                 return -used;

@@ -1821,6 +1821,34 @@ static int nope_flag(const char *tok, char **save, ap_megatron *m, char *err)
     return 1;
 }
 
+/* What validate_args asserts of the interleaved schedule's flags: one of
+ * the two ways to ask for it, a pipeline to interleave, more than two
+ * stages where the sends do not overlap (two ranks would exchange several
+ * sends in one batch), and a parameter gather beside the optimizer step
+ * only under it. */
+static int interleaving_asserts(const ap_megatron *m, long layers_per_chunk, int vpp_flag,
+                                int no_p2p_overlap, int gather_with_step, char *err)
+{
+    int interleaved = layers_per_chunk || (vpp_flag && m->vpp > 1) || m->layout[0];
+    const char *why = NULL;
+    if (layers_per_chunk && vpp_flag)
+        why = "--num-layers-per-virtual-pipeline-stage with "
+              "--num-virtual-stages-per-pipeline-rank: Megatron-LM takes no more than one";
+    else if (interleaved && !m->layout[0] && m->pp == 1)
+        why = "interleaving (virtual pipeline stages) with --pipeline-model-parallel-size 1: "
+              "Megatron-LM's interleaved schedule needs pp > 1";
+    else if (interleaved && no_p2p_overlap && m->pp == 2)
+        why = "--no-overlap-p2p-communication with interleaving over 2 pipeline stages: "
+              "Megatron-LM asserts pp > 2 there";
+    else if (gather_with_step && !interleaved)
+        why = "--overlap-param-gather-with-optimizer-step without interleaving: "
+              "Megatron-LM supports it only with the interleaved schedule";
+    if (!why)
+        return AP_OK;
+    snprintf(err, AP_ERR_LEN, "--megatron-args: %s (validate_args asserts it)", why);
+    return AP_EINPUT;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[32768], who[80];
@@ -1837,6 +1865,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     m->overlap_param = 0;
     long layers_per_chunk = 0;
     int groups = 0, gqa = 0, vpp_flag = 0, legacy_rope = 0, no_async = 0, *shape;
+    int no_p2p_overlap = 0, gather_with_step = 0;
     rc_flags rcf = {0, 0, 0};
     legacy_flags lg = {0};
     int gbs_given = 0, edge[3] = {0, -1, -1};
@@ -1849,6 +1878,10 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
          tok = strtok_r(NULL, " \t\n", &save)) {
         int known = 0;
+        /* Read past below, but validate_args checks them against the
+         * schedule (interleaving_asserts). */
+        no_p2p_overlap |= !strcmp(tok, "--no-overlap-p2p-communication");
+        gather_with_step |= !strcmp(tok, "--overlap-param-gather-with-optimizer-step");
         if (other_entry_point(tok, err))
             return AP_EINPUT;
         for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
@@ -1977,6 +2010,9 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
                  : "--num-virtual-stages-per-pipeline-rank");
         return AP_EINPUT;
     }
+    if (interleaving_asserts(m, layers_per_chunk, vpp_flag, no_p2p_overlap,
+                             gather_with_step, err))
+        return AP_EINPUT;
     /* Megatron-LM asserts this in validate_args; it counts the embedding
      * and the loss as layers there when told to. */
     if (layers_per_chunk && (m->first || m->last)) {
@@ -2130,6 +2166,11 @@ static int check_split(const ap_megatron *m, int L, char *err)
 {
     if (m->layout[0]) /* check_layout's */
         return AP_OK;
+    if (m->vpp > 1 && m->pp == 1) {
+        snprintf(err, AP_ERR_LEN, "vpp=%d with pp=1: the interleaved schedule needs a "
+                 "pipeline (pp > 1), as Megatron-LM asserts", m->vpp);
+        return AP_EINPUT;
+    }
     if (accounted(m))
         return check_accounted(m, L, err);
     if (m->first || m->last)
@@ -2313,7 +2354,7 @@ static int check_experts(const ap_graph *g, ap_megatron *m, char *err)
                  m->ep, m->etp, group, m->tp, m->cp, m->dp, ranks);
         return AP_EINPUT;
     }
-    if (folded(g, m) && m->tp > 1 && !m->sp) {
+    if (m->ep > 1 && m->tp > 1 && !m->sp) {
         snprintf(err, AP_ERR_LEN, "sp: MoE with tp=%d > 1 needs sequence parallelism "
                  "(sp=1, --sequence-parallel), as Megatron-Core asserts; each rank "
                  "dispatches its own sequence shard", m->tp);

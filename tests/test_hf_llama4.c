@@ -121,7 +121,7 @@ static void megatron_export_states_nope_and_qk_l2_norm(void)
     REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
     ap_plan_desc d;
     char *text = NULL;
-    REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=4,ep=16,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=4,sp=1,ep=16,mbs=1,gbs=64", &d, NULL), "see above");
     /* plan.json states both for its reader too. */
     CHECK(d.shape.qk_l2 && d.shape.nope_layers && !strcmp(d.shape.nope_freq, "4"));
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
@@ -143,7 +143,7 @@ static void chunks_shorter_than_the_sequence_are_refused_by_megatron(void)
     REQUIRE_OK(g ? 0 : 1, "examples/hf/llama-4-scout.json did not load");
     ap_plan_desc d;
     char *text = NULL;
-    REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=4,ep=16,mbs=1,gbs=64", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=4,sp=1,ep=16,mbs=1,gbs=64", &d, NULL), "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "Megatron-LM has no flag for chunked attention; the model attends "
                        "within chunks of 8192 tokens, shorter than the plan's 16384-token "

@@ -78,6 +78,24 @@ expect "the 2050 tokens of a context-parallel rank do not split over the 4 tenso
 "$bin" estimate "$model" --gpus 16 --seq 4100 --megatron "tp=4,pp=2,cp=2,sp=0" >/dev/null &&
     ok || bad "the same layout without sequence parallelism is priced"
 expect "without gradient-accumulation fusion" --megatron "tp=1,pp=2,defer_wgrad=1,no_grad_fusion=1"
+# validate_args' rules for the interleaved schedule's flags.
+expect "vpp=2 with pp=1: the interleaved schedule needs a pipeline" --megatron "tp=2,pp=1,vpp=2"
+expect "Megatron-LM's interleaved schedule needs pp > 1" --megatron-args \
+    "--pipeline-model-parallel-size 1 --num-virtual-stages-per-pipeline-rank 2"
+expect "Megatron-LM takes no more than one" --megatron-args "--pipeline-model-parallel-size 2 \
+ --num-layers-per-virtual-pipeline-stage 2 --num-virtual-stages-per-pipeline-rank 4"
+expect "--no-overlap-p2p-communication with interleaving over 2 pipeline stages" \
+    --megatron-args "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 4 \
+ --no-overlap-p2p-communication"
+"$bin" estimate "$model" --gpus 16 --megatron-args "--pipeline-model-parallel-size 4 --global-batch-size 64 \
+ --num-layers-per-virtual-pipeline-stage 4 --no-overlap-p2p-communication" >/dev/null &&
+    ok || bad "--no-overlap-p2p-communication over 4 stages is priced"
+expect "--overlap-param-gather-with-optimizer-step without interleaving" --megatron-args \
+    "--pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce \
+ --overlap-param-gather --overlap-param-gather-with-optimizer-step"
+# One configuration a command: the spec or the flags, not both.
+expect "give one --megatron or --megatron-args" --megatron "tp=2,sp=1" \
+    --megatron-args "--tensor-model-parallel-size 4"
 "$bin" graph --megatron-args "--num-layers 2 --hidden-size 512 --num-attention-heads 8 \
  --seq-length 256 --max-position-embeddings 256 --tokenizer-type NullTokenizer --vocab-size 1024 \
  --swiglu --num-experts 8 --moe-grouped-gemm --disable-bias-linear --normalization RMSNorm \

@@ -169,7 +169,7 @@ case "$out" in *"sliding window is 2047 keys"*"has 1024"*) ok ;;
 # A vision config's plan records the file, not its text_config, so the
 # export loads the model again (Llama 4 Scout's language model).
 "$bin" estimate "$src/examples/hf/llama-4-scout.json" --gpus 64 \
-    --megatron "tp=4,ep=16,mbs=1,gbs=64,recompute=full" -o "$tmp/scout.json" >/dev/null 2>&1
+    --megatron "tp=4,sp=1,ep=16,mbs=1,gbs=64,recompute=full" -o "$tmp/scout.json" >/dev/null 2>&1
 grep -q "\"model_path\":	\"$src/examples/hf/llama-4-scout.json\"" "$tmp/scout.json" && ok ||
     bad "plan.json records the vision config's file"
 "$bin" export "$tmp/scout.json" --to megatron | grep -q -- "--no-rope-freq 4" && ok ||

@@ -35,4 +35,9 @@ grep -q -- "--expert-model-parallel-size 16" "$tmp/export" &&
 out=$("$bin" estimate "$model" --gpus 16 --seq 1024 --megatron "tp=2,ep=16,sp=1" 2>&1 >/dev/null)
 [ $? -eq 2 ] && echo "$out" | grep -qF "ep*etp = 16*2 = 32 must divide tp*cp*dp = 2*1*8 = 16" &&
     ok || bad "ep*etp refusal: '$out'"
+# MoE beside tensor parallelism needs sequence parallelism, folded or not:
+# Megatron-Core raises for ep > 1 and tp > 1 without it (here ep = dp).
+out=$("$bin" estimate "$model" --gpus 16 --seq 1024 --megatron "tp=2,ep=8,sp=0" 2>&1 >/dev/null)
+[ $? -eq 2 ] && echo "$out" | grep -qF "MoE with tp=2 > 1 needs sequence parallelism" &&
+    ok || bad "ep = dp with tp and no sp: '$out'"
 finish
