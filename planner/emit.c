@@ -671,15 +671,24 @@ char *ap_emit_deepspeed(const ap_plan_desc *p, const ap_degrees *d, const ap_mod
     if (s->dtype == AP_BF16 || s->dtype == AP_FP16)
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, s->dtype == AP_BF16 ? "bf16" : "fp16"),
                               "enabled", 1);
-    cJSON *pipe = cJSON_AddObjectToObject(o, "pipeline");
-    cJSON_AddNumberToObject(pipe, "stages", d->pp);
-    cJSON_AddStringToObject(pipe, "partition", "uniform");
-    /* Groups of this many layers each keep their input (uniform N);
-     * classify refuses block unless it recomputes every layer alone. */
-    cJSON_AddNumberToObject(pipe, "activation_checkpoint_interval",
-                            d->recompute != AP_RECOMPUTE_FULL ? 0
-                            : d->recompute_method == AP_RECOMPUTE_UNIFORM
-                                ? recompute_layers(d) : 1);
+    /* Only a PipelineModule reads the pipeline section, and DeepSpeed's
+     * pipeline engine refuses ZeRO-2 and 3: without a pipeline the
+     * training script checkpoints its own layers. "uniform" would split
+     * every layer spec evenly, the embedding's and the head's included;
+     * "type:transformer" balances the layers whose class names match
+     * (Megatron-DeepSpeed's ParallelTransformerLayerPipe), the priced
+     * split. */
+    if (d->pp > 1) {
+        cJSON *pipe = cJSON_AddObjectToObject(o, "pipeline");
+        cJSON_AddNumberToObject(pipe, "stages", d->pp);
+        cJSON_AddStringToObject(pipe, "partition", "type:transformer");
+        /* Groups of this many layers each keep their input (uniform N);
+         * classify refuses block unless it recomputes every layer alone. */
+        cJSON_AddNumberToObject(pipe, "activation_checkpoint_interval",
+                                d->recompute != AP_RECOMPUTE_FULL ? 0
+                                : d->recompute_method == AP_RECOMPUTE_UNIFORM
+                                    ? recompute_layers(d) : 1);
+    }
     (void)p;
     char *text = cJSON_Print(o);
     cJSON_Delete(o);

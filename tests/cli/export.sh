@@ -203,7 +203,11 @@ grep -q "\"model_path\":	\"$src/examples/hf/llama-4-scout.json\"" "$tmp/scout.js
 # parallelism (Llama 3 70B on 64 GPUs had picked tp = 2 with ZeRO-3).
 "$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 64 --target deepspeed \
     -o "$tmp/ds70.json" --quiet >/dev/null 2>&1 &&
-    "$bin" export "$tmp/ds70.json" --to deepspeed >/dev/null 2>"$tmp/err" && ok ||
+    "$bin" export "$tmp/ds70.json" --to deepspeed >"$tmp/ds70.cfg" 2>"$tmp/err" && ok ||
     bad "a plan for DeepSpeed exports to it: $(cat "$tmp/err")"
+# Its ZeRO-3 plan has no pipeline: no pipeline section, which only a
+# PipelineModule reads and whose engine refuses ZeRO-2 and 3.
+grep -q '"stage":	3' "$tmp/ds70.cfg" && ! grep -q '"pipeline"' "$tmp/ds70.cfg" && ok ||
+    bad "DeepSpeed's ZeRO-3 config without a pipeline: $(cat "$tmp/ds70.cfg")"
 
 finish
