@@ -848,9 +848,12 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
         fprintf(f, "; optimizer states %.1f GiB: main weights %s, exp_avg %s, exp_avg_sq %s",
                 gib(full ? full->opt_bytes : 0), ap_opt_dtype_name(p->run.opt.main_params),
                 ap_opt_dtype_name(p->run.opt.exp_avg), ap_opt_dtype_name(p->run.opt.exp_avg_sq));
-    fprintf(f, "); pipeline bubble %.1f%%\n", 100 * p->bubble);
-    fprintf(f, "  breakdown: compute %.3f s, communication %.3f s, bubble %.3f s, "
-               "gradient sync %.3f s, optimizer %.3f s\n",
+    /* Two measures of the pipeline's idle time: the share of all stages'
+     * time they wait (the schedule's bubble and uneven stages alike), and
+     * in the breakdown the part of the step the slowest stage waits. */
+    fprintf(f, "); pipeline bubble %.1f%% of all stages' time\n", 100 * p->bubble);
+    fprintf(f, "  breakdown: compute %.3f s, communication %.3f s, bubble %.3f s (the "
+               "slowest stage's wait), gradient sync %.3f s, optimizer %.3f s\n",
             p->t_compute, p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);
     fprintf(f, "  communication: tensor-parallel %.3f s, resharding %.3f s%s",
             p->t_kinds.tp, p->t_kinds.reshard,
