@@ -447,6 +447,14 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
     header(&b, "Megatron-LM", p, d);
     put(&b, "# Add your data, tokenizer (vocabulary %lld), optimizer and checkpoint "
             "arguments.\n", s->vocab);
+    /* The graph keeps what a step costs, not every number of the model's
+     * arithmetic; the launcher's defaults for those are not the config's. */
+    put(&b, "# Not stated, as they change no cost: the model's norm epsilon "
+            "(--norm-epsilon)%s. Add them as its config sets them: Megatron-LM's "
+            "defaults (1e-5%s) train another model.\n",
+        s->rotary_percent > 0 ? ", rotary base (--rotary-base) and rope scaling "
+                                "(--use-rope-scaling, or MLA's --rotary-scaling-factor)" : "",
+        s->rotary_percent > 0 ? ", base 10000, no scaling" : "");
     if (d->tp > 1 || d->cp > 1)
         put(&b, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     put(&b, "MEGATRON_ARGS=\"\n");
