@@ -160,6 +160,18 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
                  m->window, m->window_freq);
         return AP_EINPUT;
     }
+    /* The exports state the reloaded model's dropout (-1: a plan from
+     * before the fields, which says nothing). */
+    const double want_drop[2] = {p->shape.hidden_dropout, p->shape.attention_dropout};
+    const double have_drop[2] = {m->hidden_dropout, m->attention_dropout};
+    const char *drop_names[2] = {"hidden_dropout", "attention_dropout"};
+    for (int i = 0; i < 2; i++)
+        if (want_drop[i] >= 0 && want_drop[i] != have_drop[i]) {
+            errf(err, "%s: model_shape.%s is %g but the model %s has %g; pass the plan's "
+                     "model with --model", p->source, drop_names[i], want_drop[i],
+                     g->source, have_drop[i]);
+            return AP_EINPUT;
+        }
     if (p->shape.rotary_percent >= 0 && p->shape.rotary_percent != m->rotary_percent) {
         errf(err, "%s: model_shape.rotary_percent is %g but the model %s rotates "
                  "%g of each head; pass the plan's model with --model", p->source,
