@@ -132,9 +132,18 @@ static int target_plan(const ap_graph *g, const ap_cluster *c, ap_launcher l,
                     "the leanest needs %.1f GiB per GPU (more GPUs, a smaller batch or "
                     "another --target may help)\n", r.valid, ap_launcher_name(l),
                     r.least_memory / (1 << 30));
+        else if (r.refused)
+            fprintf(stderr, "autopar plan: %s has no valid configuration for this model "
+                    "on %d GPUs: the %ld listed were refused, the first because %s\n",
+                    ap_launcher_name(l), ap_cluster_gpus(c), r.refused, r.refusal);
         else
             fprintf(stderr, "autopar plan: %s has no valid configuration for this model "
-                    "on %d GPUs\n", ap_launcher_name(l), ap_cluster_gpus(c));
+                    "on %d GPUs: no layout of them lists one (the global batch of %g "
+                    "sequences must divide into the data-parallel replicas' micro-batches, "
+                    "tp divide the heads, and the layers split into the stages %s takes: "
+                    "docs/compare.md); --global-batch or another GPU count may help\n",
+                    ap_launcher_name(l), ap_cluster_gpus(c), so.global_batch > 0 ? so.global_batch : 512.0,
+                    ap_launcher_name(l));
         return AP_EINPUT;
     }
     char spec[256];

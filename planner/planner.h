@@ -1132,6 +1132,7 @@ typedef struct {
     ap_plan plan;        /* best's plan, when found */
     double least_memory; /* the smallest memory per GPU of any valid one */
     double seconds;
+    char refusal[AP_ERR_LEN]; /* why the first refused one was, "" if none */
 } ap_sweep_result;
 
 /* Lists every configuration of the launcher for the model and cluster,

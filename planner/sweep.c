@@ -467,6 +467,8 @@ typedef struct {
     double least_memory;
     int rc;
     char err[AP_ERR_LEN];
+    long refused_at;    /* the first configuration refused, -1: none */
+    char refusal[AP_ERR_LEN]; /* why */
 } worker;
 
 /* The least a configuration's GPUs hold: their share of the weights,
@@ -505,6 +507,10 @@ static void *price_share(void *arg)
         int rc = ap_megatron_plan_shaped(ps->g, ps->c, &m, ps->shape, &p, w->err);
         if (rc == AP_EINPUT) {
             w->refused++; /* a rule of ap_megatron_plan the list missed */
+            if (w->refused_at < 0) {
+                w->refused_at = i;
+                memcpy(w->refusal, w->err, AP_ERR_LEN);
+            }
             continue;
         }
         if (rc) {
@@ -541,9 +547,14 @@ static int better(const worker *a, const worker *b)
 static int merge(worker *w, int n, const pass *ps, ap_sweep_result *out, char *err)
 {
     int rc = AP_OK, win = -1;
+    long first = -1;
     for (int t = 0; t < n; t++) {
         out->valid += w[t].valid;
         out->refused += w[t].refused;
+        if (w[t].refused_at >= 0 && (first < 0 || w[t].refused_at < first)) {
+            first = w[t].refused_at;
+            snprintf(out->refusal, sizeof out->refusal, "%s", w[t].refusal);
+        }
         out->fit += w[t].fit;
         out->skipped += w[t].skipped;
         if (w[t].priced && (out->least_memory == 0 || w[t].least_memory < out->least_memory))
@@ -575,7 +586,8 @@ static int price_all(const pass *ps, worker *w, int n, double usable,
     int *started = calloc((size_t)n, sizeof *started);
     for (int t = 0; t < n; t++) {
         w[t] = (worker){.ps = ps, .usable = usable, .index = t, .nthreads = n,
-                        .progress = t == 0 && ps->progress, .best = -1};
+                        .progress = t == 0 && ps->progress, .best = -1,
+                        .refused_at = -1};
         /* Thread 0 is this one; a thread that cannot start is done here. */
         if (t > 0 && tid && started)
             started[t] = !pthread_create(&tid[t], NULL, price_share, &w[t]);

@@ -199,6 +199,13 @@ grep -q "\"model_path\":	\"$src/examples/hf/llama-4-scout.json\"" "$tmp/scout.js
     grep -q "pipeline_parallel_degree 2" "$tmp/tt70.sh" && grep -q "ZeRO-1 under a pipeline" \
     "$tmp/tt70.sh" && ok || bad "torchtitan's pipelined plan: $(cat "$tmp/err")"
 
+# A launcher with no configuration says which rules leave none: 512
+# sequences divide among no data-parallel size of 24 GPUs torchtitan takes.
+"$bin" plan "$src/examples/hf/llama-3-8b.json" --gpus 24 --target torchtitan >/dev/null \
+    2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "the global batch of 512 sequences must divide" "$tmp/err" && ok ||
+    bad "no torchtitan configuration on 24 GPUs: $(cat "$tmp/err")"
+
 # So does a plan made for DeepSpeed, whose config states no tensor
 # parallelism (Llama 3 70B on 64 GPUs had picked tp = 2 with ZeRO-3).
 "$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 64 --target deepspeed \
