@@ -246,9 +246,19 @@ typedef struct {
      * --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16), as given:
      * counts past the model's layers keep every layer. 0: none. */
     int bf16_first, bf16_last;
+    /* The model's arithmetic that changes no cost, kept so that the exports
+     * state it: the rotary base (rope_theta) and the norms' epsilon, 0 where
+     * the model does not say; the rotary scaling, AP_ROPE_SCALING_LLAMA3
+     * (Llama 3.1's, which Megatron-LM's --use-rope-scaling runs, with
+     * rope_scaling_factor) or AP_ROPE_SCALING_OTHER (YaRN and the rest,
+     * which no export states). */
+    double rope_base, norm_eps, rope_scaling_factor;
+    int rope_scaling;
 
     struct ap_graph_index *index; /* private to graph.c: names to indices */
 } ap_graph;
+
+enum { AP_ROPE_SCALING_NONE, AP_ROPE_SCALING_LLAMA3, AP_ROPE_SCALING_OTHER };
 
 /* Construction. Each add returns the new item's index (>= 0), or -1 with `err`
  * filled when the name is a duplicate, a label is unknown or a size is bad. */

@@ -86,6 +86,9 @@ typedef struct {
     int norm_free;     /* LayerNorm without weight or bias (OLMo 1) */
     int qkv_bias, o_bias, mlp_bias;
     int head_bias;      /* a bias on the output layer (ERNIE 4.5 MoE's use_bias) */
+    /* No cost: what the exports state (ap_graph.rope_base and the rest). */
+    double rope_base, norm_eps, rope_factor;
+    int rope_scaling;
     int parallel_residual;
     int tie;
     int qk_norm;
@@ -1647,6 +1650,67 @@ static void read_minimax_m2(hf_cfg *c, hf_model *m)
     }
 }
 
+/* A config's rope parameters: transformers 5's rope_parameters, else the
+ * rope_scaling of the configs before it (whose rope_theta is top-level). */
+static const cJSON *rope_object(const hf_cfg *c, const char *key)
+{
+    const cJSON *v = cfg_item(c, key);
+    return cJSON_IsObject(v) ? v : NULL;
+}
+
+static double rope_number(const cJSON *o, const char *key)
+{
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+/* The rotary scaling: none ("default", or none given), Llama 3.1's as
+ * Megatron-LM's --use-rope-scaling runs it (rope_type "llama3" with its
+ * low and high frequency factors 1 and 4 over 8,192 original positions,
+ * which Megatron-Core fixes), or another (YaRN, linear, dynamic, llama3
+ * with other constants), which the exports name but cannot state. */
+static void read_rope_scaling(hf_cfg *c, hf_model *m)
+{
+    const cJSON *rp = rope_object(c, "rope_parameters");
+    const cJSON *rs = rope_object(c, "rope_scaling");
+    const cJSON *o = rs ? rs : rp;
+    const cJSON *t = o ? cJSON_GetObjectItemCaseSensitive(o, "rope_type") : NULL;
+    if (!cJSON_IsString(t) && o)
+        t = cJSON_GetObjectItemCaseSensitive(o, "type");
+    if (!cJSON_IsString(t) || !strcmp(t->valuestring, "default"))
+        return;
+    double f = rope_number(o, "factor");
+    if (!strcmp(t->valuestring, "llama3") && f > 0 && f <= 1e6 &&
+        rope_number(o, "low_freq_factor") == 1 && rope_number(o, "high_freq_factor") == 4 &&
+        rope_number(o, "original_max_position_embeddings") == 8192) {
+        m->rope_scaling = AP_ROPE_SCALING_LLAMA3;
+        m->rope_factor = f;
+    } else {
+        m->rope_scaling = AP_ROPE_SCALING_OTHER;
+    }
+}
+
+/* The numbers the exports state beside the structure: rope_theta (top
+ * level, or rope_parameters' in transformers 5) and the norms' epsilon
+ * under the names the families use; 0 where the config gives none, since
+ * the config classes' defaults differ and the export then says so. */
+static void read_numerics(hf_cfg *c, hf_model *m)
+{
+    static const char *const eps_keys[] = {"rms_norm_eps", "layer_norm_eps",
+                                           "layer_norm_epsilon", "norm_eps", "norm_epsilon"};
+    double base = rope_number(rope_object(c, "rope_parameters"), "rope_theta");
+    const cJSON *t = cfg_item(c, "rope_theta");
+    if (cJSON_IsNumber(t))
+        base = t->valuedouble;
+    m->rope_base = base > 0 && base <= 1e12 ? base : 0;
+    for (size_t i = 0; i < sizeof eps_keys / sizeof eps_keys[0] && !m->norm_eps; i++) {
+        const cJSON *v = cfg_item(c, eps_keys[i]);
+        if (cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 1)
+            m->norm_eps = v->valuedouble;
+    }
+    read_rope_scaling(c, m);
+}
+
 static int read_model(hf_cfg *c, hf_model *m)
 {
     if (read_family(c, &m->fam) < 0)
@@ -1688,6 +1752,7 @@ static int read_model(hf_cfg *c, hf_model *m)
     if (m->fam == FAM_SMOLLM3)
         read_nope(c, m, 1);
     read_window(c, m);
+    read_numerics(c, m);
     return c->bad ? AP_EINPUT : AP_OK;
 }
 
@@ -1779,6 +1844,12 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
     }
     if (rc == AP_OK)
         rc = build(m, opt, c->src, batch, seq, out, c->err);
+    if (rc == AP_OK) {
+        (*out)->rope_base = m->rope_base;
+        (*out)->norm_eps = m->norm_eps;
+        (*out)->rope_scaling = m->rope_scaling;
+        (*out)->rope_scaling_factor = m->rope_factor;
+    }
     if (rc == AP_OK && (opt->bf16_first || opt->bf16_last) &&
         (rc = ap_graph_keep_bf16(*out, opt->bf16_first, opt->bf16_last, c->err))) {
         ap_graph_free(*out);

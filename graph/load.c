@@ -517,7 +517,9 @@ static int load_header(const ctx *c, const cJSON *root, const char **name,
 {
     static const char *const known[] = {"format", "name",    "description",
                                         "dtype",  "dims",    "tensors",
-                                        "ops",    "mtp_layers", NULL};
+                                        "ops",    "mtp_layers", "rope_base",
+                                        "norm_eps", "rope_scaling",
+                                        "rope_scaling_factor", NULL};
     const char *format = NULL, *dt = NULL, *desc = NULL;
     if (check_fields(c, root, "", known) ||
         get_string(c, root, "", "format", 1, &format))
@@ -558,6 +560,49 @@ static int load_mtp(const ctx *c, const cJSON *root, ap_graph *g, const ap_build
     return AP_OK;
 }
 
+/* A positive number below `max`, or absent (0). */
+static int get_positive(const ctx *c, const cJSON *obj, const char *key, double max,
+                        double *out)
+{
+    const cJSON *v = field(obj, key);
+    *out = 0;
+    if (!v)
+        return AP_OK;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble < max))
+        return fail(c, "%s: expected a number above 0 and below %g", key, max);
+    *out = v->valuedouble;
+    return AP_OK;
+}
+
+/* The numbers that change no cost but that the exports state (ap_graph's
+ * rope_base and the rest), each optional: "rope_scaling" is "llama3" (with
+ * "rope_scaling_factor") or "other". */
+static int load_numerics(const ctx *c, const cJSON *root, ap_graph *g)
+{
+    const char *scaling = NULL;
+    if (get_positive(c, root, "rope_base", 1e12, &g->rope_base) ||
+        get_positive(c, root, "norm_eps", 1, &g->norm_eps) ||
+        get_positive(c, root, "rope_scaling_factor", 1e6, &g->rope_scaling_factor) ||
+        get_string(c, root, "", "rope_scaling", 0, &scaling))
+        return AP_EINPUT;
+    if (!scaling) {
+        if (g->rope_scaling_factor > 0)
+            return fail(c, "rope_scaling_factor: given without \"rope_scaling\"");
+        return AP_OK;
+    }
+    if (!strcmp(scaling, "llama3"))
+        g->rope_scaling = AP_ROPE_SCALING_LLAMA3;
+    else if (!strcmp(scaling, "other"))
+        g->rope_scaling = AP_ROPE_SCALING_OTHER;
+    else
+        return fail(c, "rope_scaling: \"%.64s\" is not \"llama3\" or \"other\"", scaling);
+    if ((g->rope_scaling == AP_ROPE_SCALING_LLAMA3) != (g->rope_scaling_factor > 0))
+        return fail(c, "rope_scaling_factor: %s", g->rope_scaling_factor > 0
+                    ? "only \"llama3\" scaling takes a factor"
+                    : "\"llama3\" scaling needs its factor");
+    return AP_OK;
+}
+
 static int from_json(const cJSON *root, const char *source,
                      const ap_build_opts *opt, ap_graph **out, char *err)
 {
@@ -583,6 +628,8 @@ static int from_json(const cJSON *root, const char *source,
         rc = load_ops(&c, field(root, "ops"), g);
     if (!rc)
         rc = load_mtp(&c, root, g, opt);
+    if (!rc)
+        rc = load_numerics(&c, root, g);
     if (!rc)
         rc = ap_graph_finalize(g, err);
     if (rc) {

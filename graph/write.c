@@ -143,6 +143,18 @@ static int add_items(cJSON *root, const char *key, const ap_graph *g,
     return arr != NULL;
 }
 
+/* The numbers the exports state that change no cost, where known. */
+static int add_numerics(cJSON *root, const ap_graph *g)
+{
+    static const char *const scaling[] = {"", "llama3", "other"};
+    return (!(g->rope_base > 0) || cJSON_AddNumberToObject(root, "rope_base", g->rope_base)) &&
+           (!(g->norm_eps > 0) || cJSON_AddNumberToObject(root, "norm_eps", g->norm_eps)) &&
+           (!g->rope_scaling ||
+            cJSON_AddStringToObject(root, "rope_scaling", scaling[g->rope_scaling])) &&
+           (!(g->rope_scaling_factor > 0) ||
+            cJSON_AddNumberToObject(root, "rope_scaling_factor", g->rope_scaling_factor));
+}
+
 char *ap_graph_to_json(const ap_graph *g)
 {
     cJSON *root = cJSON_CreateObject();
@@ -155,6 +167,7 @@ char *ap_graph_to_json(const ap_graph *g)
         cJSON_AddItemToObject(root, "dims", dims)) {
         dims = NULL;
         if ((!g->mtp_layers || cJSON_AddNumberToObject(root, "mtp_layers", g->mtp_layers)) &&
+            add_numerics(root, g) &&
             add_items(root, "tensors", g, 1) && add_items(root, "ops", g, 0))
             text = cJSON_Print(root);
     }

@@ -400,6 +400,14 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
      * Megatron-Core applies --rotary-percent within it. */
     if (!s->learned_positions && s->rotary_percent > 0 && s->rotary_percent < 1 && !s->mla)
         put(b, "  --rotary-percent %.17g\n", s->rotary_percent);
+    /* No cost, but Megatron-LM's defaults (base 10,000, no scaling) train
+     * another model than the config's. */
+    int rotary = !s->learned_positions && s->rotary_percent > 0;
+    if (rotary && s->rope_base > 0)
+        put(b, "  --rotary-base %s\n", short_number(s->rope_base, num, sizeof num));
+    if (rotary && s->rope_scaling == AP_ROPE_SCALING_LLAMA3)
+        put(b, "  --use-rope-scaling\n  --rope-scaling-factor %s\n",
+            short_number(s->rope_factor, num, sizeof num));
     /* The layers without it (Llama 4's NoPE), written bare as
      * --moe-layer-freq is. */
     if (s->nope_layers && s->nope_freq[0])
@@ -408,6 +416,8 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
         put(b, "  --normalization RMSNorm\n");
     else if (s->layernorm_1p)
         put(b, "  --normalization LayerNorm\n  --apply-layernorm-1p\n");
+    if (s->norm_eps > 0)
+        put(b, "  --norm-epsilon %s\n", short_number(s->norm_eps, num, sizeof num));
     /* Megatron-LM's default attention (auto) runs a fused kernel. */
     if (!s->flash)
         put(b, "  --attention-backend unfused\n");
@@ -447,14 +457,22 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
     header(&b, "Megatron-LM", p, d);
     put(&b, "# Add your data, tokenizer (vocabulary %lld), optimizer and checkpoint "
             "arguments.\n", s->vocab);
-    /* The graph keeps what a step costs, not every number of the model's
-     * arithmetic; the launcher's defaults for those are not the config's. */
-    put(&b, "# Not stated, as they change no cost: the model's norm epsilon "
-            "(--norm-epsilon)%s. Add them as its config sets them: Megatron-LM's "
-            "defaults (1e-5%s) train another model.\n",
-        s->rotary_percent > 0 ? ", rotary base (--rotary-base) and rope scaling "
-                                "(--use-rope-scaling, or MLA's --rotary-scaling-factor)" : "",
-        s->rotary_percent > 0 ? ", base 10000, no scaling" : "");
+    /* What the model does not say of its arithmetic, or says in a way no
+     * flag below states: Megatron-LM's defaults for it are not the
+     * config's. */
+    int rotary = !s->learned_positions && s->rotary_percent > 0;
+    char unknown[256] = "";
+    if (!(s->norm_eps > 0))
+        strcat(unknown, ", its norm epsilon (--norm-epsilon)");
+    if (rotary && !(s->rope_base > 0))
+        strcat(unknown, ", its rotary base (--rotary-base)");
+    if (rotary && s->rope_scaling == AP_ROPE_SCALING_OTHER)
+        strcat(unknown, ", its rope scaling (YaRN or another than Llama 3.1's; MLA's "
+                        "--rotary-scaling-factor and --mscale for YaRN)");
+    if (unknown[0])
+        put(&b, "# Not stated, as the model does not say or no flag here states it%s: "
+                "add them as its config sets them, since Megatron-LM's defaults train "
+                "another model.\n", unknown);
     if (d->tp > 1 || d->cp > 1)
         put(&b, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     put(&b, "MEGATRON_ARGS=\"\n");

@@ -172,6 +172,22 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
                      g->source, have_drop[i]);
             return AP_EINPUT;
         }
+    /* Plans from before session 31 say none of these (0). */
+    const double want_num[3] = {p->shape.rope_base, p->shape.norm_eps, p->shape.rope_factor};
+    const double have_num[3] = {m->rope_base, m->norm_eps, m->rope_factor};
+    const char *num_names[3] = {"rope_base", "norm_eps", "rope_scaling_factor"};
+    for (int i = 0; i < 3; i++)
+        if (want_num[i] > 0 && want_num[i] != have_num[i]) {
+            errf(err, "%s: model_shape.%s is %g but the model %s has %g (0: none said); "
+                     "pass the plan's model with --model", p->source, num_names[i],
+                     want_num[i], g->source, have_num[i]);
+            return AP_EINPUT;
+        }
+    if (p->shape.rope_scaling && p->shape.rope_scaling != m->rope_scaling) {
+        errf(err, "%s: model_shape.rope_scaling differs from the model %s's; pass the "
+                 "plan's model with --model", p->source, g->source);
+        return AP_EINPUT;
+    }
     if (p->shape.rotary_percent >= 0 && p->shape.rotary_percent != m->rotary_percent) {
         errf(err, "%s: model_shape.rotary_percent is %g but the model %s rotates "
                  "%g of each head; pass the plan's model with --model", p->source,

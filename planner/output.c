@@ -531,6 +531,15 @@ static cJSON *shape_json(const ap_graph *g)
         cJSON_AddStringToObject(o, "window_attn_skip_freq", s.window_freq);
     cJSON_AddNumberToObject(o, "hidden_dropout", s.hidden_dropout);
     cJSON_AddNumberToObject(o, "attention_dropout", s.attention_dropout);
+    if (s.rope_base > 0)
+        cJSON_AddNumberToObject(o, "rope_base", s.rope_base);
+    if (s.norm_eps > 0)
+        cJSON_AddNumberToObject(o, "norm_eps", s.norm_eps);
+    if (s.rope_scaling)
+        cJSON_AddStringToObject(o, "rope_scaling", s.rope_scaling == AP_ROPE_SCALING_LLAMA3
+                                ? "llama3" : "other");
+    if (s.rope_factor > 0)
+        cJSON_AddNumberToObject(o, "rope_scaling_factor", s.rope_factor);
     return o;
 }
 

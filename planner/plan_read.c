@@ -420,6 +420,30 @@ static int parse_dropout(const reader *r, const cJSON *o, ap_model_shape *s)
     return rc;
 }
 
+/* The numbers that change no cost (written since session 31; absent: 0,
+ * unknown). The export checks them against the model it reloads. */
+static int parse_numerics(const reader *r, const cJSON *o, ap_model_shape *s)
+{
+    const char *at = "model_shape";
+    int rc = AP_OK;
+    if (field(o, "rope_base"))
+        rc = get_number(r, o, "rope_base", at, 1e-9, 1e12, &s->rope_base);
+    if (!rc && field(o, "norm_eps"))
+        rc = get_number(r, o, "norm_eps", at, 1e-30, 0.999999, &s->norm_eps);
+    if (!rc && field(o, "rope_scaling_factor"))
+        rc = get_number(r, o, "rope_scaling_factor", at, 1e-9, 1e6, &s->rope_factor);
+    if (!rc && field(o, "rope_scaling")) {
+        char v[16];
+        rc = get_string(r, o, "rope_scaling", at, v, sizeof v, 1);
+        if (!rc && strcmp(v, "llama3") && strcmp(v, "other"))
+            return fail(r, "model_shape.rope_scaling", "\"%s\" is not llama3 or other", v);
+        if (!rc)
+            s->rope_scaling = strcmp(v, "llama3") ? AP_ROPE_SCALING_OTHER
+                                                  : AP_ROPE_SCALING_LLAMA3;
+    }
+    return rc;
+}
+
 static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
 {
     const char *at = "model_shape";
@@ -519,7 +543,9 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
     s->relu = !strcmp(act, "relu");
     s->learned_positions = !strcmp(pos, "learned");
     rc = parse_rotary(r, o, !strcmp(pos, "rotary"), s);
-    return rc ? rc : parse_dropout(r, o, s);
+    if (!rc)
+        rc = parse_dropout(r, o, s);
+    return rc ? rc : parse_numerics(r, o, s);
 }
 
 /* "fp8_recipe" (absent: delayed) scales the tensors of an FP8 plan.

@@ -1275,6 +1275,10 @@ typedef struct {
                               (ap_graph.mtp_layers; --mtp-num-layers) */
     int bf16_first, bf16_last; /* layers kept in bf16 under FP8 at the start
                                   and end (ap_graph.bf16_first, bf16_last) */
+    /* ap_graph's rope_base, norm_eps, rope_scaling and rope_scaling_factor:
+     * no cost, stated by the Megatron-LM export; 0 where unknown. */
+    double rope_base, norm_eps, rope_factor;
+    int rope_scaling;
     int linear_bias;       /* matmuls carry biases */
     int qkv_bias;          /* the query, key and value projections (a layer's
                               matmuls whose output has a heads label) do */

@@ -391,4 +391,8 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     s->mtp_layers = g->mtp_layers;
     s->bf16_first = g->bf16_first;
     s->bf16_last = g->bf16_last;
+    s->rope_base = g->rope_base;
+    s->norm_eps = g->norm_eps;
+    s->rope_scaling = g->rope_scaling;
+    s->rope_factor = g->rope_scaling_factor;
 }

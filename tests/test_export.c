@@ -833,8 +833,43 @@ static void reader_checks_chunk_layers(void)
     ap_graph_free(g);
 }
 
+/* What changes no cost but makes the model the config's: Llama 3.1 405B's
+ * rope_theta 500,000, its llama3 rope scaling by 8 and its RMSNorm epsilon
+ * 1e-5 reach Megatron-LM's flags (whose defaults are 10,000, none and
+ * 1e-5); DeepSeek-V3's YaRN, which no flag here states, is named in a
+ * comment instead. */
+static void the_export_states_the_rotary_base_scaling_and_norm_epsilon(void)
+{
+    ap_graph *g = load("examples/hf/llama-3.1-405b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 72, "tp=8,pp=9,sp=1,mbs=1,gbs=63", &d, NULL),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "  --rotary-base 500000\n  --use-rope-scaling\n"
+                        "  --rope-scaling-factor 8\n");
+    CHECK_STR_HAS(text, "  --normalization RMSNorm\n  --norm-epsilon 1e-05\n");
+    CHECK(text && !strstr(text, "# Not stated"));
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+    g = load("examples/hf/deepseek-v3.json");
+    REQUIRE_OK(ap_test_megatron_desc(g, 256, "tp=2,pp=8,ep=32,etp=1,sp=1,mbs=1,gbs=512,"
+                                     "first=7,last=6", &d, NULL), "see above");
+    text = NULL;
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "  --rotary-base 10000\n");
+    CHECK_STR_HAS(text, "  --norm-epsilon 1e-06\n");
+    CHECK_STR_HAS(text, "its rope scaling (YaRN");
+    CHECK(text && !strstr(text, "--use-rope-scaling"));
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
+    RUN(the_export_states_the_rotary_base_scaling_and_norm_epsilon);
     RUN(megatron_plan_classifies_back_to_its_degrees);
     RUN(exported_megatron_flags_price_to_the_same_step);
     RUN(megatron_flags_state_the_model_shape);

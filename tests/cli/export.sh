@@ -145,7 +145,7 @@ grep -q -- "--qk-layernorm$" "$tmp/args.sh" && ok ||
     -o "$tmp/none.json" --quiet >/dev/null 2>&1
 "$bin" export "$tmp/none.json" --to megatron | grep -q -- "--hidden-dropout 0$" && ok ||
     bad "a plan priced without dropout exports --hidden-dropout 0"
-sed -e '/"hidden_dropout"/d' -e '/"attention_dropout"/d' \
+sed -e '/"hidden_dropout"/d' -e '/"attention_dropout"/d' -e '/"rope_/d' -e '/"norm_eps"/d' \
     -e 's/\("flash_attention":.*\),$/\1/' "$tmp/none.json" >"$tmp/old.json"
 out=$("$bin" export "$tmp/old.json" --to megatron 2>&1)
 echo "$out" | grep -q -- "--hidden-dropout 0$" && ok ||

@@ -67,4 +67,17 @@ has "$json" '"active_params":	1282017280' "olmoe --json active"
 out=$("$bin" graph "$src/examples/gpt-1.3b.json") || bad "gpt exit $?"
 case "$out" in *"active per token"*) bad "a dense model reports no active share" ;; *) ok ;; esac
 
+# The numbers that change no cost travel with the model: a model file
+# written from Llama 3.1's config keeps its rotary base, scaling and norm
+# epsilon, and a configuration priced on that file exports them.
+"$bin" graph "$src/examples/hf/llama-3.1-405b.json" -o "$tmp/l405.json" >/dev/null ||
+    bad "llama 3.1 -o"
+grep -q '"rope_scaling":	"llama3"' "$tmp/l405.json" && grep -q '"rope_base":	500000' \
+    "$tmp/l405.json" && grep -q '"norm_eps":	1e-05' "$tmp/l405.json" && ok ||
+    bad "the model file lacks Llama 3.1's rope and norm numbers"
+"$bin" estimate "$tmp/l405.json" --gpus 72 --megatron "tp=8,pp=9,sp=1,mbs=1,gbs=63" \
+    -o "$tmp/l405-plan.json" >/dev/null 2>&1
+"$bin" export "$tmp/l405-plan.json" --to megatron | grep -q -- "--rope-scaling-factor 8" &&
+    ok || bad "the model file's rope scaling does not reach the export"
+
 finish
