@@ -48,11 +48,13 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
  * 2 after printing the error. */
 int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
                      const char *usage);
-/* Reads `--megatron SPEC` or `--megatron-args FLAGS` into *m: returns the
- * arguments used (2), 0 when `a` is neither or has no value, or the exit
- * code negated after printing the parser's error. */
+/* Reads `--megatron SPEC` or `--megatron-args FLAGS` into *m and sets
+ * *given: returns the arguments used (2), 0 when `a` is neither or has no
+ * value, or the exit code negated after printing the parser's error, or
+ * that a command takes one configuration where *given says one was read
+ * already (parsing into the same *m would merge the two). */
 int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
-                        ap_megatron *m);
+                        ap_megatron *m, int *given);
 /* Builds the model as --megatron-args describes it: at its --seq-length,
  * with dropout when its --hidden-dropout or --attention-dropout say so,
  * without flash attention when its attention flags say unfused; on the

@@ -45,6 +45,7 @@ typedef struct {
 /* Returns -1 when the arguments are complete, else the exit code. */
 static int parse_args(int argc, char **argv, calib_args *a)
 {
+    int given = 0;
     for (int i = 0; i < argc; i++) {
         const char *s = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = ap_cli_common_arg(&a->cm, "calibrate", s, v);
@@ -55,10 +56,7 @@ static int parse_args(int argc, char **argv, calib_args *a)
         } else if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
             fputs(usage_text, stdout);
             return 0;
-        } else if (a->spec && v && (!strcmp(s, "--megatron") || !strcmp(s, "--megatron-args"))) {
-            fprintf(stderr, "autopar calibrate: give one --megatron or --megatron-args\n");
-            return 2;
-        } else if ((used = ap_cli_megatron_arg("calibrate", s, v, &a->m)) != 0) {
+        } else if ((used = ap_cli_megatron_arg("calibrate", s, v, &a->m, &given)) != 0) {
             if (used < 0)
                 return -used;
             a->spec = v;

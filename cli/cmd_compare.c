@@ -257,14 +257,9 @@ static int parse(int argc, char **argv, options *o)
                 fprintf(stderr, "autopar compare: %s needs a value\n", a);
                 return 2;
             }
-            if (o->have_megatron) {
-                fprintf(stderr, "autopar compare: give one --megatron or --megatron-args\n");
-                return 2;
-            }
-            int rc = ap_cli_megatron_arg("compare", a, v, &o->m);
+            int rc = ap_cli_megatron_arg("compare", a, v, &o->m, &o->have_megatron);
             if (rc < 0)
                 return -rc;
-            o->have_megatron = 1;
             o->args = !strcmp(a, "--megatron-args");
             i++;
         } else if (ap_cli_model_arg(&o->cm, "compare", a, usage_text)) {

@@ -241,13 +241,9 @@ int ap_cmd_estimate(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if (have && v && (!strcmp(a, "--megatron") || !strcmp(a, "--megatron-args"))) {
-            fprintf(stderr, "autopar estimate: give one --megatron or --megatron-args\n");
-            return 2;
-        } else if ((used = ap_cli_megatron_arg("estimate", a, v, &m)) != 0) {
+        } else if ((used = ap_cli_megatron_arg("estimate", a, v, &m, &have)) != 0) {
             if (used < 0)
                 return -used;
-            have = 1;
             args = !strcmp(a, "--megatron-args");
             i++;
         } else if (ap_cli_model_arg(&cm, "estimate", a, usage_text)) {

@@ -98,10 +98,9 @@ static int parse_args(int argc, char **argv, options *o)
             rc = parse_switch(a, v, &o->build.dropout);
             o->dropout_set = 1;
         } else if (!strcmp(a, "--megatron-args") && v) {
-            int used = ap_cli_megatron_arg("graph", a, v, &o->m);
+            int used = ap_cli_megatron_arg("graph", a, v, &o->m, &o->script);
             if (used < 0)
                 return -used;
-            o->script = 1;
         } else if (!strcmp(a, "-o")) {
             if (!v) {
                 fprintf(stderr, "autopar graph: -o needs a file name\n");

@@ -120,12 +120,17 @@ int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
 }
 
 int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
-                        ap_megatron *m)
+                        ap_megatron *m, int *given)
 {
     char err[AP_ERR_LEN];
     int spec = !strcmp(a, "--megatron");
     if (!v || (!spec && strcmp(a, "--megatron-args")))
         return 0;
+    if (*given) {
+        fprintf(stderr, "autopar %s: give one --megatron or --megatron-args\n", cmd);
+        return -2;
+    }
+    *given = 1;
     int rc = spec ? ap_megatron_parse(v, m, err) : ap_megatron_parse_args(v, m, err);
     if (rc) {
         fprintf(stderr, "autopar %s: %s\n", cmd, err);

@@ -80,4 +80,10 @@ grep -q '"rope_scaling":	"llama3"' "$tmp/l405.json" && grep -q '"rope_base":	500
 "$bin" export "$tmp/l405-plan.json" --to megatron | grep -q -- "--rope-scaling-factor 8" &&
     ok || bad "the model file's rope scaling does not reach the export"
 
+# One configuration a command: a second --megatron-args would merge into the first.
+"$bin" graph --megatron-args "--num-layers 2" --megatron-args "--num-layers 4" \
+    >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "give one --megatron or --megatron-args" "$tmp/err" && ok ||
+    bad "graph takes two --megatron-args: $(cat "$tmp/err")"
+
 finish
