@@ -46,6 +46,23 @@ const char *ap_dtype_name(ap_dtype t)
     return (int)t >= 0 && (int)t < NDTYPES ? dtype_names[t] : "?";
 }
 
+static const char *const rope_scaling_names[] = {"", "llama3", "other"};
+
+const char *ap_rope_scaling_name(int scaling)
+{
+    return scaling > 0 && scaling <= AP_ROPE_SCALING_OTHER ? rope_scaling_names[scaling] : "";
+}
+
+int ap_rope_scaling_from_name(const char *s, int *out)
+{
+    for (int i = AP_ROPE_SCALING_LLAMA3; s && i <= AP_ROPE_SCALING_OTHER; i++)
+        if (!strcmp(s, rope_scaling_names[i])) {
+            *out = i;
+            return AP_OK;
+        }
+    return AP_EINPUT;
+}
+
 int ap_dtype_from_name(const char *s, ap_dtype *out)
 {
     for (int i = 0; s && i < NDTYPES; i++)

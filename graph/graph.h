@@ -407,6 +407,10 @@ char ap_graph_label_of(const ap_graph *g, ap_dim_kind kind);
 /* Names, for messages and JSON. */
 const char *ap_dtype_name(ap_dtype t);
 int ap_dtype_from_name(const char *s, ap_dtype *out);
+/* "llama3" or "other" for an AP_ROPE_SCALING_ value ("" for none), and the
+ * inverse of the two names; AP_EINPUT for another. */
+const char *ap_rope_scaling_name(int scaling);
+int ap_rope_scaling_from_name(const char *s, int *out);
 size_t ap_dtype_size(ap_dtype t);
 const char *ap_op_kind_name(const ap_op *op); /* "matmul", "gelu", "rmsnorm" ... */
 /* The inverse: a JSON kind name to kind and sub; AP_EINPUT if unknown. */

@@ -246,13 +246,20 @@ static double cfg_fraction(hf_cfg *c, const char *key, double def)
     return x;
 }
 
+/* An object field of the config (transformers 5's rope_parameters, the
+ * rope_scaling of the configs before it), else NULL. */
+static const cJSON *rope_object(const hf_cfg *c, const char *key)
+{
+    const cJSON *v = cfg_item(c, key);
+    return cJSON_IsObject(v) ? v : NULL;
+}
+
 /* rope_parameters.partial_rotary_factor where the config has one (not
  * null), else NULL. */
 static const cJSON *rope_parameters_factor(const hf_cfg *c)
 {
-    const cJSON *rp = cfg_item(c, "rope_parameters");
-    const cJSON *v = cJSON_IsObject(rp)
-                         ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
+    const cJSON *rp = rope_object(c, "rope_parameters");
+    const cJSON *v = rp ? cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor") : NULL;
     return cJSON_IsNull(v) ? NULL : v;
 }
 
@@ -1648,14 +1655,6 @@ static void read_minimax_m2(hf_cfg *c, hf_model *m)
         }
         i++;
     }
-}
-
-/* A config's rope parameters: transformers 5's rope_parameters, else the
- * rope_scaling of the configs before it (whose rope_theta is top-level). */
-static const cJSON *rope_object(const hf_cfg *c, const char *key)
-{
-    const cJSON *v = cfg_item(c, key);
-    return cJSON_IsObject(v) ? v : NULL;
 }
 
 static double rope_number(const cJSON *o, const char *key)

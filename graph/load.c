@@ -590,11 +590,7 @@ static int load_numerics(const ctx *c, const cJSON *root, ap_graph *g)
             return fail(c, "rope_scaling_factor: given without \"rope_scaling\"");
         return AP_OK;
     }
-    if (!strcmp(scaling, "llama3"))
-        g->rope_scaling = AP_ROPE_SCALING_LLAMA3;
-    else if (!strcmp(scaling, "other"))
-        g->rope_scaling = AP_ROPE_SCALING_OTHER;
-    else
+    if (ap_rope_scaling_from_name(scaling, &g->rope_scaling))
         return fail(c, "rope_scaling: \"%.64s\" is not \"llama3\" or \"other\"", scaling);
     if ((g->rope_scaling == AP_ROPE_SCALING_LLAMA3) != (g->rope_scaling_factor > 0))
         return fail(c, "rope_scaling_factor: %s", g->rope_scaling_factor > 0

@@ -146,11 +146,10 @@ static int add_items(cJSON *root, const char *key, const ap_graph *g,
 /* The numbers the exports state that change no cost, where known. */
 static int add_numerics(cJSON *root, const ap_graph *g)
 {
-    static const char *const scaling[] = {"", "llama3", "other"};
     return (!(g->rope_base > 0) || cJSON_AddNumberToObject(root, "rope_base", g->rope_base)) &&
            (!(g->norm_eps > 0) || cJSON_AddNumberToObject(root, "norm_eps", g->norm_eps)) &&
            (!g->rope_scaling ||
-            cJSON_AddStringToObject(root, "rope_scaling", scaling[g->rope_scaling])) &&
+            cJSON_AddStringToObject(root, "rope_scaling", ap_rope_scaling_name(g->rope_scaling))) &&
            (!(g->rope_scaling_factor > 0) ||
             cJSON_AddNumberToObject(root, "rope_scaling_factor", g->rope_scaling_factor));
 }

@@ -326,6 +326,13 @@ static void megatron_optimizer(sbuf *b, const ap_degrees *d, const ap_model_shap
         put(b, "  --exp-avg-sq-dtype %s\n", ap_opt_dtype_name(d->run.opt.exp_avg_sq));
 }
 
+/* Whether the export states a rotary embedding: --position-embedding-type
+ * rope, and with it the rotary percent, base and scaling. */
+static int states_rotary(const ap_model_shape *s)
+{
+    return !s->learned_positions && s->rotary_percent > 0;
+}
+
 static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
 {
     put(b, "  --num-layers %d\n  --hidden-size %lld\n  --num-attention-heads %lld\n",
@@ -398,11 +405,11 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
         : s->rotary_percent > 0 ? "rope" : "none");
     /* Under MLA the rotated part of each head is --qk-pos-emb-head-dim, and
      * Megatron-Core applies --rotary-percent within it. */
-    if (!s->learned_positions && s->rotary_percent > 0 && s->rotary_percent < 1 && !s->mla)
+    int rotary = states_rotary(s);
+    if (rotary && s->rotary_percent < 1 && !s->mla)
         put(b, "  --rotary-percent %.17g\n", s->rotary_percent);
     /* No cost, but Megatron-LM's defaults (base 10,000, no scaling) train
      * another model than the config's. */
-    int rotary = !s->learned_positions && s->rotary_percent > 0;
     if (rotary && s->rope_base > 0)
         put(b, "  --rotary-base %s\n", short_number(s->rope_base, num, sizeof num));
     if (rotary && s->rope_scaling == AP_ROPE_SCALING_LLAMA3)
@@ -460,7 +467,7 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
     /* What the model does not say of its arithmetic, or says in a way no
      * flag below states: Megatron-LM's defaults for it are not the
      * config's. */
-    int rotary = !s->learned_positions && s->rotary_percent > 0;
+    int rotary = states_rotary(s);
     char unknown[256] = "";
     if (!(s->norm_eps > 0))
         strcat(unknown, ", its norm epsilon (--norm-epsilon)");

@@ -160,32 +160,35 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
                  m->window, m->window_freq);
         return AP_EINPUT;
     }
-    /* The exports state the reloaded model's dropout (-1: a plan from
-     * before the fields, which says nothing). */
-    const double want_drop[2] = {p->shape.hidden_dropout, p->shape.attention_dropout};
-    const double have_drop[2] = {m->hidden_dropout, m->attention_dropout};
-    const char *drop_names[2] = {"hidden_dropout", "attention_dropout"};
-    for (int i = 0; i < 2; i++)
-        if (want_drop[i] >= 0 && want_drop[i] != have_drop[i]) {
+    /* What the exports state of the reloaded model beside its shape, where
+     * the plan says it: the dropout (-1 in a plan from before those fields)
+     * and the numbers of its arithmetic (0 in one from before session 31,
+     * or where the model does not say). */
+    const struct {
+        const char *name;
+        double want, have;
+        int said;
+    } num[] = {
+        {"hidden_dropout", p->shape.hidden_dropout, m->hidden_dropout,
+         p->shape.hidden_dropout >= 0},
+        {"attention_dropout", p->shape.attention_dropout, m->attention_dropout,
+         p->shape.attention_dropout >= 0},
+        {"rope_base", p->shape.rope_base, m->rope_base, p->shape.rope_base > 0},
+        {"norm_eps", p->shape.norm_eps, m->norm_eps, p->shape.norm_eps > 0},
+        {"rope_scaling_factor", p->shape.rope_factor, m->rope_factor, p->shape.rope_factor > 0},
+    };
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
+        if (num[i].said && num[i].want != num[i].have) {
             errf(err, "%s: model_shape.%s is %g but the model %s has %g; pass the plan's "
-                     "model with --model", p->source, drop_names[i], want_drop[i],
-                     g->source, have_drop[i]);
-            return AP_EINPUT;
-        }
-    /* Plans from before session 31 say none of these (0). */
-    const double want_num[3] = {p->shape.rope_base, p->shape.norm_eps, p->shape.rope_factor};
-    const double have_num[3] = {m->rope_base, m->norm_eps, m->rope_factor};
-    const char *num_names[3] = {"rope_base", "norm_eps", "rope_scaling_factor"};
-    for (int i = 0; i < 3; i++)
-        if (want_num[i] > 0 && want_num[i] != have_num[i]) {
-            errf(err, "%s: model_shape.%s is %g but the model %s has %g (0: none said); "
-                     "pass the plan's model with --model", p->source, num_names[i],
-                     want_num[i], g->source, have_num[i]);
+                     "model with --model", p->source, num[i].name, num[i].want, g->source,
+                     num[i].have);
             return AP_EINPUT;
         }
     if (p->shape.rope_scaling && p->shape.rope_scaling != m->rope_scaling) {
-        errf(err, "%s: model_shape.rope_scaling differs from the model %s's; pass the "
-                 "plan's model with --model", p->source, g->source);
+        errf(err, "%s: model_shape.rope_scaling is \"%s\" but the model %s has \"%s\"; "
+                 "pass the plan's model with --model", p->source,
+                 ap_rope_scaling_name(p->shape.rope_scaling), g->source,
+                 ap_rope_scaling_name(m->rope_scaling));
         return AP_EINPUT;
     }
     if (p->shape.rotary_percent >= 0 && p->shape.rotary_percent != m->rotary_percent) {

@@ -536,8 +536,7 @@ static cJSON *shape_json(const ap_graph *g)
     if (s.norm_eps > 0)
         cJSON_AddNumberToObject(o, "norm_eps", s.norm_eps);
     if (s.rope_scaling)
-        cJSON_AddStringToObject(o, "rope_scaling", s.rope_scaling == AP_ROPE_SCALING_LLAMA3
-                                ? "llama3" : "other");
+        cJSON_AddStringToObject(o, "rope_scaling", ap_rope_scaling_name(s.rope_scaling));
     if (s.rope_factor > 0)
         cJSON_AddNumberToObject(o, "rope_scaling_factor", s.rope_factor);
     return o;

@@ -435,11 +435,8 @@ static int parse_numerics(const reader *r, const cJSON *o, ap_model_shape *s)
     if (!rc && field(o, "rope_scaling")) {
         char v[16];
         rc = get_string(r, o, "rope_scaling", at, v, sizeof v, 1);
-        if (!rc && strcmp(v, "llama3") && strcmp(v, "other"))
+        if (!rc && ap_rope_scaling_from_name(v, &s->rope_scaling))
             return fail(r, "model_shape.rope_scaling", "\"%s\" is not llama3 or other", v);
-        if (!rc)
-            s->rope_scaling = strcmp(v, "llama3") ? AP_ROPE_SCALING_OTHER
-                                                  : AP_ROPE_SCALING_LLAMA3;
     }
     return rc;
 }
