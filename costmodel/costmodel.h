@@ -625,6 +625,13 @@ typedef struct {
      * per micro-batch that each of its chunks keeps (a stage's shares add
      * up to 1), for chunks of unequal layers; NULL is 1/v each. */
     const double *act_share;
+    /* 1: leave events NULL (nevents 0). Pricing needs only the summary,
+     * and a sweep simulates many schedules of thousands of passes. */
+    int summary_only;
+    /* 1: do not run the schedule; step is a lower bound of its makespan
+     * (ap_pipe_result.bounded) and bubble 0, the rest exact. For a caller
+     * that drops schedules that cannot beat one it has. */
+    int bound_only;
 } ap_pipe_spec;
 
 typedef struct {
@@ -634,13 +641,18 @@ typedef struct {
                              holds at once; under interleaving a chunk's
                              micro-batch counts its act_share (1/v) */
     int nevents;
-    ap_pipe_event *events; /* ordered by stage, then start time */
+    ap_pipe_event *events; /* ordered by stage, then start time; NULL
+                              under summary_only */
     double *saved;        /* [p] under pair_save, the seconds a stage's
                              merged passes took less than run alone; else
                              NULL */
     double *tail;         /* [p] under defer, the seconds a stage works after
                              its last pass (the deferred weight gradients);
                              else NULL. step and bubble count them */
+    int bounded;          /* step is only a lower bound (bound_only): no
+                             stage ends before its first input can arrive
+                             through the stages before it, plus its passes
+                             and deferred work back to back */
 } ap_pipe_result;
 
 /* The exposed seconds of a stage's once-per-step data-parallel gradient

@@ -28,6 +28,8 @@ typedef struct {
     double *fwd_end, *bwd_end; /* [v][p][m], -1 until done */
     double *saved;             /* [p]: ap_pipe_result.saved */
     double *tail;              /* [p]: ap_pipe_result.tail */
+    double *free_at;           /* [p]: when the stage's last pass ends */
+    double *busy;              /* [p]: its passes' seconds */
 } sim;
 
 static int bad(char *err, const char *fmt, long v)
@@ -123,17 +125,36 @@ static int one_f_one_b_order(int p, int m, int i, int merge, pass *out)
  * (k / pv) * p + k mod p; stage i warms up with 2(p-i-1) + (v-1)p
  * forwards, one more when the steady state merges its pairs
  * (get_pp_rank_microbatches under overlap_moe_expert_parallel_comm), or
- * runs every forward first when m == p. */
-static pass virtual_pass(int p, int v, long k, int backward)
+ * runs every forward first when m == p. Every stage walks the same
+ * virtual steps (steps: the forward of each, m*v of them), so they are
+ * counted out once, without a division per pass. */
+static void virtual_steps(int p, int v, long total, pass *steps)
 {
-    long group = k % ((long)p * v);
-    int chunk = (int)(group / p);
-    pass x = {backward ? v - 1 - chunk : chunk,
-              (int)((k / ((long)p * v)) * p + k % p), backward, 0};
+    int chunk = 0, lane = 0, group = 0;
+    for (long k = 0; k < total; k++) {
+        steps[k] = (pass){chunk, group + lane, 0, 0};
+        if (++lane < p)
+            continue;
+        lane = 0;
+        if (++chunk < v)
+            continue;
+        chunk = 0;
+        group += p;
+    }
+}
+
+static pass virtual_pass(const pass *steps, int v, long k, int backward)
+{
+    pass x = steps[k];
+    if (backward) {
+        x.chunk = v - 1 - x.chunk;
+        x.backward = 1;
+    }
     return x;
 }
 
-static int interleaved_order(int p, int m, int v, int i, int merge, pass *out)
+static int interleaved_order(const pass *steps, int p, int m, int v, int i, int merge,
+                             pass *out)
 {
     long total = (long)m * v;
     long warm = m == p ? total : 2L * (p - i - 1) + (long)(v - 1) * p + merge;
@@ -141,18 +162,19 @@ static int interleaved_order(int p, int m, int v, int i, int merge, pass *out)
         warm = total;
     int n = 0;
     for (long k = 0; k < warm; k++)
-        out[n++] = virtual_pass(p, v, k, 0);
+        out[n++] = virtual_pass(steps, v, k, 0);
     for (long k = 0; k < total - warm; k++) {
-        out[n] = virtual_pass(p, v, warm + k, 0);
+        out[n] = virtual_pass(steps, v, warm + k, 0);
         out[n++].merged = merge;
-        out[n++] = virtual_pass(p, v, k, 1);
+        out[n++] = virtual_pass(steps, v, k, 1);
     }
     for (long k = total - warm; k < total; k++)
-        out[n++] = virtual_pass(p, v, k, 1);
+        out[n++] = virtual_pass(steps, v, k, 1);
     return n;
 }
 
-static int stage_order(const sim *s, int i, pass *out)
+/* steps: virtual_steps' list when the schedule interleaves chunks. */
+static int stage_order(const sim *s, const pass *steps, int i, pass *out)
 {
     int merge = s->spec->pair_save != NULL;
     switch (s->spec->schedule) {
@@ -160,7 +182,7 @@ static int stage_order(const sim *s, int i, pass *out)
         return gpipe_order(s->m, out);
     case AP_SCHED_INTERLEAVED:
         if (s->v > 1)
-            return interleaved_order(s->p, s->m, s->v, i, merge, out);
+            return interleaved_order(steps, s->p, s->m, s->v, i, merge, out);
         return one_f_one_b_order(s->p, s->m, i, merge, out);
     default:
         return one_f_one_b_order(s->p, s->m, i, merge, out);
@@ -170,6 +192,13 @@ static int stage_order(const sim *s, int i, pass *out)
 static size_t slot(const sim *s, int chunk, int stage, int micro)
 {
     return ((size_t)chunk * s->p + stage) * s->m + micro;
+}
+
+/* Every time here is checked finite, so the larger of two needs none of
+ * fmax's NaN rules, nor its call: this runs once or more per pass. */
+static double later(double a, double b)
+{
+    return a > b ? a : b;
 }
 
 static double p2p(const sim *s, int i)
@@ -215,7 +244,7 @@ static double duration(const sim *s, int i, pass x)
     if (!x.backward)
         return s->spec->fwd[k];
     if (deferred(s, x.micro))
-        return fmax(0, s->spec->bwd[k] - s->spec->defer[k]);
+        return later(0, s->spec->bwd[k] - s->spec->defer[k]);
     return s->spec->bwd[k];
 }
 
@@ -231,16 +260,14 @@ static double deferred_tail(const sim *s, int i)
     return t;
 }
 
+/* e: where the event goes, or NULL under summary_only. */
 static void place(sim *s, int i, pass x, double start, double end, ap_pipe_event *e)
 {
-    e->stage = i;
-    e->chunk = x.chunk;
-    e->micro = x.micro;
-    e->backward = x.backward;
-    e->start = start;
-    e->end = end;
+    if (e)
+        *e = (ap_pipe_event){i, x.chunk, x.micro, x.backward, start, end};
     double *done = x.backward ? s->bwd_end : s->fwd_end;
     done[slot(s, x.chunk, i, x.micro)] = end;
+    s->busy[i] += end - start;
 }
 
 /* Places forward f merged with backward b on stage i, from `start` when
@@ -253,29 +280,27 @@ static double place_pair(sim *s, int i, pass f, pass b, double start,
 {
     double df = duration(s, i, f), db = duration(s, i, b);
     double save = s->spec->pair_save[(size_t)f.chunk * s->p + i];
-    double d = fmax(fmax(df, db), df + db - save);
+    double d = later(later(df, db), df + db - save);
     double mid = df + db > 0 ? start + d * df / (df + db) : start;
-    place(s, i, f, start, mid, &ev[0]);
-    place(s, i, b, mid, start + d, &ev[1]);
+    place(s, i, f, start, mid, ev);
+    place(s, i, b, mid, start + d, ev ? ev + 1 : NULL);
     s->fwd_end[slot(s, f.chunk, i, f.micro)] = start + d;
     s->saved[i] += df + db - d;
     return start + d;
 }
 
 /* Runs every stage as far as its inputs allow, round after round, until
- * all passes are placed. */
+ * all passes are placed; ev is NULL under summary_only. */
 static int run(sim *s, const pass *order, int per_stage, ap_pipe_event *ev,
                char *err)
 {
     int p = s->p;
     int *next = calloc((size_t)p, sizeof *next);
-    double *free_at = calloc((size_t)p, sizeof *free_at);
-    if (!next || !free_at) {
-        free(next);
-        free(free_at);
+    if (!next) {
         snprintf(err, AP_ERR_LEN, "pipeline: out of memory");
         return AP_EINTERNAL;
     }
+    double *free_at = s->free_at;
     long left = (long)per_stage * p;
     int rc = AP_OK;
     while (left > 0) {
@@ -292,14 +317,15 @@ static int run(sim *s, const pass *order, int per_stage, ap_pipe_event *ev,
                     if (rb < 0)
                         break;
                     free_at[i] = place_pair(s, i, x, order[k + 1],
-                                            fmax(free_at[i], fmax(r, rb)), &ev[k]);
+                                            later(free_at[i], later(r, rb)),
+                                            ev ? &ev[k] : NULL);
                     next[i] += 2;
                     placed += 2;
                     continue;
                 }
-                double start = fmax(free_at[i], r);
+                double start = later(free_at[i], r);
                 free_at[i] = start + duration(s, i, x);
-                place(s, i, x, start, free_at[i], &ev[k]);
+                place(s, i, x, start, free_at[i], ev ? &ev[k] : NULL);
                 next[i]++;
                 placed++;
             }
@@ -312,7 +338,6 @@ static int run(sim *s, const pass *order, int per_stage, ap_pipe_event *ev,
         left -= placed;
     }
     free(next);
-    free(free_at);
     return rc;
 }
 
@@ -326,26 +351,64 @@ static double max_inflight(const sim *s, const pass *order, int n, int i)
     for (int k = 0; k < n; k++) {
         double w = share ? share[order[k].chunk * s->p + i] : 1.0 / s->v;
         cur += order[k].backward ? -w : w;
-        best = fmax(best, cur);
+        best = later(best, cur);
     }
     return best;
 }
 
+/* A stage's passes run one after another, so its last ends last; the
+ * stage ends after its deferred work. */
 static void summarise(const sim *s, const pass *order, int per_stage,
                       ap_pipe_result *out)
 {
     double busy = 0, step = 0;
-    for (int i = 0; s->tail && i < s->p; i++) {
-        s->tail[i] = deferred_tail(s, i);
-        busy += s->tail[i];
-    }
-    /* Events are ordered by stage; a stage ends after its deferred work. */
-    for (int k = 0; k < out->nevents; k++) {
-        busy += out->events[k].end - out->events[k].start;
-        step = fmax(step, out->events[k].end + (s->tail ? s->tail[k / per_stage] : 0));
+    for (int i = 0; i < s->p; i++) {
+        double tail = s->tail ? (s->tail[i] = deferred_tail(s, i)) : 0;
+        busy += s->busy[i] + tail;
+        step = fmax(step, s->free_at[i] + tail);
     }
     out->step = step;
     out->bubble = step > 0 ? 1 - busy / (s->p * step) : 0;
+    for (int i = 0; i < s->p; i++)
+        out->inflight[i] = max_inflight(s, order + (size_t)i * per_stage, per_stage, i);
+}
+
+/* A stage's passes back to back, merged pairs as place_pair runs them,
+ * into s->busy (and s->saved): what run() gives them, without the waits. */
+static void busy_only(sim *s, const pass *order, int per_stage)
+{
+    for (int i = 0; i < s->p; i++) {
+        const pass *o = order + (size_t)i * per_stage;
+        for (int k = 0; k < per_stage; k++) {
+            double d = duration(s, i, o[k]);
+            if (o[k].merged) {
+                double db = duration(s, i, o[k + 1]);
+                double save = s->spec->pair_save[(size_t)o[k].chunk * s->p + i];
+                double both = later(later(d, db), d + db - save);
+                s->saved[i] += d + db - both;
+                d = both;
+                k++;
+            }
+            s->busy[i] += d;
+        }
+    }
+}
+
+/* Stage i's first pass, the first micro-batch's forward of chunk 0, waits
+ * for that forward on every stage before it and each send between; then
+ * its passes and its deferred work take their time at least. */
+static void bound(sim *s, const pass *order, int per_stage, ap_pipe_result *out)
+{
+    busy_only(s, order, per_stage);
+    double head = 0, step = 0;
+    for (int i = 0; i < s->p; i++) {
+        double tail = s->tail ? (s->tail[i] = deferred_tail(s, i)) : 0;
+        step = later(step, head + s->busy[i] + tail);
+        head += s->spec->fwd[i] + p2p(s, i);
+    }
+    out->step = step;
+    out->bubble = 0;
+    out->bounded = 1;
     for (int i = 0; i < s->p; i++)
         out->inflight[i] = max_inflight(s, order + (size_t)i * per_stage, per_stage, i);
 }
@@ -357,19 +420,24 @@ int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err)
     int rc = check_spec(spec, v, err);
     if (rc != AP_OK)
         return rc;
-    sim s = {spec, spec->nstages, spec->nmicro, v, NULL, NULL, NULL, NULL};
+    sim s = {.spec = spec, .p = spec->nstages, .m = spec->nmicro, .v = v};
     int per_stage = 2 * s.m * v;
     size_t cells = (size_t)v * s.p * s.m, total = (size_t)per_stage * s.p;
-    pass *order = malloc(total * sizeof *order);
+    pass *order = malloc(total * sizeof *order), *steps = NULL;
     s.fwd_end = malloc(cells * sizeof *s.fwd_end);
     s.bwd_end = malloc(cells * sizeof *s.bwd_end);
-    out->events = calloc(total, sizeof *out->events);
+    s.free_at = calloc((size_t)s.p, sizeof *s.free_at);
+    s.busy = calloc((size_t)s.p, sizeof *s.busy);
+    int events = !spec->summary_only && !spec->bound_only;
+    if (events)
+        out->events = calloc(total, sizeof *out->events);
     out->inflight = calloc((size_t)s.p, sizeof *out->inflight);
     if (spec->pair_save)
         s.saved = out->saved = calloc((size_t)s.p, sizeof *out->saved);
     if (spec->defer)
         s.tail = out->tail = calloc((size_t)s.p, sizeof *out->tail);
-    if (!order || !s.fwd_end || !s.bwd_end || !out->events || !out->inflight ||
+    if (!order || !s.fwd_end || !s.bwd_end || !s.free_at || !s.busy ||
+        (events && !out->events) || !out->inflight ||
         (spec->pair_save && !out->saved) || (spec->defer && !out->tail)) {
         snprintf(err, AP_ERR_LEN, "pipeline: out of memory");
         rc = AP_EINTERNAL;
@@ -377,15 +445,27 @@ int ap_pipe_simulate(const ap_pipe_spec *spec, ap_pipe_result *out, char *err)
     }
     for (size_t k = 0; k < cells; k++)
         s.fwd_end[k] = s.bwd_end[k] = -1;
+    if (v > 1 && !(steps = malloc(cells / s.p * sizeof *steps))) {
+        snprintf(err, AP_ERR_LEN, "pipeline: out of memory");
+        rc = AP_EINTERNAL;
+        goto done;
+    }
+    if (steps)
+        virtual_steps(s.p, v, (long)s.m * v, steps);
     for (int i = 0; i < s.p; i++)
-        stage_order(&s, i, order + (size_t)i * per_stage);
-    out->nevents = (int)total;
-    if ((rc = run(&s, order, per_stage, out->events, err)) == AP_OK)
+        stage_order(&s, steps, i, order + (size_t)i * per_stage);
+    out->nevents = spec->summary_only || spec->bound_only ? 0 : (int)total;
+    if (spec->bound_only)
+        bound(&s, order, per_stage, out);
+    else if ((rc = run(&s, order, per_stage, out->events, err)) == AP_OK)
         summarise(&s, order, per_stage, out);
 done:
     free(order);
+    free(steps);
     free(s.fwd_end);
     free(s.bwd_end);
+    free(s.free_at);
+    free(s.busy);
     if (rc != AP_OK)
         ap_pipe_result_free(out);
     return rc;

@@ -488,7 +488,9 @@ static void price_p2p(const ap_cluster *c, const ap_plan *p)
     }
 }
 
-int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
+/* how: 0 every event, 1 the summary (summary_only), 2 a lower bound of
+ * the schedule (bound_only). */
+static int simulate(const ap_plan *p, int how, ap_pipe_result *r, char *err)
 {
     /* Under interleaving each stage runs the chunks price_chunks priced:
      * its span cut into v pieces, or a layout's chunk_layers. */
@@ -536,7 +538,8 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
     ap_pipe_spec spec = {.schedule = p->schedule, .nstages = p->nstages, .nmicro = p->nmicro,
                          .vchunks = v, .fwd = fwd, .bwd = bwd, .p2p = p2p, .pair_save = save,
                          .defer = defer, .defer_limit = p->run.wgrad_deferral_limit,
-                         .act_share = share};
+                         .act_share = share, .summary_only = how == 1,
+                         .bound_only = how == 2};
     int rc = ap_pipe_simulate(&spec, r, err);
     free(fwd);
     free(bwd);
@@ -545,6 +548,11 @@ int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
     free(defer);
     free(share);
     return rc;
+}
+
+int ap_plan_simulate(const ap_plan *p, ap_pipe_result *r, char *err)
+{
+    return simulate(p, 0, r, err);
 }
 
 /* Adam's update streams every model state of the GPU's shard through HBM
@@ -674,10 +682,29 @@ static void record_cluster(const ap_cluster *c, ap_plan *p)
     p->measured_coll = c->ncoll > 0;
 }
 
-int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
-                     char *err)
+/* The plan's memory and prediction from the schedule's summary r. */
+static void conclude(const ap_graph *g, const ap_cluster *c, ap_plan *p,
+                     const ap_pipe_result *r)
+{
+    for (int i = 0; i < p->nstages; i++) {
+        ap_stage *st = &p->stages[i];
+        st->inflight = r->inflight[i];
+        st->mem_bytes = st->param_bytes + st->inflight * st->act_bytes +
+                        ap_pipe_deferred_micro(p->run.wgrad_deferral_limit, p->nmicro) *
+                            st->defer_bytes;
+    }
+    p->hbm_limit = ap_cluster_usable_bytes(c);
+    predict(g, c, p, r);
+}
+
+/* A bounded evaluation first prices the schedule's lower bound, which
+ * costs a pass over the schedule's order where the simulation costs
+ * several; most configurations of a sweep stop there. */
+int ap_plan_evaluate_within(const ap_graph *g, const ap_cluster *c, ap_plan *p,
+                            double bound, char *err)
 {
     record_cluster(c, p);
+    p->bounded = 0;
     if (p->run.fp8 && ap_fp8_check(c, p->run.fp8_recipe, err))
         return AP_EINPUT;
     for (int i = 0; i < p->nstages; i++) {
@@ -691,20 +718,28 @@ int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
     }
     price_p2p(c, p);
     ap_pipe_result r;
-    int rc = ap_plan_simulate(p, &r, err);
-    if (rc)
-        return rc;
-    for (int i = 0; i < p->nstages; i++) {
-        ap_stage *st = &p->stages[i];
-        st->inflight = r.inflight[i];
-        st->mem_bytes = st->param_bytes + st->inflight * st->act_bytes +
-                        ap_pipe_deferred_micro(p->run.wgrad_deferral_limit, p->nmicro) *
-                            st->defer_bytes;
+    int rc;
+    if (bound > 0) {
+        if ((rc = simulate(p, 2, &r, err)))
+            return rc;
+        conclude(g, c, p, &r);
+        ap_pipe_result_free(&r);
+        if (p->step_time >= bound) {
+            p->bounded = 1;
+            return AP_OK;
+        }
     }
-    p->hbm_limit = ap_cluster_usable_bytes(c);
-    predict(g, c, p, &r);
+    if ((rc = simulate(p, 1, &r, err)))
+        return rc;
+    conclude(g, c, p, &r);
     ap_pipe_result_free(&r);
     return AP_OK;
+}
+
+int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
+                     char *err)
+{
+    return ap_plan_evaluate_within(g, c, p, 0, err);
 }
 
 void ap_plan_free(ap_plan *p)

@@ -3556,12 +3556,12 @@ static int megatron_chunks(const ap_megatron *m, int L, ap_pipe_layout *lay)
 int ap_megatron_plan(const ap_graph *g, const ap_cluster *c,
                      const ap_megatron *cfg, ap_plan *p, char *err)
 {
-    return ap_megatron_plan_shaped(g, c, cfg, NULL, p, err);
+    return ap_megatron_plan_shaped(g, c, cfg, NULL, 0, p, err);
 }
 
 int ap_megatron_plan_shaped(const ap_graph *g, const ap_cluster *c,
                             const ap_megatron *cfg, const ap_model_shape *shape,
-                            ap_plan *p, char *err)
+                            double bound, ap_plan *p, char *err)
 {
     ap_megatron m = *cfg;
     memset(p, 0, sizeof *p);
@@ -3644,7 +3644,7 @@ int ap_megatron_plan_shaped(const ap_graph *g, const ap_cluster *c,
     }
     ap_parts_free(&pt);
     ap_layout_free(&lay);
-    rc = ap_plan_evaluate(g, c, p, err);
+    rc = ap_plan_evaluate_within(g, c, p, bound, err);
     if (rc)
         ap_plan_free(p);
     return rc;

@@ -734,6 +734,9 @@ typedef struct {
     /* Under moe_a2a_overlap: the seconds per step the merged passes of the
      * slowest stage (t_comm's) hid, of t_kinds.expert; else 0. */
     double t_a2a_hidden;
+    /* 1: step_time is a lower bound only (ap_plan_evaluate_within), the
+     * other prediction fields not a plan's; memory is exact. */
+    int bounded;
 } ap_plan;
 
 typedef struct {
@@ -800,6 +803,12 @@ int ap_plan_param_gather_overlapped(const ap_plan *p);
  * every price and the prediction. */
 int ap_plan_evaluate(const ap_graph *g, const ap_cluster *c, ap_plan *p,
                      char *err);
+/* ap_plan_evaluate for a caller that wants p only if its step is shorter
+ * than `bound` seconds (0: no bound): where a lower bound of the step
+ * already reaches it, the schedule is not simulated and p->bounded is 1,
+ * its step_time that lower bound and its memory exact. */
+int ap_plan_evaluate_within(const ap_graph *g, const ap_cluster *c, ap_plan *p,
+                            double bound, char *err);
 void ap_plan_free(ap_plan *p);
 /* Simulates an evaluated plan's pipeline schedule again, for its events
  * (ap_plan_evaluate keeps only the summary); the caller frees *r with
@@ -1099,8 +1108,11 @@ typedef struct {
                               GPU; 0: any */
     int price_all;       /* price even the configurations whose weights,
                             gradients and optimizer states alone are over
-                            the memory (the answer is the same; counts
-                            them in skipped otherwise) */
+                            the memory (counts them in skipped otherwise),
+                            and simulate the schedule of those whose
+                            lower bound cannot beat the best so far
+                            (ap_plan_evaluate_within); the answer is the
+                            same */
     /* Every configuration runs with these settings, where it can: TP
      * overlap leaves out configurations with tp > 1 and no sp; a fused loss
      * and fp32 gradients only for Megatron-LM; the expert all-to-all
@@ -1318,10 +1330,11 @@ typedef struct {
 void ap_model_shape_of(const ap_graph *g, ap_model_shape *out);
 /* ap_megatron_plan with g's shape already found (ap_model_shape_of), for a
  * caller that prices many configurations of one model: the sweep. NULL
- * finds it, as ap_megatron_plan does. */
+ * finds it, as ap_megatron_plan does. bound: as ap_plan_evaluate_within's
+ * (0: none). */
 int ap_megatron_plan_shaped(const ap_graph *g, const ap_cluster *c,
                             const ap_megatron *m, const ap_model_shape *shape,
-                            ap_plan *out, char *err);
+                            double bound, ap_plan *out, char *err);
 /* Puts 1 in moe[i] for each of g's layers i that routes to experts, 0 for
  * the others (g->nlayers entries); returns how many are MoE. */
 int ap_model_moe_layers(const ap_graph *g, unsigned char *moe);

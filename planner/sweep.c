@@ -452,6 +452,7 @@ typedef struct {
     const ap_model_shape *shape;
     int progress;
     double t0;
+    int bounded; /* stop where a lower bound reaches the thread's best */
 } pass;
 
 /* One thread's share of the list: every nthreads-th configuration. Each
@@ -504,7 +505,9 @@ static void *price_share(void *arg)
         ap_plan p;
         ap_megatron m;
         make_config(ps->g, ps->tmpl, &ps->l->v[i], &m);
-        int rc = ap_megatron_plan_shaped(ps->g, ps->c, &m, ps->shape, &p, w->err);
+        /* Only a step shorter than this thread's best can change it. */
+        double bound = ps->bounded && w->best >= 0 ? w->plan.step_time : 0;
+        int rc = ap_megatron_plan_shaped(ps->g, ps->c, &m, ps->shape, bound, &p, w->err);
         if (rc == AP_EINPUT) {
             w->refused++; /* a rule of ap_megatron_plan the list missed */
             if (w->refused_at < 0) {
@@ -699,7 +702,7 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     tmpl->run.fp8_param_gather = 0;
     tmpl->bf16_first = g->bf16_first;
     tmpl->bf16_last = g->bf16_last;
-    pass ps = {g, c, &l, tmpl, &shape, o->progress, t0};
+    pass ps = {g, c, &l, tmpl, &shape, o->progress, t0, !o->price_all};
     rc = price_all(&ps, w, n, o->price_all ? 0 : ap_cluster_usable_bytes(c), out, err);
     /* Nothing fits: the leanest configuration's memory is the answer, so
      * the ones left unpriced are priced too. */

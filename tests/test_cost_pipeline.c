@@ -154,6 +154,67 @@ static void absurd_specs_are_input_errors(void)
     CHECK(ap_pipe_simulate(&s.spec, &r, err) == AP_EINPUT);
 }
 
+/* A sweep prices the summary alone: no events, the same step, bubble and
+ * micro-batches in flight, interleaved and merged schedules included. */
+static void the_summary_alone_is_the_full_simulation_without_events(void)
+{
+    setup s;
+    uniform(&s, AP_SCHED_INTERLEAVED, 4, 8, 2, 1.0, 2.0);
+    s.fwd[5] = 0.9;
+    s.bwd[2] = 1.3;
+    double save[MAXPV] = {0.2, 0.1, 0.3, 0.2, 0.1, 0.2, 0.4, 0.1};
+    s.spec.pair_save = save;
+    ap_pipe_result full = simulate(&s);
+    s.spec.summary_only = 1;
+    ap_pipe_result sum = simulate(&s);
+    CHECK(sum.events == NULL && sum.nevents == 0);
+    CHECK_NEAR(sum.step, full.step, 1e-12);
+    CHECK_NEAR(sum.bubble, full.bubble, 1e-12);
+    for (int i = 0; i < 4; i++) {
+        CHECK_NEAR(sum.inflight[i], full.inflight[i], 1e-12);
+        CHECK_NEAR(sum.saved[i], full.saved[i], 1e-12);
+    }
+    ap_pipe_result_free(&full);
+    ap_pipe_result_free(&sum);
+}
+
+/* The bound a sweep drops configurations by: the last stage cannot start
+ * before the p - 1 forwards upstream of it, then runs its m forwards and
+ * backwards back to back; (p - 1) f + m (f + b) where the schedule takes
+ * (m + p - 1)(f + b). */
+static void the_lower_bound_is_the_fill_plus_the_busiest_stage(void)
+{
+    setup s;
+    uniform(&s, AP_SCHED_1F1B, 4, 8, 1, 1.0, 2.0);
+    s.spec.bound_only = 1;
+    ap_pipe_result b = simulate(&s);
+    CHECK(b.bounded);
+    CHECK(b.events == NULL);
+    CHECK_NEAR(b.step, 3 * 1.0 + 8 * 3.0, 1e-12);
+    CHECK(b.step <= (8 + 4 - 1) * 3.0);
+    for (int i = 0; i < 4; i++)
+        CHECK_NEAR(b.inflight[i], 4 - i, 1e-12);
+    ap_pipe_result_free(&b);
+
+    /* Never above the simulated step, whatever the stages and sends. */
+    uniform(&s, AP_SCHED_INTERLEAVED, 4, 8, 2, 1.0, 2.0);
+    for (int i = 0; i < 8; i++) {
+        s.fwd[i] = 0.3 + 0.1 * (i % 3);
+        s.bwd[i] = 0.7 + 0.2 * (i % 4);
+    }
+    for (int i = 0; i < 4; i++)
+        s.p2p[i] = 0.05 * (i + 1);
+    s.spec.p2p = s.p2p;
+    ap_pipe_result run = simulate(&s);
+    s.spec.bound_only = 1;
+    b = simulate(&s);
+    CHECK(b.step <= run.step + 1e-12);
+    CHECK(b.step > 0.8 * run.step);
+    CHECK(!run.bounded);
+    ap_pipe_result_free(&run);
+    ap_pipe_result_free(&b);
+}
+
 int main(void)
 {
     RUN(one_f_one_b_makespan_and_bubble);
@@ -164,5 +225,7 @@ int main(void)
     RUN(slowest_stage_dominates);
     RUN(p2p_delays_every_hop);
     RUN(absurd_specs_are_input_errors);
+    RUN(the_summary_alone_is_the_full_simulation_without_events);
+    RUN(the_lower_bound_is_the_fill_plus_the_busiest_stage);
     return DONE();
 }
