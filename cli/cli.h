@@ -32,6 +32,7 @@ typedef struct {
     int gpus, gpus_per_node;
     int gpus_given; /* --gpus was on the command line */
     double global_batch;
+    int batch_given; /* --global-batch was */
     ap_build_opts build;
     int dropout_given; /* --dropout on|off was on the command line */
     int flash_given;   /* --flash-attention on|off was on the command line */
@@ -69,6 +70,20 @@ int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *c
  * status, the message in err; the caller frees *g. */
 int ap_cli_script_graph(const ap_megatron *m, const ap_build_opts *build, ap_graph **g,
                         char *err);
+/* --flash-attention and --dropout on a loaded model: a Hugging Face or
+ * --megatron-args model was built with them; a project-format model takes
+ * --flash-attention on every attention op, and refuses --dropout, which
+ * its ops state. Returns 0, or the exit code after printing why. */
+int ap_cli_model_flags(ap_graph *g, const char *cmd, int flash_given, int flash,
+                       int dropout_given);
+/* The batch both sides of a plan train: the configuration's gbs (0 where
+ * unset), else --global-batch (c->global_batch); the two must agree when
+ * both are given. A Megatron-LM command line (args) without
+ * --global-batch-size trains Megatron-LM's default, one micro-batch per
+ * replica, unless --global-batch says otherwise. Returns 0, or 2 after
+ * printing the disagreement. */
+int ap_cli_settle_batch(const ap_cli_common *c, const char *cmd, int args,
+                        ap_megatron *m);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,

@@ -13,6 +13,7 @@ static const char usage_text[] =
     "       Megatron-LM script does: docs/megatron.md, \"A script without MODEL\")\n"
     "                         --measured-step SECONDS -o cluster.json\n"
     "                         [--gpus-per-node G] [--cluster NAME|FILE] [--seq N]\n"
+    "                         [--global-batch B]\n"
     "                         [--flash-attention on|off] [--dropout on|off] [--mtp-layers N]\n"
     "\n"
     "Derives your cluster's sustained tensor-core rate from one training run you\n"
@@ -31,6 +32,8 @@ static const char usage_text[] =
     "  --measured-step S      its measured seconds per training step (the mean\n"
     "                         of steady-state steps, e.g. Megatron-LM's\n"
     "                         \"elapsed time per iteration\" / 1000)\n"
+    "  --global-batch B       the run's sequences per step, where the configuration\n"
+    "                         has no gbs (the two must agree where both are given)\n"
     "  -o FILE                where to write the calibrated cluster file\n";
 
 typedef struct {
@@ -115,9 +118,21 @@ static void mark_name(ap_cluster *c)
 static int write_cluster(const calib_args *a, ap_cluster *c)
 {
     mark_name(c);
-    snprintf(c->calib_from, sizeof c->calib_from, "%.80s on %d GPUs, --megatron %.120s",
-             a->cm.model ? a->cm.model : "the model --megatron-args states",
-             ap_cluster_gpus(c), a->spec);
+    /* The configuration as it was read (a --megatron-args line is long and
+     * says the same), cut with an ellipsis where the field ends. */
+    char spec[512];
+    ap_megatron m = a->m;
+    int gpus = ap_cluster_gpus(c);
+    if (!m.dp && m.tp * m.pp * m.cp > 0)
+        m.dp = gpus / (m.tp * m.pp * m.cp);
+    if (!m.gbs)
+        m.gbs = (double)m.mbs * m.dp;
+    ap_megatron_format(&m, spec, sizeof spec);
+    size_t room = sizeof c->calib_from;
+    if ((size_t)snprintf(c->calib_from, room, "%.80s on %d GPUs, --megatron %s",
+                         a->cm.model ? a->cm.model : "the model --megatron-args states",
+                         gpus, spec) >= room)
+        memcpy(c->calib_from + room - 4, "...", 4);
     char *text = ap_cluster_to_json(c);
     if (!text) {
         fprintf(stderr, "autopar calibrate: out of memory\n");
@@ -133,10 +148,12 @@ int ap_cmd_calibrate(int argc, char **argv)
     calib_args a = {0};
     ap_cli_common_default(&a.cm);
     ap_megatron_default(&a.m);
+    a.m.gbs = 0; /* unset: --global-batch decides (ap_cli_settle_batch) */
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
-    if ((rc = ap_cli_megatron_build(&a.cm, &a.m, "calibrate")))
+    if ((rc = ap_cli_settle_batch(&a.cm, "calibrate", a.args, &a.m)) ||
+        (rc = ap_cli_megatron_build(&a.cm, &a.m, "calibrate")))
         return rc;
     ap_graph *g;
     ap_cluster c;

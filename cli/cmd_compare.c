@@ -221,7 +221,7 @@ static char *compare_json(const ap_graph *g, const column *cols, int n,
 typedef struct {
     ap_cli_common cm;
     ap_megatron m;
-    int have_megatron, args, sweep, json, quiet, batch_given, max_local_experts;
+    int have_megatron, args, sweep, json, quiet, max_local_experts;
     int no_plan_sweep; /* --no-sweep: autopar's plan is the search's alone */
 } options;
 
@@ -234,7 +234,6 @@ static int parse(int argc, char **argv, options *o)
         if (used < 0)
             return 2;
         if (used > 0) {
-            o->batch_given |= !strcmp(a, "--global-batch");
             i += used - 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_text, stdout);
@@ -270,24 +269,6 @@ static int parse(int argc, char **argv, options *o)
         fprintf(stderr, "autopar compare: %s\n%s", o->cm.model
                 ? "a configuration (--megatron or --megatron-args) is required"
                 : "a model is required", usage_text);
-        return 2;
-    }
-    return 0;
-}
-
-/* Both sides train the same global batch: the configuration's gbs, else
- * --global-batch; the two must agree when both are given. A Megatron-LM
- * command line without --global-batch-size trains Megatron-LM's default,
- * one micro-batch per replica (ap_megatron_plan settles it), unless
- * --global-batch says otherwise. */
-static int settle_batch(options *o)
-{
-    if (o->m.gbs == 0) {
-        if (!o->args || o->batch_given)
-            o->m.gbs = o->cm.global_batch;
-    } else if (o->batch_given && o->m.gbs != o->cm.global_batch) {
-        fprintf(stderr, "autopar compare: --global-batch %.0f and the configuration's "
-                "gbs=%.0f differ; give the batch once\n", o->cm.global_batch, o->m.gbs);
         return 2;
     }
     return 0;
@@ -384,7 +365,8 @@ int ap_cmd_compare(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if ((rc = settle_batch(&o)) || (rc = ap_cli_megatron_build(&o.cm, &o.m, "compare")))
+    if ((rc = ap_cli_settle_batch(&o.cm, "compare", o.args, &o.m)) ||
+        (rc = ap_cli_megatron_build(&o.cm, &o.m, "compare")))
         return rc;
     ap_graph *g;
     ap_cluster c;

@@ -10,7 +10,8 @@
 static const char usage_text[] =
     "usage: autopar estimate MODEL --gpus N (--megatron SPEC | --megatron-args \"FLAGS\")\n"
     "       autopar estimate --gpus N --megatron-args \"SCRIPT'S FLAGS\"\n"
-    "                        [--gpus-per-node G] [--cluster NAME|FILE] [--seq N] [--json]\n"
+    "                        [--gpus-per-node G] [--cluster NAME|FILE] [--global-batch B]\n"
+    "                        [--seq N] [--json]\n"
     "                        [--flash-attention on|off] [--dropout on|off] [--mtp-layers N]\n"
     "                        [--emit FORMAT] [-o plan.json]\n"
     "                        [--trace timeline.json]\n"
@@ -197,13 +198,19 @@ static const char usage_text[] =
     "                         offloading, another optimizer, ...) are refused\n"
     "                         naming the flag (docs/megatron.md); other flags\n"
     "                         (data, logging) are read past\n"
+    "  --global-batch B       sequences per step, where the configuration has no\n"
+    "                         gbs (the two must agree where both are given)\n"
     "  --seq N, --flash-attention on|off, --dropout on|off, --mtp-layers N\n"
     "                         how a Hugging Face config is built: tokens per\n"
     "                         sequence (default the config's context length,\n"
     "                         at most 4096), a fused attention kernel (default\n"
     "                         on), dropout after attention and MLP (default off),\n"
     "                         multi-token-prediction modules (default none;\n"
-    "                         --megatron-args' --mtp-num-layers sets it)\n"
+    "                         --megatron-args' --mtp-num-layers sets it);\n"
+    "                         --seq and --flash-attention also set a\n"
+    "                         project-format model's seq dimension and\n"
+    "                         attention ops, whose dropout is its own\n"
+    "                         (--dropout is refused)\n"
     "  --json                 print the prediction as JSON (\"fp8\" says the\n"
     "                         linear layers' precision, \"tp_comm_overlap\"\n"
     "                         whether TP communication overlaps GEMMs,\n"
@@ -222,6 +229,7 @@ int ap_cmd_estimate(int argc, char **argv)
     ap_cli_common_default(&cm);
     ap_megatron m;
     ap_megatron_default(&m);
+    m.gbs = 0; /* unset: --global-batch decides (ap_cli_settle_batch) */
     int json = 0, have = 0, args = 0;
     ap_cli_output out;
     ap_cli_output_default(&out);
@@ -255,7 +263,8 @@ int ap_cmd_estimate(int argc, char **argv)
         fputs(usage_text, stderr);
         return 2;
     }
-    if (ap_cli_megatron_build(&cm, &m, "estimate"))
+    if (ap_cli_settle_batch(&cm, "estimate", args, &m) ||
+        ap_cli_megatron_build(&cm, &m, "estimate"))
         return 2;
     ap_graph *g;
     ap_cluster c;

@@ -381,15 +381,6 @@ static int write_model(const ap_graph *g, const char *path)
     return rc;
 }
 
-/* --flash-attention given explicitly overrides what the file says. */
-static int apply_flash(ap_graph *g, int flash, char *err)
-{
-    for (int i = 0; i < g->nops; i++)
-        if (g->ops[i].kind == AP_OP_ATTENTION)
-            g->ops[i].flash = flash;
-    return ap_graph_finalize(g, err);
-}
-
 int ap_cmd_graph(int argc, char **argv)
 {
     options o;
@@ -405,10 +396,13 @@ int ap_cmd_graph(int argc, char **argv)
     } else {
         rc = ap_graph_load(o.model, &o.build, &g, err);
     }
-    if (!rc && o.flash_set)
-        rc = apply_flash(g, o.build.flash, err);
     if (rc) {
         fprintf(stderr, "autopar graph: %s\n", err);
+        ap_graph_free(g);
+        return rc;
+    }
+    /* --flash-attention given explicitly overrides what a file says. */
+    if ((rc = ap_cli_model_flags(g, "graph", o.flash_set, o.build.flash, o.dropout_set))) {
         ap_graph_free(g);
         return rc;
     }

@@ -69,6 +69,7 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
         if (ap_cli_int(cmd, a, v, 1, AP_CLI_MAX_GLOBAL_BATCH, &n))
             return -1;
         c->global_batch = n;
+        c->batch_given = 1;
         return 2;
     }
     if (!strcmp(a, "--seq")) {
@@ -103,6 +104,39 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
         }
         c->build.flash = !strcmp(v, "on");
         c->flash_given = 1;
+        return 2;
+    }
+    return 0;
+}
+
+int ap_cli_settle_batch(const ap_cli_common *c, const char *cmd, int args,
+                        ap_megatron *m)
+{
+    if (m->gbs == 0) {
+        if (!args || c->batch_given)
+            m->gbs = c->global_batch;
+    } else if (c->batch_given && m->gbs != c->global_batch) {
+        fprintf(stderr, "autopar %s: --global-batch %.0f and the configuration's "
+                "gbs=%.0f differ; give the batch once\n", cmd, c->global_batch, m->gbs);
+        return 2;
+    }
+    return 0;
+}
+
+int ap_cli_model_flags(ap_graph *g, const char *cmd, int flash_given, int flash,
+                       int dropout_given)
+{
+    char err[AP_ERR_LEN];
+    if (g->built)
+        return 0;
+    if (dropout_given) {
+        fprintf(stderr, "autopar %s: %s: --dropout builds a Hugging Face config or a "
+                "--megatron-args model; a model in the project format has the dropout "
+                "its ops state (docs/model-format.md)\n", cmd, g->source);
+        return 2;
+    }
+    if (flash_given && ap_graph_set_flash(g, flash, err)) {
+        fprintf(stderr, "autopar %s: %s\n", cmd, err);
         return 2;
     }
     return 0;
@@ -316,7 +350,8 @@ int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
         fprintf(stderr, "autopar %s: %s\n", cmd, err);
         return rc;
     }
-    if (!plannable(*g, cmd)) {
+    if (!plannable(*g, cmd) ||
+        ap_cli_model_flags(*g, cmd, cm->flash_given, cm->build.flash, cm->dropout_given)) {
         ap_graph_free(*g);
         return AP_EINPUT;
     }

@@ -1144,3 +1144,11 @@ int ap_graph_keep_bf16(ap_graph *g, int first, int last, char *err)
     g->bf16_last = last;
     return ap_graph_finalize(g, err);
 }
+
+int ap_graph_set_flash(ap_graph *g, int flash, char *err)
+{
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].kind == AP_OP_ATTENTION)
+            g->ops[i].flash = flash;
+    return ap_graph_finalize(g, err);
+}

@@ -217,6 +217,9 @@ typedef struct {
 typedef struct {
     char name[AP_NAME_LEN];
     char source[AP_NAME_LEN * 2]; /* file it came from, for messages */
+    int built;                    /* 1: built from a Hugging Face config or
+                                     Megatron-LM flags with ap_build_opts;
+                                     0: read from the project format */
     ap_dtype dtype;               /* default for tensors without their own */
 
     int ndims;
@@ -278,6 +281,9 @@ int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
  * unused or undefined activations; then computes the derived fields. Returns
  * AP_EINPUT with the offending op or tensor named in `err`. */
 int ap_graph_finalize(ap_graph *g, char *err);
+/* Sets every attention op's flash (1: a fused kernel, 0: unfused) and
+ * finalizes again: --flash-attention for a model in the project format. */
+int ap_graph_set_flash(ap_graph *g, int flash, char *err);
 
 /* Loads a model: the project's JSON format, or a Hugging Face config.json
  * (recognised by "model_type") built with `opt`. The caller owns *out. */

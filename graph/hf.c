@@ -1844,6 +1844,7 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
     if (rc == AP_OK)
         rc = build(m, opt, c->src, batch, seq, out, c->err);
     if (rc == AP_OK) {
+        (*out)->built = 1;
         (*out)->rope_base = m->rope_base;
         (*out)->norm_eps = m->norm_eps;
         (*out)->rope_scaling = m->rope_scaling;

@@ -21,6 +21,15 @@ grep -q "wrote $tmp/cal.json: use it with --cluster $tmp/cal.json" "$tmp/out" &&
     ok || bad "the report says where the cluster went"
 grep -q '"calibration"' "$tmp/cal.json" && grep -q '"measured_step_s":' "$tmp/cal.json" &&
     ok || bad "the cluster file records the calibration"
+# ... and the configuration the step ran, as read, dp resolved.
+grep -q '"from":[[:space:]]*".*gpt-1.3b.json on 8 GPUs, --megatron tp=2,pp=2,dp=2,cp=1,ep=1,vpp=1,mbs=1,gbs=32,sp=1,' \
+    "$tmp/cal.json" && ok || bad "the file names the run: $(grep '"from"' "$tmp/cal.json")"
+# A run's batch from --global-batch, as estimate takes it: the factor is
+# the one of gbs=32 in the spec.
+"$bin" calibrate "$model" --gpus 8 --megatron "tp=2,pp=2,mbs=1,sp=1" --global-batch 32 \
+    --measured-step "$measured" -o "$tmp/cal_b.json" >"$tmp/out_b" 2>&1 &&
+    [ "$(grep 'tensor-core rate' "$tmp/out_b")" = "$(grep 'tensor-core rate' "$tmp/out")" ] &&
+    ok || bad "--global-batch 32 calibrates as gbs=32: $(cat "$tmp/out_b")"
 "$bin" estimate "$model" --gpus 8 --megatron "$spec" --cluster "$tmp/cal.json" --json \
     >"$tmp/cal" 2>&1 || bad "estimate on the calibrated cluster: $(cat "$tmp/cal")"
 awk -v a="$(step "$tmp/cal")" -v b="$measured" \

@@ -105,4 +105,28 @@ out=$("$bin" estimate "$tmp/moe16.json" --gpus 8 --megatron "ep=8,mbs=1,gbs=8" 2
 [ $? -eq 2 ] && case "$out" in *"an fp16 MoE model"*) true ;; *) false ;; esac && ok ||
     bad "an fp16 MoE model is priced: $out"
 
+# --global-batch is the batch where the configuration has none, as in
+# compare; where both say one they must agree.
+gpt=$src/examples/gpt-1.3b.json
+out=$("$bin" estimate "$gpt" --gpus 16 --megatron tp=2 --global-batch 256 2>&1)
+case "$out" in *"batch 256 sequences"*) ok ;; *) bad "--global-batch 256 is the batch: $out" ;; esac
+out=$("$bin" estimate "$gpt" --gpus 16 --megatron tp=2,gbs=512 --global-batch 256 2>&1)
+[ $? -eq 2 ] && case "$out" in *"--global-batch 256 and the configuration's gbs=512 differ"*) true ;; *) false ;; esac &&
+    ok || bad "two batches are refused: $out"
+out=$("$bin" estimate "$gpt" --gpus 16 --megatron-args "--tensor-model-parallel-size 2 --micro-batch-size 2" --global-batch 64 2>&1)
+case "$out" in *"batch 64 sequences"*) ok ;; *) bad "--global-batch under --megatron-args: $out" ;; esac
+out=$("$bin" estimate "$gpt" --gpus 16 --megatron-args "--tensor-model-parallel-size 2 --micro-batch-size 2" 2>&1)
+case "$out" in *"batch 16 sequences"*) ok ;; *) bad "flags alone train mbs*dp = 16: $out" ;; esac
+
+# --flash-attention sets a project-format model's attention ops (gpt-1.3b's
+# are flash): off keeps the s x s scores, so the step is slower; --dropout
+# is the model's own there and is refused rather than read past.
+on=$("$bin" estimate "$gpt" --gpus 8 --megatron tp=1,gbs=64 --json 2>&1 | sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p')
+off=$("$bin" estimate "$gpt" --gpus 8 --megatron tp=1,gbs=64 --json --flash-attention off 2>&1 | sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p')
+awk -v a="$on" -v b="$off" 'BEGIN { exit !(a > 0 && b > a * 1.05) }' && ok ||
+    bad "--flash-attention off prices unfused attention: $on vs $off"
+out=$("$bin" estimate "$gpt" --gpus 8 --megatron tp=1,gbs=64 --dropout on 2>&1)
+[ $? -eq 2 ] && case "$out" in *"gpt-1.3b.json: --dropout builds a Hugging Face config"*) true ;; *) false ;; esac &&
+    ok || bad "--dropout on a project file is refused: $out"
+
 finish
