@@ -174,6 +174,47 @@ static void note_unexportable(const ap_graph *g, const ap_plan *p, ap_launcher l
     free(text);
 }
 
+/* The search's plan may shard an op as no launcher does (an embedding
+ * split on its hidden size, for a step a fraction of a percent shorter):
+ * say so with the plan, and what --target gives, rather than only at the
+ * export. */
+static void note_no_launcher(const ap_graph *g, const ap_plan *p,
+                             const ap_plan_origin *origin, char *line, size_t len)
+{
+    static const ap_launcher all[] = {AP_LAUNCHER_MEGATRON, AP_LAUNCHER_TORCHTITAN,
+                                      AP_LAUNCHER_DEEPSPEED};
+    char err[AP_ERR_LEN], first[AP_ERR_LEN] = "", *out = NULL, *text = ap_plan_to_json(g, p);
+    ap_plan_desc d;
+    if (!text || ap_plan_desc_parse(text, strlen(text), "this plan", &d, err)) {
+        free(text);
+        return;
+    }
+    int runs = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0] && !runs; i++) {
+        runs = !ap_export(g, &d, all[i], &out, err);
+        if (!runs && !first[0])
+            memcpy(first, err, sizeof first);
+        free(out);
+        out = NULL;
+    }
+    ap_plan_desc_free(&d);
+    free(text);
+    if (runs)
+        return;
+    /* The export's own advice is what the note ends with. */
+    char *why = strncmp(first, "this plan: ", 11) ? first : first + 11;
+    char *advice = strstr(why, " (plan with --target");
+    if (advice)
+        *advice = '\0';
+    size_t n = strlen(line);
+    n += snprintf(line + n, len - n, "%snote: no launcher runs this plan as it stands "
+                  "(Megatron-LM: %s)", n ? "\n" : "", why);
+    if (origin->sweep_step > 0 && n < len)
+        snprintf(line + n, len - n, "; `--target megatron` plans the fastest configuration "
+                 "it runs, %.4g s here (%+.2f%%)", origin->sweep_step,
+                 100 * (origin->sweep_step / p->step_time - 1));
+}
+
 int ap_cmd_plan(int argc, char **argv)
 {
     ap_cli_common cm;
@@ -316,7 +357,14 @@ int ap_cmd_plan(int argc, char **argv)
     o.global_batch = cm.global_batch;
     o.progress = o.progress && isatty(2);
     ap_plan plan;
-    char err[AP_ERR_LEN], line[512] = "";
+    char err[AP_ERR_LEN], line[1536] = "";
+    /* --emit LAUNCHER asks for a plan that launcher runs. */
+    if (!targeted && strcmp(out.emit, "table") && strcmp(out.emit, "json")) {
+        targeted = !ap_launcher_from_name(out.emit, &target, err);
+        if (targeted && o.progress)
+            fprintf(stderr, "autopar plan: --emit %s: planning the configurations %s "
+                    "runs (as --target %s)\n", out.emit, ap_launcher_name(target), out.emit);
+    }
     if (targeted && (o.no_pipeline || o.max_stages)) {
         fprintf(stderr, "autopar plan: --target searches the launcher's own "
                 "configurations; it does not combine with --no-pipeline or --max-stages\n");
@@ -325,10 +373,13 @@ int ap_cmd_plan(int argc, char **argv)
         rc = target_plan(g, &c, target, &o, &plan, line, sizeof line);
     } else {
         ap_plan_origin origin;
-        if ((rc = ap_plan_best(g, &c, &o, &plan, &origin, NULL, err)))
+        if ((rc = ap_plan_best(g, &c, &o, &plan, &origin, NULL, err))) {
             fprintf(stderr, "autopar plan: %s\n", err);
-        else
+        } else {
             ap_plan_origin_line(&origin, line, sizeof line);
+            if (!origin.from_sweep)
+                note_no_launcher(g, &plan, &origin, line, sizeof line);
+        }
     }
     if (rc) {
         ap_graph_free(g);
