@@ -84,6 +84,16 @@ int ap_cli_model_flags(ap_graph *g, const char *cmd, int flash_given, int flash,
  * printing the disagreement. */
 int ap_cli_settle_batch(const ap_cli_common *c, const char *cmd, int args,
                         ap_megatron *m);
+/* Whether `flag` is one of autopar's own that takes a value (--gpus N),
+ * whatever the command. */
+int ap_cli_takes_value(const char *flag);
+/* A usage error: `why` (may be NULL), the usage's synopsis (its lines up to
+ * the first blank one) and where the rest is, on stderr; returns 2. */
+int ap_cli_usage_error(const char *cmd, const char *why, const char *usage);
+/* -o FILE and --trace FILE are checked before the work that fills them: a
+ * path that cannot be written is refused naming the flag and the system's
+ * reason, and nothing is left behind. Returns 0, or 2 after printing. */
+int ap_cli_check_writable(const char *cmd, const char *flag, const char *path);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
@@ -124,6 +134,8 @@ typedef struct {
 void ap_cli_output_default(ap_cli_output *o);
 int ap_cli_output_arg(ap_cli_output *o, const char *cmd, const char *a,
                       const char *v);
+/* ap_cli_check_writable on -o and --trace; returns 0 or 2. */
+int ap_cli_output_check(const ap_cli_output *o, const char *cmd);
 /* The head of plan's and estimate's argument loops: a shared flag, else an
  * output flag; returns what those return (the arguments used, 0 when `a` is
  * neither, -1 after printing an error). */

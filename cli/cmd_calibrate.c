@@ -77,11 +77,10 @@ static int parse_args(int argc, char **argv, calib_args *a)
         }
     }
     if ((a->cm.model || a->args) && a->spec && a->measured > 0 && a->out)
-        return -1;
-    fprintf(stderr, "autopar calibrate: needs MODEL, --megatron or --megatron-args, "
-                    "--measured-step and -o (MODEL may be left out where --megatron-args "
-                    "states the model)\n%s", usage_text);
-    return 2;
+        return ap_cli_check_writable("calibrate", "-o", a->out) ? 2 : -1;
+    return ap_cli_usage_error("calibrate", "needs MODEL, --megatron or --megatron-args, "
+                              "--measured-step and -o (MODEL may be left out where "
+                              "--megatron-args states the model)", usage_text);
 }
 
 static void report(const calib_args *a, const ap_cluster *before,

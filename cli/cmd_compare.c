@@ -266,10 +266,9 @@ static int parse(int argc, char **argv, options *o)
         }
     }
     if (!o->have_megatron || (!o->cm.model && !o->args)) {
-        fprintf(stderr, "autopar compare: %s\n%s", o->cm.model
-                ? "a configuration (--megatron or --megatron-args) is required"
-                : "a model is required", usage_text);
-        return 2;
+        return ap_cli_usage_error("compare", o->cm.model
+                                  ? "a configuration (--megatron or --megatron-args) is required"
+                                  : "a model is required", usage_text);
     }
     return 0;
 }

@@ -25,7 +25,7 @@ static const char usage_text[] =
     "own, 1F1B or interleaved schedule) and predicts its step time, throughput\n"
     "and memory.\n"
     "\n"
-    "  --megatron SPEC        tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,\n"
+    "  --megatron SPEC        tp=8,pp=4,dp=4,cp=1,ep=1,etp=1,vpp=2,mbs=1,gbs=512,sp=1,\n"
     "                         recompute=none|selective|full,zero=0..3,\n"
     "                         overlap_grad=0|1,overlap_param=0|1,first=N,last=N,\n"
     "                         fp8=0|1,account_embedding=0|1,account_loss=0|1,\n"
@@ -46,7 +46,10 @@ static const char usage_text[] =
     "                         cuda_graph=none|local|transformer_engine,\n"
     "                         dispatcher=alltoall|deepep|hybridep|allgather,\n"
     "                         shared_overlap=0|1,capacity_factor=F,pad_capacity=0|1\n"
-    "                         (a key given again overrides, as a repeated\n"
+    "                         (ep experts' parallelism and etp their tensor\n"
+    "                         parallelism, folded over the tp, cp and dp ranks\n"
+    "                         as Megatron-Core lays them out, etp defaulting to\n"
+    "                         tp; a key given again overrides, as a repeated\n"
     "                         Megatron-LM flag does; dp defaults to\n"
     "                         GPUs/(tp*pp*cp); gbs to 512,\n"
     "                         where --megatron-args without --global-batch-size\n"
@@ -174,7 +177,10 @@ static const char usage_text[] =
     "                         the model's flags (--num-layers, --hidden-size,\n"
     "                         --num-attention-heads, --num-query-groups with\n"
     "                         --group-query-attention, --ffn-hidden-size,\n"
-    "                         --num-experts) must match MODEL, --seq-length\n"
+    "                         --num-experts) must match MODEL;\n"
+    "                         --expert-model-parallel-size and\n"
+    "                         --expert-tensor-parallel-size are ep and etp;\n"
+    "                         --seq-length\n"
     "                         builds it at that length, --hidden-dropout and\n"
     "                         --attention-dropout above 0 (0.1 where one is\n"
     "                         left out, Megatron-LM's default) build it with\n"
@@ -219,7 +225,8 @@ static const char usage_text[] =
     "                         \"grad_reduce_in_fp32\" the gradients' dtype and\n"
     "                         \"gradient_bytes\" theirs per GPU)\n"
     "  --emit FORMAT          what to print: table (default), json (the whole\n"
-    "                         plan.json), megatron, torchtitan, deepspeed\n"
+    "                         plan.json), megatron, torchtitan, deepspeed (of\n"
+    "                         --json and --emit, the last given wins)\n"
     "  -o FILE                also write the configuration's plan.json to FILE\n"
     "  --trace FILE           write the simulated step as Chrome Trace Event JSON\n";
 
@@ -230,7 +237,7 @@ int ap_cmd_estimate(int argc, char **argv)
     ap_megatron m;
     ap_megatron_default(&m);
     m.gbs = 0; /* unset: --global-batch decides (ap_cli_settle_batch) */
-    int json = 0, have = 0, args = 0;
+    int json = 0, have = 0, args = 0, json_last = 0;
     ap_cli_output out;
     ap_cli_output_default(&out);
     char err[AP_ERR_LEN];
@@ -241,6 +248,7 @@ int ap_cmd_estimate(int argc, char **argv)
         if (used < 0)
             return 2;
         if (used > 0) {
+            json_last &= strcmp(a, "--emit") != 0;
             i += used - 1;
             continue;
         }
@@ -249,6 +257,7 @@ int ap_cmd_estimate(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+            json_last = 1;
         } else if ((used = ap_cli_megatron_arg("estimate", a, v, &m, &have)) != 0) {
             if (used < 0)
                 return -used;
@@ -258,11 +267,18 @@ int ap_cmd_estimate(int argc, char **argv)
             return 2;
         }
     }
+    /* Of --json and --emit the last wins, as in plan. */
+    if (json && !json_last)
+        json = 0;
+    else if (json)
+        out.emit = "table";
     /* Without MODEL, --megatron-args must state the model. */
-    if (!have || (!cm.model && !args)) {
-        fputs(usage_text, stderr);
+    if (!have || (!cm.model && !args))
+        return ap_cli_usage_error("estimate", !have ? "a configuration (--megatron or "
+                                  "--megatron-args) is required" : "a model is required "
+                                  "(MODEL, or --megatron-args that state one)", usage_text);
+    if (ap_cli_output_check(&out, "estimate"))
         return 2;
-    }
     if (ap_cli_settle_batch(&cm, "estimate", args, &m) ||
         ap_cli_megatron_build(&cm, &m, "estimate"))
         return 2;

@@ -122,16 +122,18 @@ int ap_cmd_export(int argc, char **argv)
         } else if (!strcmp(a, "-o") && v) {
             out = argv[++i];
         } else if (a[0] == '-' || plan) {
-            fprintf(stderr, "autopar export: unexpected argument '%s'\n%s", a, usage_text);
-            return 2;
+            char why[320];
+            snprintf(why, sizeof why, "unexpected argument '%.256s'", a);
+            return ap_cli_usage_error("export", why, usage_text);
         } else {
             plan = a;
         }
     }
-    if (!plan || !to) {
-        fputs(usage_text, stderr);
+    if (!plan || !to)
+        return ap_cli_usage_error("export", !plan ? "no plan.json given" : "--to is required "
+                                  "(megatron, torchtitan or deepspeed)", usage_text);
+    if (out && ap_cli_check_writable("export", "-o", out))
         return 2;
-    }
     if (!is_launcher(to)) {
         fprintf(stderr, "autopar export: --to takes megatron, torchtitan or deepspeed, "
                 "got '%s'\n", to);

@@ -108,9 +108,9 @@ static int parse_args(int argc, char **argv, options *o)
             }
             o->out = v;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "autopar graph: unknown option '%s'\n%s", a,
-                    usage_text);
-            return 2;
+            char why[320];
+            snprintf(why, sizeof why, "unknown option '%.256s'", a);
+            return ap_cli_usage_error("graph", why, usage_text);
         } else if (o->model) {
             fprintf(stderr, "autopar graph: one model at a time ('%s' and "
                             "'%s')\n", o->model, a);
@@ -123,11 +123,11 @@ static int parse_args(int argc, char **argv, options *o)
             return rc;
         i++; /* the option's value */
     }
-    if (!o->model == !o->script) {
-        fprintf(stderr, "autopar graph: %s\n%s", o->model ? "MODEL or --megatron-args, "
-                "not both" : "no model given", usage_text);
+    if (!o->model == !o->script)
+        return ap_cli_usage_error("graph", o->model ? "MODEL or --megatron-args, not both"
+                                  : "no model given", usage_text);
+    if (o->out && ap_cli_check_writable("graph", "-o", o->out))
         return 2;
-    }
     return 0;
 }
 

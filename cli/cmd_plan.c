@@ -19,7 +19,8 @@ static const char usage_text[] =
     "                    [--bf16-layers FIRST,LAST]\n"
     "                    [--dispatcher alltoall|deepep|hybridep]\n"
     "                    [--grad-fp32] [--max-experts-per-gpu E]\n"
-    "                    [--emit FORMAT] [-o plan.json] [--trace timeline.json] [--quiet]\n"
+    "                    [--no-sweep] [--json] [--emit FORMAT] [-o plan.json]\n"
+    "                    [--trace timeline.json] [--quiet]\n"
     "\n"
     "Searches pipeline stages, submeshes, per-op sharding (ILP) and\n"
     "micro-batching for the fastest training step that fits in memory, and\n"
@@ -329,10 +330,10 @@ int ap_cmd_plan(int argc, char **argv)
             return 2;
         }
     }
-    if (!cm.model) {
-        fputs(usage_text, stderr);
+    if (!cm.model)
+        return ap_cli_usage_error("plan", "no model given", usage_text);
+    if (ap_cli_output_check(&out, "plan"))
         return 2;
-    }
     if (o.run.fp8_recipe != AP_FP8_DELAYED && !o.run.fp8) {
         fprintf(stderr, "autopar plan: --fp8-recipe %s scales FP8 tensors: give --fp8 too\n",
                 ap_fp8_recipe_name(o.run.fp8_recipe));

@@ -11,6 +11,24 @@
 
 #include "cli/cli.h"
 
+/* What --help says where the measuring executable cannot answer it. */
+static const char brief_help[] =
+    "usage: autopar profile [-o cluster.json] [--quick] [--mpi]\n"
+    "\n"
+    "Measures this node's GPUs (cuBLAS and cuBLASLt GEMMs, HBM bandwidth, NCCL\n"
+    "collectives; across nodes under MPI) and writes a cluster file for\n"
+    "--cluster (docs/profiler.md). It runs autopar-profile, an executable the\n"
+    "build makes beside autopar where CMake finds the CUDA toolkit, cuBLAS and\n"
+    "NCCL; `autopar-profile --help` lists its options.\n";
+
+static int asks_help(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return 1;
+    return 0;
+}
+
 #ifdef AP_PROFILE_TOOL
 
 /* The directory of the running executable, from /proc/self/exe. */
@@ -42,8 +60,16 @@ int ap_cmd_profile(int argc, char **argv)
     for (int i = 0; i < argc; i++)
         args[i + 1] = argv[i];
     execv(path, args);
-    fprintf(stderr, "autopar profile: cannot run %s: %s\n", path, strerror(errno));
+    int missing = errno == ENOENT;
     free(args);
+    if (missing && asks_help(argc, argv)) {
+        fputs(brief_help, stdout);
+        printf("\n%s is not there: copy autopar-profile beside autopar.\n", path);
+        return 0;
+    }
+    fprintf(stderr, "autopar profile: cannot run %s: %s%s\n", path, strerror(errno),
+            missing ? " (the build makes autopar-profile beside autopar where it finds "
+                      "CUDA, cuBLAS and NCCL; copy it with autopar)" : "");
     return 2;
 }
 
@@ -51,10 +77,13 @@ int ap_cmd_profile(int argc, char **argv)
 
 int ap_cmd_profile(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "autopar profile: this build has no GPU support (the CUDA toolkit, "
-                    "cuBLAS and NCCL were not found when it was configured)\n");
+    static const char no_gpu[] = "this build has no GPU support (the CUDA toolkit, "
+                                 "cuBLAS and NCCL were not found when it was configured)";
+    if (asks_help(argc, argv)) {
+        printf("%s\nNote: %s.\n", brief_help, no_gpu);
+        return 0;
+    }
+    fprintf(stderr, "autopar profile: %s\n", no_gpu);
     return 2;
 }
 

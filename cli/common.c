@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -14,6 +16,53 @@ void ap_cli_common_default(ap_cli_common *c)
     c->cluster = "h100-sxm";
     c->global_batch = 512;
     ap_build_opts_default(&c->build);
+}
+
+int ap_cli_takes_value(const char *flag)
+{
+    static const char *const flags[] = {
+        "--batch", "--bf16-layers", "--cluster", "--cross-entropy", "--dispatcher",
+        "--dropout", "--emit", "--flash-attention", "--fp8-recipe", "--global-batch",
+        "--gpus", "--gpus-per-node", "--ilp-gap", "--ilp-time-limit",
+        "--max-experts-per-gpu", "--max-stages", "--measured-step", "--megatron",
+        "--megatron-args", "--model", "--mtp-layers", "--recompute-modules", "--seq",
+        "--target", "--threads", "--to", "--trace", "-o"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(flag, flags[i]))
+            return 1;
+    return 0;
+}
+
+int ap_cli_usage_error(const char *cmd, const char *why, const char *usage)
+{
+    const char *end = strstr(usage, "\n\n");
+    if (why)
+        fprintf(stderr, "autopar %s: %s\n", cmd, why);
+    fprintf(stderr, "%.*s\n(`autopar %s --help` describes every option)\n",
+            (int)(end ? end - usage : (long)strlen(usage)), usage, cmd);
+    return 2;
+}
+
+int ap_cli_check_writable(const char *cmd, const char *flag, const char *path)
+{
+    struct stat st;
+    int err = 0;
+    if (!stat(path, &st)) {
+        if (S_ISDIR(st.st_mode))
+            err = EISDIR;
+        else if (access(path, W_OK))
+            err = errno;
+    } else {
+        FILE *f = fopen(path, "w");
+        if (!f)
+            err = errno;
+        else if (fclose(f) || remove(path))
+            err = errno;
+    }
+    if (!err)
+        return 0;
+    fprintf(stderr, "autopar %s: %s %s: cannot write: %s\n", cmd, flag, path, strerror(err));
+    return 2;
 }
 
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
@@ -146,8 +195,9 @@ int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
                      const char *usage)
 {
     if (a[0] == '-' || c->model) {
-        fprintf(stderr, "autopar %s: unexpected argument '%s'\n%s", cmd, a, usage);
-        return 2;
+        char why[320];
+        snprintf(why, sizeof why, "unexpected argument '%.256s'", a);
+        return ap_cli_usage_error(cmd, why, usage);
     }
     c->model = a;
     return 0;

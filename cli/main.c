@@ -1,5 +1,6 @@
 /* main.c -- dispatches `autopar COMMAND ...` to the command's function. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -28,6 +29,71 @@ static void usage(FILE *f)
     fprintf(f, "\n`autopar COMMAND --help` describes a command.\n");
 }
 
+/* autopar's own flags also come as --flag=value, which the commands read
+ * as two arguments; a value (--megatron-args "--x=1 ...") is never split.
+ * A flag that needs a value and ends the line is refused here, for every
+ * command alike. Returns the new argc, or -1 after printing the error; the
+ * caller frees *out and *keep, which holds the flags' names split off (the
+ * other strings are argv's). */
+static int split_values(const char *cmd, int argc, char **argv, char ***out, char **keep)
+{
+    char **v = calloc((size_t)argc * 2 + 1, sizeof *v);
+    size_t room = 1;
+    for (int i = 0; i < argc; i++)
+        room += strlen(argv[i]) + 1;
+    char *buf = malloc(room);
+    if (!v || !buf) {
+        free(v);
+        free(buf);
+        fprintf(stderr, "autopar: out of memory\n");
+        return -1;
+    }
+    int n = 0;
+    char *at = buf;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : 0;
+        if (eq && a[0] == '-' && len < 64) {
+            memcpy(at, a, len);
+            at[len] = 0;
+            if (ap_cli_takes_value(at)) {
+                v[n++] = at;
+                v[n++] = (char *)eq + 1;
+                at += len + 1;
+                continue;
+            }
+        }
+        v[n++] = argv[i];
+        if (ap_cli_takes_value(a)) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "autopar %s: %s needs a value\n", cmd, a);
+                free(v);
+                free(buf);
+                return -1;
+            }
+            v[n++] = argv[++i];
+        }
+    }
+    *out = v;
+    *keep = buf;
+    return n;
+}
+
+static int run(const command *c, int argc, char **argv)
+{
+    /* autopar-profile reads its own arguments. */
+    if (c->run == ap_cmd_profile)
+        return c->run(argc, argv);
+    char **v, *keep;
+    int n = split_values(c->name, argc, argv, &v, &keep);
+    if (n < 0)
+        return 2;
+    int rc = c->run(n, v);
+    free(v);
+    free(keep);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -45,7 +111,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
-            return commands[i].run(argc - 2, argv + 2);
+            return run(&commands[i], argc - 2, argv + 2);
     fprintf(stderr, "autopar: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -33,6 +33,15 @@ int ap_cli_output_arg(ap_cli_output *o, const char *cmd, const char *a,
     return 2;
 }
 
+int ap_cli_output_check(const ap_cli_output *o, const char *cmd)
+{
+    if (o->out && ap_cli_check_writable(cmd, "-o", o->out))
+        return 2;
+    if (o->trace && ap_cli_check_writable(cmd, "--trace", o->trace))
+        return 2;
+    return 0;
+}
+
 int ap_cli_common_output_arg(ap_cli_common *c, ap_cli_output *o,
                              const char *cmd, const char *a, const char *v)
 {

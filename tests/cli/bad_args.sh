@@ -47,7 +47,9 @@ done
 refused "--max-stages needs an integer" "$bin" plan "$tiny" --max-stages 0
 refused "--ilp-time-limit needs a number from 0.001 to 3600, got 'inf'" "$bin" plan "$tiny" --ilp-time-limit inf
 refused "--ilp-gap needs a number from 0 to 1, got 'nan'" "$bin" plan "$tiny" --ilp-gap nan
-refused "unexpected argument '-o'" "$bin" plan "$tiny" -o
+# A flag that needs a value and ends the line, for every command alike.
+refused "autopar plan: -o needs a value" "$bin" plan "$tiny" -o
+refused "autopar estimate: --megatron needs a value" "$bin" estimate "$tiny" --megatron
 # A file the user names that cannot be written is their input: status 2.
 refused "/nonexistent/plan.json: cannot write: No such file or directory" \
     "$bin" plan "$tiny" --gpus 2 --no-sweep -o /nonexistent/plan.json
@@ -55,11 +57,33 @@ refused "/nonexistent/trace.json: cannot write" "$bin" estimate "$tiny" --gpus 2
     --megatron tp=2 --trace /nonexistent/trace.json
 refused "/nonexistent/model.json: cannot write" "$bin" graph "$tiny" -o /nonexistent/model.json
 refused "usage: autopar estimate" "$bin" estimate "$tiny" --gpus 8
+refused "autopar estimate: a configuration (--megatron or --megatron-args) is required" \
+    "$bin" estimate "$tiny" --gpus 8
+# An unknown flag gets the synopsis, not every option's description.
+out=$("$bin" plan "$tiny" --bogus 2>&1)
+[ "$(echo "$out" | wc -l)" -lt 20 ] && echo "$out" | grep -q "autopar plan --help" && ok ||
+    bad "an unknown flag prints the synopsis and where the rest is: $out"
+# The output is checked before the search: nothing is searched for a file
+# that cannot be written, and nothing is left behind for one that can.
+refused "-o /nonexistent/plan.json: cannot write" "$bin" plan "$tiny" -o /nonexistent/plan.json
+refused "-o $tmp: cannot write: Is a directory" "$bin" plan "$tiny" -o "$tmp"
+"$bin" plan "$tiny" --gpus 2 --quiet --no-sweep -o "$tmp/p.json" >/dev/null && [ -s "$tmp/p.json" ] &&
+    ok || bad "a writable -o is written"
+"$bin" plan "$tiny" --quiet --cluster /nonexistent/c.json -o "$tmp/q.json" >/dev/null 2>&1
+[ ! -e "$tmp/q.json" ] && ok || bad "a failed plan leaves no -o file behind"
+# --flag=value reads as --flag value for autopar's own flags, never inside a value.
+[ "$("$bin" plan "$tiny" --gpus=2 --global-batch=64 --quiet --json)" = \
+  "$("$bin" plan "$tiny" --gpus 2 --global-batch 64 --quiet --json)" ] && ok ||
+    bad "--gpus=2 --global-batch=64 are --gpus 2 --global-batch 64"
+[ "$("$bin" estimate "$tiny" --gpus 2 --megatron-args="--tensor-model-parallel-size=2" --json)" = \
+  "$("$bin" estimate "$tiny" --gpus 2 --megatron-args "--tensor-model-parallel-size 2" --json)" ] &&
+    "$bin" estimate "$tiny" --gpus 2 --megatron-args="--tensor-model-parallel-size=2" | grep -q "mesh 1x2" && ok ||
+    bad "--megatron-args=\"--tensor-model-parallel-size=2\" keeps its value whole"
 
 refused "--seq needs an integer from 1 to 16777216, got '0'" "$bin" graph "$tiny" --seq 0
 refused "--batch needs an integer from 1 to 1048576, got 'x'" "$bin" graph "$tiny" --batch x
 refused "--dropout takes on or off" "$bin" graph "$tiny" --dropout 2
-refused "-o needs a file name" "$bin" graph "$tiny" -o
+refused "autopar graph: -o needs a value" "$bin" graph "$tiny" -o
 refused "unknown option '--gpus'" "$bin" graph "$tiny" --gpus 8
 refused "/nonexistent/model.json: cannot open" "$bin" graph /nonexistent/model.json
 
