@@ -216,6 +216,21 @@ static void note_no_launcher(const ap_graph *g, const ap_plan *p,
                  100 * (origin->sweep_step / p->step_time - 1));
 }
 
+/* Settings for experts change nothing on a model without them: accepted,
+ * as Megatron-LM reads its MoE flags past on a dense model, but said. */
+static void warn_dense(const ap_graph *g, const ap_plan_opts *o)
+{
+    for (int i = 0; i < g->nops; i++)
+        if (g->ops[i].kind == AP_OP_DISPATCH)
+            return;
+    if (o->run.dispatcher != AP_DISPATCH_ALLTOALL)
+        fprintf(stderr, "autopar plan: warning: %s has no experts: --dispatcher %s "
+                "changes nothing\n", g->name, ap_dispatcher_name(o->run.dispatcher));
+    if (o->max_local_experts)
+        fprintf(stderr, "autopar plan: warning: %s has no experts: "
+                "--max-experts-per-gpu changes nothing\n", g->name);
+}
+
 int ap_cmd_plan(int argc, char **argv)
 {
     ap_cli_common cm;
@@ -353,6 +368,7 @@ int ap_cmd_plan(int argc, char **argv)
     int rc = ap_cli_setup(&cm, "plan", &g, &c);
     if (rc)
         return rc;
+    warn_dense(g, &o);
     o.gpus = cm.gpus;
     o.gpus_per_node = c.gpus_per_node;
     o.global_batch = cm.global_batch;

@@ -60,6 +60,8 @@ grep -q '"moe_dispatcher":.*"hybridep"' "$tmp/p.json" && ok || bad "the plan lac
 "$bin" plan "$src/examples/gpt-tiny.json" --gpus 2 --global-batch 8 --dispatcher deepep --quiet \
     -o "$tmp/d.json" >/dev/null 2>"$tmp/err" || bad "dense plan --dispatcher: $(cat "$tmp/err")"
 grep -q '"moe_dispatcher"' "$tmp/d.json" && bad "a dense plan names a dispatcher" || ok
+grep -q "warning: gpt-tiny has no experts: --dispatcher deepep changes nothing" "$tmp/err" &&
+    ok || bad "a dense model's --dispatcher is said to change nothing: $(cat "$tmp/err")"
 "$bin" plan "$model" --gpus 16 --dispatcher allgather >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q 'dispatcher: bad value "allgather"' "$tmp/err" && ok ||
     bad "plan takes allgather: $(cat "$tmp/err")"
