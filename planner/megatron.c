@@ -322,6 +322,54 @@ static char *flag_value(const char *flag, char **save, char *err)
 
 /* A value autopar reads that is a shell variable: a script pasted before
  * the shell expanded it. Returns -1 with err saying so, else 0. */
+/* Whether the pasted text assigns the variable that `tok` ("$ARGS",
+ * "${ARGS[@]}") expands: then its flags are in the text already. */
+static int assigned_here(const char *tok, const char *text)
+{
+    char name[64];
+    const char *p = tok + 1 + (tok[1] == '{');
+    size_t n = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    if (!n || n + 2 > sizeof name)
+        return 0;
+    snprintf(name, sizeof name, "%.*s=", (int)n, p);
+    for (const char *q = text; (q = strstr(q, name)); q++)
+        if (q == text || strchr(" \t\n;", q[-1]))
+            return 1;
+    return 0;
+}
+
+/* A word the shell would have expanded where the flags are: "$ARGS" or
+ * "${MODEL_ARGS[@]}" (Megatron-LM's example scripts keep their flags in
+ * such variables), which would leave those flags out unseen, unless the
+ * text assigns it (an exported script does). After a flag autopar does
+ * not know it may be that flag's value, read past with it; an array's
+ * expansion is always flags. 1 with err set for one. */
+static int shell_expansion(const char *tok, const char *prev, const char *text, char *err)
+{
+    if (tok[0] != '$' || assigned_here(tok, text) ||
+        (!strstr(tok, "[@]") && !strstr(tok, "[*]") && prev && !strncmp(prev, "--", 2)))
+        return 0;
+    snprintf(err, AP_ERR_LEN, "--megatron-args: %.64s: a shell variable where flags go; "
+             "autopar reads the flags themselves, so give the command line the script "
+             "runs (`bash -x` prints it)", tok);
+    return 1;
+}
+
+/* A Megatron-LM flag written with one dash: argparse refuses it, and
+ * reading past it would price the default in its place. 1 with err set. */
+static int one_dash(const char *tok, char *err)
+{
+    char two[AP_FLAG_NAME_LEN + 2];
+    if (tok[0] != '-' || tok[1] == '-' || strlen(tok) < 3 || strlen(tok) > AP_FLAG_NAME_LEN)
+        return 0;
+    snprintf(two, sizeof two, "-%s", tok);
+    if (!ap_megatron_flag_known(two))
+        return 0;
+    snprintf(err, AP_ERR_LEN, "--megatron-args: %s: one dash; Megatron-LM's flag is %s",
+             tok, two);
+    return 1;
+}
+
 static int shell_variable(const char *flag, const char *v, char *err)
 {
     if (v[0] != '$')
@@ -1660,6 +1708,14 @@ static const char *const torchrun_flags[] = {
     "--start_method", "--log-dir", "--log_dir", "--redirects", "--tee", "--local-addr",
     "--local_addr", "--role"};
 
+/* torchrun's --nproc-per-node words that count the devices it finds:
+ * they say nothing of the GPUs here, which --gpus then gives. */
+static int launcher_word(const char *v)
+{
+    return !strcmp(v, "auto") || !strcmp(v, "gpu") || !strcmp(v, "cpu") ||
+           !strcmp(v, "xpu");
+}
+
 /* A torchrun flag: its value read past, but for --nproc-per-node and
  * --nnodes, which say how many GPUs the line launches (a range of nodes,
  * elastic, says nothing). 1 when `tok` was one, 0 when not, -1 with err set
@@ -1677,9 +1733,16 @@ static int launcher_flag(const char *tok, char **save, ap_megatron *m, char *err
     if (!v)
         return -1;
     int *slot = i < 2 ? &m->launcher.nproc : i == 2 ? &m->launcher.nnodes : NULL;
-    long x = slot ? strtol(v, &end, 10) : 0;
-    if (slot && !*end && x >= 1 && x <= AP_MAX_GPUS)
-        *slot = (int)x;
+    if (!slot || (i < 2 && launcher_word(v)) || (i == 2 && strchr(v, ':')))
+        return 1;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 1 || x > AP_MAX_GPUS) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: torchrun %s %.64s: %s", tok, v,
+                 i < 2 ? "not a count of processes (1 or more, or auto, gpu, cpu)"
+                       : "not a count of nodes (1 or more, or a range MIN:MAX)");
+        return -1;
+    }
+    *slot = (int)x;
     return 1;
 }
 
@@ -1875,9 +1938,12 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     opt_flags of = {0, 0, {NULL, NULL, NULL}};
     audit au = {0};
     char *save = NULL;
+    const char *prev = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
-         tok = strtok_r(NULL, " \t\n", &save)) {
+         prev = tok, tok = strtok_r(NULL, " \t\n", &save)) {
         int known = 0;
+        if (shell_expansion(tok, prev, args, err) || one_dash(tok, err))
+            return AP_EINPUT;
         /* Read past below, but validate_args checks them against the
          * schedule (interleaving_asserts). */
         no_p2p_overlap |= !strcmp(tok, "--no-overlap-p2p-communication");
@@ -2342,7 +2408,12 @@ static int check_experts(const ap_graph *g, ap_megatron *m, char *err)
     long long experts = e ? (long long)ap_graph_dim(g, e)->size : 0;
     if (!m->etp)
         m->etp = m->tp;
-    if (m->ep > 1 && (!e || experts % m->ep)) {
+    if (m->ep > 1 && !e) {
+        snprintf(err, AP_ERR_LEN, "ep=%d: %s has no experts to split (expert parallelism "
+                 "needs an MoE model)", m->ep, g->name);
+        return AP_EINPUT;
+    }
+    if (m->ep > 1 && experts % m->ep) {
         snprintf(err, AP_ERR_LEN, "ep=%d must divide the experts (%lld)", m->ep, experts);
         return AP_EINPUT;
     }
@@ -2764,9 +2835,15 @@ static int check_groups(const ap_graph *g, const ap_megatron *m, const ap_model_
         char routes[48] = "over all experts";
         if (groups)
             snprintf(routes, sizeof routes, "within %d of %d expert groups", topk, groups);
-        snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-router-num-groups %d "
-                 "--moe-router-group-topk %d, but %s routes %s", m->shape.route_groups,
-                 m->shape.route_group_topk, g->source, routes);
+        if (!m->shape.route_groups)
+            snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-router-group-topk %d without "
+                     "--moe-router-num-groups limits nothing (Megatron-LM routes over all "
+                     "experts), but %s routes %s", m->shape.route_group_topk, g->source,
+                     routes);
+        else
+            snprintf(err, AP_ERR_LEN, "--megatron-args: --moe-router-num-groups %d "
+                     "--moe-router-group-topk %d, but %s routes %s", m->shape.route_groups,
+                     m->shape.route_group_topk, g->source, routes);
     } else {
         snprintf(err, AP_ERR_LEN, "--megatron-args: no --moe-router-num-groups (Megatron-LM "
                  "then routes over all experts), but %s routes each token within %d of %d "
@@ -3308,6 +3385,13 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     }
     if (m->vpp == 0)
         m->vpp = 1;
+    /* dp left out is what the GPUs leave, which tp*pp*cp must divide. */
+    if (!m->dp && gpus % (m->tp * m->pp * m->cp)) {
+        snprintf(err, AP_ERR_LEN, "tp*pp*cp = %d*%d*%d = %d does not divide the %d GPUs "
+                 "(data parallelism, dp, takes what they leave)", m->tp, m->pp, m->cp,
+                 m->tp * m->pp * m->cp, gpus);
+        return AP_EINPUT;
+    }
     if (!m->dp)
         m->dp = gpus / (m->tp * m->pp * m->cp);
     if (m->gbs <= 0)

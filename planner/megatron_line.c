@@ -53,7 +53,9 @@ static void yaml_flag(char *word, char *end)
 void ap_megatron_shell_words(char *buf, char *note, size_t cap)
 {
     note[0] = 0;
-    for (char *q = buf; (q = strpbrk(q, "\"'"));)
+    /* A script saved with Windows line ends ends each line in a carriage
+     * return, which would cling to its last word. */
+    for (char *q = buf; (q = strpbrk(q, "\"'\r"));)
         *q = ' ';
     for (char *p = buf; *p;) {
         if (*p == '#')

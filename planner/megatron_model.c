@@ -171,6 +171,10 @@ static int experts_of(const ap_megatron *m, ap_decoder *d, unsigned char *moe_la
     if (!m->shape.swiglu && !m->shape.quick_geglu)
         return fail(err, "--megatron-args: --num-experts without --swiglu or --quick-geglu: "
                     "autopar builds gated experts only");
+    /* Megatron-Core views the scores as groups of equal size. */
+    if (m->shape.route_groups > 1 && m->shape.experts % m->shape.route_groups)
+        return fail(err, "--megatron-args: --moe-router-num-groups %d does not divide the "
+                    "%d experts (--num-experts)", m->shape.route_groups, m->shape.experts);
     d->experts = m->shape.experts;
     d->top_k = m->shape.top_k;
     d->moe_ffn = m->shape.moe_ffn ? m->shape.moe_ffn : d->ffn;

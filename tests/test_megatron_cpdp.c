@@ -284,13 +284,14 @@ static void plan_json_carries_replicas_and_exports_dp(void)
     CHECK_STR_HAS(text, "# tp=1 pp=1 dp=4 cp=2 ");
     CHECK(text && !strstr(text, "--data-parallel"));
 
-    /* The exported arguments price to the plan's step. */
+    /* The exported arguments price to the plan's step: the script from its
+     * MEGATRON_ARGS, which the torchrun line expands. */
     const char *a = text ? strstr(text, "MEGATRON_ARGS=\"") : NULL;
     ap_megatron m;
     ap_cluster c;
     ap_plan p;
     ap_megatron_default(&m);
-    REQUIRE_OK(ap_megatron_parse_args(a ? a + strlen("MEGATRON_ARGS=\"") : "", &m, err), err);
+    REQUIRE_OK(ap_megatron_parse_args(a ? a : "", &m, err), err);
     REQUIRE_OK(ap_cluster_preset("h100-sxm", 8, 8, &c, err), err);
     REQUIRE_OK(ap_megatron_plan(g, &c, &m, &p, err), err);
     CHECK(p.stages[0].mesh.replicas == 4);

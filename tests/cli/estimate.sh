@@ -57,7 +57,9 @@ expect "not the 16 GPUs" --megatron "tp=2,pp=2,dp=2"
 expect "does not divide the 8 KV heads" --megatron "tp=16"
 expect "pp*vpp = 6 does not divide the 32 layers" --megatron "tp=8,pp=2,vpp=3"
 expect "not a multiple of mbs*dp" --megatron "tp=2,mbs=3,gbs=512"
-expect "must divide the experts" --megatron "ep=2"
+expect "ep=2: llama-3-8b.json has no experts to split" --megatron "ep=2"
+# dp left out takes what tp*pp*cp leave of the GPUs, which they must divide.
+expect "tp*pp*cp = 3*1*1 = 3 does not divide the 16 GPUs" --megatron "tp=3"
 expect "unknown key" --megatron "tq=2"
 expect "--megatron: overlap_grad: bad value \"2\" (0 or 1)" --megatron "overlap_grad=2"
 expect "the 25 layers left do not split evenly over the 2 middle stages of pp=4" \

@@ -236,4 +236,15 @@ c=$("$bin" estimate "$tmp/oss.json" --gpus 8 --json \
 d=$("$bin" estimate "$tmp/oss.json" --gpus 8 --json --megatron "ep=8,mbs=1,gbs=64" |
     grep step_time_s)
 [ -n "$c" ] && [ "$c" = "$d" ] && ok || bad "the export's flags price otherwise: $c, $d $(cat "$tmp/err")"
+# A pasted script as it is: Windows line ends, a data path in a variable
+# (a flag's value, read past), the exported script whole (its torchrun
+# line expands the MEGATRON_ARGS it assigns).
+llama=$src/examples/hf/llama-3-8b.json
+a=$("$bin" estimate "$llama" --gpus 16 --json --megatron-args "$(printf -- '--tensor-model-parallel-size 2\r\n--sequence-parallel\r\n--data-path $DATA_PATH\r\n')" 2>&1)
+b=$("$bin" estimate "$llama" --gpus 16 --json --megatron-args "--tensor-model-parallel-size 2 --sequence-parallel" 2>&1)
+echo "$a" | grep -q step_time_s && [ "$a" = "$b" ] && ok || bad "CRLF and \$DATA_PATH: $a"
+"$bin" estimate "$llama" --gpus 16 --megatron tp=2,sp=1,gbs=64 --emit megatron >"$tmp/l8.sh" 2>&1
+a=$("$bin" estimate "$llama" --gpus 16 --json --megatron-args "$(cat "$tmp/l8.sh")" 2>&1 | grep step_time_s)
+b=$("$bin" estimate "$llama" --gpus 16 --json --megatron tp=2,sp=1,gbs=64 | grep step_time_s)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the exported script pasted whole prices the same: $a vs $b"
 finish
