@@ -276,7 +276,7 @@ static int parse(int argc, char **argv, options *o)
 static int run(const options *o, const ap_graph *g, const ap_cluster *c)
 {
     char err[AP_ERR_LEN];
-    int progress = !o->quiet && isatty(2);
+    int progress = o->quiet ? 0 : isatty(2) ? 1 : AP_PROGRESS_LOG;
     column cols[3] = {{"megatron (yours)", NULL, ""}, {"autopar", NULL, ""},
                       {"megatron (sweep)", NULL, ""}};
     ap_plan yours, ours;

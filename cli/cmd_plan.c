@@ -372,13 +372,13 @@ int ap_cmd_plan(int argc, char **argv)
     o.gpus = cm.gpus;
     o.gpus_per_node = c.gpus_per_node;
     o.global_batch = cm.global_batch;
-    o.progress = o.progress && isatty(2);
+    o.progress = !o.progress ? 0 : isatty(2) ? 1 : AP_PROGRESS_LOG;
     ap_plan plan;
     char err[AP_ERR_LEN], line[1536] = "";
     /* --emit LAUNCHER asks for a plan that launcher runs. */
     if (!targeted && strcmp(out.emit, "table") && strcmp(out.emit, "json")) {
         targeted = !ap_launcher_from_name(out.emit, &target, err);
-        if (targeted && o.progress)
+        if (targeted && o.progress == 1)
             fprintf(stderr, "autopar plan: --emit %s: planning the configurations %s "
                     "runs (as --target %s)\n", out.emit, ap_launcher_name(target), out.emit);
     }

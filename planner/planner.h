@@ -739,6 +739,11 @@ typedef struct {
     int bounded;
 } ap_plan;
 
+/* Progress written to a log rather than a terminal: a line of its own from
+ * AP_PROGRESS_LOG_S seconds on, and every as many seconds after. */
+#define AP_PROGRESS_LOG 2
+#define AP_PROGRESS_LOG_S 30
+
 typedef struct {
     int gpus, gpus_per_node;
     double global_batch;  /* 0: 512 sequences */
@@ -747,7 +752,9 @@ typedef struct {
     int max_stages;       /* 0: no limit beyond layers and GPUs */
     double ilp_time_limit;/* seconds per ILP solve, 0: no limit */
     double ilp_gap;       /* 0: 1e-4 */
-    int progress;         /* print progress to stderr when slow */
+    int progress;         /* progress on stderr when slow: 0 none, 1 a line
+                             rewritten in place (a terminal), AP_PROGRESS_LOG
+                             a line every AP_PROGRESS_LOG_S seconds, for a log */
     int max_local_experts;/* at most this many experts per GPU, 0: any */
     int no_sweep;         /* ap_plan_best: the search's plan alone */
     /* 1: search the recompute modules too (ap_plan_search), the
@@ -1103,7 +1110,8 @@ typedef struct {
     int max_tp;          /* 0: GPUs per node (TP stays inside a node) */
     int threads;         /* 0: the machine's cores */
     int progress;        /* a progress line on stderr once a second has
-                            passed; the caller decides (a tty) */
+                            passed, as ap_plan_opts.progress says (0, 1 or
+                            AP_PROGRESS_LOG); the caller decides */
     int max_local_experts; /* only ep with at most this many experts per
                               GPU; 0: any */
     int price_all;       /* price even the configurations whose weights,

@@ -130,12 +130,22 @@ typedef struct {
     char err[AP_ERR_LEN];
     time_t started;
     int shown;
+    long next_line; /* seconds in, for AP_PROGRESS_LOG */
 } search;
 
 static void show_progress(search *s)
 {
-    if (!s->ctx->o->progress || time(NULL) - s->started < 1)
+    long t = (long)(time(NULL) - s->started);
+    if (!s->ctx->o->progress || t < 1)
         return;
+    if (s->ctx->o->progress == AP_PROGRESS_LOG) {
+        if (t < s->next_line)
+            return;
+        s->next_line = t + AP_PROGRESS_LOG_S;
+        fprintf(stderr, "autopar: searching: %d of %d configurations solved, %d ruled "
+                "out by bound (%ld s)\n", s->solved, s->ncand, s->skipped, t);
+        return;
+    }
     s->shown = 1;
     fprintf(stderr, "\rautopar: searching: %d of %d configurations solved, "
             "%d ruled out by bound", s->solved, s->ncand, s->skipped);
@@ -430,6 +440,7 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
     s.ctx = ctx;
     s.least.bytes = INFINITY;
     s.started = time(NULL);
+    s.next_line = AP_PROGRESS_LOG_S;
     s.ncand = enumerate(ctx->o, ctx->g->nlayers, ctx->c->gpus_per_node, &s.cand);
     if (s.ncand < 0) {
         snprintf(err, AP_ERR_LEN, "out of memory");

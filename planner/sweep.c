@@ -469,6 +469,8 @@ typedef struct {
     int rc;
     char err[AP_ERR_LEN];
     long refused_at;    /* the first configuration refused, -1: none */
+    int shown;          /* the progress line is on the terminal */
+    double next_line;   /* seconds in, for AP_PROGRESS_LOG */
     char refusal[AP_ERR_LEN]; /* why */
 } worker;
 
@@ -485,16 +487,33 @@ static double states_floor(const ap_graph *g, const ap_megatron *t, const entry 
                                    ap_run_grad_bytes(&t->run), &t->run.opt).total;
 }
 
+/* Thread 0's progress: a line rewritten in place on a terminal, or a line
+ * of its own now and then in a log (ap_plan_opts.progress). */
+static void show_progress(worker *w, long i)
+{
+    const pass *ps = w->ps;
+    double t = now() - ps->t0;
+    if (t <= 1)
+        return;
+    if (ps->progress == AP_PROGRESS_LOG) {
+        if (t < w->next_line)
+            return;
+        w->next_line = t + AP_PROGRESS_LOG_S;
+        fprintf(stderr, "sweep: %ld of %ld configurations priced (%.0f s)\n", i, ps->l->n, t);
+        return;
+    }
+    fprintf(stderr, "\rsweep: %ld of %ld configurations priced", i, ps->l->n);
+    w->shown = 1;
+}
+
 static void *price_share(void *arg)
 {
     worker *w = arg;
     const pass *ps = w->ps;
     w->best = -1;
     for (long i = w->index; i < ps->l->n; i += w->nthreads) {
-        if (w->progress && (i / w->nthreads) % 64 == 0 && now() - ps->t0 > 1) {
-            fprintf(stderr, "\rsweep: %ld of %ld configurations priced", i, ps->l->n);
-            w->progress = 2;
-        }
+        if (w->progress && (i / w->nthreads) % 64 == 0)
+            show_progress(w, i);
         /* A configuration whose model states alone are over the memory
          * does not fit whatever its price: counted, not priced. */
         if (w->usable > 0 && states_floor(ps->g, ps->tmpl, &ps->l->v[i]) > w->usable) {
@@ -590,6 +609,7 @@ static int price_all(const pass *ps, worker *w, int n, double usable,
     for (int t = 0; t < n; t++) {
         w[t] = (worker){.ps = ps, .usable = usable, .index = t, .nthreads = n,
                         .progress = t == 0 && ps->progress, .best = -1,
+                        .next_line = AP_PROGRESS_LOG_S,
                         .refused_at = -1};
         /* Thread 0 is this one; a thread that cannot start is done here. */
         if (t > 0 && tid && started)
@@ -602,7 +622,7 @@ static int price_all(const pass *ps, worker *w, int n, double usable,
         else
             price_share(&w[t]);
     }
-    if (w[0].progress == 2)
+    if (w[0].shown)
         fprintf(stderr, "\r%60s\r", "");
     free(tid);
     free(started);
