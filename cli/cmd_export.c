@@ -85,7 +85,9 @@ static int load_model(const ap_plan_desc *p, const char *model, ap_graph **g)
     char err[AP_ERR_LEN];
     if (!model && !p->model_path[0]) {
         fprintf(stderr, "autopar export: %s has no model_path (a plan of the model "
-                "--megatron-args states has none); name the model with --model\n",
+                "--megatron-args states has none); name the model with --model: "
+                "`autopar graph --megatron-args \"FLAGS\" -o model.json` writes it, or "
+                "`estimate ... --emit megatron` exports the plan as it is made\n",
                 p->source);
         return 2;
     }

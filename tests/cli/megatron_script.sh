@@ -53,7 +53,12 @@ grep -q '"model_path":[[:space:]]*"",' "$tmp/plan.json" && ok ||
     bad "model_path: $(grep model_path "$tmp/plan.json")"
 "$bin" export "$tmp/plan.json" --to megatron >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "a plan of the model --megatron-args states has none" "$tmp/err" &&
+    grep -q 'autopar graph --megatron-args "FLAGS" -o model.json' "$tmp/err" &&
     ok || bad "export without --model: $(cat "$tmp/err")"
+# ... and what it says works: the graph of the flags is the model.
+"$bin" graph --megatron-args "$llama" -o "$tmp/flags-model.json" >/dev/null 2>"$tmp/err" &&
+    "$bin" export "$tmp/plan.json" --to megatron --model "$tmp/flags-model.json" >/dev/null \
+    2>>"$tmp/err" && ok || bad "export with the graph of the flags: $(cat "$tmp/err")"
 "$bin" estimate --gpus 8 --megatron-args "$llama" >"$tmp/out" 2>&1 &&
     grep -q "^plan for --megatron-args on 8 GPUs" "$tmp/out" && ok ||
     bad "the report's heading: $(head -1 "$tmp/out")"
