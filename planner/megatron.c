@@ -276,6 +276,14 @@ int ap_megatron_parse(const char *spec, ap_megatron *m, char *err)
         return AP_EINPUT;
     }
     strcpy(buf, spec);
+    /* An empty item is most likely a key lost in editing, which would
+     * price its default unseen. */
+    size_t n = strlen(buf);
+    if (!n || buf[0] == ',' || buf[n - 1] == ',' || strstr(buf, ",,")) {
+        snprintf(err, AP_ERR_LEN, "--megatron: \"%.64s\": %s", spec, n ? "an empty item "
+                 "between commas" : "empty; give key=value pairs, as tp=8,pp=2");
+        return AP_EINPUT;
+    }
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
