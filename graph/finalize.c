@@ -316,11 +316,57 @@ static int check_loss(const check *c)
     return 0;
 }
 
+/* How many labels of a kind a tensor has. */
+static int count_kind(const ap_graph *g, const ap_tensor *t, ap_dim_kind kind)
+{
+    int n = 0;
+    for (int i = 0; i < t->rank; i++) {
+        const ap_dim *d = ap_graph_dim(g, t->shape[i]);
+        n += d && d->kind == kind;
+    }
+    return n;
+}
+
+/* The sizes a graph declares are one micro-batch at one sequence length,
+ * but the planner prices other micro-batches by scaling the batch and
+ * capacity labels, and --batch and --seq rebuild the graph at other sizes.
+ * A layout op whose element counts agree only at the declared sizes (a
+ * reshape of "bsh" into a "th" whose t is b*s declared as "other") would
+ * be priced at sizes where it is wrong, so every tensor of a layout op
+ * must carry as many batch, seq and capacity labels as its first input. */
+static int check_layout_scaling(const check *c)
+{
+    static const ap_dim_kind kinds[] = {AP_DIM_BATCH, AP_DIM_SEQ, AP_DIM_CAPACITY};
+    const ap_tensor *x = in(c, 0);
+    for (int k = 0; k < 3; k++) {
+        int want = count_kind(c->g, x, kinds[k]);
+        for (int j = 0; j < c->op->ninputs + c->op->noutputs; j++) {
+            int is_out = j >= c->op->ninputs, i = is_out ? j - c->op->ninputs : j;
+            const ap_tensor *t = is_out ? out(c, i) : in(c, i);
+            int have = count_kind(c->g, t, kinds[k]);
+            if (have == want)
+                continue;
+            char where[32];
+            snprintf(where, sizeof where, ".%s[%d]", is_out ? "outputs" : "inputs", i);
+            return bad(c, where, "%s \"%s\" (\"%s\") has %d label%s of kind %s where the "
+                       "input \"%s\" (\"%s\") has %d: their element counts agree at the "
+                       "declared sizes only, not at the other batch sizes and sequence "
+                       "lengths a plan runs; carry the %s label through",
+                       is_out ? "output" : "input", t->name, t->shape, have,
+                       have == 1 ? "" : "s", ap_dim_kind_name(kinds[k]), x->name, x->shape,
+                       want, ap_dim_kind_name(kinds[k]));
+        }
+    }
+    return 0;
+}
+
 static int check_layout(const check *c)
 {
     int split = c->op->sub == AP_LAYOUT_SPLIT;
     int concat = c->op->sub == AP_LAYOUT_CONCAT;
     if (check_arity(c, 1, concat ? AP_MAX_IO : 1, 1, split ? AP_MAX_IO : 1))
+        return -1;
+    if (check_layout_scaling(c))
         return -1;
     int64_t nin = 0, nout = 0;
     for (int i = 0; i < c->op->ninputs; i++)
@@ -632,6 +678,78 @@ static int check_layers(ap_graph *g, char *err)
             return AP_EINPUT;
         }
     free(has);
+    return AP_OK;
+}
+
+/* Where op i runs in the pipeline: its layer, or, for an op without one,
+ * before the layers (-1) when no op of a layer comes before it in the file
+ * and after them (nlayers) otherwise. The planner places the ops outside
+ * the layers by the same rule (planner/parts.c: the first stage holds those
+ * before the first layer's op, the last stage the rest). */
+static int place_of(const ap_graph *g, int i, int first_layered)
+{
+    int l = g->ops[i].layer;
+    if (l >= 0)
+        return l;
+    return i < first_layered ? -1 : g->nlayers;
+}
+
+static const char *place_name(const ap_graph *g, int place, char *buf, size_t cap)
+{
+    if (place < 0)
+        return "has no layer and comes before every layer's op in the file, so it "
+               "runs before the layers";
+    if (place >= g->nlayers)
+        return "has no layer and comes after a layer's op in the file, so it runs "
+               "after the layers";
+    snprintf(buf, cap, "is in layer %d", place);
+    return buf;
+}
+
+/* Layers run in order, one pipeline stage after another, so an op may not
+ * read a tensor produced at a later place: a later layer's, or that of an
+ * op after the layers. Layer tags that contradict the data flow would be
+ * planned as a pipeline that sends tensors backwards, which no schedule
+ * runs. A graph that tags no layer gets them from its topological order
+ * and cannot contradict it. */
+static int check_layer_order(const ap_graph *g, char *err)
+{
+    int first = g->nops;
+    for (int i = 0; i < g->nops && first == g->nops; i++)
+        if (g->ops[i].layer >= 0)
+            first = i;
+    if (first == g->nops)
+        return AP_OK;
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        int here = place_of(g, i, first);
+        for (int k = 0; k < op->ninputs; k++) {
+            const ap_tensor *t = &g->tensors[op->inputs[k]];
+            if (t->producer < 0 || place_of(g, t->producer, first) <= here)
+                continue;
+            int p = t->producer, there = place_of(g, p, first);
+            char a[32], b[32];
+            /* An op after the layers that a layer reads is the one out of
+             * place (a layer's op left untagged); otherwise the reader is. */
+            if (there >= g->nlayers) {
+                if (here < 0)
+                    snprintf(b, sizeof b, "before the layers");
+                else
+                    snprintf(b, sizeof b, "layer %d", here);
+                ap_graph_fail(g, err, "ops[%d].layer: op \"%s\" %s, but op \"%s\" "
+                              "(%s) reads its output \"%s\"; give it the layer it "
+                              "belongs to, or move it before the layers' ops", p, g->ops[p].name,
+                              place_name(g, there, a, sizeof a), op->name, b, t->name);
+            } else {
+                ap_graph_fail(g, err, "ops[%d].layer: op \"%s\" %s, but reads \"%s\" "
+                              "from op \"%s\", which %s: an op may not read a tensor "
+                              "produced by a later layer", i, op->name,
+                              place_name(g, here, a, sizeof a), t->name, g->ops[p].name,
+                              place_name(g, there, b, sizeof b));
+            }
+            return AP_EINPUT;
+        }
+    }
     return AP_OK;
 }
 
@@ -1115,6 +1233,8 @@ int ap_graph_finalize(ap_graph *g, char *err)
     free(uses);
     if (!rc)
         rc = check_layers(g, err);
+    if (!rc)
+        rc = check_layer_order(g, err);
     if (!rc)
         rc = derive(g, err);
     if (!rc && g->nlayers == 0 && g->nops > 0)

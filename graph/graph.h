@@ -277,16 +277,22 @@ int ap_graph_add_op(ap_graph *g, const char *name, ap_op_kind kind, int sub,
                     int layer, const char *const *inputs, int ninputs,
                     const char *const *outputs, int noutputs, char *err);
 
-/* Validates shapes against each op's kind, single producers, no cycles, no
- * unused or undefined activations; then computes the derived fields. Returns
- * AP_EINPUT with the offending op or tensor named in `err`. */
+/* Validates shapes against each op's kind (layout ops keep their batch, seq
+ * and capacity labels, so that their element counts agree at any size),
+ * single producers, no cycles, no unused or undefined activations, and layer
+ * tags that agree with the data flow (no op reads a later layer's tensor;
+ * an op without a layer runs before the layers when it precedes every
+ * layer's op by index, else after them); then computes the derived fields.
+ * Returns AP_EINPUT with the offending op or tensor named in `err`. */
 int ap_graph_finalize(ap_graph *g, char *err);
 /* Sets every attention op's flash (1: a fused kernel, 0: unfused) and
  * finalizes again: --flash-attention for a model in the project format. */
 int ap_graph_set_flash(ap_graph *g, int flash, char *err);
 
 /* Loads a model: the project's JSON format, or a Hugging Face config.json
- * (recognised by "model_type") built with `opt`. The caller owns *out. */
+ * (recognised by "model_type") built with `opt`. A model in the project
+ * format needs exactly one dimension of kind batch and one of kind seq.
+ * The caller owns *out. */
 typedef struct {
     int64_t seq;        /* sequence length; 0 = the config's default */
     int64_t batch;      /* batch size the graph is built at; 0 = 1 */

@@ -433,6 +433,45 @@ static void read_dense_only(hf_cfg *c, hf_model *m)
     }
 }
 
+/* Llama 4's moe_layers: the indices of the layers that route, the others
+ * dense. Llama4TextConfig takes the list as given where there is one (an
+ * empty list: no layer routes) and derives it from
+ * interleave_moe_layer_step only where it is absent or null, and
+ * Llama4TextDecoderLayer routes a layer when its index is in it. An index
+ * past the layers or given twice cannot be what the config means, so it is
+ * refused. */
+static void read_moe_layers(hf_cfg *c, hf_model *m)
+{
+    const cJSON *v = cfg_item(c, "moe_layers"), *e;
+    int i = 0;
+    if (c->bad || !v)
+        return;
+    if (!cJSON_IsArray(v)) {
+        cfg_fail(c, "\"moe_layers\" must be an array of layer indices, not %s",
+                 json_type_name(v));
+        return;
+    }
+    for (int64_t l = 0; l < m->layers; l++)
+        m->dense_only[l] = 1;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+            e->valuedouble < 0 || e->valuedouble >= (double)m->layers) {
+            cfg_fail(c, "\"moe_layers\"[%d] must be a layer index below %lld", i,
+                     (long long)m->layers);
+            return;
+        }
+        int64_t l = (int64_t)e->valuedouble;
+        if (!m->dense_only[l]) {
+            cfg_fail(c, "\"moe_layers\"[%d] names layer %lld a second time", i, (long long)l);
+            return;
+        }
+        m->dense_only[l] = 0;
+        i++;
+    }
+    /* The list says which layers route; the step no longer does. */
+    m->sparse_step = 1;
+}
+
 /* Whether the config is DeepSeek-V2's (model_type "deepseek_v2"), which
  * is read as DeepSeek-V3's but for its router. */
 static int deepseek_v2(const hf_cfg *c)
@@ -466,6 +505,16 @@ static void read_groups(hf_cfg *c, hf_model *m)
         strcmp(t->valuestring, "noaux_tc")) {
         cfg_fail(c, "\"topk_method\" is \"%.64s\"; \"greedy\", \"group_limited_greedy\" "
                  "and \"noaux_tc\" are built", t->valuestring);
+        return;
+    }
+    /* HF's gate takes the topk_group best of n_group group scores, which
+     * fails for more groups than there are; a config asking for them states
+     * no routing, so it is refused rather than read as none. A topk_group
+     * left out is the config class's 4, which a config stating fewer groups
+     * did not ask for: that reads as no limit. */
+    if (k > g && cfg_item(c, "topk_group")) {
+        cfg_fail(c, "\"topk_group\" (%lld) exceeds \"n_group\" (%lld): a token picks its "
+                 "experts from topk_group of the n_group groups", (long long)k, (long long)g);
         return;
     }
     int greedy = t ? !strcmp(t->valuestring, "greedy") : deepseek_v2(c);
@@ -605,6 +654,7 @@ static void read_moe(hf_cfg *c, hf_model *m)
         m->moe_ffn = m->shared_ffn = m->ffn;
         m->ffn = cfg_int(c, "intermediate_size_mlp", 0, 16384, 1, MAX_FFN);
         m->sparse_step = cfg_int(c, "interleave_moe_layer_step", 0, 1, 1, MAX_LAYERS);
+        read_moe_layers(c, m);
         return;
     }
     m->moe_ffn = cfg_int(c, "moe_intermediate_size", 1, 0, 1, MAX_FFN);
@@ -1577,7 +1627,7 @@ static void read_llama4(hf_cfg *c, hf_model *m)
     read_nope(c, m, 0);
 }
 
-/* Gemma: a GeGLU MLP (HF runs GELU's tanh form whatever hidden_act says),
+/* Gemma: a GeGLU MLP (a GELU, as check_activation holds the config to),
  * embeddings scaled by sqrt(hidden); Gemma 2 and 3 norm each sublayer's
  * output too, and Gemma 2 caps its logits. */
 static void read_gemma(hf_cfg *c, hf_model *m)
@@ -1710,6 +1760,46 @@ static void read_numerics(hf_cfg *c, hf_model *m)
     read_rope_scaling(c, m);
 }
 
+/* The MLPs' activation. HF's modeling files take it from the config
+ * (ACT2FN[hidden_act]; GPT-2's activation_function, Gemma 2's and 3's
+ * hidden_activation), and each family is built with one: the gated
+ * families' (Llama's and its descendants', their experts' and shared
+ * experts' too) SwiGLU, GPT-2's, GPT-NeoX's and Gemma's GELU, whose tanh
+ * and exact forms cost the same. A config naming another describes an MLP
+ * whose cost is not the one built, so it is refused. Gemma 1 reads
+ * hidden_act and Gemma 2 and 3 hidden_activation; a config may state both,
+ * and both must then be a GELU. Nemotron's, StarCoder2's and MiniMax-M2's
+ * are checked with the rest of their fields; GPT-OSS's experts hard-code
+ * their clamped quick GeGLU and read no activation (GptOssExperts), and it
+ * has no other MLP. */
+static void check_activation(hf_cfg *c, const hf_model *m)
+{
+    static const char *const gelu = "a GELU (\"gelu_pytorch_tanh\", \"gelu_new\", \"gelu\")";
+    const char *fam = family_names[m->fam];
+    switch (m->fam) {
+    case FAM_GPT2:
+        check_choice(c, "activation_function", fam, "gelu", 1, gelu);
+        break;
+    case FAM_NEOX:
+        check_choice(c, "hidden_act", fam, "gelu", 1, gelu);
+        break;
+    case FAM_GEMMA:
+    case FAM_GEMMA2:
+    case FAM_GEMMA3:
+        check_choice(c, "hidden_act", fam, "gelu", 1, gelu);
+        check_choice(c, "hidden_activation", fam, "gelu", 1, gelu);
+        break;
+    case FAM_NEMOTRON:
+    case FAM_STARCODER2:
+    case FAM_MINIMAX_M2:
+    case FAM_GPT_OSS:
+        break;
+    default:
+        check_choice(c, "hidden_act", fam, "silu", 0, "\"silu\" (SwiGLU)");
+        break;
+    }
+}
+
 static int read_model(hf_cfg *c, hf_model *m)
 {
     if (read_family(c, &m->fam) < 0)
@@ -1729,12 +1819,7 @@ static int read_model(hf_cfg *c, hf_model *m)
         m->layernorm = m->norm_free = 1;
     if (m->fam == FAM_NEMOTRON)
         read_nemotron(c, m);
-    /* Glm4MoeMLP and its experts, and the MLPs of Seed-OSS, SmolLM3,
-     * ERNIE 4.5 and dots.llm1, gate with ACT2FN[hidden_act]: SwiGLU is
-     * what is built. */
-    if (m->fam == FAM_GLM4_MOE || m->fam == FAM_SEED_OSS || m->fam == FAM_SMOLLM3 ||
-        m->fam == FAM_ERNIE4_5 || m->fam == FAM_ERNIE4_5_MOE || m->fam == FAM_DOTS1)
-        check_choice(c, "hidden_act", family_names[m->fam], "silu", 0, "\"silu\" (SwiGLU)");
+    check_activation(c, m);
     if (m->fam == FAM_MINIMAX_M2)
         read_minimax_m2(c, m);
     if (is_gemma(m->fam))

@@ -599,6 +599,43 @@ static int load_numerics(const ctx *c, const cJSON *root, ap_graph *g)
     return AP_OK;
 }
 
+/* The planner divides the batch label among the data-parallel ranks and
+ * scales it to each micro-batch it tries, and reads the tokens of a
+ * sequence from the seq label (for FLOPs per token, context parallelism
+ * and the exports). A model without one of them, or with two to choose
+ * from, would be planned at sizes it does not have: a step of one token
+ * a sequence, or utilisation above 100%. So a model file needs exactly
+ * one dimension of each kind, on at least one tensor. */
+static int check_batch_seq(const ctx *c, const ap_graph *g)
+{
+    static const ap_dim_kind kinds[] = {AP_DIM_BATCH, AP_DIM_SEQ};
+    for (int k = 0; k < 2; k++) {
+        const char *name = ap_dim_kind_name(kinds[k]);
+        char labels[AP_MAX_DIMS + 1];
+        int n = 0;
+        for (int i = 0; i < g->ndims; i++)
+            if (g->dims[i].kind == kinds[k])
+                labels[n++] = g->dims[i].label;
+        labels[n] = '\0';
+        if (n == 0)
+            return fail(c, "dims: no dimension is of kind \"%s\"; a model needs one "
+                        "dimension of kind \"batch\" and one of kind \"seq\" (the "
+                        "sequences of a micro-batch and the tokens of a sequence, which "
+                        "the planner scales and divides)", name);
+        if (n > 1)
+            return fail(c, "dims: %d dimensions (\"%s\") are of kind \"%s\"; a model "
+                        "needs exactly one dimension of kind \"batch\" and one of kind "
+                        "\"seq\"", n, labels, name);
+        int used = 0;
+        for (int t = 0; t < g->ntensors && !used; t++)
+            used = strchr(g->tensors[t].shape, labels[0]) != NULL;
+        if (!used)
+            return fail(c, "dims.%c: the %s dimension is on no tensor; the tokens the "
+                        "model reads must be shaped by it", labels[0], name);
+    }
+    return AP_OK;
+}
+
 static int from_json(const cJSON *root, const char *source,
                      const ap_build_opts *opt, ap_graph **out, char *err)
 {
@@ -628,6 +665,8 @@ static int from_json(const cJSON *root, const char *source,
         rc = load_numerics(&c, root, g);
     if (!rc)
         rc = ap_graph_finalize(g, err);
+    if (!rc)
+        rc = check_batch_seq(&c, g);
     if (rc) {
         ap_graph_free(g);
         return rc;

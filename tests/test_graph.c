@@ -1,7 +1,8 @@
 /* test_graph.c -- the builder and ap_graph_finalize() on a hand-built GPT:
  * parameter counts, FLOPs and saved activation bytes against their closed
  * forms (Megatron-LM and Korthikanti et al. 2022), the topological order,
- * layer classes, and the graphs that must be refused. */
+ * layer classes, and the graphs that must be refused (layer tags against
+ * the data flow among them). */
 #include "model.h"
 
 typedef struct {
@@ -457,6 +458,74 @@ static void a_heavy_first_op_opens_layer_zero(void)
     ap_graph_free(g);
 }
 
+/* Layers run in order, one pipeline stage after another, so layer tags
+ * must agree with the data flow: an op may not read what a later layer
+ * produces, and an op without a layer runs where the planner puts it,
+ * before the layers when it comes before every layer's op in the file and
+ * after them otherwise, so one after them may not feed a layer. Each
+ * refusal names the op and its layer field; a graph put right finalizes. */
+static void layer_tags_must_follow_the_data_flow(void)
+{
+    ap_graph *g = build_gpt(&small);
+    REQUIRE_OK(g ? 0 : 1, err);
+    char want[AP_ERR_LEN];
+    int q = ap_graph_find_op(g, "l1.q"), add = ap_graph_find_op(g, "l0.add2");
+    int lnf = ap_graph_find_op(g, "lnf");
+    g->ops[q].layer = 0;
+    CHECK(ap_graph_finalize(g, err) == AP_EINPUT);
+    snprintf(want, sizeof want, "ops[%d].layer: op \"l1.q\" is in layer 0, but reads "
+             "\"l1.ln1.y\" from op \"l1.ln1\", which is in layer 1: an op may not read a "
+             "tensor produced by a later layer", q);
+    CHECK_STR_HAS(err, want);
+    g->ops[q].layer = 1;
+    g->ops[add].layer = -1;
+    CHECK(ap_graph_finalize(g, err) == AP_EINPUT);
+    snprintf(want, sizeof want, "ops[%d].layer: op \"l0.add2\" has no layer and comes after "
+             "a layer's op in the file, so it runs after the layers, but op \"l1.ln1\" "
+             "(layer 1) reads its output \"l0.out\"", add);
+    CHECK_STR_HAS(err, want);
+    g->ops[add].layer = 0;
+    /* The final norm tagged with the first layer reads the last one's
+     * output. */
+    g->ops[lnf].layer = 0;
+    CHECK(ap_graph_finalize(g, err) == AP_EINPUT);
+    snprintf(want, sizeof want, "ops[%d].layer: op \"lnf\" is in layer 0, but reads "
+             "\"l1.out\" from op \"l1.add2\", which is in layer 1", lnf);
+    CHECK_STR_HAS(err, want);
+    /* In the last layer, or outside the layers after them, it is where it
+     * runs. */
+    g->ops[lnf].layer = 1;
+    REQUIRE_OK(ap_graph_finalize(g, err), err);
+    g->ops[lnf].layer = -1;
+    REQUIRE_OK(ap_graph_finalize(g, err), err);
+    CHECK(g->nlayers == 2);
+    ap_graph_free(g);
+}
+
+/* An op without a layer that comes before every layer's op in the file
+ * runs before the layers, so it may not read a layer's tensor: the head
+ * written first is refused, naming it. */
+static void an_op_before_the_layers_may_not_read_them(void)
+{
+    const char *text =
+        "{\"format\": \"autopar-model/1\", \"name\": \"m\","
+        " \"dims\": {\"b\": {\"kind\": \"batch\", \"size\": 2}, \"s\": {\"kind\": \"seq\", \"size\": 4},"
+        "  \"h\": {\"kind\": \"hidden\", \"size\": 8}, \"v\": {\"kind\": \"vocab\", \"size\": 16}},"
+        " \"tensors\": [{\"name\": \"x\", \"shape\": \"bsh\", \"role\": \"input\"},"
+        "  {\"name\": \"w\", \"shape\": \"hv\", \"role\": \"parameter\"},"
+        "  {\"name\": \"wo\", \"shape\": \"vh\", \"role\": \"parameter\"},"
+        "  {\"name\": \"y\", \"shape\": \"bsv\", \"role\": \"activation\"},"
+        "  {\"name\": \"logits\", \"shape\": \"bsh\", \"role\": \"activation\"}],"
+        " \"ops\": [{\"name\": \"head\", \"kind\": \"matmul\", \"inputs\": [\"y\", \"wo\"], \"outputs\": [\"logits\"]},"
+        "  {\"name\": \"fc\", \"kind\": \"matmul\", \"layer\": 0, \"inputs\": [\"x\", \"w\"], \"outputs\": [\"y\"]}]}";
+    ap_graph *g = NULL;
+    CHECK(ap_graph_parse_json(text, strlen(text), "m.json", &g, err) == AP_EINPUT);
+    CHECK(g == NULL);
+    CHECK_STR_HAS(err, "m.json: ops[0].layer: op \"head\" has no layer and comes before every "
+                       "layer's op in the file, so it runs before the layers, but reads \"y\" "
+                       "from op \"fc\", which is in layer 0");
+}
+
 int main(void)
 {
     RUN(block_has_12h2_plus_13h_parameters);
@@ -474,5 +543,7 @@ int main(void)
     RUN(bad_shapes_and_names_are_rejected);
     RUN(a_matmul_must_contract_a_label);
     RUN(untagged_model_gets_layers_of_even_flops);
+    RUN(layer_tags_must_follow_the_data_flow);
+    RUN(an_op_before_the_layers_may_not_read_them);
     return DONE();
 }

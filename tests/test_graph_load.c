@@ -1,7 +1,8 @@
 /* test_graph_load.c -- the JSON model format: the examples load with the
  * parameter counts of their closed forms, a graph survives a round trip
- * through ap_graph_to_json(), build options rescale batch and sequence, and
- * malformed text is reported with its line and column. */
+ * through ap_graph_to_json(), build options rescale batch and sequence,
+ * malformed text is reported with its line and column, and a model needs
+ * one batch and one seq dimension, which its reshapes carry through. */
 #include <cjson/cJSON.h>
 
 #include "model.h"
@@ -247,6 +248,109 @@ static void a_duplicate_key_is_found_with_its_path(void)
     cJSON_Delete(dup);
 }
 
+/* The file's text with the first `from` replaced by `to` into out (cap
+ * bytes); 0 when `from` is not in it. */
+static int replaced(const char *text, const char *from, const char *to, char *out,
+                    size_t cap)
+{
+    const char *at = strstr(text, from);
+    if (!at)
+        return 0;
+    snprintf(out, cap, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    return 1;
+}
+
+/* The planner scales the batch label to each micro-batch it tries and
+ * reads the tokens of a sequence from the seq label: a model whose batch
+ * or sequence is declared "other" was planned at 237% of the GPUs' peak,
+ * or as steps of one token a sequence. So a model file has exactly one
+ * dimension of each kind, and the refusal names dims. */
+static void a_model_needs_one_batch_and_one_seq_dimension(void)
+{
+    char path[512], *text = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/examples/gpt-tiny.json", ap_test_src());
+    REQUIRE_OK(ap_read_file(path, &text, &len, err), err);
+    const struct {
+        const char *from, *to, *want;
+    } bad[] = {
+        {"\"kind\": \"batch\"", "\"kind\": \"other\"",
+         "tiny.json: dims: no dimension is of kind \"batch\"; a model needs one dimension "
+         "of kind \"batch\" and one of kind \"seq\""},
+        {"\"kind\": \"seq\"", "\"kind\": \"other\"",
+         "tiny.json: dims: no dimension is of kind \"seq\""},
+        {"\"kind\": \"hidden\"", "\"kind\": \"seq\"",
+         "tiny.json: dims: 2 dimensions (\"sh\") are of kind \"seq\"; a model needs exactly "
+         "one"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        static char edited[1 << 16];
+        CHECK(replaced(text, bad[i].from, bad[i].to, edited, sizeof edited));
+        ap_graph *g = NULL;
+        CHECK(ap_graph_load_buffer(edited, strlen(edited), "tiny.json", NULL, &g, err) ==
+              AP_EINPUT);
+        CHECK(g == NULL);
+        CHECK_STR_HAS(err, bad[i].want);
+    }
+    free(text);
+}
+
+static const char *reshape_text =
+    "{\"format\": \"autopar-model/1\", \"name\": \"flat\",\n"
+    " \"dims\": {\"b\": {\"kind\": \"batch\", \"size\": 1}, \"s\": {\"kind\": \"seq\", \"size\": 8},\n"
+    "          \"h\": {\"kind\": \"hidden\", \"size\": 4}, \"f\": {\"kind\": \"ffn\", \"size\": 16},\n"
+    "          \"n\": {\"kind\": \"heads\", \"size\": 2}, \"d\": {\"kind\": \"head_dim\", \"size\": 8},\n"
+    "          \"t\": {\"kind\": \"other\", \"size\": 8}},\n"
+    " \"tensors\": [{\"name\": \"x\", \"shape\": \"bsh\", \"role\": \"input\"},\n"
+    "   {\"name\": \"w\", \"shape\": \"hf\", \"role\": \"parameter\"},\n"
+    "   {\"name\": \"y\", \"shape\": \"bsf\", \"role\": \"activation\"},\n"
+    "   {\"name\": \"z\", \"shape\": \"bsnd\", \"role\": \"activation\"}],\n"
+    " \"ops\": [{\"name\": \"mm\", \"kind\": \"matmul\", \"layer\": 0, \"inputs\": [\"x\", \"w\"], \"outputs\": [\"y\"]},\n"
+    "   {\"name\": \"r\", \"kind\": \"reshape\", \"layer\": 0, \"inputs\": [\"y\"], \"outputs\": [\"z\"]}]}\n";
+
+/* A reshape keeps its element count at every size a plan runs, not only
+ * at the declared ones: the planner prices other micro-batches by scaling
+ * the batch label, so a reshape of "bsf" into "tf", whose t happens to be
+ * b*s at batch 1, was refused by `graph --batch 8` and planned by `plan
+ * --global-batch 8`. Now both refuse it, naming the op and the tensor,
+ * and a reshape that carries b and s through ("bsf" into "bsnd") loads at
+ * any batch. */
+static void a_reshape_carries_the_batch_and_seq_labels_through(void)
+{
+    ap_graph *g = NULL;
+    ap_build_opts at8;
+    ap_build_opts_default(&at8);
+    at8.batch = 8;
+    REQUIRE_OK(ap_graph_load_buffer(reshape_text, strlen(reshape_text), "flat.json", NULL, &g,
+                                    err), err);
+    ap_graph_free(g);
+    REQUIRE_OK(ap_graph_load_buffer(reshape_text, strlen(reshape_text), "flat.json", &at8, &g,
+                                    err), err);
+    CHECK(ap_graph_dim(g, 'b')->size == 8);
+    ap_graph_free(g);
+    const struct {
+        const char *from, *to, *want;
+    } bad[] = {
+        {"\"z\", \"shape\": \"bsnd\"", "\"z\", \"shape\": \"tf\"",
+         "flat.json: ops[1].outputs[0]: reshape \"r\": output \"z\" (\"tf\") has 0 labels of "
+         "kind batch where the input \"y\" (\"bsf\") has 1"},
+        {"\"z\", \"shape\": \"bsnd\"", "\"z\", \"shape\": \"btnd\"",
+         "flat.json: ops[1].outputs[0]: reshape \"r\": output \"z\" (\"btnd\") has 0 labels of "
+         "kind seq where the input \"y\" (\"bsf\") has 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[4096];
+        CHECK(replaced(reshape_text, bad[i].from, bad[i].to, text, sizeof text));
+        for (int k = 0; k < 2; k++) {
+            g = NULL;
+            CHECK(ap_graph_load_buffer(text, strlen(text), "flat.json", k ? &at8 : NULL, &g,
+                                       err) == AP_EINPUT);
+            CHECK(g == NULL);
+            CHECK_STR_HAS(err, bad[i].want);
+        }
+    }
+}
+
 int main(void)
 {
     RUN(gpt_1_3b_has_1_3_billion_parameters_in_24_alike_layers);
@@ -259,5 +363,7 @@ int main(void)
     RUN(a_hugging_face_config_goes_to_the_hf_builder);
     RUN(moe_ops_count_router_experts_and_combine);
     RUN(group_limited_routing_is_kept_and_checked);
+    RUN(a_model_needs_one_batch_and_one_seq_dimension);
+    RUN(a_reshape_carries_the_batch_and_seq_labels_through);
     return DONE();
 }

@@ -1,9 +1,10 @@
 /* test_hf.c -- graphs built from Hugging Face config.json files: parameter
  * counts against the published totals, FLOPs against 2N + attention,
- * activation memory against Korthikanti et al., and the errors for
- * malformed configs. */
+ * activation memory against Korthikanti et al., the errors for malformed
+ * configs, and the activations each family builds or refuses. */
 #include "model.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 
 static ap_graph *from_text(const char *json, const ap_build_opts *o)
@@ -566,6 +567,140 @@ static void sequence_beyond_learned_positions_is_refused(void)
     CHECK_STR_HAS(err, "arr.json");
 }
 
+/* Config text of examples/hf/`name` with the fields keys[0..n) of the
+ * language model's object (the text_config where there is one) set to
+ * values[0..n) (NULL: left out), which it takes; the caller frees the
+ * text. NULL where the file does not parse. */
+static char *with_items(const char *name, const char *const *keys, cJSON **values, int n)
+{
+    char path[1024], err[AP_ERR_LEN], *text = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/examples/hf/%s", ap_test_src(), name);
+    cJSON *root = NULL;
+    if (!ap_read_file(path, &text, &len, err))
+        root = cJSON_ParseWithLength(text, len);
+    free(text);
+    cJSON *lm = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (!cJSON_IsObject(lm))
+        lm = root;
+    for (int i = 0; i < n; i++) {
+        cJSON_DeleteItemFromObjectCaseSensitive(lm, keys[i]);
+        if (lm && values[i])
+            cJSON_AddItemToObject(lm, keys[i], values[i]);
+        else
+            cJSON_Delete(values[i]);
+    }
+    char *out = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return out;
+}
+
+static char *with_field(const char *name, const char *key, const char *value)
+{
+    cJSON *v = cJSON_CreateString(value);
+    return with_items(name, &key, &v, 1);
+}
+
+/* HF's MLPs take their activation from the config (ACT2FN[hidden_act];
+ * GPT-2's activation_function), so a Llama 3 config naming "relu" is a
+ * ReLU MLP, not the SwiGLU that was built and priced. Every family of the
+ * examples refuses an activation it does not build, naming the field,
+ * except GPT-OSS, whose experts hard-code their quick GeGLU and read no
+ * activation; Gemma 2 reads hidden_activation, which must be a GELU too,
+ * in its tanh form or the exact one. */
+static void every_family_builds_its_activation_or_refuses_another(void)
+{
+    char dir[1024], err[AP_ERR_LEN];
+    int refused = 0;
+    snprintf(dir, sizeof dir, "%s/examples/hf", ap_test_src());
+    DIR *d = opendir(dir);
+    REQUIRE_OK(d ? 0 : 1, dir);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".json"))
+            continue;
+        int gpt2 = !strcmp(e->d_name, "gpt3-175b.json");
+        int oss = !strncmp(e->d_name, "gpt-oss", 7);
+        const char *key = gpt2 ? "activation_function" : "hidden_act";
+        char *text = with_field(e->d_name, key, "relu"), want[128];
+        CHECK(text != NULL);
+        if (!text)
+            continue;
+        ap_graph *g = NULL;
+        int rc = ap_graph_load_buffer(text, strlen(text), e->d_name, NULL, &g, err);
+        if (oss) {
+            CHECK(rc == AP_OK);
+        } else {
+            snprintf(want, sizeof want, "\"%s\" is \"relu\"; ", key);
+            CHECK(rc == AP_EINPUT);
+            CHECK_STR_HAS(err, e->d_name);
+            CHECK_STR_HAS(err, want);
+            refused += rc == AP_EINPUT;
+        }
+        ap_graph_free(g);
+        free(text);
+    }
+    closedir(d);
+    CHECK(refused >= 20);
+    const struct {
+        const char *value;
+        int ok;
+    } gemma[] = {{"gelu", 1}, {"gelu_pytorch_tanh", 1}, {"relu", 0}, {"silu", 0}};
+    for (size_t i = 0; i < sizeof gemma / sizeof gemma[0]; i++) {
+        char *text = with_field("gemma-2-9b.json", "hidden_activation", gemma[i].value);
+        ap_graph *g = NULL;
+        int rc = text ? ap_graph_load_buffer(text, strlen(text), "gemma2.json", NULL, &g, err)
+                      : AP_EINTERNAL;
+        CHECK(rc == (gemma[i].ok ? AP_OK : AP_EINPUT));
+        if (!gemma[i].ok)
+            CHECK_STR_HAS(err, "gemma2.json: \"hidden_activation\" is \"");
+        ap_graph_free(g);
+        free(text);
+    }
+}
+
+/* DeepSeek's gate takes the topk_group best of n_group groups, so a
+ * config stating more groups a token picks from than there are (9 of 8)
+ * describes no routing: it is refused, naming topk_group, where it was
+ * read as routing without groups. topk_group equal to n_group limits
+ * nothing, and a topk_group left out under one group is the config
+ * class's default, which that config did not ask for: both build without
+ * groups. */
+static void topk_group_above_n_group_is_refused(void)
+{
+    char err[AP_ERR_LEN];
+    const struct {
+        int topk_group; /* -1: left out */
+        int n_group;
+        int ok;
+    } cases[] = {{9, 8, 0}, {8, 8, 1}, {4, 8, 1}, {-1, 1, 1}, {2, 1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        static const char *const keys[] = {"n_group", "topk_group"};
+        cJSON *values[] = {cJSON_CreateNumber(cases[i].n_group),
+                           cases[i].topk_group < 0 ? NULL
+                                                   : cJSON_CreateNumber(cases[i].topk_group)};
+        char *text = with_items("deepseek-v3.json", keys, values, 2);
+        CHECK(text != NULL);
+        if (!text)
+            continue;
+        ap_graph *g = NULL;
+        int rc = ap_graph_load_buffer(text, strlen(text), "ds.json", NULL, &g, err);
+        CHECK(rc == (cases[i].ok ? AP_OK : AP_EINPUT));
+        if (cases[i].ok && g) {
+            int r = ap_graph_find_op(g, "l3.router");
+            CHECK(r >= 0 && g->ops[r].groups == (cases[i].topk_group == 4 ? 8 : 0));
+        } else if (!cases[i].ok) {
+            char want[96];
+            snprintf(want, sizeof want, "ds.json: \"topk_group\" (%d) exceeds \"n_group\" (%d)",
+                     cases[i].topk_group, cases[i].n_group);
+            CHECK_STR_HAS(err, want);
+        }
+        ap_graph_free(g);
+        free(text);
+    }
+}
+
 int main(void)
 {
     RUN(llama_3_8b_has_8_03b_parameters);
@@ -588,6 +723,8 @@ int main(void)
     RUN(gpt_neox_parallel_residual_feeds_both_norms_from_the_input);
     RUN(qwen3_adds_per_head_qk_norms);
     RUN(malformed_configs_are_input_errors_naming_file_and_field);
+    RUN(every_family_builds_its_activation_or_refuses_another);
+    RUN(topk_group_above_n_group_is_refused);
     RUN(sequence_beyond_learned_positions_is_refused);
     return DONE();
 }

@@ -3,8 +3,9 @@
  * against the closed form, and the block HF's modeling_llama4.py runs:
  * every fourth layer without rotary embedding (NoPE), the others' q and
  * k normed without weights, a routed expert and a shared one, Maverick's
- * dense layers between MoE ones, and the rotary layers' chunked attention
- * (each query within its chunk of 8,192 tokens). */
+ * dense layers between MoE ones (or where moe_layers lists them), and the
+ * rotary layers' chunked attention (each query within its chunk of 8,192
+ * tokens). */
 #include "costmodel/costmodel.h"
 #include "model.h"
 
@@ -174,11 +175,68 @@ static void torchtitan_export_states_nope_in_a_comment(void)
     ap_graph_free(g);
 }
 
+/* text_config.moe_layers, where a config has it, lists the layers that
+ * route (Llama4TextConfig takes it over interleave_moe_layer_step, which
+ * only fills it in where it is absent or null): [0, 3] routes layers 0
+ * and 3 although the step of 2 would route 1 and 3, an empty list routes
+ * none (every layer a dense MLP intermediate_size_mlp wide, no experts
+ * dimension), and an index past the layers, one given twice or a list
+ * that is no array is refused, naming the field. */
+static void moe_layers_name_the_layers_that_route(void)
+{
+    char err[AP_ERR_LEN], cfg[1024];
+    const char *base =
+        "{\"model_type\":\"llama4_text\",\"hidden_size\":256,\"intermediate_size\":128,"
+        "\"intermediate_size_mlp\":512,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+        "\"head_dim\":64,\"num_hidden_layers\":4,\"num_local_experts\":8,"
+        "\"num_experts_per_tok\":1,\"interleave_moe_layer_step\":2,\"vocab_size\":1000,"
+        "\"max_position_embeddings\":4096%s}";
+    snprintf(cfg, sizeof cfg, base, ",\"moe_layers\":[0,3]");
+    ap_graph *g = from_text(cfg, 1024, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    CHECK(ap_test_op(g, "l0.router") != NULL && ap_test_op(g, "l3.router") != NULL);
+    CHECK(ap_test_op(g, "l1.router") == NULL && ap_test_op(g, "l1.mlp.down") != NULL);
+    CHECK(ap_test_op(g, "l2.router") == NULL);
+    ap_graph_free(g);
+    snprintf(cfg, sizeof cfg, base, ",\"moe_layers\":null");
+    g = from_text(cfg, 1024, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    CHECK(ap_test_op(g, "l0.router") == NULL && ap_test_op(g, "l1.router") != NULL);
+    ap_graph_free(g);
+    snprintf(cfg, sizeof cfg, base, ",\"moe_layers\":[]");
+    g = from_text(cfg, 1024, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    for (int i = 0; i < g->nops; i++)
+        CHECK(g->ops[i].kind != AP_OP_ROUTER);
+    CHECK(ap_graph_label_of(g, AP_DIM_EXPERTS) == 0 && ap_graph_dim(g, 'f')->size == 512);
+    CHECK(ap_graph_active_params(g) == g->total_params);
+    ap_graph_free(g);
+    const struct {
+        const char *field, *want;
+    } bad[] = {
+        {",\"moe_layers\":[1,4]", "llama4.json: \"moe_layers\"[1] must be a layer index below 4"},
+        {",\"moe_layers\":[1,-1]", "\"moe_layers\"[1] must be a layer index below 4"},
+        {",\"moe_layers\":[1,2.5]", "\"moe_layers\"[1] must be a layer index below 4"},
+        {",\"moe_layers\":[3,1,3]", "\"moe_layers\"[2] names layer 3 a second time"},
+        {",\"moe_layers\":1", "\"moe_layers\" must be an array of layer indices, not a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cfg, sizeof cfg, base, bad[i].field);
+        g = NULL;
+        ap_build_opts o;
+        ap_build_opts_default(&o);
+        CHECK(ap_graph_from_hf(cfg, strlen(cfg), "llama4.json", &o, &g, err) == AP_EINPUT);
+        CHECK(g == NULL);
+        CHECK_STR_HAS(err, bad[i].want);
+    }
+}
+
 int main(void)
 {
     RUN(llama4_scout_has_107_77b_parameters_17b_active);
     RUN(every_fourth_layer_takes_no_rotary);
     RUN(interleaved_moe_layers_leave_dense_ones_between);
+    RUN(moe_layers_name_the_layers_that_route);
     RUN(rotary_layers_attend_within_chunks);
     RUN(megatron_export_states_nope_and_qk_l2_norm);
     RUN(chunks_shorter_than_the_sequence_are_refused_by_megatron);

@@ -39,12 +39,13 @@ refused "GPUs that fill no whole node" "--gpus 12 --gpus-per-node 8: preset: 12 
 chain() { # n, distinct, file
     awk -v n="$1" -v distinct="$2" 'BEGIN {
         printf "{\"format\":\"autopar-model/1\",\"name\":\"chain\",\"dims\":{"
-        printf "\"b\":{\"kind\":\"batch\",\"size\":2},\"h\":{\"kind\":\"hidden\",\"size\":8},"
+        printf "\"b\":{\"kind\":\"batch\",\"size\":2},\"s\":{\"kind\":\"seq\",\"size\":4},"
+        printf "\"h\":{\"kind\":\"hidden\",\"size\":8},"
         printf "\"g\":{\"kind\":\"other\",\"size\":8}},"
-        printf "\"tensors\":[{\"name\":\"x\",\"shape\":\"bh\",\"role\":\"input\"},"
+        printf "\"tensors\":[{\"name\":\"x\",\"shape\":\"bsh\",\"role\":\"input\"},"
         printf "{\"name\":\"w\",\"shape\":\"hg\",\"role\":\"parameter\"}"
         for (i = 0; i <= n; i++)
-            printf ",{\"name\":\"t%d\",\"shape\":\"bg\",\"role\":\"activation\"}", i
+            printf ",{\"name\":\"t%d\",\"shape\":\"bsg\",\"role\":\"activation\"}", i
         printf "],\"ops\":[{\"name\":\"in\",\"kind\":\"matmul\",\"inputs\":[\"x\",\"w\"],\"outputs\":[\"t0\"]}"
         for (i = 0; i < n; i++)
             if (distinct)
