@@ -479,6 +479,142 @@ static int parse_calibration(ctx *x, const cJSON *root, ap_cluster *c)
     return AP_OK;
 }
 
+/* The smallest share of a peak an efficiency may state (NUM_FRACTION). */
+#define MIN_EFFICIENCY 1e-3
+/* How far above the stated peak a measured GEMM may run: 10%. The rate a
+ * datasheet states is at one clock, and a GPU may run above it for a
+ * short kernel (the H100 SXM's 989.4 TFLOP/s is 132 SMs x 4,096 FLOP per
+ * clock at 1,830 MHz; its clock reaches 1,980 MHz, 8% more), and the
+ * timer jitters by a few percent on the shortest samples. Real profiles
+ * stay far below it: the measured H100 and H200 profiles in
+ * examples/clusters reach at most 0.76 and 0.84 of the peak of any dtype
+ * (the H200's TF32 GEMMs), so a real measurement keeps a margin of 30%
+ * and more, while a table that would price a step above its peak (a
+ * GEMM in a nanosecond) is refused. */
+#define MAX_OVER_PEAK 1.10
+/* How far above links.intra.bandwidth a measured collective's bus
+ * bandwidth (nccl-tests' convention) may be: 4 times. No collective runs
+ * faster than NVLink (costmodel/collective.c prices none faster either),
+ * but the file states NVLink's achievable ring figure, not its line rate
+ * (360 of 450 GB/s on an H100), and an in-network reduction (NVLS, SHARP)
+ * sends each byte once where a ring sends it twice, which doubles an
+ * all-reduce's bus bandwidth (460-480 GB/s measured on H100s beside the
+ * ring's 360). 4 covers both with room to spare; a table faster than that
+ * is a mistake, not a measurement. */
+#define MAX_OVER_LINK 4.0
+
+/* The tensor-core efficiencies a calibration scaled, with their fields. */
+static int scaled_efficiencies(const ap_cluster *c, const char **names, double *eff)
+{
+    const char *all[] = {"gemm_efficiency", "gemm_efficiency_fp8", "attention_efficiency",
+                         "attention_backward_efficiency"};
+    const double v[] = {c->gemm_eff, c->gemm_eff_fp8, c->attn_eff, c->attn_bwd_eff};
+    int n = 0;
+    for (int i = 0; i < 4; i++)
+        if (v[i] > 0) {
+            names[n] = all[i];
+            eff[n++] = v[i];
+        }
+    return n;
+}
+
+/* calibration.scale is the factor the file's tensor-core efficiencies were
+ * scaled by from the kernel figures they started from (autopar calibrate
+ * multiplies both by one factor, so each efficiency / scale is that kernel
+ * figure, which ap_cluster_kernel_rate gives back). Those kernel figures
+ * are efficiencies too, at most 1 of the peak and at least the smallest a
+ * file may state: a scale outside that range is no calibration of this
+ * file's figures. It matters beyond the record, since a measured GEMM's
+ * multiply is divided by it: a scale of 1e9 priced a step at 168% of its
+ * peak. */
+static int check_calibration(ctx *x, const ap_cluster *c)
+{
+    const char *names[4];
+    double eff[4];
+    int n = scaled_efficiencies(c, names, eff);
+    if (!(c->calib_scale > 0) || !n)
+        return AP_OK;
+    int hi = 0, lo = 0;
+    for (int i = 1; i < n; i++) {
+        hi = eff[i] > eff[hi] ? i : hi;
+        lo = eff[i] < eff[lo] ? i : lo;
+    }
+    /* A relative 1e-9 for the rounding of a product written and read back. */
+    double least = eff[hi] * (1 - 1e-9), most = eff[lo] / MIN_EFFICIENCY * (1 + 1e-9);
+    if (c->calib_scale >= least && c->calib_scale <= most)
+        return AP_OK;
+    int at = c->calib_scale < least ? hi : lo;
+    return fail(x, "calibration.scale", "%g is outside [%.4g, %.4g]: it would have the "
+                "kernels the efficiencies were scaled from run at gpu.%s %.4g / %g = %.3g "
+                "of peak, where an efficiency is from %g to 1", c->calib_scale, eff[hi],
+                eff[lo] / MIN_EFFICIENCY, names[at], eff[at], c->calib_scale,
+                eff[at] / c->calib_scale, MIN_EFFICIENCY);
+}
+
+/* The peak a GEMM of dtype dt is priced against (compute.c's peak_for):
+ * its own, or bf16's where the file states none (fp8 on an A100). */
+static double peak_of(const ap_cluster *c, ap_dtype dt, const char **name)
+{
+    int own = c->peak_flops[dt] > 0;
+    *name = ap_dtype_name(own ? dt : AP_BF16);
+    return own ? c->peak_flops[dt] : c->peak_flops[AP_BF16];
+}
+
+/* A measured GEMM runs at most at its peak (MAX_OVER_PEAK), and so it does
+ * as priced at the training-step rate: a scale above 1 divides its
+ * multiply by the scale (compute.c, measured_ratio), and the cost model's
+ * own price at the sample's shape says how fast that runs it. The price
+ * is taken on a copy of the cluster whose table is that sample alone, so
+ * that a table of many samples costs one lookup each. */
+static int check_gemm_samples(ctx *x, const ap_cluster *c)
+{
+    ap_cluster one = *c;
+    one.ngemm = 1;
+    for (int i = 0; i < c->ngemm; i++) {
+        const ap_gemm_sample *s = &c->gemm[i];
+        const char *pk;
+        double peak = peak_of(c, s->dtype, &pk);
+        double flops = 2 * s->m * s->n * s->k, rate = flops / s->seconds, priced = 0;
+        char p[PATH_LEN];
+        snprintf(p, sizeof p, "measured.gemm[%d].seconds", i);
+        if (rate > MAX_OVER_PEAK * peak)
+            return fail(x, p, "%g x %g x %g %s in %g s is %.4g TFLOP/s, %.3g x "
+                        "gpu.peak_flops.%s (%.4g TFLOP/s); a measured GEMM runs at most "
+                        "%.0f%% above its peak", s->m, s->n, s->k,
+                        ap_dtype_name(s->dtype), s->seconds, rate / 1e12, rate / peak, pk,
+                        peak / 1e12, (MAX_OVER_PEAK - 1) * 100);
+        one.gemm = &c->gemm[i];
+        if (c->calib_scale > 1)
+            priced = flops / ap_cost_gemm(&one, s->dtype, s->m, s->n, s->k);
+        if (priced > MAX_OVER_PEAK * peak)
+            return fail(x, "calibration.scale", "%g prices measured.gemm[%d] (%g x %g x %g "
+                        "%s, measured at %.4g TFLOP/s) at %.3g x gpu.peak_flops.%s",
+                        c->calib_scale, i, s->m, s->n, s->k, ap_dtype_name(s->dtype),
+                        rate / 1e12, priced / peak, pk);
+    }
+    return AP_OK;
+}
+
+/* A measured collective's bus bandwidth stays within MAX_OVER_LINK of
+ * NVLink's. */
+static int check_coll_samples(ctx *x, const ap_cluster *c)
+{
+    for (int i = 0; i < c->ncoll; i++) {
+        const ap_coll_sample *s = &c->coll[i];
+        double bus = ap_coll_bus_factor(s->op, s->ranks) * s->bytes / s->seconds;
+        if (bus <= MAX_OVER_LINK * c->intra_bw)
+            continue;
+        char p[PATH_LEN];
+        snprintf(p, sizeof p, "measured.collectives[%d].seconds", i);
+        return fail(x, p, "%s of %g bytes over %d ranks in %g s is a bus bandwidth of "
+                    "%.4g GB/s, %.3g x links.intra.bandwidth (%.4g GB/s); no collective "
+                    "runs more than %g times faster than NVLink's figure",
+                    ap_coll_name(s->op), s->bytes, s->ranks, s->seconds, bus / 1e9,
+                    bus / c->intra_bw, c->intra_bw / 1e9, MAX_OVER_LINK);
+    }
+    return AP_OK;
+}
+
 static int parse_root(ctx *x, const cJSON *root, ap_cluster *c)
 {
     static const char *const fields[] = {"format", "name", "nodes",
@@ -501,7 +637,10 @@ static int parse_root(ctx *x, const cJSON *root, ap_cluster *c)
         return rc;
     if ((double)c->nodes * c->gpus_per_node > 1000000)
         return fail(x, "nodes", "more than 1000000 GPUs in all");
-    return AP_OK;
+    /* Figures each in range can still price faster than the GPU can run. */
+    if ((rc = check_calibration(x, c)) || (rc = check_gemm_samples(x, c)))
+        return rc;
+    return check_coll_samples(x, c);
 }
 
 static int json_line(const char *text, const char *at)

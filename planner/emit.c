@@ -542,7 +542,9 @@ static void titan_pipeline(sbuf *b, const ap_plan_desc *p, const ap_degrees *d,
     if (d->pp == 1)
         return;
     put(b, "  --parallelism.pipeline_parallel_schedule %s\n", titan_schedule(d->schedule));
-    int n, first_less, last_less;
+    /* ap_plan_classify refused a split the flags cannot state, so the
+     * split below always fills these; zeros keep the compiler sure of it. */
+    int n = 0, first_less = 0, last_less = 0;
     if (d->even) {
         n = s->layers / (d->pp * d->vpp);
         first_less = last_less = 0;

@@ -114,6 +114,110 @@ static int find_op(const ap_graph *g, const ap_plan_desc *p, int st, int i,
     return k;
 }
 
+/* plan.json's names for a shape's norm, MLP and positions, as the plan's
+ * writer gives them (planner/output.c), so that a shape read back and one
+ * of a reloaded model compare as the plan states them. */
+static const char *norm_name(const ap_model_shape *s)
+{
+    return s->rmsnorm ? "rmsnorm" : s->layernorm_1p ? "layernorm1p" : "layernorm";
+}
+
+static const char *mlp_name(const ap_model_shape *s)
+{
+    return s->swiglu ? "swiglu" : s->quick_geglu ? "quick_geglu" : s->gated ? "gated"
+         : s->squared_relu ? "relu2" : s->relu ? "relu" : "plain";
+}
+
+static const char *positions_name(const ap_model_shape *s)
+{
+    return s->learned_positions ? "learned" : s->rotary_percent != 0 ? "rotary" : "none";
+}
+
+static int shape_differs(const ap_graph *g, const ap_plan_desc *p, const char *field,
+                         const char *want, const char *have, char *err)
+{
+    return errf(err, "%s: model_shape.%s is %s but the model %s has %s; pass the plan's "
+                "model with --model", p->source, field, want, g->source, have);
+}
+
+/* What the exports state of the model's structure from the reloaded model
+ * (Megatron-LM's flags, torchtitan's and DeepSpeed's notes) must be what
+ * the plan was priced with, or an export of another model (--model) would
+ * state that model's structure under this plan's layout: tied embeddings
+ * without --untie-embeddings-and-output-weights, a QK norm the plan never
+ * priced. Fields written either way compare whenever the plan has them
+ * (qkv_bias, qk_layernorm and parallel_residual read as -1 in plans from
+ * before them); those written only where the model has them
+ * (qk_norm_across_heads, ..., the router's) are false when absent, so a
+ * plan from before one of them needs planning again to export a model
+ * that has it. */
+static int check_structure(const ap_graph *g, const ap_model_shape *m,
+                           const ap_plan_desc *p, char *err)
+{
+    const ap_model_shape *w = &p->shape;
+    const char *names[] = {"head_dim", "seq", "top_k", "route_groups", "route_group_topk"};
+    long long want[] = {w->head_dim, w->seq, w->top_k, w->route_groups, w->route_group_topk};
+    long long have[] = {m->head_dim, m->seq, m->top_k, m->route_groups, m->route_group_topk};
+    char a[32], b[32];
+    for (int i = 0; i < 5; i++)
+        if (want[i] != have[i]) {
+            snprintf(a, sizeof a, "%lld", want[i]);
+            snprintf(b, sizeof b, "%lld", have[i]);
+            return shape_differs(g, p, names[i], a, b, err);
+        }
+    const struct {
+        const char *name, *want, *have;
+    } text[] = {
+        {"dtype", ap_dtype_name(w->dtype), ap_dtype_name(m->dtype)},
+        {"norm", norm_name(w), norm_name(m)},
+        {"mlp", mlp_name(w), mlp_name(m)},
+        {"positions", positions_name(w), positions_name(m)},
+        {"router_score", w->route_sigmoid ? "sigmoid" : "softmax",
+         m->route_sigmoid ? "sigmoid" : "softmax"},
+        {"nope_layer_freq", w->nope_layers ? w->nope_freq : "(none)",
+         m->nope_layers ? m->nope_freq : "(none)"},
+    };
+    for (size_t i = 0; i < sizeof text / sizeof text[0]; i++)
+        if (strcmp(text[i].want, text[i].have)) {
+            char qa[300], qb[300];
+            /* Quoted as plan.json writes them; "(none)" is no value. */
+            snprintf(qa, sizeof qa, *text[i].want == '(' ? "%s" : "\"%s\"", text[i].want);
+            snprintf(qb, sizeof qb, *text[i].have == '(' ? "%s" : "\"%s\"", text[i].have);
+            return shape_differs(g, p, text[i].name, qa, qb, err);
+        }
+    const struct {
+        const char *name;
+        int want, have;
+    } flag[] = {
+        {"tied_embeddings", w->tied_embeddings, m->tied_embeddings},
+        {"linear_bias", w->linear_bias, m->linear_bias},
+        {"flash_attention", w->flash, m->flash},
+        {"parallel_residual", w->parallel_residual, m->parallel_residual},
+        {"qkv_bias", w->qkv_bias, m->qkv_bias},
+        {"qk_layernorm", w->qk_norm, m->qk_norm},
+        {"qk_norm_across_heads", w->qk_norm_wide, m->qk_norm_wide},
+        {"qk_l2_norm", w->qk_l2, m->qk_l2},
+        {"post_norms", w->post_norm, m->post_norm},
+        {"weightless_norms", w->norm_free, m->norm_free},
+        {"router_normalize", !w->route_unnormalized, !m->route_unnormalized},
+        {"router_expert_bias", w->route_bias, m->route_bias},
+        {"router_probs_on_input", w->route_on_input, m->route_on_input},
+    };
+    for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
+        if (flag[i].want >= 0 && !flag[i].want != !flag[i].have)
+            return shape_differs(g, p, flag[i].name, flag[i].want ? "true" : "false",
+                                 flag[i].have ? "true" : "false", err);
+    /* No factor on the weights is a factor of 1. */
+    double ws = w->route_scale > 0 ? w->route_scale : 1;
+    double ms = m->route_scale > 0 ? m->route_scale : 1;
+    if (ws != ms) {
+        snprintf(a, sizeof a, "%g", ws);
+        snprintf(b, sizeof b, "%g", ms);
+        return shape_differs(g, p, "router_scale", a, b, err);
+    }
+    return AP_OK;
+}
+
 static int check_shape(const ap_graph *g, const ap_model_shape *m,
                        const ap_plan_desc *p, char *err)
 {
@@ -197,7 +301,7 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
                  p->shape.rotary_percent, g->source, m->rotary_percent);
         return AP_EINPUT;
     }
-    return AP_OK;
+    return check_structure(g, m, p, err);
 }
 
 /* "[2, 8]", or "[2, 8] x4 replicas" for data-parallel copies of it. */

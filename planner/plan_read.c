@@ -380,7 +380,8 @@ static int check_cover(const reader *r, const ap_plan_desc *p)
 
 /* rotary_percent and parallel_residual came after the first plans: a
  * rotary plan without the share reads as -1 (unknown, not checked), and
- * without parallel_residual as sequential layers. */
+ * so does one without parallel_residual (the writer states it either way
+ * since). */
 static int parse_rotary(const reader *r, const cJSON *o, int rotary, ap_model_shape *s)
 {
     int rc = AP_OK;
@@ -392,6 +393,7 @@ static int parse_rotary(const reader *r, const cJSON *o, int rotary, ap_model_sh
         rc = get_number(r, o, "rotary_percent", "model_shape", 1e-9, 1,
                         &s->rotary_percent);
     }
+    s->parallel_residual = -1;
     if (!rc && field(o, "parallel_residual"))
         rc = get_bool(r, o, "parallel_residual", "model_shape", &s->parallel_residual);
     /* Absent without MTP modules, as plans before them. */
@@ -438,6 +440,33 @@ static int parse_numerics(const reader *r, const cJSON *o, ap_model_shape *s)
         if (!rc && ap_rope_scaling_from_name(v, &s->rope_scaling))
             return fail(r, "model_shape.rope_scaling", "\"%s\" is not llama3 or other", v);
     }
+    return rc;
+}
+
+/* How the first router scores and weighs the experts, each field written
+ * only where it is not Megatron-Core's default (a softmax over the top-k
+ * logits, renormalised, no bias, no factor, the weight on the expert's
+ * output), so an absent one reads as that default. */
+static int parse_router(const reader *r, const cJSON *o, ap_model_shape *s)
+{
+    const char *at = "model_shape";
+    int rc = AP_OK, normalize = 1;
+    if (field(o, "router_score")) {
+        char v[16];
+        rc = get_string(r, o, "router_score", at, v, sizeof v, 1);
+        if (!rc && strcmp(v, "sigmoid") && strcmp(v, "softmax"))
+            return fail(r, "model_shape.router_score", "\"%s\" is not sigmoid or softmax", v);
+        s->route_sigmoid = !rc && !strcmp(v, "sigmoid");
+    }
+    if (!rc && field(o, "router_normalize"))
+        rc = get_bool(r, o, "router_normalize", at, &normalize);
+    s->route_unnormalized = !normalize;
+    if (!rc && field(o, "router_expert_bias"))
+        rc = get_bool(r, o, "router_expert_bias", at, &s->route_bias);
+    if (!rc && field(o, "router_probs_on_input"))
+        rc = get_bool(r, o, "router_probs_on_input", at, &s->route_on_input);
+    if (!rc && field(o, "router_scale"))
+        rc = get_number(r, o, "router_scale", at, 1e-9, 1e6, &s->route_scale);
     return rc;
 }
 
@@ -503,6 +532,9 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
         rc = get_bool(r, o, "linear_bias", at, &s->linear_bias);
     if (!rc)
         rc = get_bool(r, o, "flash_attention", at, &s->flash);
+    /* Written either way since they came; a plan from before them reads
+     * as -1, unknown, which the export does not check. */
+    s->qkv_bias = s->qk_norm = -1;
     if (!rc && field(o, "qkv_bias"))
         rc = get_bool(r, o, "qkv_bias", at, &s->qkv_bias);
     if (!rc && field(o, "qk_layernorm"))
@@ -519,6 +551,8 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
         rc = get_string(r, o, "nope_layer_freq", at, s->nope_freq, sizeof s->nope_freq, 1);
         s->nope_layers = !rc;
     }
+    if (!rc)
+        rc = parse_router(r, o, s);
     if (rc)
         return rc;
     if (strcmp(norm, "rmsnorm") && strcmp(norm, "layernorm") && strcmp(norm, "layernorm1p"))
@@ -818,6 +852,20 @@ static int parse_recompute_modules(const reader *r, const cJSON *root, ap_plan_d
     return AP_OK;
 }
 
+/* The launchers start gpus / gpus_per_node nodes of gpus_per_node
+ * processes each (torchrun's --nnodes and --nproc-per-node), so the GPUs
+ * must fill whole nodes, or be one node's, as the planner's own clusters
+ * are (ap_cluster_set_size refuses any other shape): with 8 GPUs on nodes
+ * of 5 an export would start 5 processes, or with 16 on nodes of 3, 15. */
+static int check_nodes(const reader *r, const ap_plan_desc *p)
+{
+    if (p->gpus <= p->gpus_per_node || p->gpus % p->gpus_per_node == 0)
+        return AP_OK;
+    return fail(r, "gpus_per_node", "%d does not divide the plan's %d GPUs into whole "
+                "nodes; a plan's GPUs fill whole nodes of gpus_per_node, or one node",
+                p->gpus_per_node, p->gpus);
+}
+
 static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     char format[32];
@@ -841,6 +889,8 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         (rc = get_small(r, root, "zero", "", 0, 3, &zero)))
         return rc;
     p->zero = (ap_zero)zero;
+    if ((rc = check_nodes(r, p)))
+        return rc;
     if (field(root, "overlap_grad_reduce")) {
         int overlap;
         if ((rc = get_bool(r, root, "overlap_grad_reduce", "", &overlap)))
@@ -867,6 +917,11 @@ static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
         if ((rc = parse_shape(r, shape, &p->shape)))
             return rc;
         p->has_shape = 1;
+        /* The model is rebuilt at seq_length for the export, and the
+         * shape is the one its flags state: both are the plan's length. */
+        if (p->shape.seq != p->seq)
+            return fail(r, "model_shape.seq", "is %lld, but seq_length is %d",
+                        p->shape.seq, p->seq);
     }
     const cJSON *pred = field(root, "prediction");
     if (!cJSON_IsObject(pred))

@@ -867,6 +867,188 @@ static void the_export_states_the_rotary_base_scaling_and_norm_epsilon(void)
     ap_graph_free(g);
 }
 
+/* plan.json of the estimate of `spec` on `gpus` H100s as a cJSON object,
+ * for a test to edit; NULL, with the reason on stderr, when it does not
+ * price. The caller deletes it. */
+static cJSON *plan_object(const ap_graph *g, int gpus, const char *spec)
+{
+    ap_plan p;
+    if (ap_test_megatron_plan_ok(g, gpus, spec, NULL, &p))
+        return NULL;
+    char *json = ap_plan_to_json(g, &p);
+    ap_plan_free(&p);
+    cJSON *o = cJSON_Parse(json);
+    free(json);
+    return o;
+}
+
+/* Reads plan object o back as "plan.json" into d, deleting o; the
+ * reader's status, its message in err. */
+static int read_object(cJSON *o, ap_plan_desc *d, char *err)
+{
+    char *json = cJSON_Print(o);
+    cJSON_Delete(o);
+    int rc = ap_plan_desc_parse(json, strlen(json), "plan.json", d, err);
+    free(json);
+    return rc;
+}
+
+/* o's field `key` (in model_shape where shape is set) replaced by the JSON
+ * `value`, or removed where value is NULL. */
+static void set_field(cJSON *o, int shape, const char *key, const char *value)
+{
+    cJSON *at = shape ? cJSON_GetObjectItem(o, "model_shape") : o;
+    cJSON_DeleteItemFromObject(at, key);
+    if (value)
+        cJSON_AddItemToObject(at, key, cJSON_Parse(value));
+}
+
+/* The launchers start gpus / gpus_per_node nodes of gpus_per_node
+ * processes, so a plan's GPUs fill whole nodes, or are one node's, as the
+ * planner's own clusters are: 16 GPUs on nodes of 5 would start 15. The
+ * reader refuses any other shape, naming gpus_per_node; 16 on nodes of 4
+ * export as 4 nodes, and a node larger than the plan as one node of 16. */
+static void reader_refuses_gpus_that_do_not_fill_whole_nodes(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    const char *spec = "tp=2,pp=2,sp=1,mbs=1,gbs=64";
+    const struct {
+        const char *gpn, *expect;
+    } cases[] = {
+        {"5", "plan.json: gpus_per_node: 5 does not divide the plan's 16 GPUs into whole "
+              "nodes"},
+        {"3", "plan.json: gpus_per_node: 3 does not divide the plan's 16 GPUs"},
+        {"4", "torchrun --nnodes 4 --nproc-per-node 4 "},
+        {"32", "torchrun --nnodes 1 --nproc-per-node 16 "},
+    };
+    for (int i = 0; i < 4; i++) {
+        ap_plan_desc d;
+        char err[AP_ERR_LEN], *text = NULL;
+        cJSON *o = plan_object(g, 16, spec);
+        set_field(o, 0, "gpus_per_node", cases[i].gpn);
+        int rc = read_object(o, &d, err);
+        if (i < 2) {
+            CHECK(rc == AP_EINPUT);
+            CHECK_STR_HAS(err, cases[i].expect);
+            continue;
+        }
+        REQUIRE_OK(rc, err);
+        REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+        CHECK_STR_HAS(text, cases[i].expect);
+        free(text);
+        ap_plan_desc_free(&d);
+    }
+    /* The shape's flags state the plan's sequence length. */
+    ap_plan_desc d;
+    char err[AP_ERR_LEN];
+    cJSON *o = plan_object(g, 16, spec);
+    set_field(o, 1, "seq", "4096");
+    CHECK(read_object(o, &d, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: model_shape.seq: is 4096, but seq_length is 2048");
+    ap_graph_free(g);
+}
+
+/* Llama 3 8B's config with `from` replaced by `to`, built at `seq` tokens;
+ * NULL, with the reason on stderr, when it does not build. */
+static ap_graph *llama_variant(const char *from, const char *to, int64_t seq)
+{
+    char path[512], err[AP_ERR_LEN], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/examples/hf/llama-3-8b.json", ap_test_src());
+    if (ap_read_file(path, &text, &len, err)) {
+        fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    char *at = strstr(text, from), cfg[8192];
+    snprintf(cfg, sizeof cfg, "%.*s%s%s", at ? (int)(at - text) : (int)len, text, to,
+             at ? at + strlen(from) : "");
+    free(text);
+    return ap_test_hf_seq(cfg, seq, err);
+}
+
+/* An export states the structure of the model it reloads, and --model
+ * names any: that model must be the one the plan priced, or the launcher
+ * would train another under the plan's layout. Llama 3 8B with tied
+ * embeddings, as Qwen3 (a norm on q and k) or with biases has every width
+ * of the plan, and each is refused naming the field that differs, by every
+ * launcher. */
+static void export_refuses_a_model_of_another_structure(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=64", &d, NULL),
+               "see above");
+    const struct {
+        const char *from, *to, *expect;
+    } cases[] = {
+        {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true",
+         "model_shape.tied_embeddings is false but the model config.json has true"},
+        {"\"model_type\": \"llama\"", "\"head_dim\": 128, \"model_type\": \"qwen3\"",
+         "model_shape.qk_layernorm is false but the model config.json has true"},
+        {"\"attention_bias\": false", "\"attention_bias\": true",
+         "model_shape.linear_bias is false but the model config.json has true"},
+    };
+    for (int i = 0; i < 3; i++) {
+        ap_graph *other = llama_variant(cases[i].from, cases[i].to, d.seq);
+        CHECK(other != NULL);
+        if (!other)
+            continue;
+        for (int to = 0; to < 3; to++) {
+            CHECK(ap_export(other, &d, (ap_launcher)to, &text, err) == AP_EINPUT);
+            CHECK_STR_HAS(err, "plan.json: ");
+            CHECK_STR_HAS(err, cases[i].expect);
+            CHECK(text == NULL);
+        }
+        ap_graph_free(other);
+    }
+    ap_plan_desc_free(&d);
+
+    /* A plan written before qk_layernorm came does not say, and is not
+     * checked for it. */
+    cJSON *o = plan_object(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=64");
+    set_field(o, 1, "qk_layernorm", NULL);
+    REQUIRE_OK(read_object(o, &d, err), err);
+    CHECK(d.shape.qk_norm == -1);
+    ap_graph *qwen = llama_variant("\"model_type\": \"llama\"",
+                                   "\"head_dim\": 128, \"model_type\": \"qwen3\"", d.seq);
+    CHECK(qwen != NULL);
+    if (qwen) {
+        REQUIRE_OK(ap_export(qwen, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+        CHECK_STR_HAS(text, "--qk-layernorm\n");
+        free(text);
+        ap_graph_free(qwen);
+    }
+    ap_plan_desc_free(&d);
+
+    /* The router's fields read as the model format names them. */
+    o = plan_object(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=64");
+    set_field(o, 1, "router_score", "\"tanh\"");
+    CHECK(read_object(o, &d, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: model_shape.router_score: \"tanh\" is not sigmoid or "
+                       "softmax");
+    ap_graph_free(g);
+}
+
+/* A MoE plan's router is the model's: Mixtral's softmax router read back
+ * from a plan that says sigmoid scores is another router. */
+static void export_refuses_a_model_that_routes_otherwise(void)
+{
+    ap_graph *g = load("examples/hf/mixtral-8x7b.json");
+    if (!g)
+        return;
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    cJSON *o = plan_object(g, 16, "tp=2,pp=2,ep=4,sp=1,mbs=1,gbs=64");
+    REQUIRE_OK(o ? 0 : -1, "see above");
+    set_field(o, 1, "router_score", "\"sigmoid\"");
+    REQUIRE_OK(read_object(o, &d, err), err);
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: model_shape.router_score is \"sigmoid\" but the model ");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
 int main(void)
 {
     RUN(the_export_states_the_rotary_base_scaling_and_norm_epsilon);
@@ -892,5 +1074,8 @@ int main(void)
     RUN(chunks_the_flags_place_export_as_before);
     RUN(uniform_groups_must_divide_each_chunk);
     RUN(reader_checks_chunk_layers);
+    RUN(reader_refuses_gpus_that_do_not_fill_whole_nodes);
+    RUN(export_refuses_a_model_of_another_structure);
+    RUN(export_refuses_a_model_that_routes_otherwise);
     return DONE();
 }
