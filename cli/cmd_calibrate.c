@@ -137,7 +137,21 @@ static int write_cluster(const calib_args *a, ap_cluster *c)
         fprintf(stderr, "autopar calibrate: out of memory\n");
         return 1;
     }
-    int rc = ap_cli_write_out("calibrate", a->out, text);
+    /* The file must load as it is written: a step so fast that the factor
+     * puts a measured kernel past the GPU's peak is refused here, not by
+     * every later --cluster. */
+    ap_cluster back;
+    char err[AP_ERR_LEN];
+    int rc = ap_cluster_parse(text, strlen(text), a->out, gpus, c->gpus_per_node, &back, err);
+    if (rc) {
+        fprintf(stderr, "autopar calibrate: a measured step of %.4g s scales the cluster's "
+                "rates past what its GPUs can run, so the file would not load (%s); "
+                "check the step and the configuration the run used\n", a->measured, err);
+        free(text);
+        return 2;
+    }
+    ap_cluster_free(&back);
+    rc = ap_cli_write_out("calibrate", a->out, text);
     free(text);
     return rc;
 }

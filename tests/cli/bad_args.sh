@@ -100,7 +100,12 @@ refused "/nonexistent/plan.json: cannot open" "$bin" export /nonexistent/plan.js
 refused "--to takes megatron, torchtitan or deepspeed, got 'bogus'" "$bin" export "$tiny" --to bogus
 refused "unexpected argument '--bogus'" "$bin" export --bogus
 
-refused "unknown option \"--bogus\"" "$bin" profile --bogus
+# autopar-profile reads its own flags; a build without CUDA says it has none.
+if "$bin" profile --help | grep -q "this build has no GPU support"; then
+    refused "this build has no GPU support" "$bin" profile --bogus
+else
+    refused "unknown option \"--bogus\"" "$bin" profile --bogus
+fi
 refused "unknown command 'plann'" "$bin" plann "$tiny"
 
 finish
