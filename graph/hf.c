@@ -410,6 +410,19 @@ static void read_neox(hf_cfg *c, hf_model *m)
                  (long long)m->head_dim, (long long)m->rot);
 }
 
+/* Entry i of the layer list `key`: a layer's index, or -1 after failing. */
+static int64_t layer_index(hf_cfg *c, const char *key, int i, const cJSON *e,
+                           const hf_model *m)
+{
+    if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+        e->valuedouble < 0 || e->valuedouble >= (double)m->layers) {
+        cfg_fail(c, "\"%s\"[%d] must be a layer index below %lld", key, i,
+                 (long long)m->layers);
+        return -1;
+    }
+    return (int64_t)e->valuedouble;
+}
+
 /* mlp_only_layers: layer indices that keep a dense MLP in a Qwen-MoE model. */
 static void read_dense_only(hf_cfg *c, hf_model *m)
 {
@@ -422,14 +435,10 @@ static void read_dense_only(hf_cfg *c, hf_model *m)
         return;
     }
     cJSON_ArrayForEach(e, v) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
-            e->valuedouble < 0 || e->valuedouble >= (double)m->layers) {
-            cfg_fail(c, "\"mlp_only_layers\"[%d] must be a layer index below %lld",
-                     i, (long long)m->layers);
+        int64_t l = layer_index(c, "mlp_only_layers", i++, e, m);
+        if (l < 0)
             return;
-        }
-        m->dense_only[(int64_t)e->valuedouble] = 1;
-        i++;
+        m->dense_only[l] = 1;
     }
 }
 
@@ -454,13 +463,9 @@ static void read_moe_layers(hf_cfg *c, hf_model *m)
     for (int64_t l = 0; l < m->layers; l++)
         m->dense_only[l] = 1;
     cJSON_ArrayForEach(e, v) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
-            e->valuedouble < 0 || e->valuedouble >= (double)m->layers) {
-            cfg_fail(c, "\"moe_layers\"[%d] must be a layer index below %lld", i,
-                     (long long)m->layers);
+        int64_t l = layer_index(c, "moe_layers", i, e, m);
+        if (l < 0)
             return;
-        }
-        int64_t l = (int64_t)e->valuedouble;
         if (!m->dense_only[l]) {
             cfg_fail(c, "\"moe_layers\"[%d] names layer %lld a second time", i, (long long)l);
             return;
