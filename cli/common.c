@@ -386,6 +386,8 @@ int ap_cli_script_graph(const ap_megatron *m, const ap_build_opts *build, ap_gra
     int rc = ap_megatron_model(m, &d, &layers, err);
     if (!rc)
         rc = ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, build, g, err);
+    if (!rc)
+        ap_megatron_numerics(m, *g);
     free(layers);
     return rc;
 }

@@ -333,6 +333,16 @@ static int states_rotary(const ap_model_shape *s)
     return !s->learned_positions && s->rotary_percent > 0;
 }
 
+/* The rotary base as --rotary-base states it: Megatron-LM's parser takes
+ * an integer, so a config's fractional rope_theta (StarCoder2's
+ * 999999.4420358813) is stated at its nearest, which the script's header
+ * says. */
+static long long rotary_base(const ap_model_shape *s)
+{
+    long long base = (long long)(s->rope_base + 0.5);
+    return base < 1 ? 1 : base;
+}
+
 static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
 {
     put(b, "  --num-layers %d\n  --hidden-size %lld\n  --num-attention-heads %lld\n",
@@ -411,7 +421,7 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
     /* No cost, but Megatron-LM's defaults (base 10,000, no scaling) train
      * another model than the config's. */
     if (rotary && s->rope_base > 0)
-        put(b, "  --rotary-base %s\n", short_number(s->rope_base, num, sizeof num));
+        put(b, "  --rotary-base %lld\n", rotary_base(s));
     if (rotary && s->rope_scaling == AP_ROPE_SCALING_LLAMA3)
         put(b, "  --use-rope-scaling\n  --rope-scaling-factor %s\n",
             short_number(s->rope_factor, num, sizeof num));
@@ -480,6 +490,9 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
         put(&b, "# Not stated, as the model does not say or no flag here states it%s: "
                 "add them as its config sets them, since Megatron-LM's defaults train "
                 "another model.\n", unknown);
+    if (rotary && s->rope_base > 0 && (double)rotary_base(s) != s->rope_base)
+        put(&b, "# --rotary-base %lld is the model's rotary base %.17g to the nearest "
+                "integer, which Megatron-LM's parser takes.\n", rotary_base(s), s->rope_base);
     if (d->tp > 1 || d->cp > 1)
         put(&b, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     put(&b, "MEGATRON_ARGS=\"\n");

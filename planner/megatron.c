@@ -520,6 +520,7 @@ static int *shape_switch(ap_megatron *m, const char *flag)
          : !strcmp(flag, "--squared-relu") ? &m->shape.squared_relu
          : !strcmp(flag, "--quick-geglu") ? &m->shape.quick_geglu
          : !strcmp(flag, "--apply-layernorm-1p") ? &m->shape.layernorm_1p
+         : !strcmp(flag, "--use-rope-scaling") ? &m->shape.rope_scaling
          : !strcmp(flag, "--untie-embeddings-and-output-weights") ? &m->shape.untie : NULL;
 }
 
@@ -1892,6 +1893,41 @@ static int nope_flag(const char *tok, char **save, ap_megatron *m, char *err)
     return 1;
 }
 
+/* --rotary-base, --norm-epsilon (--layernorm-epsilon before Megatron-LM
+ * renamed it) and --rope-scaling-factor into m->shape: 1 when `tok` was
+ * one, 0 when not, -1 with err set for a bad value. They change no cost;
+ * the exports of the script's own model state them. Megatron-LM's parser
+ * takes the base as an integer. */
+static int numerics_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    static const struct {
+        const char *flag, *range;
+        double lo, hi;
+        int integer;
+    } flags[] = {{"--rotary-base", "an integer from 1 to 10^12", 0, 1e12, 1},
+                 {"--norm-epsilon", "a number above 0, at most 1", 0, 1, 0},
+                 {"--layernorm-epsilon", "a number above 0, at most 1", 0, 1, 0},
+                 {"--rope-scaling-factor", "a number above 0, at most 10^6", 0, 1e6, 0}};
+    double *slot[] = {&m->shape.rope_base, &m->shape.norm_eps, &m->shape.norm_eps,
+                      &m->shape.rope_factor};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (strcmp(tok, flags[i].flag))
+            continue;
+        char *v = flag_value(tok, save, err), *end;
+        if (!v || shell_variable(tok, v, err))
+            return -1;
+        double f = flags[i].integer ? (double)strtoll(v, &end, 10) : strtod(v, &end);
+        if (!*v || *end || !(f > flags[i].lo && f <= flags[i].hi)) {
+            snprintf(err, AP_ERR_LEN, "--megatron-args: %s: bad value \"%.64s\" (%s)", tok,
+                     v, flags[i].range);
+            return -1;
+        }
+        *slot[i] = f;
+        return 1;
+    }
+    return 0;
+}
+
 /* What validate_args asserts of the interleaved schedule's flags: one of
  * the two ways to ask for it, a pipeline to interleave, more than two
  * stages where the sends do not overlap (two ranks would exchange several
@@ -2012,6 +2048,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         if (!known && (known = window_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = nope_flag(tok, &save, m, err)) < 0)
+            return AP_EINPUT;
+        if (!known && (known = numerics_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
         if (known)
             continue;

@@ -294,3 +294,19 @@ int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **layer
     }
     return rc;
 }
+
+/* Megatron-LM's defaults: --rotary-base, --norm-epsilon (TransformerConfig's
+ * layernorm_epsilon) and --rope-scaling-factor. */
+#define ROTARY_BASE 10000
+#define NORM_EPS 1e-5
+#define ROPE_FACTOR 8
+
+void ap_megatron_numerics(const ap_megatron *m, ap_graph *g)
+{
+    int rotary = m->shape.positions == 2;
+    g->rope_base = !rotary ? 0 : m->shape.rope_base > 0 ? m->shape.rope_base : ROTARY_BASE;
+    g->norm_eps = m->shape.norm_eps > 0 ? m->shape.norm_eps : NORM_EPS;
+    g->rope_scaling = rotary && m->shape.rope_scaling ? AP_ROPE_SCALING_LLAMA3 : 0;
+    g->rope_scaling_factor = !g->rope_scaling ? 0
+                           : m->shape.rope_factor > 0 ? m->shape.rope_factor : ROPE_FACTOR;
+}

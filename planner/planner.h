@@ -954,6 +954,13 @@ typedef struct {
         char window_freq[256]; /* --window-attn-skip-freq as given; "" not given */
         char nope_freq[256];   /* --no-rope-freq as given; "" not given */
         int qk_l2;             /* 1 where --qk-l2-norm is given */
+        /* The arithmetic that changes no cost, for the exports of a
+         * script's own model (ap_megatron_numerics): --rotary-base,
+         * --norm-epsilon (or the older --layernorm-epsilon) and
+         * --rope-scaling-factor as given, 0 not given; rope_scaling 1
+         * where --use-rope-scaling is given. */
+        double rope_base, norm_eps, rope_factor;
+        int rope_scaling;
         /* Read only where the command line is the model (ap_megatron_model):
          * --vocab-size, --make-vocab-size-divisible-by,
          * --max-position-embeddings and --tokenizer-type as given (0 and "":
@@ -1004,6 +1011,14 @@ int ap_megatron_states_model(const ap_megatron *m);
  * none is; every layer windowed or none is; every layer rotates). Returns AP_OK, or AP_EINPUT with err
  * naming the flag that is missing or that autopar cannot build from. */
 int ap_megatron_model(const ap_megatron *m, ap_decoder *d, unsigned char **layers, char *err);
+/* Sets g's rotary base, norm epsilon and rotary scaling to what the
+ * command line trains, Megatron-LM's defaults where a flag is left out
+ * (--rotary-base 10000 under rotary embeddings, --norm-epsilon 1e-5, and
+ * under --use-rope-scaling Llama 3.1's scaling by --rope-scaling-factor,
+ * 8): g is the graph of ap_megatron_model's decoder, so that its exports
+ * state the script's numerics, not the launcher's note that they are
+ * unknown. */
+void ap_megatron_numerics(const ap_megatron *m, ap_graph *g);
 /* The source name of a graph built from ap_megatron_model: messages say it,
  * and a plan of it has no model file to name (plan.json's model_path is
  * ""). */

@@ -122,7 +122,7 @@ static void another_activation_is_refused(void)
 
 /* Megatron-LM's defaults are StarCoder2's block (LayerNorm, GELU, biases,
  * a tied embedding), so its export adds the window and grouped-query
- * attention alone; those flags price the plan's step, and alone they build
+ * attention alone, and its rotary base rounded; those flags price the plan's step, and alone they build
  * its parameters and FLOPs. */
 static void megatron_export_states_the_same_model(void)
 {
@@ -135,6 +135,10 @@ static void megatron_export_states_the_same_model(void)
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     CHECK_STR_HAS(text, "  --window-size 4095,0\n");
     CHECK_STR_HAS(text, "  --num-query-groups 2\n");
+    /* Megatron-LM's parser takes the base as an integer. */
+    CHECK_STR_HAS(text, "  --rotary-base 999999\n");
+    CHECK_STR_HAS(text, "# --rotary-base 999999 is the model's rotary base "
+                        "999999.44203588134 to the nearest integer");
     CHECK(text && !strstr(text, "--swiglu") && !strstr(text, "--normalization") &&
           !strstr(text, "--disable-bias-linear") && !strstr(text, "--untie"));
     ap_test_flags_state_the_model(g, 8, &d, text, 49152, 4096);

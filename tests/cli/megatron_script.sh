@@ -252,4 +252,27 @@ echo "$a" | grep -q step_time_s && [ "$a" = "$b" ] && ok || bad "CRLF and \$DATA
 a=$("$bin" estimate "$llama" --gpus 16 --json --megatron-args "$(cat "$tmp/l8.sh")" 2>&1 | grep step_time_s)
 b=$("$bin" estimate "$llama" --gpus 16 --json --megatron tp=2,sp=1,gbs=64 | grep step_time_s)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the exported script pasted whole prices the same: $a vs $b"
+# The script's numerics, which change no cost, are its model's: the export
+# of a plan of the line states its --rotary-base, --norm-epsilon and Llama
+# 3.1's rope scaling, and Megatron-LM's defaults (10000, 1e-5) where the
+# line leaves them out, rather than the note that they are unknown.
+rope="--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \
+--position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear \
+--tokenizer-type NullTokenizer --vocab-size 32000 --bf16"
+"$bin" graph --megatron-args "$rope --rotary-base 500000 --use-rope-scaling \
+--rope-scaling-factor 32 --layernorm-epsilon 1e-6" -o "$tmp/rope.json" >/dev/null 2>"$tmp/err" &&
+    "$bin" estimate "$tmp/rope.json" --gpus 8 --megatron tp=8 --emit megatron >"$tmp/export.sh" \
+    2>>"$tmp/err" && grep -q "^  --rotary-base 500000$" "$tmp/export.sh" &&
+    grep -q "^  --use-rope-scaling$" "$tmp/export.sh" &&
+    grep -q "^  --rope-scaling-factor 32$" "$tmp/export.sh" &&
+    grep -q "^  --norm-epsilon 1e-06$" "$tmp/export.sh" && ! grep -q "Not stated" "$tmp/export.sh" &&
+    ok || bad "the line's numerics in its export: $(cat "$tmp/err" "$tmp/export.sh")"
+"$bin" graph --megatron-args "$rope" -o "$tmp/rope.json" >/dev/null 2>"$tmp/err" &&
+    "$bin" estimate "$tmp/rope.json" --gpus 8 --megatron tp=8 --emit megatron >"$tmp/export.sh" \
+    2>>"$tmp/err" && grep -q "^  --rotary-base 10000$" "$tmp/export.sh" &&
+    grep -q "^  --norm-epsilon 1e-05$" "$tmp/export.sh" &&
+    ! grep -q "rope-scaling" "$tmp/export.sh" && ok ||
+    bad "Megatron-LM's default numerics in the export: $(cat "$tmp/err" "$tmp/export.sh")"
+refused "$rope --rotary-base 5e5" "--rotary-base: bad value \"5e5\" (an integer from 1 to 10^12)"
+refused "$rope --norm-epsilon 0" "--norm-epsilon: bad value \"0\" (a number above 0, at most 1)"
 finish
