@@ -3318,11 +3318,43 @@ static int check_nope(const ap_graph *g, const ap_megatron *m, const ap_model_sh
     return rc;
 }
 
+/* The numerics a line states against the model's, where both say them: no
+ * cost, but a line whose --rotary-base or --norm-epsilon is not its
+ * model's trains another model than the one priced and exported. Left
+ * out, they are not checked, since recipes rarely restate them. The base
+ * is compared as the export states it, to the nearest integer. */
+static int check_numerics(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                          char *err)
+{
+    double base = floor(s->rope_base + 0.5);
+    if (m->shape.rope_base > 0 && s->rope_base > 0 && m->shape.rope_base != base) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --rotary-base %.0f, but %s has a rotary "
+                 "base of %.17g: give --rotary-base %.0f or leave it out", m->shape.rope_base,
+                 g->source, s->rope_base, base);
+    } else if (m->shape.norm_eps > 0 && s->norm_eps > 0 &&
+               fabs(m->shape.norm_eps - s->norm_eps) > 1e-9 * s->norm_eps) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --norm-epsilon %g, but %s has a norm "
+                 "epsilon of %g: give --norm-epsilon %g or leave it out", m->shape.norm_eps,
+                 g->source, s->norm_eps, s->norm_eps);
+    } else if (m->shape.rope_scaling && s->rope_scaling != AP_ROPE_SCALING_LLAMA3) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --use-rope-scaling (Llama 3.1's), but "
+                 "%s %s", g->source, s->rope_scaling ? "scales its rotary embedding otherwise"
+                 : "has no rotary scaling");
+    } else if (m->shape.rope_scaling && m->shape.rope_factor > 0 &&
+               m->shape.rope_factor != s->rope_factor) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --rope-scaling-factor %g, but %s scales "
+                 "by %g", m->shape.rope_factor, g->source, s->rope_factor);
+    } else {
+        return AP_OK;
+    }
+    return AP_EINPUT;
+}
+
 static int check_audited(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
                          char *err)
 {
     if (check_structure(g, m, s, err) || check_layer_flags(g, m, s, err) ||
-        check_mla(g, m, s, err))
+        check_mla(g, m, s, err) || check_numerics(g, m, s, err))
         return AP_EINPUT;
     int rc = check_windows(g, m, s, err);
     if (!rc)

@@ -275,4 +275,24 @@ rope="--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 10
     bad "Megatron-LM's default numerics in the export: $(cat "$tmp/err" "$tmp/export.sh")"
 refused "$rope --rotary-base 5e5" "--rotary-base: bad value \"5e5\" (an integer from 1 to 10^12)"
 refused "$rope --norm-epsilon 0" "--norm-epsilon: bad value \"0\" (a number above 0, at most 1)"
+# With MODEL, a value the line states must be the model's (Llama 3's
+# rope_theta 500,000 and rms_norm_eps 1e-5, no rope scaling); left out, it
+# is not checked.
+with_model() {
+    "$bin" estimate "$src/examples/hf/llama-3-8b.json" --gpus 8 --megatron-args \
+        "--tensor-model-parallel-size 8 $1" >/dev/null 2>"$tmp/err"
+    rc=$?
+    if [ -z "$2" ]; then
+        [ $rc -eq 0 ] && ok || bad "'$1' with MODEL: exit $rc, $(cat "$tmp/err")"
+    else
+        [ $rc -eq 2 ] && grep -qF -- "$2" "$tmp/err" && ok ||
+            bad "'$1' with MODEL: exit $rc, $(cat "$tmp/err")"
+    fi
+}
+with_model "--rotary-base 500000 --norm-epsilon 1e-5" ""
+with_model "--rotary-base 10000" "--rotary-base 10000, but $src/examples/hf/llama-3-8b.json \
+has a rotary base of 500000: give --rotary-base 500000 or leave it out"
+with_model "--layernorm-epsilon 1e-6" "--norm-epsilon 1e-06, but"
+with_model "--use-rope-scaling" "--use-rope-scaling (Llama 3.1's), but \
+$src/examples/hf/llama-3-8b.json has no rotary scaling"
 finish
