@@ -343,8 +343,9 @@ static long long rotary_base(const ap_model_shape *s)
     return base < 1 ? 1 : base;
 }
 
-static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
+static void megatron_model(sbuf *b, const ap_model_shape *s, const ap_run_settings *run)
 {
+    ap_dispatcher disp = run->dispatcher;
     put(b, "  --num-layers %d\n  --hidden-size %lld\n  --num-attention-heads %lld\n",
         s->layers, s->hidden, s->heads);
     if (s->kv_heads != s->heads)
@@ -369,8 +370,8 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
         put(b, "  --qk-l2-norm\n");
     put(b, "  --ffn-hidden-size %lld\n", s->ffn);
     /* The experts as priced: the plan's dispatcher, stated even where it
-     * is Megatron-Core's default (allgather), and TE's GroupedLinear, not
-     * its default SequentialMLP. */
+     * is Megatron-Core's default (allgather), and TE's GroupedLinear unless
+     * the plan runs the default SequentialMLP. */
     if (s->experts)
         put(b, "  --num-experts %lld\n  --moe-router-topk %d\n  --moe-ffn-hidden-size %lld\n",
             s->experts, s->top_k, s->moe_ffn ? s->moe_ffn : s->ffn);
@@ -384,7 +385,7 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, ap_dispatcher disp)
     else if (s->experts)
         put(b, "  --moe-token-dispatcher-type flex\n  --moe-flex-dispatcher-backend %s\n",
             ap_dispatcher_name(disp));
-    if (s->experts)
+    if (s->experts && !run->sequential_experts)
         put(b, "  --moe-grouped-gemm\n");
     if (s->experts && s->route_groups)
         put(b, "  --moe-router-num-groups %d\n  --moe-router-group-topk %d\n",
@@ -497,7 +498,7 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
         put(&b, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     put(&b, "MEGATRON_ARGS=\"\n");
     megatron_parallel(&b, p, d, s);
-    megatron_model(&b, s, d->run.dispatcher);
+    megatron_model(&b, s, &d->run);
     megatron_precision(&b, d, s);
     megatron_optimizer(&b, d, s);
     put(&b, "\"\n");

@@ -983,6 +983,10 @@ static int check_recompute_method(const ap_plan_desc *p, const ap_degrees *d,
         return refuse(p, err, "%s has no flag for Megatron-Core's token dropping; the "
                       "plan drops the experts' tokens to a capacity (%s)", who,
                       "export it to Megatron-LM");
+    if (d->run.sequential_experts && to != AP_LAUNCHER_MEGATRON)
+        return refuse(p, err, "%s has no flag for Megatron-Core's SequentialMLP; the "
+                      "plan runs each GPU's experts one after another (%s)", who,
+                      "export it to Megatron-LM");
     if (d->run.shared_overlap && to != AP_LAUNCHER_MEGATRON)
         return refuse(p, err, "%s has no flag for Megatron-Core's shared-expert overlap; "
                       "the plan runs the shared experts beside the token exchanges "

@@ -53,6 +53,7 @@ static int *flag_slot(ap_megatron *m, const char *k)
          : !strcmp(k, "no_grad_fusion") ? &m->run.no_grad_fusion
          : !strcmp(k, "tp_sync") ? &m->run.tp_sync
          : !strcmp(k, "shared_overlap") ? &m->run.shared_overlap
+         : !strcmp(k, "sequential_experts") ? &m->run.sequential_experts
          : !strcmp(k, "pad_capacity") ? &m->run.pad_capacity : NULL;
 }
 
@@ -1391,8 +1392,9 @@ static int audit_flag(const char *tok, char **save, audit *a, char *err)
 }
 
 /* The MoE flags: Megatron-Core's default dispatcher is allgather and its
- * default experts SequentialMLP (one expert's GEMMs after another); autopar
- * prices the alltoall dispatcher and TE's GroupedLinear. */
+ * default experts SequentialMLP (one expert's GEMMs after another), which
+ * --moe-grouped-gemm makes TE's GroupedLinear; with one expert a rank the
+ * two run the same GEMM. */
 static int settle_moe(const audit *a, ap_megatron *m, char *err)
 {
     if (!m->shape.experts)
@@ -1402,16 +1404,12 @@ static int settle_moe(const audit *a, ap_megatron *m, char *err)
     const char *d = a->dispatcher ? a->dispatcher : "allgather";
     if (!strcmp(d, "flex"))
         d = a->flex_backend ? a->flex_backend : "deepep";
-    if (ap_dispatcher_parse(d, &m->run.dispatcher))
-        return -1;
-    if (!a->grouped_gemm && m->shape.experts > m->ep) {
-        snprintf(err, AP_ERR_LEN, "--megatron-args: --num-experts %d without "
-                 "--moe-grouped-gemm runs the %d local experts of each rank one after "
-                 "another (SequentialMLP), which is not priced; autopar prices "
-                 "--moe-grouped-gemm (Transformer Engine's GroupedLinear)",
-                 m->shape.experts, m->shape.experts / m->ep);
+    if (ap_dispatcher_parse(d, &m->run.dispatcher)) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: the token dispatcher \"%.64s\" is not "
+                 "one autopar prices (alltoall, allgather, deepep, hybridep)", d);
         return -1;
     }
+    m->run.sequential_experts = !a->grouped_gemm && m->shape.experts > m->ep;
     m->run.shared_overlap = a->shared_expert && a->shared_overlap;
     m->run.capacity_factor = a->capacity;
     m->run.pad_capacity = a->pad;
@@ -2469,6 +2467,17 @@ static int check_experts(const ap_graph *g, ap_megatron *m, char *err)
                  "%d*%d*%d = %ld: Megatron-Core folds the expert-parallel and "
                  "expert-tensor-parallel groups into the ranks of a pipeline stage",
                  m->ep, m->etp, group, m->tp, m->cp, m->dp, ranks);
+        return AP_EINPUT;
+    }
+    if (m->run.sequential_experts && !e) {
+        snprintf(err, AP_ERR_LEN, "sequential_experts=1: %s has no experts to run one "
+                 "after another (SequentialMLP needs an MoE model)", g->name);
+        return AP_EINPUT;
+    }
+    if (m->run.sequential_experts && (ap_run_rc_modules(&m->run) & AP_MODULE_MOE_ACT)) {
+        snprintf(err, AP_ERR_LEN, "recompute_modules=moe_act with sequential_experts=1 "
+                 "(no --moe-grouped-gemm): Megatron-Core recomputes the experts' "
+                 "activation only in its grouped MLP, as it asserts");
         return AP_EINPUT;
     }
     if (m->ep > 1 && m->tp > 1 && !m->sp) {

@@ -251,16 +251,20 @@ int ap_plan_caveat_moe_host(const ap_plan *p, char *buf, size_t len)
     double e = ap_plan_local_experts(p, &gemm);
     if (e <= 1)
         return 0;
-    snprintf(buf, len, "%.0f experts per GPU in each grouped GEMM, the shortest "
+    snprintf(buf, len, "%.0f experts per GPU %s, the shortest "
              "forward GEMM of one %.0f us: host (CPU) time is not priced, and "
              "Megatron-Core runs MoE layers of many short expert GEMMs host-bound "
-             "(its alltoall dispatcher waits for the host once per layer; Transformer "
-             "Engine's GroupedLinear works per local expert). Published runs with 16 "
+             "(its alltoall dispatcher waits for the host once per layer; %s works "
+             "per local expert). Published runs with 16 "
              "and 4 experts per GPU and expert GEMMs of tens of microseconds took 3x "
              "and 1.3x the predicted step, one with 2 of 0.7 ms was within 2%% "
              "(docs/validation.md, findings 18 and 36): where the expert GEMMs are "
              "short, read this step as a lower bound (`autopar plan "
-             "--max-experts-per-gpu` searches plans with fewer)", e, gemm * 1e6);
+             "--max-experts-per-gpu` searches plans with fewer)", e,
+             p->run.sequential_experts ? "run one after another (SequentialMLP)"
+                                       : "in each grouped GEMM", gemm * 1e6,
+             p->run.sequential_experts ? "SequentialMLP"
+                                       : "Transformer Engine's GroupedLinear");
     return 1;
 }
 
@@ -593,6 +597,8 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
         cJSON_AddStringToObject(o, "moe_dispatcher", ap_dispatcher_name(p->run.dispatcher));
     if (p->run.shared_overlap)
         cJSON_AddBoolToObject(o, "moe_shared_expert_overlap", 1);
+    if (p->run.sequential_experts)
+        cJSON_AddBoolToObject(o, "moe_sequential_experts", 1);
     if (p->run.capacity_factor > 0)
         cJSON_AddNumberToObject(o, "moe_expert_capacity_factor", p->run.capacity_factor);
     if (p->run.pad_capacity)

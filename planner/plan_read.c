@@ -665,7 +665,8 @@ static int parse_ddp_bucket(const reader *r, const cJSON *root, ap_plan_desc *p)
 /* "gradient_accumulation_fusion" and "async_tensor_parallel_backward";
  * absent read as on, Megatron-LM's defaults, as plans were before the
  * fields. "moe_dispatcher": deepep or
- * hybridep; absent, alltoall. "moe_shared_expert_overlap"; absent, off.
+ * hybridep; absent, alltoall. "moe_shared_expert_overlap" and
+ * "moe_sequential_experts"; absent, off.
  * "moe_expert_capacity_factor" and "moe_pad_expert_input_to_capacity";
  * absent, dropless.
  * "cuda_graph_impl": local or
@@ -692,6 +693,9 @@ static int parse_grad_fusion(const reader *r, const cJSON *root, ap_plan_desc *p
     }
     if (field(root, "moe_shared_expert_overlap") &&
         (rc = get_bool(r, root, "moe_shared_expert_overlap", "", &p->run.shared_overlap)))
+        return rc;
+    if (field(root, "moe_sequential_experts") &&
+        (rc = get_bool(r, root, "moe_sequential_experts", "", &p->run.sequential_experts)))
         return rc;
     if (field(root, "moe_expert_capacity_factor") &&
         (rc = get_number(r, root, "moe_expert_capacity_factor", "", 1e-9, 1e6,

@@ -179,6 +179,12 @@ typedef struct {
     int cuda_graph;
     /* The MoE token dispatcher; alltoall, the zero, by default. */
     ap_dispatcher dispatcher;
+    /* 1: Megatron-Core's SequentialMLP, its experts without
+     * --moe-grouped-gemm: each local expert's MLP runs after the one
+     * before, each GEMM alone on the stream and each activation a kernel of
+     * its own. 0, the default: Transformer Engine's GroupedLinear
+     * (ap_cost_grouped_gemm). */
+    int sequential_experts;
     /* 1: --moe-shared-expert-overlap: the shared experts run on a stream of
      * their own, fc1 and its activation beside the dispatch's exchange and
      * fc2 beside the combine's, forward and backward (ap_block_price). */

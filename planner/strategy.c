@@ -598,11 +598,14 @@ static ap_dtype matmul_dtype(const ap_price_ctx *x, const ap_op *op)
 }
 
 /* One GEMM of a matmul op, batch x m x n x k, `out` bytes per output
- * element: the experts' as a grouped GEMM, any other batched. */
+ * element: the experts' as a grouped GEMM, or under SequentialMLP one
+ * expert's after another, each alone on the GPU; any other batched. */
 static double op_gemm(const ap_price_ctx *x, const ap_op *op, gemm_dims d,
                       double out)
 {
     ap_dtype dt = matmul_dtype(x, op);
+    if (expert_gemm(x, op) && x->run.sequential_experts)
+        return d.batch * ap_cost_bgemm_out(x->c, dt, 1, d.m, d.n, d.k, out);
     if (expert_gemm(x, op))
         return ap_cost_grouped_gemm_out(x->c, dt, d.batch, d.m, d.n, d.k, out);
     return ap_cost_bgemm_out(x->c, dt, d.batch, d.m, d.n, d.k, out);
@@ -985,6 +988,22 @@ static void attention_shard(const ap_price_ctx *x, const ap_op *op,
     a->e = ap_label_size(x, v[3]);
 }
 
+/* Under SequentialMLP each local expert's elementwise op (its activation)
+ * is a kernel of its own, forward and backward: the op takes at least one
+ * kernel's floor per expert, where the grouped MLP runs one kernel over
+ * all the experts' tokens. */
+static void sequential_kernels(const ap_price_ctx *x, const ap_op *op,
+                               const ap_strategy *s, ap_op_cost *c)
+{
+    char e = ap_graph_label_of(x->g, AP_DIM_EXPERTS);
+    if (!x->run.sequential_experts || !e || (op->kind != AP_OP_UNARY && op->kind != AP_OP_BINARY) ||
+        !ap_expert_op(x->g, (int)(op - x->g->ops)))
+        return;
+    double floor = ap_label_size(x, e) / split_of(x, s, e) * x->c->kernel_floor;
+    c->fwd = fmax(c->fwd, floor);
+    c->bwd = fmax(c->bwd, floor);
+}
+
 static void price_compute(const ap_price_ctx *x, const ap_op *op,
                           const ap_strategy *s, ap_op_cost *c)
 {
@@ -1050,6 +1069,8 @@ static void price_compute(const ap_price_ctx *x, const ap_op *op,
         c->bwd = op->kind == AP_OP_RESHAPE ? 0 : 2 * c->fwd;
         if (op->kind == AP_OP_RESHAPE)
             c->fwd = 0;
+        else
+            sequential_kernels(x, op, s, c);
     }
 }
 

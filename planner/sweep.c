@@ -119,6 +119,8 @@ void ap_megatron_format(const ap_megatron *m, char *buf, size_t len)
         append(buf, len, &n, ",dispatcher=%s", ap_dispatcher_name(m->run.dispatcher));
     if (m->run.shared_overlap)
         append(buf, len, &n, ",shared_overlap=1");
+    if (m->run.sequential_experts)
+        append(buf, len, &n, ",sequential_experts=1");
     if (m->run.capacity_factor > 0)
         append(buf, len, &n, ",capacity_factor=%.17g", m->run.capacity_factor);
     if (m->run.pad_capacity)

@@ -2,7 +2,8 @@
  * Megatron-Core runs it: the experts' GEMMs as Transformer Engine's grouped
  * GEMM (one cuBLAS GEMM per expert over four streams), and the alltoall
  * token dispatcher's all-to-alls and second permutation, whose volume is
- * every token's top_k copies (docs/cost-model.md, "Mixture of experts"). */
+ * every token's top_k copies (docs/cost-model.md, "Mixture of experts");
+ * without --moe-grouped-gemm, SequentialMLP's experts one at a time. */
 #include "costmodel/costmodel.h"
 #include "model.h"
 #include "test.h"
@@ -228,6 +229,44 @@ static void a_capacity_factor_scales_the_experts_copies(void)
     ap_graph_free(g);
 }
 
+/* Without --moe-grouped-gemm Megatron-Core runs SequentialMLP: each of a
+ * rank's 16 Qwen3-30B-A3B experts (512 tokens each here: 8 ranks' 1,024
+ * tokens x top 8 over 128 experts) multiplies alone on the GPU, one after
+ * another, where the grouped GEMM runs them four at a time; and each
+ * expert's activation is a kernel of its own, at least 16 kernel floors. */
+static void sequential_experts_multiply_one_at_a_time(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/qwen3-30b-a3b.json", 1024);
+    const char *specs[] = {"tp=1,pp=1,ep=8,mbs=1,gbs=8,zero=1",
+                           "tp=1,pp=1,ep=8,mbs=1,gbs=8,zero=1,sequential_experts=1"};
+    double up[2], act[2];
+    ap_cluster c;
+    for (int i = 0; i < 2; i++) {
+        ap_plan p;
+        REQUIRE_OK(ap_test_megatron_plan_ok(g, 8, specs[i], &c, &p), specs[i]);
+        ap_price_ctx x = ap_test_stage_ctx(g, &c, &p, 0);
+        ap_strategy s;
+        ap_op_cost oc;
+        int op = ap_test_layer_op(g, &p, "l0.experts.up", &s);
+        REQUIRE_OK(op < 0, "l0.experts.up");
+        ap_price_op(&x, op, &s, &oc);
+        up[i] = oc.fwd;
+        op = ap_test_layer_op(g, &p, "l0.experts.silu", &s);
+        REQUIRE_OK(op < 0, "l0.experts.silu");
+        ap_price_op(&x, op, &s, &oc);
+        act[i] = oc.fwd;
+        ap_plan_free(&p);
+        if (i == 0)
+            ap_cluster_free(&c);
+    }
+    CHECK_NEAR(up[0], ap_cost_grouped_gemm(&c, AP_BF16, 16, 512, 768, 2048), 1e-12);
+    CHECK_NEAR(up[1], 16 * ap_cost_gemm(&c, AP_BF16, 512, 768, 2048), 1e-12);
+    CHECK(up[1] > up[0]);
+    CHECK(act[1] >= 16 * c.kernel_floor && act[1] >= act[0]);
+    ap_cluster_free(&c);
+    ap_graph_free(g);
+}
+
 /* The MoE layer block of stage 0 (the one with a dispatch), or NULL. */
 static const ap_block *moe_block(const ap_graph *g, const ap_plan *p, int *b)
 {
@@ -296,5 +335,6 @@ int main(void)
     RUN(shared_experts_hide_beside_the_exchanges);
     RUN(the_allgather_dispatcher_gathers_every_token);
     RUN(a_capacity_factor_scales_the_experts_copies);
+    RUN(sequential_experts_multiply_one_at_a_time);
     return DONE();
 }

@@ -72,7 +72,7 @@ refused "its attention flags say a fused kernel (--attention-backend flash, fuse
 
 # Mixture of experts: Megatron-Core's defaults are the allgather dispatcher
 # and SequentialMLP; autopar prices the allgather dispatcher at tp 1,
-# alltoall and flex, and TE's grouped GEMM. Mixtral
+# alltoall and flex, and TE's grouped GEMM or SequentialMLP. Mixtral
 # on ep=2 holds 4 experts a rank.
 moe=$src/examples/hf/mixtral-8x7b.json
 mlay="--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2
@@ -161,8 +161,14 @@ refused "shared_overlap (--moe-shared-expert-overlap) with moe_a2a_overlap" "$ds
     "$dlay --moe-token-dispatcher-type alltoall --moe-shared-expert-intermediate-size 2048 --moe-shared-expert-overlap --num-virtual-stages-per-pipeline-rank 1 --overlap-moe-expert-parallel-comm" --seq 1024
 refused "--moe-flex-dispatcher-backend: bad value \"nccl\"" "$moe" 16 \
     "$mlay --moe-grouped-gemm --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend nccl"
-refused "--num-experts 8 without --moe-grouped-gemm runs the 4 local experts" "$moe" 16 \
-    "$mlay --moe-token-dispatcher-type alltoall"
+# Without --moe-grouped-gemm, Megatron-Core's SequentialMLP runs the 4
+# local experts one after another (refused before session 33).
+same "SequentialMLP" "$moe" 16 "$mlay --moe-token-dispatcher-type alltoall --moe-router-topk 2" \
+    "$mspec,sequential_experts=1"
+"$bin" estimate "$moe" --gpus 16 --megatron \
+    "$mspec,sequential_experts=1,recompute=selective,recompute_modules=moe_act" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -qF "recompute_modules=moe_act with sequential_experts=1" "$tmp/err" && ok ||
+    bad "moe_act under SequentialMLP: $(cat "$tmp/err")"
 refused "--moe-router-topk 2 (Megatron-LM's default where left out), but" \
     "$src/examples/hf/qwen3-30b-a3b.json" 16 \
     "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 16 --num-experts 128 --moe-token-dispatcher-type alltoall --moe-grouped-gemm" --seq 1024
