@@ -138,6 +138,8 @@ typedef struct {
     char *err;
     int bad; /* an error has been written; later reads are no-ops */
     int fam_override; /* root is a text_config: its family + 1; 0 none */
+    const cJSON *outer;    /* the vision wrapper whose text_config root is, or NULL */
+    const char *outer_src; /* its source, for messages about its own fields */
 } hf_cfg;
 
 __attribute__((format(printf, 2, 3))) static void cfg_fail(hf_cfg *c, const char *fmt, ...)
@@ -629,6 +631,26 @@ static void read_ernie_moe(hf_cfg *c, hf_model *m)
         m->dense_only[i] = !((i + 1) % every == 0 && i >= first && i <= last);
 }
 
+/* Qwen3MoeConfig and Qwen3VLMoeTextConfig in transformers 5 keep the
+ * number of experts as num_local_experts (their attribute_map sends
+ * num_experts there), so the configs it saves carry that key and not the
+ * num_experts of the configs before it. Either is read; a config that
+ * gives both must have them agree, since they set one attribute. */
+static const char *qwen3_experts_key(hf_cfg *c)
+{
+    if (!cfg_item(c, "num_local_experts"))
+        return "num_experts";
+    if (!cfg_item(c, "num_experts"))
+        return "num_local_experts";
+    int64_t a = cfg_int(c, "num_experts", 1, 0, 1, MAX_EXPERTS);
+    int64_t b = cfg_int(c, "num_local_experts", 1, 0, 1, MAX_EXPERTS);
+    if (!c->bad && a != b)
+        cfg_fail(c, "\"num_experts\" (%lld) and \"num_local_experts\" (%lld) disagree; they "
+                 "name one number (transformers 5 saves it as num_local_experts)",
+                 (long long)a, (long long)b);
+    return "num_experts";
+}
+
 static void read_moe(hf_cfg *c, hf_model *m)
 {
     int ernie = m->fam == FAM_ERNIE4_5_MOE;
@@ -639,6 +661,8 @@ static void read_moe(hf_cfg *c, hf_model *m)
                        : ernie                ? "moe_num_experts"
                                               : "num_experts";
     const char *kkey = ernie ? "moe_k" : "num_experts_per_tok";
+    if (m->fam == FAM_QWEN3_MOE)
+        ekey = qwen3_experts_key(c);
     m->experts = cfg_int(c, ekey, 1, 0, 1, MAX_EXPERTS);
     m->top_k = cfg_int(c, kkey, 1, 0, 1, MAX_EXPERTS);
     if (!c->bad && m->top_k > m->experts)
@@ -808,6 +832,30 @@ static int64_t class_head_dim(family f)
     }
 }
 
+/* Whether the head reads the embedding table (`def`: the config class's
+ * default). A vision wrapper's head is tied by the wrapper's own
+ * tie_word_embeddings where it states one: transformers 5 ties by the
+ * config of the class that holds both tables and writes the text class's
+ * default into text_config, which can say the opposite (Qwen3-VL-235B-A22B
+ * saved by 5.7.0 says true there and false outside, and its checkpoint
+ * holds lm_head apart). Where the wrapper states none, text_config's is
+ * read, as transformers 4 read it for every wrapper. */
+static int read_tie(hf_cfg *c, int def)
+{
+    const cJSON *own = c->outer ? cJSON_GetObjectItemCaseSensitive(c->outer, "tie_word_embeddings")
+                                : NULL;
+    if (!own || cJSON_IsNull(own))
+        return cfg_bool(c, "tie_word_embeddings", def);
+    const cJSON *root = c->root;
+    const char *src = c->src;
+    c->root = c->outer;
+    c->src = c->outer_src;
+    int tie = cfg_bool(c, "tie_word_embeddings", def);
+    c->root = root;
+    c->src = src;
+    return tie;
+}
+
 /* Llama and its descendants share the field names. */
 static void read_llama_like(hf_cfg *c, hf_model *m)
 {
@@ -831,8 +879,7 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
                          INT64_C(1) << 40);
     /* GemmaConfig and its successors, Starcoder2Config, SmolLM3Config and
      * ERNIE 4.5's config classes tie by default. */
-    m->tie = cfg_bool(c, "tie_word_embeddings",
-                      is_gemma(f) || f == FAM_STARCODER2 || f == FAM_SMOLLM3 || ernie);
+    m->tie = read_tie(c, is_gemma(f) || f == FAM_STARCODER2 || f == FAM_SMOLLM3 || ernie);
     if (f != FAM_DEEPSEEK_V3)
         m->head_dim = cfg_int(c, "head_dim", 0, class_head_dim(f), 1, MAX_HIDDEN);
     /* Qwen2 and Qwen2-MoE always have a bias on Q, K and V; the others
@@ -1556,9 +1603,9 @@ static void read_window_layers(hf_cfg *c, hf_model *m)
 
 /* Sliding-window attention, where the family has it: sliding_window keys
  * per query (HF masks keys more than sliding_window - 1 behind the query),
- * for Qwen and SmolLM3 only under use_sliding_window. Gemma 2 and 3, OLMo 3
- * and dots.llm1 default to the config classes' 4096, GPT-OSS to 128; a
- * null sliding_window is none, as the attention modules read it. */
+ * for Qwen and SmolLM3 only under use_sliding_window. Mistral, Gemma 2 and
+ * 3, OLMo 3 and dots.llm1 default to the config classes' 4096, GPT-OSS to
+ * 128; a null sliding_window is none, as the attention modules read it. */
 static void read_window(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
@@ -1571,7 +1618,8 @@ static void read_window(hf_cfg *c, hf_model *m)
         return;
     int null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->root, "sliding_window"));
     int64_t def = null ? 0
-                  : f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_OLMO3 || f == FAM_DOTS1 ? 4096
+                  : f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_OLMO3 || f == FAM_DOTS1 ||
+                    f == FAM_MISTRAL ? 4096
                   : f == FAM_GPT_OSS ? 128 : 0;
     int64_t w = cfg_int(c, "sliding_window", 0, def, 1, INT64_C(1) << 40);
     if (c->bad || !w || (gated && !cfg_bool(c, "use_sliding_window", 0)))
@@ -1601,7 +1649,11 @@ static void read_nope(hf_cfg *c, hf_model *m, int longer)
         cfg_fail(c, "out of memory");
         return;
     }
-    if (!v) {
+    /* Llama4TextConfig reads an empty list as none given ("no_rope_layers
+     * == [] is invalid as we cannot have 0 layers"), as unsloth's
+     * published Llama-4-Scout config states it; SmolLM3Config keeps it,
+     * and SmolLM3Attention then finds no entry for its layer. */
+    if (!v || (!longer && cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0)) {
         for (i = 0; i < m->layers; i++)
             m->nope[i] = (i + 1) % every == 0;
         return;
@@ -1755,6 +1807,12 @@ static void read_numerics(hf_cfg *c, hf_model *m)
     double base = rope_number(rope_object(c, "rope_parameters"), "rope_theta");
     const cJSON *t = cfg_item(c, "rope_theta");
     if (cJSON_IsNumber(t))
+        base = t->valuedouble;
+    /* GPT-NeoX's configs before transformers 5 (Pythia's, GPT-NeoX-20B's)
+     * name it rotary_emb_base, which GPTNeoXConfig takes where
+     * rope_parameters gives no rope_theta. */
+    t = cfg_item(c, "rotary_emb_base");
+    if (m->fam == FAM_NEOX && !(base > 0) && cJSON_IsNumber(t))
         base = t->valuedouble;
     m->rope_base = base > 0 && base <= 1e12 ? base : 0;
     for (size_t i = 0; i < sizeof eps_keys / sizeof eps_keys[0] && !m->norm_eps; i++) {
@@ -1995,6 +2053,8 @@ static int text_config(hf_cfg *c, const char *source, char *src, size_t len)
         return AP_EINPUT;
     }
     snprintf(src, len, "%s: text_config", source);
+    c->outer = c->root;
+    c->outer_src = source;
     c->src = src;
     c->root = tc;
     c->fam_override = (int)wrappers[w].fam + 1;

@@ -277,6 +277,121 @@ static void qwen3_30b_a3b_has_30_5b_total_and_3_3b_active(void)
     ap_graph_free(g);
 }
 
+/* Qwen3-VL-235B-A22B's config as transformers 5.7.0 writes it: Qwen3MoeConfig
+ * and Qwen3VLMoeTextConfig keep the experts under num_local_experts (their
+ * attribute_map sends num_experts there), so that is the key it saves; and
+ * it ties the head by the wrapper's tie_word_embeddings (false), writing
+ * the text class's default (true) into text_config. The checkpoint holds
+ * lm_head apart from the embedding: 235,670,022,896 numbers, of which the
+ * language model is Qwen3-235B-A22B's 235,093,634,560 (22,190,763,520
+ * active) and the vision tower the rest. */
+static const char *qwen3_vl_235b_saved_by_5 =
+    "{\"architectures\":[\"Qwen3VLMoeForConditionalGeneration\"],\"image_token_id\":151655,"
+    "\"model_type\":\"qwen3_vl_moe\",\"text_config\":{\"attention_bias\":false,"
+    "\"attention_dropout\":0.0,\"bos_token_id\":151643,\"decoder_sparse_step\":1,"
+    "\"dtype\":\"bfloat16\",\"eos_token_id\":151645,\"head_dim\":128,\"hidden_act\":\"silu\","
+    "\"hidden_size\":4096,\"initializer_range\":0.02,\"intermediate_size\":12288,"
+    "\"max_position_embeddings\":262144,\"mlp_only_layers\":[],"
+    "\"model_type\":\"qwen3_vl_moe_text\",\"moe_intermediate_size\":1536,"
+    "\"norm_topk_prob\":true,\"num_attention_heads\":64,\"num_experts_per_tok\":8,"
+    "\"num_hidden_layers\":94,\"num_key_value_heads\":4,\"num_local_experts\":128,"
+    "\"pad_token_id\":null,\"rms_norm_eps\":1e-06,\"rope_parameters\":{"
+    "\"mrope_interleaved\":true,\"mrope_section\":[24,20,20],\"rope_theta\":5000000,"
+    "\"rope_type\":\"default\"},\"router_aux_loss_coef\":0.001,\"sliding_window\":null,"
+    "\"tie_word_embeddings\":true,\"use_cache\":true,\"vocab_size\":151936},"
+    "\"tie_word_embeddings\":false,\"transformers_version\":\"5.7.0\","
+    "\"video_token_id\":151656,\"vision_config\":{\"depth\":27,\"hidden_size\":1152,"
+    "\"model_type\":\"qwen3_vl_moe_vision\",\"out_hidden_size\":4096}}";
+
+static void configs_saved_by_transformers_5_read_as_it_builds_them(void)
+{
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = from_text(qwen3_vl_235b_saved_by_5, &o);
+    REQUIRE_OK(g ? 0 : 1, "Qwen3-VL-235B-A22B's config did not load");
+    CHECK(g->total_params == 235093634560.0);
+    CHECK(ap_graph_active_params(g) == 22190763520.0);
+    CHECK(dim_size(g, 'E') == 128 && tensor_named(g, "lm_head.w") != NULL);
+    ap_graph_free(g);
+    /* A Qwen3-MoE config of either age; one that gives both keys must
+     * have them agree. */
+    const char *base =
+        "{\"model_type\":\"qwen3_moe\",\"num_hidden_layers\":2,\"hidden_size\":256,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":64,"
+        "\"intermediate_size\":512,\"moe_intermediate_size\":64,\"num_experts_per_tok\":2,"
+        "\"vocab_size\":1000,\"max_position_embeddings\":512,%s}";
+    char cfg[1024], err[AP_ERR_LEN];
+    snprintf(cfg, sizeof cfg, base, "\"num_local_experts\":8");
+    g = from_text(cfg, &o);
+    REQUIRE_OK(g ? 0 : 1, "the Qwen3-MoE config did not load");
+    CHECK(dim_size(g, 'E') == 8);
+    ap_graph_free(g);
+    snprintf(cfg, sizeof cfg, base, "\"num_experts\":8,\"num_local_experts\":16");
+    g = NULL;
+    CHECK(ap_graph_from_hf(cfg, strlen(cfg), "config.json", &o, &g, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "config.json: \"num_experts\" (8) and \"num_local_experts\" (16) "
+                       "disagree");
+    /* A wrapper that leaves its own tie_word_embeddings out is read by
+     * text_config's, as transformers 4 read every wrapper. */
+    char vl[4096];
+    const char *in = strstr(qwen3_vl_235b_saved_by_5, "\"tie_word_embeddings\":false,");
+    snprintf(vl, sizeof vl, "%.*s%s", (int)(in - qwen3_vl_235b_saved_by_5),
+             qwen3_vl_235b_saved_by_5, in + strlen("\"tie_word_embeddings\":false,"));
+    g = from_text(vl, &o);
+    REQUIRE_OK(g ? 0 : 1, "the wrapper without its own tie_word_embeddings did not load");
+    CHECK(g->total_params == 235093634560.0 - 151936.0 * 4096);
+    ap_graph_free(g);
+}
+
+/* GPT-NeoX's configs before transformers 5 (Pythia's, GPT-NeoX-20B's) give
+ * the rotary base as rotary_emb_base, which GPTNeoXConfig reads into
+ * rope_parameters' rope_theta; the exports state it. */
+static void gpt_neox_reads_its_rotary_base_from_rotary_emb_base(void)
+{
+    const char *cfg =
+        "{\"model_type\": \"gpt_neox\", \"num_hidden_layers\": 2, \"hidden_size\": 256,"
+        " \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"vocab_size\": 1000,"
+        " \"max_position_embeddings\": 128, \"rotary_pct\": 0.25,"
+        " \"rotary_emb_base\": 1000000}";
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    ap_graph *g = from_text(cfg, &o);
+    REQUIRE_OK(g ? 0 : 1, "the GPT-NeoX config did not load");
+    CHECK(g->rope_base == 1000000.0);
+    ap_graph_free(g);
+}
+
+/* MistralConfig's sliding window where a config leaves it out: 4,096 keys
+ * on every layer, as HF builds it; null is none (Mistral Nemo's, Mistral
+ * Small's). MixtralConfig has no window of its own. */
+static void mistral_fills_in_its_config_classes_window(void)
+{
+    const char *base =
+        "{\"model_type\":\"%s\",\"num_hidden_layers\":2,\"hidden_size\":512,"
+        "\"num_attention_heads\":16,\"num_key_value_heads\":8,\"intermediate_size\":1024,"
+        "\"vocab_size\":1000,\"num_local_experts\":4,\"num_experts_per_tok\":2,"
+        "\"max_position_embeddings\":32768%s}";
+    char cfg[1024];
+    ap_build_opts o;
+    ap_build_opts_default(&o);
+    o.seq = 8192;
+    snprintf(cfg, sizeof cfg, base, "mistral", "");
+    ap_graph *g = from_text(cfg, &o);
+    REQUIRE_OK(g ? 0 : 1, "the Mistral config did not load");
+    CHECK(ap_test_op(g, "l0.attn")->window == 4096 && ap_test_op(g, "l1.attn")->window == 4096);
+    ap_graph_free(g);
+    snprintf(cfg, sizeof cfg, base, "mistral", ",\"sliding_window\":null");
+    g = from_text(cfg, &o);
+    REQUIRE_OK(g ? 0 : 1, "the Mistral config with a null window did not load");
+    CHECK(ap_test_op(g, "l1.attn")->window == 0);
+    ap_graph_free(g);
+    snprintf(cfg, sizeof cfg, base, "mixtral", "");
+    g = from_text(cfg, &o);
+    REQUIRE_OK(g ? 0 : 1, "the Mixtral config did not load");
+    CHECK(ap_test_op(g, "l1.attn")->window == 0);
+    ap_graph_free(g);
+}
+
 /* Forward FLOPs per token: 2 per matmul parameter (the head included, the
  * embedding lookup not) plus attention's 2*s*n*(d+e) per layer. */
 static void dense_forward_flops_are_2n_plus_attention(void)
@@ -713,6 +828,9 @@ int main(void)
     RUN(deepseek_v2_is_v3_with_its_own_gate);
     RUN(vision_wrappers_build_their_language_model);
     RUN(qwen3_30b_a3b_has_30_5b_total_and_3_3b_active);
+    RUN(configs_saved_by_transformers_5_read_as_it_builds_them);
+    RUN(gpt_neox_reads_its_rotary_base_from_rotary_emb_base);
+    RUN(mistral_fills_in_its_config_classes_window);
     RUN(dense_forward_flops_are_2n_plus_attention);
     RUN(gpt_block_saves_34sbh_plus_5as2b);
     RUN(dropout_ops_follow_the_option);

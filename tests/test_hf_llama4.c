@@ -56,6 +56,36 @@ static void every_fourth_layer_takes_no_rotary(void)
     ap_graph_free(g);
 }
 
+/* Llama4TextConfig reads an empty no_rope_layers as none given and fills
+ * it in from no_rope_layer_interval ("no_rope_layers == [] is invalid as
+ * we cannot have 0 layers"), as unsloth's published Llama-4-Scout-17B-16E
+ * text_config states it: the same model as the list Meta's config spells
+ * out, 12 NoPE layers and 107,769,861,120 parameters. */
+static void an_empty_no_rope_layers_list_is_the_interval_rule(void)
+{
+    char err[AP_ERR_LEN];
+    const char *cfg =
+        "{\"architectures\":[\"Llama4ForConditionalGeneration\"],\"model_type\":\"llama4\","
+        "\"text_config\":{\"attention_bias\":false,\"attention_chunk_size\":8192,"
+        "\"head_dim\":128,\"hidden_size\":5120,\"intermediate_size\":8192,"
+        "\"intermediate_size_mlp\":16384,\"max_position_embeddings\":262144,"
+        "\"no_rope_layers\":[],\"num_attention_heads\":40,\"num_experts_per_tok\":1,"
+        "\"num_hidden_layers\":48,\"num_key_value_heads\":8,\"num_local_experts\":16,"
+        "\"rms_norm_eps\":1e-5,\"rope_scaling\":{\"factor\":8.0,\"high_freq_factor\":4.0,"
+        "\"low_freq_factor\":1.0,\"original_max_position_embeddings\":8192,"
+        "\"rope_type\":\"llama3\"},\"rope_theta\":500000.0,\"torch_dtype\":\"bfloat16\","
+        "\"use_qk_norm\":true,\"vocab_size\":202048,\"interleave_moe_layer_step\":1,"
+        "\"tie_word_embeddings\":false}}";
+    ap_graph *g = from_text(cfg, 4096, err);
+    REQUIRE_OK(g ? 0 : 1, err);
+    CHECK(g->total_params == 107769861120.0);
+    CHECK(ap_test_op(g, "l3.q_rot") == NULL && ap_test_op(g, "l2.q_rot") != NULL);
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    CHECK(s.nope_layers == 12);
+    ap_graph_free(g);
+}
+
 /* Maverick's shape: interleave_moe_layer_step 2 routes layers 1, 3, ...,
  * and the others are dense MLPs intermediate_size_mlp wide. */
 static void interleaved_moe_layers_leave_dense_ones_between(void)
@@ -235,6 +265,7 @@ int main(void)
 {
     RUN(llama4_scout_has_107_77b_parameters_17b_active);
     RUN(every_fourth_layer_takes_no_rotary);
+    RUN(an_empty_no_rope_layers_list_is_the_interval_rule);
     RUN(interleaved_moe_layers_leave_dense_ones_between);
     RUN(moe_layers_name_the_layers_that_route);
     RUN(rotary_layers_attend_within_chunks);
