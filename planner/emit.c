@@ -519,17 +519,27 @@ int ap_emit_titan_shard(const ap_degrees *d)
     return d->zero == AP_ZERO_NONE ? 1 : d->dp;
 }
 
+/* The ranks torchtitan's FSDP shards over: the shard degree times every
+ * context-parallel rank, which ParallelDims folds into FSDP's mesh
+ * (dp_shard_cp) even at shard degree 1. */
+static int titan_fsdp_ranks(const ap_degrees *d)
+{
+    return ap_emit_titan_shard(d) * d->cp;
+}
+
 static void titan_data(sbuf *b, const ap_degrees *d)
 {
     int shard = ap_emit_titan_shard(d);
     put(b, "  --parallelism.data_parallel_replicate_degree %d\n", d->dp / shard);
     put(b, "  --parallelism.data_parallel_shard_degree %d\n", shard);
-    if (shard > 1 && d->zero != AP_ZERO_3)
+    if (titan_fsdp_ranks(d) > 1 && d->zero != AP_ZERO_3)
         put(b, "  --parallelism.fsdp_reshard_after_forward never\n");
 }
 
-/* torchao's FP8 all-gather is FSDP's: it needs the data-parallel ranks
- * to shard the weights, which titan_data gives ZeRO-1 and above. */
+/* torchao's FP8 all-gather is FSDP's: torchtitan's Float8LinearConverter
+ * turns it on only where data_parallel_shard_degree is above 1
+ * (dp_shard_enabled), which titan_data gives ZeRO-1 and above at dp > 1;
+ * context-parallel ranks alone do not. */
 static int titan_fp8_gather(const ap_degrees *d)
 {
     return d->run.fp8_param_gather && d->zero != AP_ZERO_NONE && d->dp > 1;
@@ -576,8 +586,18 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     sbuf b = {0};
     put(&b, "#!/bin/sh\n");
     header(&b, "torchtitan", p, d);
+    /* torchtitan v0.2.2 is the last release that reads a .toml: from PR
+     * #2386 (February 2026) on, a run is a Python config named by --module
+     * and --config, and later changes dropped the float8 all-gather (#3032)
+     * and expert tensor parallelism (#3167) that these flags state. */
+    put(&b, "# For torchtitan v0.2.2, the last release that takes a .toml "
+            "(--job.config_file): later ones name a Python config with --module "
+            "and --config.\n");
     put(&b, "# CONFIG_FILE is the model's torchtitan .toml (%d layers, hidden %lld); these "
             "flags override its parallelism and batch.\n", s->layers, s->hidden);
+    put(&b, "# They turn on what the plan was priced with and nothing more: leave off "
+            "what else the .toml turns on ([model] converters, [compile], "
+            "enable_async_tensor_parallel), which runs another step.\n");
     /* torchtitan takes a MoE model's structure from its flavor, which no
      * flag states: say what the plan was priced with, to check it by. */
     if (s->experts) {
@@ -633,11 +653,11 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (s->norm_free)
         put(&b, "# Its norms have neither weight nor bias (OLMo 1's), as the plan was "
                 "priced.\n");
-    if (d->dp > 1 && d->pp > 1 && d->zero == AP_ZERO_1)
+    if (titan_fsdp_ranks(d) > 1 && d->pp > 1 && d->zero == AP_ZERO_1)
         put(&b, "# ZeRO-1 under a pipeline is torchtitan's FSDP: it keeps each stage's "
                 "weights gathered and its gradients unsharded until the last "
                 "micro-batch, then reduce-scatters them, as priced.\n");
-    else if (d->dp > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
+    else if (titan_fsdp_ranks(d) > 1 && (d->zero == AP_ZERO_1 || d->zero == AP_ZERO_2))
         put(&b, "# ZeRO-%d has no torchtitan equivalent: FSDP without resharding after "
                 "forward is the nearest, and also shards parameters.\n", (int)d->zero);
     if (d->dp > 1 && !d->overlap_grad)
@@ -650,7 +670,7 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (d->run.fp8)
         put(&b, "# FP8 was priced as Transformer Engine runs it, weights cast once per "
                 "step; torchao's Float8Linear casts them every micro-batch, and needs "
-                "--training.compile to fuse its casts.\n");
+                "--compile.enable to fuse its casts.\n");
     if (s->hidden_dropout > 0 || s->attention_dropout > 0)
         put(&b, "# The plan was priced with dropout; torchtitan's models have none, so "
                 "expect a slightly faster step.\n");
@@ -687,17 +707,26 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     put(&b, "  --activation_checkpoint.mode %s\n", ap_emit_recompute_name(d->recompute));
     if (d->recompute == AP_RECOMPUTE_SELECTIVE)
         put(&b, "  --activation_checkpoint.selective_ac_option op\n");
-    if (d->run.fp8) /* the LM head ("output") stays in bf16, as under Megatron */
-        put(&b, "  --model.converters float8\n  --float8.filter_fqns output\n");
+    /* The converter and its options as torchtitan v0.2.2 names them
+     * (register_model_converter(Float8LinearConverter,
+     * "quantize.linear.float8"); JobConfig.quantize.linear.float8); the
+     * v0.1 names, "float8" and [float8], are gone there. Its filter_fqns
+     * defaults to none, so the LM head ("output") is named to stay in
+     * bf16, as under Megatron. */
+    if (d->run.fp8)
+        put(&b, "  --model.converters quantize.linear.float8\n"
+                "  --quantize.linear.float8.filter_fqns output\n");
     if (titan_fp8_gather(d))
-        put(&b, "  --float8.enable_fsdp_float8_all_gather\n"
-                "  --float8.precompute_float8_dynamic_scale_for_fsdp\n");
+        put(&b, "  --quantize.linear.float8.enable_fsdp_float8_all_gather\n"
+                "  --quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp\n");
     /* Async tensor parallelism, torchtitan's overlap of the sequence-parallel
      * collectives with their matmuls, is a compiler pass. */
     if (d->run.tp_overlap)
         put(&b, "  --parallelism.enable_async_tensor_parallel\n");
+    /* torch.compile is the [compile] section's enable since torchtitan
+     * moved it out of [training] (August 2025). */
     if (d->run.fp8 || d->run.tp_overlap)
-        put(&b, "  --training.compile\n");
+        put(&b, "  --compile.enable\n");
     put(&b, "\"\n");
     torchrun(&b, p, "-m torchtitan.train --job.config_file \"${CONFIG_FILE:?the model's "
                     "torchtitan .toml}\"", "TORCHTITAN_ARGS");

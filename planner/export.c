@@ -728,6 +728,7 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
                       "uneven layer counts (chunk_layers, Megatron-LM's "
                       "--pipeline-model-parallel-layout)");
     if (to == AP_LAUNCHER_TORCHTITAN) {
+        char what[96];
         int rc = titan_experts(p, d, who, err);
         if (rc)
             return rc;
@@ -759,12 +760,30 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
          * unsharded until the last one's backward (reshard_after_forward
          * off, the pipelining stage's no-sync backward): ZeRO-1's memory
          * and collectives, not ZeRO-2's or 3's per micro-batch. */
-        if (d->pp > 1 && d->dp > 1 && (d->zero == AP_ZERO_2 || d->zero == AP_ZERO_3))
+        if (d->pp > 1 && d->dp * d->cp > 1 &&
+            (d->zero == AP_ZERO_2 || d->zero == AP_ZERO_3))
             return refuse(p, err, "%s's FSDP under a pipeline keeps each stage's weights "
                           "and gradients unsharded through the step (ZeRO-1 as autopar "
                           "prices it); the plan uses %s, sharded every micro-batch: plan "
                           "with --target torchtitan", who,
                           d->zero == AP_ZERO_2 ? "ZeRO-2" : "ZeRO-3");
+        /* torchtitan replicates with DDP only on a mesh of data-parallel
+         * ranks alone (its parallelize functions raise "DDP has not
+         * supported > 1D parallelism"), and ParallelDims folds every
+         * context-parallel rank into FSDP's mesh (dp_shard_cp), sharding
+         * the weights there at any shard degree: a plan without ZeRO runs
+         * as priced only without tensor, pipeline and context parallelism. */
+        if (d->zero == AP_ZERO_NONE &&
+            (d->cp > 1 || (d->dp > 1 && (d->tp > 1 || d->pp > 1)))) {
+            snprintf(what, sizeof what, "ZeRO-0 with dp=%d beside %s", d->dp,
+                     d->cp > 1 ? "context parallelism" : d->tp > 1 ? "tensor parallelism"
+                                                                  : "pipeline parallelism");
+            return refuse(p, err, "%s replicates with DDP only where data parallelism is "
+                          "all there is, and shards the weights over context-parallel "
+                          "ranks with FSDP; the plan uses %s: plan with --target "
+                          "torchtitan, or estimate with zero=3 (zero=1 under a pipeline)",
+                          who, what);
+        }
         return AP_OK;
     }
     if (d->run.tp_overlap)
@@ -904,6 +923,16 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s has no switch that keeps %s in bf16 under FP8; export "
                       "the plan to Megatron-LM (--first-last-layers-bf16)",
                       ap_launcher_name(to), "the first and last layers");
+    /* torchtitan's float8 converter (quantize.linear.float8) swaps
+     * nn.Linear, which its MoE experts are not: their grouped GEMMs would
+     * run in bf16, where the plan prices them in FP8, and its grouped-GEMM
+     * converter is a row-scaled prototype that refuses pipelines and
+     * context parallelism. */
+    if (to == AP_LAUNCHER_TORCHTITAN && s->experts && p->run.fp8)
+        return refuse(p, err, "%s's float8 converter swaps nn.Linear only, leaving %s in "
+                      "bf16 where the plan prices them in FP8: export it to Megatron-LM, "
+                      "or plan without --fp8", ap_launcher_name(to),
+                      "the experts' grouped GEMMs");
     /* torchtitan's and DeepSpeed's models have no MTP module. */
     if (to != AP_LAUNCHER_MEGATRON && s->mtp_layers)
         return refuse(p, err, "%s's models have no %s; export the plan to Megatron-LM "

@@ -272,8 +272,12 @@ static void add_variants(const space *s, ap_megatron m, list *out)
     if (m.dp * m.cp == 1)
         nzero = 1;
     /* torchtitan's expert parallelism borrows FSDP's shard ranks, which
-     * DDP has none of (export.c, titan_experts). */
-    int zlo = s->launcher == AP_LAUNCHER_TORCHTITAN && m.ep > 1 && nzero > 1;
+     * DDP has none of (export.c, titan_experts); its DDP runs on a mesh of
+     * data-parallel ranks alone, and it shards the weights over
+     * context-parallel ranks with FSDP whatever the shard degree
+     * (export.c, check_launcher). */
+    int zlo = s->launcher == AP_LAUNCHER_TORCHTITAN && nzero > 1 &&
+              (m.ep > 1 || m.cp > 1 || m.tp > 1 || m.pp > 1);
     /* Megatron-Core asserts sequence parallelism for MoE beside tensor
      * parallelism: each rank dispatches its own sequence shard. */
     if (m.ep > 1 && m.tp > 1)
@@ -662,6 +666,12 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     if (o->run.fp8 && o->launcher == AP_LAUNCHER_DEEPSPEED) {
         snprintf(err, AP_ERR_LEN, "sweep: fp8: DeepSpeed's config has no FP8 training "
                  "of its own (Megatron-LM and torchtitan do)");
+        return AP_EINPUT;
+    }
+    if (o->run.fp8 && o->launcher == AP_LAUNCHER_TORCHTITAN && s.experts > 0) {
+        snprintf(err, AP_ERR_LEN, "sweep: fp8: torchtitan's float8 converter swaps "
+                 "nn.Linear only, leaving the experts' grouped GEMMs in bf16 (Megatron-LM "
+                 "runs them in FP8)");
         return AP_EINPUT;
     }
     if (o->run.fp8 && ap_fp8_check(c, o->run.fp8_recipe, err))

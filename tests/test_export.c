@@ -559,10 +559,10 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
     /* pp=2, dp=4: a step is 64 / 4 = 16 local sequences in micro-batches of 1. */
-    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,zero=0", &d, NULL), "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=2,sp=1,mbs=1,gbs=64,zero=1", &d, NULL), "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
-    CHECK_STR_HAS(text, "--parallelism.data_parallel_replicate_degree 4\n");
-    CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 1\n");
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_replicate_degree 1\n");
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 4\n");
     CHECK_STR_HAS(text, "--training.local_batch_size 16\n");
     CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_microbatch_size 1\n");
     CHECK_STR_HAS(text, "--parallelism.pipeline_parallel_layers_per_stage 12\n");
@@ -580,6 +580,91 @@ static void torchtitan_batch_flags_follow_the_pipeline(void)
     REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=1,mbs=2,gbs=64", &d, NULL), "see above");
     CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "sequence parallelism");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* torchtitan's DDP runs on a mesh of data-parallel ranks alone (its
+ * parallelize functions raise "DDP has not supported > 1D parallelism"),
+ * and its FSDP shards over every context-parallel rank (dp_shard_cp) at
+ * any shard degree: ZeRO-0 exports only as pure data parallelism, and
+ * context-parallel ranks alone count as FSDP's for the ZeRO stages. */
+static void torchtitan_replicates_only_pure_data_parallelism(void)
+{
+    ap_graph *g = load("examples/gpt-1.3b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=1,pp=1,mbs=1,gbs=64,zero=0", &d, NULL),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_replicate_degree 16\n");
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 1\n");
+    free(text);
+    ap_plan_desc_free(&d);
+    const char *ddp[] = {"tp=2,pp=1,sp=1,mbs=1,gbs=64,zero=0", "tp=1,pp=2,mbs=1,gbs=64,zero=0",
+                         "tp=1,pp=1,cp=2,mbs=1,gbs=64,zero=0",
+                         "tp=8,pp=1,cp=2,sp=1,mbs=1,gbs=64,zero=0"};
+    const char *beside[] = {"beside tensor parallelism", "beside pipeline parallelism",
+                            "beside context parallelism", "beside context parallelism"};
+    for (int i = 0; i < 4; i++) {
+        REQUIRE_OK(ap_test_megatron_desc(g, 16, ddp[i], &d, NULL), "see above");
+        CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, "torchtitan replicates with DDP only where data parallelism is all");
+        CHECK_STR_HAS(err, beside[i]);
+        ap_plan_desc_free(&d);
+    }
+    /* One data-parallel replica of a (cp 2, tp 8) mesh: FSDP over the two
+     * context-parallel ranks, kept gathered as ZeRO-1 is. */
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=8,pp=1,cp=2,sp=1,mbs=1,gbs=64,zero=1", &d, NULL),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "--parallelism.data_parallel_shard_degree 1\n"
+                        "  --parallelism.fsdp_reshard_after_forward never\n");
+    CHECK_STR_HAS(text, "# ZeRO-1 has no torchtitan equivalent");
+    free(text);
+    ap_plan_desc_free(&d);
+    /* Under a pipeline that FSDP keeps the stage gathered: ZeRO-3 is refused. */
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=4,pp=2,cp=2,sp=1,mbs=1,gbs=64,zero=3", &d, NULL),
+               "see above");
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "the plan uses ZeRO-3, sharded every micro-batch");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* The float8 and compile flags as torchtitan v0.2.2 names them, the last
+ * release that reads a .toml: v0.1's --model.converters float8, [float8]
+ * and --training.compile are not there. */
+static void torchtitan_flags_are_those_of_v0_2_2(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=1,gbs=64,zero=1,fp8=1,"
+                                            "fp8_param_gather=1,tp_overlap=1", &d, NULL),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "# For torchtitan v0.2.2, the last release that takes a .toml");
+    CHECK_STR_HAS(text, "\n  --model.converters quantize.linear.float8\n"
+                        "  --quantize.linear.float8.filter_fqns output\n");
+    CHECK_STR_HAS(text, "\n  --quantize.linear.float8.enable_fsdp_float8_all_gather\n"
+                        "  --quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp\n");
+    CHECK_STR_HAS(text, "\n  --parallelism.enable_async_tensor_parallel\n  --compile.enable\n");
+    CHECK(text && !strstr(text, "--float8.") && !strstr(text, "--training.compile") &&
+          !strstr(text, "converters float8"));
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+
+    /* Its float8 converter swaps nn.Linear, which the MoE experts are not. */
+    g = load("examples/hf/mixtral-8x7b.json");
+    REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=2,pp=4,ep=8,sp=1,mbs=1,gbs=256,fp8=1", &d, NULL),
+               "see above");
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "torchtitan's float8 converter swaps nn.Linear only, leaving the "
+                       "experts' grouped GEMMs in bf16");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
 }
@@ -1060,6 +1145,8 @@ int main(void)
     RUN(uneven_stages_need_a_layout_flag);
     RUN(deepspeed_config_states_batch_and_zero);
     RUN(torchtitan_batch_flags_follow_the_pipeline);
+    RUN(torchtitan_replicates_only_pure_data_parallelism);
+    RUN(torchtitan_flags_are_those_of_v0_2_2);
     RUN(reader_names_the_field_at_fault);
     RUN(partial_rotary_is_stated_as_rotary_percent);
     RUN(whole_head_rotary_needs_no_rotary_percent);

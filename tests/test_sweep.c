@@ -190,9 +190,13 @@ static void torchtitan_and_deepspeed_spaces_are_counted_by_hand(void)
 {
     ap_graph *g = load("examples/gpt-tiny.json");
     /* torchtitan: sequence parallel whenever tp > 1 (one choice), ZeRO 0
-     * (DDP) or 3 (FSDP) when there are replicas. */
-    long titan = 3 * 3 * 2 + 4 * 3 * 2 + 5 * 3 * 2 + 4 * 3 * 2 + 5 * 3 * 2 +
-                 4 * 3 * 2 + 5 * 3 * 2 + 5 * 3 * 1 + 5 * 3 * 1;
+     * (DDP) or 3 (FSDP) when there are replicas, but DDP only where data
+     * parallelism is all there is (it raises beside any other mesh axis,
+     * and FSDP shards over context-parallel ranks): ZeRO 0 or 3 for tp1
+     * pp1 cp1 dp4, FSDP alone (ZeRO-1 under the pipeline) for the other
+     * meshes with replicas, in megatron_by_hand's order. */
+    long titan = 3 * 3 * 2 + 4 * 3 * 1 + 5 * 3 * 1 + 4 * 3 * 1 + 5 * 3 * 1 +
+                 4 * 3 * 1 + 5 * 3 * 1 + 5 * 3 * 1 + 5 * 3 * 1;
     /* DeepSpeed: what its config states: no tensor, context or expert
      * parallelism (Megatron-DeepSpeed's are Megatron-LM's flags), no
      * interleaving; recompute none or full; ZeRO 0-3 without a pipeline,

@@ -37,8 +37,27 @@ grep -q -- "--fp8-format hybrid" "$tmp/args.sh" && ok || bad "Megatron export: $
 args=$(megatron_args "$tmp/args.sh")
 "$bin" estimate "$model" --gpus 16 --json --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp/got")"
-"$bin" export "$tmp/plan.json" --to torchtitan 2>&1 | grep -q -- "--model.converters float8" &&
-    ok || bad "torchtitan export has the float8 converter"
+# torchtitan v0.2.2's names: the converter registered as
+# quantize.linear.float8, its options under [quantize.linear.float8] and
+# torch.compile under [compile]; v0.1's float8, [float8] and
+# training.compile are gone there.
+"$bin" export "$tmp/plan.json" --to torchtitan >"$tmp/titan.sh" 2>&1
+grep -q -- "^  --model.converters quantize.linear.float8$" "$tmp/titan.sh" &&
+    grep -q -- "^  --quantize.linear.float8.filter_fqns output$" "$tmp/titan.sh" &&
+    grep -q -- "^  --compile.enable$" "$tmp/titan.sh" &&
+    ! grep -q -- "--float8\.\|--training.compile\|converters float8" "$tmp/titan.sh" &&
+    ok || bad "torchtitan export has the float8 converter: $(cat "$tmp/titan.sh")"
+# Its float8 converter swaps nn.Linear, which MoE experts are not: their
+# grouped GEMMs, priced in FP8, would run in bf16.
+"$bin" estimate "$src/examples/hf/mixtral-8x7b.json" --gpus 64 \
+    --megatron "tp=2,pp=4,ep=8,sp=1,mbs=1,gbs=256,fp8=1" -o "$tmp/moe.json" >/dev/null 2>&1
+out=$("$bin" export "$tmp/moe.json" --to torchtitan 2>&1)
+[ $? -eq 2 ] && case "$out" in *"swaps nn.Linear only"*"grouped GEMMs"*) true ;; *) false ;; esac &&
+    ok || bad "torchtitan refuses FP8 experts: $out"
+out=$("$bin" plan "$src/examples/hf/mixtral-8x7b.json" --gpus 64 --fp8 --target torchtitan \
+    --quiet 2>&1)
+[ $? -eq 2 ] && case "$out" in *"fp8: torchtitan"*"grouped GEMMs"*) true ;; *) false ;; esac &&
+    ok || bad "plan --fp8 --target torchtitan of an MoE model: $out"
 "$bin" estimate "$model" --gpus 16 --megatron "tp=1,pp=2,mbs=1,gbs=128,fp8=1,overlap_grad=0" \
     -o "$tmp/ds.json" >/dev/null 2>&1
 out=$("$bin" export "$tmp/ds.json" --to deepspeed 2>&1)

@@ -42,7 +42,7 @@ cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp
 "$bin" estimate "$model" --gpus 16 --megatron "$spec,fp8_param_gather=1" --emit megatron |
     grep -q -- "--fp8-param-gather" && ok || bad "--emit megatron has --fp8-param-gather"
 "$bin" export "$tmp/plan.json" --to torchtitan 2>&1 |
-    grep -q -- "--float8.enable_fsdp_float8_all_gather" && ok ||
+    grep -q -- "--quantize.linear.float8.enable_fsdp_float8_all_gather" && ok ||
     bad "torchtitan export gathers its float8 weights in FP8"
 
 # Refusals: exit code 2 and what is missing.

@@ -52,7 +52,7 @@ args=$(megatron_args "$tmp/args.sh")
 cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp/got")"
 "$bin" export "$tmp/plan.json" --to torchtitan >"$tmp/titan.sh" 2>&1
 grep -q -- "--parallelism.enable_async_tensor_parallel" "$tmp/titan.sh" &&
-    grep -q -- "--training.compile" "$tmp/titan.sh" && ok ||
+    grep -q -- "--compile.enable" "$tmp/titan.sh" && ok ||
     bad "torchtitan export has async TP and compile: $(cat "$tmp/titan.sh")"
 out=$("$bin" export "$tmp/plan.json" --to deepspeed 2>&1)
 [ $? -eq 2 ] && case "$out" in *communication\ overlap*) true ;; *) false ;; esac && ok ||
