@@ -390,6 +390,17 @@ double ap_graph_active_params(const ap_graph *g);
 /* Writes a finalized graph in the project's JSON format. The caller frees the
  * returned string with free(). */
 char *ap_graph_to_json(const ap_graph *g);
+/* Writes x into buf (32 bytes are enough) in the fewest digits, 15 to 17,
+ * that read back as x, and returns buf. cJSON prints 15 digits whenever
+ * they come within a rounding error of x, so 6/7 would read back as
+ * another double; the model and plan files write their fractional numbers
+ * this way, since an export compares them exactly. */
+const char *ap_number_exact(double x, char *buf, size_t len);
+/* Adds x to the cJSON object o under name as ap_number_exact writes it
+ * (null where x is not finite, as cJSON would); returns the new item, or
+ * NULL when out of memory. */
+struct cJSON;
+struct cJSON *ap_json_add_exact(struct cJSON *o, const char *name, double x);
 
 /* Lookups; -1 when absent. */
 int ap_graph_dim_index(const ap_graph *g, char label);

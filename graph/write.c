@@ -5,6 +5,8 @@
 #include "graph/graph.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static const char *role_name(ap_role r)
@@ -60,6 +62,26 @@ static int add_names(cJSON *o, const char *key, const ap_graph *g,
     return arr != NULL;
 }
 
+const char *ap_number_exact(double x, char *buf, size_t len)
+{
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, len, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    return buf;
+}
+
+/* o[name] = x, written to read back exactly (ap_number_exact); null where
+ * x is not finite, as cJSON writes such a number. */
+cJSON *ap_json_add_exact(cJSON *o, const char *name, double x)
+{
+    char buf[32];
+    if (!isfinite(x))
+        return cJSON_AddNullToObject(o, name);
+    return cJSON_AddRawToObject(o, name, ap_number_exact(x, buf, sizeof buf));
+}
+
 /* A router's scoring, each field only where it is not the default
  * (softmax, renormalised, no bias, scale 1), as load.c reads it. */
 static int router_json(cJSON *o, const ap_op *op)
@@ -69,7 +91,7 @@ static int router_json(cJSON *o, const ap_op *op)
            (op->route_norm || cJSON_AddBoolToObject(o, "normalize", 0)) &&
            (!op->route_bias || cJSON_AddBoolToObject(o, "expert_bias", 1)) &&
            (!op->route_on_input || cJSON_AddBoolToObject(o, "probs_on_input", 1)) &&
-           (op->route_scale == 1 || cJSON_AddNumberToObject(o, "scale", op->route_scale));
+           (op->route_scale == 1 || ap_json_add_exact(o, "scale", op->route_scale));
 }
 
 static int attrs_json(cJSON *o, const ap_op *op)
@@ -78,11 +100,11 @@ static int attrs_json(cJSON *o, const ap_op *op)
     case AP_OP_ATTENTION:
         return cJSON_AddBoolToObject(o, "causal", op->causal) &&
                cJSON_AddBoolToObject(o, "flash", op->flash) &&
-               cJSON_AddNumberToObject(o, "dropout", op->dropout_p) &&
+               ap_json_add_exact(o, "dropout", op->dropout_p) &&
                (!op->window || cJSON_AddNumberToObject(o, "window", (double)op->window)) &&
                (!op->chunk || cJSON_AddNumberToObject(o, "chunk", (double)op->chunk));
     case AP_OP_DROPOUT:
-        return cJSON_AddNumberToObject(o, "p", op->dropout_p) != NULL;
+        return ap_json_add_exact(o, "p", op->dropout_p) != NULL;
     case AP_OP_ROUTER:
     case AP_OP_DISPATCH:
     case AP_OP_COMBINE:
@@ -146,12 +168,12 @@ static int add_items(cJSON *root, const char *key, const ap_graph *g,
 /* The numbers the exports state that change no cost, where known. */
 static int add_numerics(cJSON *root, const ap_graph *g)
 {
-    return (!(g->rope_base > 0) || cJSON_AddNumberToObject(root, "rope_base", g->rope_base)) &&
-           (!(g->norm_eps > 0) || cJSON_AddNumberToObject(root, "norm_eps", g->norm_eps)) &&
+    return (!(g->rope_base > 0) || ap_json_add_exact(root, "rope_base", g->rope_base)) &&
+           (!(g->norm_eps > 0) || ap_json_add_exact(root, "norm_eps", g->norm_eps)) &&
            (!g->rope_scaling ||
             cJSON_AddStringToObject(root, "rope_scaling", ap_rope_scaling_name(g->rope_scaling))) &&
            (!(g->rope_scaling_factor > 0) ||
-            cJSON_AddNumberToObject(root, "rope_scaling_factor", g->rope_scaling_factor));
+            ap_json_add_exact(root, "rope_scaling_factor", g->rope_scaling_factor));
 }
 
 char *ap_graph_to_json(const ap_graph *g)

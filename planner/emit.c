@@ -54,16 +54,6 @@ static char *finish(sbuf *b)
     return b->buf;
 }
 
-/* x in the fewest digits that read back as x (15, else 17), as cJSON
- * writes numbers: a router's scale of 2.827 is "2.827". */
-static const char *short_number(double x, char *buf, size_t len)
-{
-    snprintf(buf, len, "%.15g", x);
-    if (strtod(buf, NULL) != x)
-        snprintf(buf, len, "%.17g", x);
-    return buf;
-}
-
 const char *ap_emit_recompute_name(ap_recompute r)
 {
     return r == AP_RECOMPUTE_FULL ? "full" : r == AP_RECOMPUTE_SELECTIVE ? "selective" : "none";
@@ -408,7 +398,7 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, const ap_run_settin
         put(b, "  --moe-apply-probs-on-input\n");
     if (s->experts && s->route_scale > 0 && s->route_scale != 1)
         put(b, "  --moe-router-topk-scaling-factor %s\n",
-            short_number(s->route_scale, num, sizeof num));
+            ap_number_exact(s->route_scale, num, sizeof num));
     if (s->mtp_layers)
         put(b, "  --mtp-num-layers %d\n", s->mtp_layers);
     put(b, "  --seq-length %lld\n  --max-position-embeddings %lld\n", s->seq, s->seq);
@@ -425,7 +415,7 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, const ap_run_settin
         put(b, "  --rotary-base %lld\n", rotary_base(s));
     if (rotary && s->rope_scaling == AP_ROPE_SCALING_LLAMA3)
         put(b, "  --use-rope-scaling\n  --rope-scaling-factor %s\n",
-            short_number(s->rope_factor, num, sizeof num));
+            ap_number_exact(s->rope_factor, num, sizeof num));
     /* The layers without it (Llama 4's NoPE), written bare as
      * --moe-layer-freq is. */
     if (s->nope_layers && s->nope_freq[0])
@@ -435,7 +425,7 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, const ap_run_settin
     else if (s->layernorm_1p)
         put(b, "  --normalization LayerNorm\n  --apply-layernorm-1p\n");
     if (s->norm_eps > 0)
-        put(b, "  --norm-epsilon %s\n", short_number(s->norm_eps, num, sizeof num));
+        put(b, "  --norm-epsilon %s\n", ap_number_exact(s->norm_eps, num, sizeof num));
     /* Megatron-LM's default attention (auto) runs a fused kernel. */
     if (!s->flash)
         put(b, "  --attention-backend unfused\n");
@@ -622,7 +612,7 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
                 "score_before_experts %s, %s.\n",
             s->route_sigmoid ? "sigmoid" : "softmax",
             s->route_unnormalized ? "False" : "True",
-            short_number(s->route_scale > 0 ? s->route_scale : 1, num, sizeof num),
+            ap_number_exact(s->route_scale > 0 ? s->route_scale : 1, num, sizeof num),
             s->route_on_input ? "True" : "False",
             s->route_bias ? "with an expert bias (load_balance_coeff set)"
                           : "no expert bias (load_balance_coeff None)");

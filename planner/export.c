@@ -140,6 +140,35 @@ static int shape_differs(const ap_graph *g, const ap_plan_desc *p, const char *f
                 "model with --model", p->source, field, want, g->source, have);
 }
 
+/* Megatron-LM's --multi-latent-attention and its dimensions, and
+ * --softmax-type learnable, which the export states from the reloaded
+ * model: a plan without them (every plan from before them) is a model
+ * without MLA or sinks, so it is planned again to export a model that has
+ * them. */
+static int check_attention(const ap_graph *g, const ap_model_shape *m,
+                           const ap_plan_desc *p, char *err)
+{
+    const ap_model_shape *w = &p->shape;
+    char a[32], b[32];
+    if (!w->mla != !m->mla)
+        return shape_differs(g, p, "multi_latent_attention", w->mla ? "true" : "false",
+                             m->mla ? "true" : "false", err);
+    const char *names[] = {"q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                           "qk_pos_emb_head_dim", "v_head_dim"};
+    long long want[] = {w->q_lora, w->kv_lora, w->qk_nope_dim, w->qk_rope_dim, w->v_head_dim};
+    long long have[] = {m->q_lora, m->kv_lora, m->qk_nope_dim, m->qk_rope_dim, m->v_head_dim};
+    for (int i = 0; m->mla && i < 5; i++)
+        if (want[i] != have[i]) {
+            snprintf(a, sizeof a, "%lld", want[i]);
+            snprintf(b, sizeof b, "%lld", have[i]);
+            return shape_differs(g, p, names[i], a, b, err);
+        }
+    if (!w->sinks != !m->sinks)
+        return shape_differs(g, p, "attention_sinks", w->sinks ? "true" : "false",
+                             m->sinks ? "true" : "false", err);
+    return AP_OK;
+}
+
 /* What the exports state of the model's structure from the reloaded model
  * (Megatron-LM's flags, torchtitan's and DeepSpeed's notes) must be what
  * the plan was priced with, or an export of another model (--model) would
@@ -210,12 +239,10 @@ static int check_structure(const ap_graph *g, const ap_model_shape *m,
     /* No factor on the weights is a factor of 1. */
     double ws = w->route_scale > 0 ? w->route_scale : 1;
     double ms = m->route_scale > 0 ? m->route_scale : 1;
-    if (ws != ms) {
-        snprintf(a, sizeof a, "%g", ws);
-        snprintf(b, sizeof b, "%g", ms);
-        return shape_differs(g, p, "router_scale", a, b, err);
-    }
-    return AP_OK;
+    if (ws != ms)
+        return shape_differs(g, p, "router_scale", ap_number_exact(ws, a, sizeof a),
+                             ap_number_exact(ms, b, sizeof b), err);
+    return check_attention(g, m, p, err);
 }
 
 static int check_shape(const ap_graph *g, const ap_model_shape *m,
@@ -267,7 +294,8 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
     /* What the exports state of the reloaded model beside its shape, where
      * the plan says it: the dropout (-1 in a plan from before those fields)
      * and the numbers of its arithmetic (0 in one from before session 31,
-     * or where the model does not say). */
+     * or where the model does not say), compared exactly, since the plan
+     * writes them so that they read back exactly. */
     const struct {
         const char *name;
         double want, have;
@@ -281,24 +309,22 @@ static int check_shape(const ap_graph *g, const ap_model_shape *m,
         {"norm_eps", p->shape.norm_eps, m->norm_eps, p->shape.norm_eps > 0},
         {"rope_scaling_factor", p->shape.rope_factor, m->rope_factor, p->shape.rope_factor > 0},
     };
+    char a[32], b[32];
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
-        if (num[i].said && num[i].want != num[i].have) {
-            errf(err, "%s: model_shape.%s is %g but the model %s has %g; pass the plan's "
-                     "model with --model", p->source, num[i].name, num[i].want, g->source,
-                     num[i].have);
-            return AP_EINPUT;
-        }
+        if (num[i].said && num[i].want != num[i].have)
+            return shape_differs(g, p, num[i].name, ap_number_exact(num[i].want, a, sizeof a),
+                                 ap_number_exact(num[i].have, b, sizeof b), err);
     if (p->shape.rope_scaling && p->shape.rope_scaling != m->rope_scaling) {
-        errf(err, "%s: model_shape.rope_scaling is \"%s\" but the model %s has \"%s\"; "
-                 "pass the plan's model with --model", p->source,
-                 ap_rope_scaling_name(p->shape.rope_scaling), g->source,
+        snprintf(a, sizeof a, "\"%s\"", ap_rope_scaling_name(p->shape.rope_scaling));
+        snprintf(b, sizeof b, m->rope_scaling ? "\"%s\"" : "(none)",
                  ap_rope_scaling_name(m->rope_scaling));
-        return AP_EINPUT;
+        return shape_differs(g, p, "rope_scaling", a, b, err);
     }
     if (p->shape.rotary_percent >= 0 && p->shape.rotary_percent != m->rotary_percent) {
-        errf(err, "%s: model_shape.rotary_percent is %g but the model %s rotates "
-                 "%g of each head; pass the plan's model with --model", p->source,
-                 p->shape.rotary_percent, g->source, m->rotary_percent);
+        errf(err, "%s: model_shape.rotary_percent is %s but the model %s rotates "
+                 "%s of each head; pass the plan's model with --model", p->source,
+                 ap_number_exact(p->shape.rotary_percent, a, sizeof a), g->source,
+                 ap_number_exact(m->rotary_percent, b, sizeof b));
         return AP_EINPUT;
     }
     return check_structure(g, m, p, err);

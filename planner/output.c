@@ -456,6 +456,24 @@ char *ap_plan_prediction_to_json(const ap_plan *p)
     return s;
 }
 
+/* Multi-latent attention's dimensions as Megatron-LM's flags name them
+ * (--q-lora-rank, --kv-lora-rank, --qk-head-dim for the part without
+ * rotary embedding, --qk-pos-emb-head-dim, --v-head-dim), and attention
+ * sinks (--softmax-type learnable), each only where the model has them. */
+static void add_attention(cJSON *o, const ap_model_shape *s)
+{
+    if (s->mla) {
+        cJSON_AddBoolToObject(o, "multi_latent_attention", 1);
+        cJSON_AddNumberToObject(o, "q_lora_rank", (double)s->q_lora);
+        cJSON_AddNumberToObject(o, "kv_lora_rank", (double)s->kv_lora);
+        cJSON_AddNumberToObject(o, "qk_head_dim", (double)s->qk_nope_dim);
+        cJSON_AddNumberToObject(o, "qk_pos_emb_head_dim", (double)s->qk_rope_dim);
+        cJSON_AddNumberToObject(o, "v_head_dim", (double)s->v_head_dim);
+    }
+    if (s->sinks)
+        cJSON_AddBoolToObject(o, "attention_sinks", 1);
+}
+
 /* What launchers' model flags need, so that an export can state the
  * model's shape and check that it reloaded the model the plan is for. */
 static cJSON *shape_json(const ap_graph *g)
@@ -494,7 +512,7 @@ static cJSON *shape_json(const ap_graph *g)
     if (s.experts && s.route_on_input)
         cJSON_AddBoolToObject(o, "router_probs_on_input", 1);
     if (s.experts && s.route_scale > 0 && s.route_scale != 1)
-        cJSON_AddNumberToObject(o, "router_scale", s.route_scale);
+        ap_json_add_exact(o, "router_scale", s.route_scale);
     cJSON_AddStringToObject(o, "dtype", ap_dtype_name(s.dtype));
     cJSON_AddStringToObject(o, "norm", s.rmsnorm ? "rmsnorm"
                             : s.layernorm_1p ? "layernorm1p" : "layernorm");
@@ -504,7 +522,7 @@ static cJSON *shape_json(const ap_graph *g)
     cJSON_AddStringToObject(o, "positions", s.learned_positions ? "learned"
                             : s.rotary_percent > 0 ? "rotary" : "none");
     if (!s.learned_positions && s.rotary_percent > 0)
-        cJSON_AddNumberToObject(o, "rotary_percent", s.rotary_percent);
+        ap_json_add_exact(o, "rotary_percent", s.rotary_percent);
     cJSON_AddBoolToObject(o, "parallel_residual", s.parallel_residual);
     cJSON_AddBoolToObject(o, "tied_embeddings", s.tied_embeddings);
     if (s.mtp_layers)
@@ -529,20 +547,21 @@ static cJSON *shape_json(const ap_graph *g)
     if (s.nope_layers)
         cJSON_AddStringToObject(o, "nope_layer_freq", s.nope_freq);
     cJSON_AddBoolToObject(o, "flash_attention", s.flash);
+    add_attention(o, &s);
     if (s.window)
         cJSON_AddNumberToObject(o, "attention_window", (double)s.window);
     if (s.window && s.window_freq[0])
         cJSON_AddStringToObject(o, "window_attn_skip_freq", s.window_freq);
-    cJSON_AddNumberToObject(o, "hidden_dropout", s.hidden_dropout);
-    cJSON_AddNumberToObject(o, "attention_dropout", s.attention_dropout);
+    ap_json_add_exact(o, "hidden_dropout", s.hidden_dropout);
+    ap_json_add_exact(o, "attention_dropout", s.attention_dropout);
     if (s.rope_base > 0)
-        cJSON_AddNumberToObject(o, "rope_base", s.rope_base);
+        ap_json_add_exact(o, "rope_base", s.rope_base);
     if (s.norm_eps > 0)
-        cJSON_AddNumberToObject(o, "norm_eps", s.norm_eps);
+        ap_json_add_exact(o, "norm_eps", s.norm_eps);
     if (s.rope_scaling)
         cJSON_AddStringToObject(o, "rope_scaling", ap_rope_scaling_name(s.rope_scaling));
     if (s.rope_factor > 0)
-        cJSON_AddNumberToObject(o, "rope_scaling_factor", s.rope_factor);
+        ap_json_add_exact(o, "rope_scaling_factor", s.rope_factor);
     return o;
 }
 

@@ -443,6 +443,35 @@ static int parse_numerics(const reader *r, const cJSON *o, ap_model_shape *s)
     return rc;
 }
 
+/* Multi-latent attention's dimensions and attention sinks, written only
+ * where the model has them, so that a plan without them (every plan from
+ * before them too) reads as a model without either. The dimensions go with
+ * multi_latent_attention and are 0 where the model does not name them
+ * (q_lora_rank 0: the queries are not compressed). */
+static int parse_attention(const reader *r, const cJSON *o, ap_model_shape *s)
+{
+    const char *at = "model_shape";
+    const char *names[] = {"q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                           "qk_pos_emb_head_dim", "v_head_dim"};
+    long long *dims[] = {&s->q_lora, &s->kv_lora, &s->qk_nope_dim, &s->qk_rope_dim,
+                         &s->v_head_dim};
+    int rc = AP_OK;
+    if (field(o, "multi_latent_attention"))
+        rc = get_bool(r, o, "multi_latent_attention", at, &s->mla);
+    for (int i = 0; i < 5 && !rc; i++) {
+        if (s->mla) {
+            rc = get_int(r, o, names[i], at, 0, 1LL << 40, dims[i]);
+        } else if (field(o, names[i])) {
+            char path[64];
+            snprintf(path, sizeof path, "model_shape.%s", names[i]);
+            rc = fail(r, path, "given, but multi_latent_attention is not true");
+        }
+    }
+    if (!rc && field(o, "attention_sinks"))
+        rc = get_bool(r, o, "attention_sinks", at, &s->sinks);
+    return rc;
+}
+
 /* How the first router scores and weighs the experts, each field written
  * only where it is not Megatron-Core's default (a softmax over the top-k
  * logits, renormalised, no bias, no factor, the weight on the expert's
@@ -553,6 +582,8 @@ static int parse_shape(const reader *r, const cJSON *o, ap_model_shape *s)
     }
     if (!rc)
         rc = parse_router(r, o, s);
+    if (!rc)
+        rc = parse_attention(r, o, s);
     if (rc)
         return rc;
     if (strcmp(norm, "rmsnorm") && strcmp(norm, "layernorm") && strcmp(norm, "layernorm1p"))

@@ -1,6 +1,6 @@
 /* test_graph_load.c -- the JSON model format: the examples load with the
  * parameter counts of their closed forms, a graph survives a round trip
- * through ap_graph_to_json(), build options rescale batch and sequence,
+ * through ap_graph_to_json(), its fractional numbers exactly, build options rescale batch and sequence,
  * malformed text is reported with its line and column, and a model needs
  * one batch and one seq dimension, which its reshapes carry through. */
 #include <cjson/cJSON.h>
@@ -77,6 +77,37 @@ static void a_graph_survives_a_round_trip_through_json(void)
         CHECK(again && !strcmp(again, text));
         free(again);
     }
+    ap_graph_free(h);
+    free(text);
+    ap_graph_free(g);
+}
+
+/* The fractional numbers a model file carries read back as the same
+ * doubles, where cJSON's own printing stops at 15 digits whenever they come
+ * within a rounding error: 6/7 would come back as 0.857142857142857, and an
+ * export compares them with the plan's exactly. */
+static void fractional_numbers_survive_the_round_trip_exactly(void)
+{
+    ap_graph *g = ap_test_model_with("examples/gpt-tiny.json", NULL);
+    if (!g)
+        return;
+    g->rope_base = 999999.4420358813;
+    g->norm_eps = 1.0 / 3e5;
+    int a = ap_graph_find_op(g, "l1.attn");
+    CHECK(a >= 0);
+    if (a >= 0)
+        g->ops[a].dropout_p = 6.0 / 7;
+    char *text = ap_graph_to_json(g);
+    CHECK_STR_HAS(text, "\"rope_base\":\t999999.4420358813");
+    CHECK_STR_HAS(text, "\"dropout\":\t0.8571428571428571");
+    ap_graph *h = NULL;
+    CHECK(text && ap_graph_parse_json(text, strlen(text), "round-trip", &h, err) == AP_OK);
+    CHECK(h && h->rope_base == g->rope_base && h->norm_eps == g->norm_eps);
+    CHECK(h && a >= 0 && h->ops[a].dropout_p == 6.0 / 7);
+    char buf[32];
+    CHECK(!strcmp(ap_number_exact(0.1, buf, sizeof buf), "0.1"));
+    CHECK(!strcmp(ap_number_exact(6.0 / 7, buf, sizeof buf), "0.8571428571428571"));
+    CHECK(!strcmp(ap_number_exact(0.1 + 0.2, buf, sizeof buf), "0.30000000000000004"));
     ap_graph_free(h);
     free(text);
     ap_graph_free(g);
@@ -357,6 +388,7 @@ int main(void)
     RUN(a_duplicate_key_is_found_with_its_path);
     RUN(gpt_tiny_saves_korthikanti_bytes_per_layer);
     RUN(a_graph_survives_a_round_trip_through_json);
+    RUN(fractional_numbers_survive_the_round_trip_exactly);
     RUN(build_options_rescale_batch_and_sequence);
     RUN(malformed_json_is_reported_by_line_and_column);
     RUN(errors_in_ops_name_the_json_path);

@@ -40,5 +40,33 @@ expect_refusal "$plan" "model_shape.qk_layernorm is false but the model $tmp/qwe
     export "$plan" --to megatron --model "$tmp/qwen3.json"
 "$bin" export "$plan" --to megatron >/dev/null 2>&1 && ok || bad "$plan: its own model is refused"
 
+# What the Megatron-LM export states from the reloaded model beside its
+# widths: Llama 3 8B's rope_theta 500,000 and rms_norm_eps 1e-5,
+# DeepSeek-V2-Lite's 512-wide MLA latent, GPT-OSS's attention sinks. A plan
+# edited to other values, or without the sinks (as plans written before
+# the field), is another model, and is refused naming the field.
+llama="$src/examples/hf/llama-3-8b.json"
+sed 's/"rope_base":\([[:space:]]*\)500000,/"rope_base":\110000,/' "$plan" >"$tmp/rope_base.json"
+expect_refusal "$tmp/rope_base.json" "model_shape.rope_base is 10000 but the model $llama has \
+500000; pass the plan's model with --model" export "$tmp/rope_base.json" --to megatron
+sed 's/"norm_eps":\([[:space:]]*\)1e-05/"norm_eps":\11e-06/' "$plan" >"$tmp/norm_eps.json"
+expect_refusal "$tmp/norm_eps.json" "model_shape.norm_eps is 1e-06 but the model $llama has \
+1e-05; pass the plan's model with --model" export "$tmp/norm_eps.json" --to torchtitan
+dsv2="$src/examples/hf/deepseek-v2-lite.json"
+"$bin" estimate "$dsv2" --gpus 8 --megatron tp=1,pp=1,ep=8,mbs=1,gbs=64 \
+    -o "$tmp/dsv2.json" >/dev/null 2>&1 || bad "estimate did not write $tmp/dsv2.json"
+sed 's/"kv_lora_rank":\([[:space:]]*\)512,/"kv_lora_rank":\1256,/' "$tmp/dsv2.json" \
+    >"$tmp/kv_lora.json"
+expect_refusal "$tmp/kv_lora.json" "model_shape.kv_lora_rank is 256 but the model $dsv2 has \
+512; pass the plan's model with --model" export "$tmp/kv_lora.json" --to megatron
+"$bin" export "$tmp/dsv2.json" --to megatron | grep -q -- "--kv-lora-rank 512$" && ok ||
+    bad "$tmp/dsv2.json: its own model is refused, or its latent not stated"
+oss="$src/examples/hf/gpt-oss-20b.json"
+"$bin" estimate "$oss" --gpus 8 --megatron tp=1,pp=1,ep=8,mbs=1,gbs=64 \
+    -o "$tmp/oss.json" >/dev/null 2>&1 || bad "estimate did not write $tmp/oss.json"
+sed '/"attention_sinks"/d' "$tmp/oss.json" >"$tmp/no_sinks.json"
+expect_refusal "$tmp/no_sinks.json" "model_shape.attention_sinks is false but the model $oss \
+has true; pass the plan's model with --model" export "$tmp/no_sinks.json" --to megatron
+
 [ "$checked" -ge 30 ] || bad "only $checked bad plans checked"
 finish
