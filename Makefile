@@ -41,6 +41,7 @@ asan:
 bench: build
 	./$(BUILD)/bench/bench_ilp
 	sh bench/plan.sh ./$(BUILD)/autopar
+	sh bench/graph_scale.sh ./$(BUILD)/autopar
 
 # Predictions against published training runs (docs/validation.md).
 validate: build
