@@ -366,7 +366,15 @@ static void check_heads(hf_cfg *c, hf_model *m, const char *hkey,
         }
         m->head_dim = m->hidden / m->heads;
     }
-    if (m->heads % m->kv_heads != 0)
+    /* A count the config class filled in is named as such: the config
+     * meant another, and must state it. */
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
+    if (m->heads % m->kv_heads != 0 && !cJSON_GetObjectItemCaseSensitive(c->root, gkey))
+        cfg_fail(c, "\"%s\" (%lld) is not a multiple of \"%s\" (%lld, the %.64s config "
+                 "class's default where the config leaves it out); state it", nkey,
+                 (long long)m->heads, gkey, (long long)m->kv_heads,
+                 cJSON_IsString(type) ? type->valuestring : family_names[m->fam]);
+    else if (m->heads % m->kv_heads != 0)
         cfg_fail(c, "\"%s\" (%lld) is not a multiple of \"%s\" (%lld)", nkey,
                  (long long)m->heads, gkey, (long long)m->kv_heads);
     if (m->v_head_dim == 0)
@@ -631,38 +639,68 @@ static void read_ernie_moe(hf_cfg *c, hf_model *m)
         m->dense_only[i] = !((i + 1) % every == 0 && i >= first && i <= last);
 }
 
-/* Qwen3MoeConfig and Qwen3VLMoeTextConfig in transformers 5 keep the
- * number of experts as num_local_experts (their attribute_map sends
- * num_experts there), so the configs it saves carry that key and not the
- * num_experts of the configs before it. Either is read; a config that
- * gives both must have them agree, since they set one attribute. */
-static const char *qwen3_experts_key(hf_cfg *c)
+/* The key a config states the number of experts under. Where the config
+ * class's attribute_map sends one name to another, transformers reads
+ * either into one attribute: Mixtral's, GPT-OSS's, Qwen3-MoE's and
+ * Qwen3-VL-MoE's text config send num_experts to num_local_experts (so
+ * transformers 5 saves Qwen3-MoE's under the latter, where the configs
+ * before it say num_experts), OLMoE's num_local_experts to num_experts,
+ * GLM-4.5's and GLM-4.5V's text config num_local_experts to
+ * n_routed_experts. `key` is the name read where the config gives neither
+ * or one (it is then required); a config that gives both must have them
+ * agree, since they set one attribute. Qwen2MoeConfig has no such map, in
+ * transformers 5 either, so a Qwen2-MoE config is read by num_experts
+ * alone. */
+static const char *experts_key(hf_cfg *c, const char *key, const char *alias)
 {
-    if (!cfg_item(c, "num_local_experts"))
-        return "num_experts";
-    if (!cfg_item(c, "num_experts"))
-        return "num_local_experts";
-    int64_t a = cfg_int(c, "num_experts", 1, 0, 1, MAX_EXPERTS);
-    int64_t b = cfg_int(c, "num_local_experts", 1, 0, 1, MAX_EXPERTS);
+    if (!alias || !cfg_item(c, alias))
+        return key;
+    if (!cfg_item(c, key))
+        return alias;
+    int64_t a = cfg_int(c, key, 1, 0, 1, MAX_EXPERTS);
+    int64_t b = cfg_int(c, alias, 1, 0, 1, MAX_EXPERTS);
     if (!c->bad && a != b)
-        cfg_fail(c, "\"num_experts\" (%lld) and \"num_local_experts\" (%lld) disagree; they "
-                 "name one number (transformers 5 saves it as num_local_experts)",
-                 (long long)a, (long long)b);
-    return "num_experts";
+        cfg_fail(c, "\"%s\" (%lld) and \"%s\" (%lld) disagree; they name one number "
+                 "(the config class's attribute_map reads one as the other)", key,
+                 (long long)a, alias, (long long)b);
+    return key;
+}
+
+/* The name the family's config class saves its number of experts under,
+ * and the other name its attribute_map reads as it (NULL: none). */
+static const char *experts_names(family f, const char **alias)
+{
+    *alias = NULL;
+    switch (f) {
+    case FAM_MIXTRAL: case FAM_GPT_OSS:
+        *alias = "num_experts";
+        return "num_local_experts";
+    case FAM_LLAMA4: case FAM_MINIMAX_M2:
+        return "num_local_experts";
+    case FAM_QWEN3_MOE:
+        *alias = "num_local_experts";
+        return "num_experts";
+    case FAM_OLMOE:
+        *alias = "num_local_experts";
+        return "num_experts";
+    case FAM_GLM4_MOE:
+        *alias = "num_local_experts";
+        return "n_routed_experts";
+    case FAM_DEEPSEEK_V3: case FAM_DOTS1:
+        return "n_routed_experts";
+    case FAM_ERNIE4_5_MOE:
+        return "moe_num_experts";
+    default:
+        return "num_experts";
+    }
 }
 
 static void read_moe(hf_cfg *c, hf_model *m)
 {
     int ernie = m->fam == FAM_ERNIE4_5_MOE;
-    const char *ekey = m->fam == FAM_MIXTRAL || m->fam == FAM_GPT_OSS ||
-                               m->fam == FAM_LLAMA4 || m->fam == FAM_MINIMAX_M2
-                           ? "num_local_experts"
-                       : deepseek_moe(m->fam) ? "n_routed_experts"
-                       : ernie                ? "moe_num_experts"
-                                              : "num_experts";
+    const char *alias, *ekey = experts_names(m->fam, &alias);
     const char *kkey = ernie ? "moe_k" : "num_experts_per_tok";
-    if (m->fam == FAM_QWEN3_MOE)
-        ekey = qwen3_experts_key(c);
+    ekey = experts_key(c, ekey, alias);
     m->experts = cfg_int(c, ekey, 1, 0, 1, MAX_EXPERTS);
     m->top_k = cfg_int(c, kkey, 1, 0, 1, MAX_EXPERTS);
     if (!c->bad && m->top_k > m->experts)
@@ -803,33 +841,66 @@ static int64_t minimax_rotary(hf_cfg *c, const hf_model *m)
     return r;
 }
 
-/* The key-value heads of a config that leaves them out: its config
- * class's number where the class has one of its own (Gemma3TextConfig's
- * 4, MiniMaxM2Config's and SeedOssConfig's 8, SmolLM3Config's 4,
- * Ernie4_5Config's 2, Ernie4_5_MoeConfig's 4, Dots1Config's 32), else the
- * query heads, as LlamaConfig's None reads. */
-static int64_t class_kv_heads(family f, int64_t heads)
+/* The model_type of the vision wrapper whose text_config c reads, or "". */
+static const char *wrapper_type(const hf_cfg *c)
+{
+    const cJSON *t = c->outer ? cJSON_GetObjectItemCaseSensitive(c->outer, "model_type") : NULL;
+    return cJSON_IsString(t) ? t->valuestring : "";
+}
+
+/* The key-value heads of a config that leaves them out: the default of
+ * its config class's num_key_value_heads, which transformers fills in for
+ * a key the file does not have (transformers 4.5x's __init__ defaults and
+ * 5's dataclass fields agree): StarCoder2's and Ernie4_5Config's 2; Gemma
+ * 2's, Gemma 3's, SmolLM3's, Ernie4_5_MoeConfig's and Qwen3MoeConfig's 4;
+ * MistralConfig's, MixtralConfig's, GptOssConfig's, Llama4TextConfig's,
+ * Glm4MoeConfig's (and GLM-4.5V's text config's), MiniMaxM2Config's and
+ * SeedOssConfig's 8; GemmaConfig's, Qwen2MoeConfig's and
+ * Qwen3VLMoeTextConfig's 16; Qwen2Config's, Qwen3Config's (and
+ * Qwen3VLTextConfig's) and Dots1Config's 32. LlamaConfig, Phi3Config,
+ * NemotronConfig and OLMo's default to None, which they read as the query
+ * heads, as DeepSeek's latent attention needs no number. */
+static int64_t class_kv_heads(const hf_cfg *c, family f, int64_t heads)
 {
     switch (f) {
-    case FAM_GEMMA3: case FAM_SMOLLM3: case FAM_ERNIE4_5_MOE: return 4;
-    case FAM_MINIMAX_M2: case FAM_SEED_OSS: return 8;
-    case FAM_ERNIE4_5: return 2;
-    case FAM_DOTS1: return 32;
+    case FAM_STARCODER2: case FAM_ERNIE4_5: return 2;
+    case FAM_GEMMA2: case FAM_GEMMA3: case FAM_SMOLLM3: case FAM_ERNIE4_5_MOE: return 4;
+    case FAM_QWEN3_MOE: return strcmp(wrapper_type(c), "qwen3_vl_moe") ? 4 : 16;
+    case FAM_MISTRAL: case FAM_MIXTRAL: case FAM_GPT_OSS: case FAM_LLAMA4:
+    case FAM_GLM4_MOE: case FAM_MINIMAX_M2: case FAM_SEED_OSS: return 8;
+    case FAM_GEMMA: case FAM_QWEN2_MOE: return 16;
+    case FAM_QWEN2: case FAM_QWEN3: case FAM_DOTS1: return 32;
     default: return heads;
     }
 }
 
 /* The head size of a config that leaves head_dim out: its config class's
- * (Gemma3TextConfig's 256; MiniMaxM2Config's, SeedOssConfig's and
- * Ernie4_5Config's 128: ERNIE-4.5-0.3B's 16 heads of 128 are twice its
- * hidden size), else 0, hidden / heads. */
+ * (Gemma2Config's and Gemma3TextConfig's 256; Qwen3Config's (and
+ * Qwen3VLTextConfig's), Llama4TextConfig's, MiniMaxM2Config's,
+ * SeedOssConfig's and Ernie4_5Config's 128: ERNIE-4.5-0.3B's 16 heads of
+ * 128 are twice its hidden size; GptOssConfig's 64), else 0, hidden /
+ * heads, as the classes without a number of their own read it. */
 static int64_t class_head_dim(family f)
 {
     switch (f) {
-    case FAM_GEMMA3: return 256;
-    case FAM_MINIMAX_M2: case FAM_SEED_OSS: case FAM_ERNIE4_5: return 128;
+    case FAM_GEMMA2: case FAM_GEMMA3: return 256;
+    case FAM_QWEN3: case FAM_LLAMA4: case FAM_MINIMAX_M2: case FAM_SEED_OSS:
+    case FAM_ERNIE4_5: return 128;
+    case FAM_GPT_OSS: return 64;
     default: return 0;
     }
+}
+
+/* num_key_value_heads or head_dim, at most `max`: absent, `absent`, the
+ * config class's default; null, `null`, what the classes' `is None` branch
+ * makes of it (the query heads, or hidden_size / num_attention_heads,
+ * which 0 stands for here). */
+static int64_t heads_field(hf_cfg *c, const char *key, int64_t absent, int64_t null,
+                           int64_t max)
+{
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->root, key)))
+        return null;
+    return cfg_int(c, key, 0, absent, 1, max);
 }
 
 /* Whether the head reads the embedding table (`def`: the config class's
@@ -871,8 +942,8 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     m->layers = cfg_int(c, "num_hidden_layers", 1, 0, 1, MAX_LAYERS);
     m->hidden = cfg_int(c, "hidden_size", 1, 0, 1, MAX_HIDDEN);
     m->heads = cfg_int(c, "num_attention_heads", !g3, 8, 1, MAX_HEADS);
-    m->kv_heads = cfg_int(c, "num_key_value_heads", 0, class_kv_heads(f, m->heads), 1,
-                          MAX_HEADS);
+    m->kv_heads = heads_field(c, "num_key_value_heads", class_kv_heads(c, f, m->heads),
+                              m->heads, MAX_HEADS);
     m->vocab = cfg_int(c, "vocab_size", !g3, 262208, 1, MAX_VOCAB);
     m->ffn = cfg_int(c, "intermediate_size", 1, 0, 1, MAX_FFN);
     m->max_pos = cfg_int(c, "max_position_embeddings", 0, g3 ? 131072 : 0, 1,
@@ -881,11 +952,20 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
      * ERNIE 4.5's config classes tie by default. */
     m->tie = read_tie(c, is_gemma(f) || f == FAM_STARCODER2 || f == FAM_SMOLLM3 || ernie);
     if (f != FAM_DEEPSEEK_V3)
-        m->head_dim = cfg_int(c, "head_dim", 0, class_head_dim(f), 1, MAX_HIDDEN);
-    /* Qwen2 and Qwen2-MoE always have a bias on Q, K and V; the others
-     * follow attention_bias (which also covers o_proj). */
-    if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE) {
+        m->head_dim = heads_field(c, "head_dim", class_head_dim(f), 0, MAX_HIDDEN);
+    /* Qwen2 always has a bias on Q, K and V; Qwen2-MoE has one under
+     * qkv_bias (true), a field of Qwen2MoeConfig in transformers 5, which
+     * Qwen2MoeAttention reads (never on o_proj). The others follow
+     * attention_bias (which also covers o_proj). */
+    if (f == FAM_QWEN2) {
         m->qkv_bias = 1;
+    } else if (f == FAM_QWEN2_MOE) {
+        m->qkv_bias = cfg_bool(c, "qkv_bias", 1);
+    } else if (f == FAM_PHI3) {
+        /* Phi3Config has no attention_bias, and Phi3Attention builds
+         * qkv_proj and o_proj with bias=False whatever a config says. */
+        check_flag(c, "attention_bias", "phi3", 0,
+                   "no bias on qkv_proj and o_proj (Phi3Attention's bias=False)");
     } else if (f == FAM_STARCODER2) {
         /* use_bias covers every linear layer. */
         m->qkv_bias = m->o_bias = m->mlp_bias = cfg_bool(c, "use_bias", 1);
@@ -1558,11 +1638,25 @@ static void dims(bld *b, const hf_model *m, int64_t batch, int64_t seq, int mtp)
     }
 }
 
+/* Whether the window is on every layer whatever layer_types says: the
+ * models that build one attention mask from sliding_window for all layers
+ * (MistralModel's `create_sliding_window_causal_mask` wherever
+ * sliding_window is set; MistralConfig only warns of a layer_types), and
+ * whose attention passes the same sliding_window on every layer: Mistral,
+ * Mixtral, Phi-3, StarCoder2, and Qwen3-MoE (MixtralModel's mask;
+ * Qwen3MoeAttention drops Qwen3's layer_type, and Qwen3MoeConfig has
+ * neither layer_types nor max_window_layers). */
+static int window_on_every_layer(family f)
+{
+    return f == FAM_MISTRAL || f == FAM_MIXTRAL || f == FAM_PHI3 || f == FAM_STARCODER2 ||
+           f == FAM_QWEN3_MOE;
+}
+
 /* Which layers have the window: "layer_types" where the config lists them
  * (HF's configs since 4.53), else the rule of the family's config class:
- * Qwen's layers from max_window_layers on, Gemma 2's and GPT-OSS's every
- * other layer from the first, Gemma 3's all but every sliding_window_pattern-th,
- * Mistral's, Mixtral's and Phi-3's every layer. */
+ * Qwen2's, Qwen2-MoE's and Qwen3's layers from max_window_layers on, Gemma
+ * 2's and GPT-OSS's every other layer from the first, Gemma 3's all but
+ * every sliding_window_pattern-th. */
 static void read_window_layers(hf_cfg *c, hf_model *m)
 {
     const cJSON *types = cfg_item(c, "layer_types"), *e;
@@ -1585,7 +1679,7 @@ static void read_window_layers(hf_cfg *c, hf_model *m)
         }
         return;
     }
-    if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3 || f == FAM_QWEN3_MOE)
+    if (f == FAM_QWEN2 || f == FAM_QWEN2_MOE || f == FAM_QWEN3)
         first = cfg_int(c, "max_window_layers", 0, 28, 0, MAX_LAYERS);
     if (f == FAM_DOTS1)
         first = cfg_int(c, "max_window_layers", 0, 62, 0, MAX_LAYERS);
@@ -1616,20 +1710,27 @@ static void read_window(hf_cfg *c, hf_model *m)
                     f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_GPT_OSS || f == FAM_OLMO3 ||
                     f == FAM_STARCODER2 || f == FAM_DOTS1))
         return;
+    /* Without use_sliding_window their config classes drop the window
+     * (Qwen2Config makes it None, Qwen2MoeConfig 0, which transformers 5
+     * then writes out), so it is not read at all. */
+    if (gated && !cfg_bool(c, "use_sliding_window", 0))
+        return;
     int null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->root, "sliding_window"));
     int64_t def = null ? 0
                   : f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_OLMO3 || f == FAM_DOTS1 ||
                     f == FAM_MISTRAL ? 4096
                   : f == FAM_GPT_OSS ? 128 : 0;
     int64_t w = cfg_int(c, "sliding_window", 0, def, 1, INT64_C(1) << 40);
-    if (c->bad || !w || (gated && !cfg_bool(c, "use_sliding_window", 0)))
+    if (c->bad || !w)
+        return;
+    m->window = w;
+    if (window_on_every_layer(f))
         return;
     m->swa = calloc((size_t)m->layers, 1);
     if (!m->swa) {
         cfg_fail(c, "out of memory");
         return;
     }
-    m->window = w;
     read_window_layers(c, m);
 }
 
@@ -2006,6 +2107,42 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
     return rc;
 }
 
+/* The heads transformers puts on a decoder in place of the language-model
+ * head: the class-name suffix `architectures` names it by, and what it is. */
+static const struct {
+    const char *suffix, *head;
+} task_heads[] = {
+    {"ForSequenceClassification", "a sequence-classification head (num_labels scores "
+                                  "from the last token)"},
+    {"ForTokenClassification", "a token-classification head (num_labels scores a token)"},
+    {"ForQuestionAnswering", "a question-answering head (a start and an end score a token)"},
+};
+
+/* A config whose `architectures` names a class with another head (a
+ * fine-tuned Qwen2ForSequenceClassification's, with num_labels outputs in
+ * place of lm_head and another loss) describes a model autopar does not
+ * build: the graph and the planner's prices are those of causal-LM
+ * training, the *ForCausalLM class. It is refused rather than built with
+ * the wrong head; a vision wrapper's names are its own. */
+static void check_architectures(hf_cfg *c)
+{
+    const cJSON *a = cfg_item(c, "architectures"), *e;
+    if (!cJSON_IsArray(a))
+        return;
+    cJSON_ArrayForEach(e, a) {
+        size_t n = cJSON_IsString(e) ? strlen(e->valuestring) : 0;
+        for (size_t k = 0; k < sizeof task_heads / sizeof task_heads[0] && !c->bad; k++) {
+            size_t m = strlen(task_heads[k].suffix);
+            if (n < m || strcmp(e->valuestring + n - m, task_heads[k].suffix))
+                continue;
+            cfg_fail(c, "\"architectures\" names \"%.80s\", %s in place of the "
+                     "language-model head; autopar builds and prices causal-LM training "
+                     "only (%.*sForCausalLM)", e->valuestring, task_heads[k].head,
+                     (int)(n - m > 80 ? 80 : n - m), e->valuestring);
+        }
+    }
+}
+
 /* Vision-language configs whose language model is one of the families:
  * the wrapper's model_type, its text_config's, the family built, and the
  * model's name for messages. */
@@ -2086,7 +2223,8 @@ int ap_graph_from_hf(const char *text, size_t len, const char *source,
         cJSON_Delete(whole);
         return AP_EINPUT;
     }
-    rc = text_config(&c, source, src, sizeof src);
+    check_architectures(&c);
+    rc = c.bad ? AP_EINPUT : text_config(&c, source, src, sizeof src);
     if (rc == AP_OK)
         rc = read_model(&c, &m);
     if (rc == AP_OK)

@@ -271,8 +271,8 @@ static void a_norm_across_heads_split_by_head_all_reduces_its_row_sums(void)
     /* A norm within each head (Qwen3's) splits heads for nothing. */
     ap_graph *q3 = ap_test_hf_seq("{\"model_type\":\"qwen3\",\"hidden_size\":256,"
                              "\"intermediate_size\":512,\"max_position_embeddings\":512,"
-                             "\"num_attention_heads\":4,\"num_hidden_layers\":2,"
-                             "\"vocab_size\":1000}", 0, err);
+                             "\"num_attention_heads\":4,\"num_key_value_heads\":4,"
+                             "\"num_hidden_layers\":2,\"vocab_size\":1000}", 0, err);
     REQUIRE_OK(q3 ? 0 : 1, err);
     x.g = q3;
     x.mesh = &m;
