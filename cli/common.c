@@ -133,7 +133,14 @@ int ap_cli_common_arg(ap_cli_common *c, const char *cmd, const char *a,
         c->mtp_given = 1;
         return 2;
     }
+    /* An empty name (an unset shell variable) would price the default
+     * preset without saying so. */
     if (!strcmp(a, "--cluster")) {
+        if (!*v) {
+            fprintf(stderr, "autopar %s: --cluster needs a preset (%s) or a cluster "
+                    "file, got an empty string\n", cmd, ap_cluster_preset_names());
+            return -1;
+        }
         c->cluster = v;
         return 2;
     }

@@ -1,4 +1,5 @@
 /* main.c -- dispatches `autopar COMMAND ...` to the command's function. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,11 +80,26 @@ static int split_values(const char *cmd, int argc, char **argv, char ***out, cha
     return n;
 }
 
+/* What went to stdout must all have been written: a plan or a launch
+ * script cut short by a full disk, with exit status 0, would be run as
+ * if whole. Returns the command's exit code, or 2 (the place the user sent
+ * the output to cannot take it, as with -o) when stdout failed. cmd may be
+ * NULL (autopar's own --help and --version). */
+static int flush_stdout(const char *cmd, int rc)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return rc;
+    fprintf(stderr, "autopar%s%s: cannot write standard output: %s\n", cmd ? " " : "",
+            cmd ? cmd : "", errno ? strerror(errno) : "write error");
+    return rc ? rc : 2;
+}
+
 static int run(const command *c, int argc, char **argv)
 {
     /* autopar-profile reads its own arguments. */
     if (c->run == ap_cmd_profile)
-        return c->run(argc, argv);
+        return flush_stdout(c->name, c->run(argc, argv));
     char **v, *keep;
     int n = split_values(c->name, argc, argv, &v, &keep);
     if (n < 0)
@@ -91,7 +107,7 @@ static int run(const command *c, int argc, char **argv)
     int rc = c->run(n, v);
     free(v);
     free(keep);
-    return rc;
+    return flush_stdout(c->name, rc);
 }
 
 int main(int argc, char **argv)
@@ -103,11 +119,11 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
         usage(stdout);
-        return 0;
+        return flush_stdout(NULL, 0);
     }
     if (!strcmp(argv[1], "--version")) {
         printf("autopar 0.1.0\n");
-        return 0;
+        return flush_stdout(NULL, 0);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))

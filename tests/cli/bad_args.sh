@@ -108,4 +108,23 @@ else
 fi
 refused "unknown command 'plann'" "$bin" plann "$tiny"
 
+# Standard output that cannot be written (a full disk) is an error, not a
+# launch script cut short with exit status 0.
+full() { # command...
+    out=$("$@" 2>&1 >/dev/full)
+    rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$out" | grep -qF "cannot write standard output"; then
+        ok
+    else
+        bad "'$*' >/dev/full: exit $rc, wanted 2 and 'cannot write standard output' in: $out"
+    fi
+}
+if [ -w /dev/full ]; then
+    "$bin" plan "$tiny" --gpus 2 --quiet --target megatron -o "$tmp/full.json" >/dev/null
+    full "$bin" export "$tmp/full.json" --to megatron
+    full "$bin" graph "$tiny" --json
+    full "$bin" estimate "$tiny" --gpus 2 --megatron tp=1
+    full "$bin" --help
+fi
+
 finish
