@@ -875,7 +875,7 @@ static int64_t class_kv_heads(const hf_cfg *c, family f, int64_t heads)
 }
 
 /* The head size of a config that leaves head_dim out: its config class's
- * (Gemma2Config's and Gemma3TextConfig's 256; Qwen3Config's (and
+ * (GemmaConfig's, Gemma2Config's and Gemma3TextConfig's 256; Qwen3Config's (and
  * Qwen3VLTextConfig's), Llama4TextConfig's, MiniMaxM2Config's,
  * SeedOssConfig's and Ernie4_5Config's 128: ERNIE-4.5-0.3B's 16 heads of
  * 128 are twice its hidden size; GptOssConfig's 64), else 0, hidden /
@@ -883,7 +883,7 @@ static int64_t class_kv_heads(const hf_cfg *c, family f, int64_t heads)
 static int64_t class_head_dim(family f)
 {
     switch (f) {
-    case FAM_GEMMA2: case FAM_GEMMA3: return 256;
+    case FAM_GEMMA: case FAM_GEMMA2: case FAM_GEMMA3: return 256;
     case FAM_QWEN3: case FAM_LLAMA4: case FAM_MINIMAX_M2: case FAM_SEED_OSS:
     case FAM_ERNIE4_5: return 128;
     case FAM_GPT_OSS: return 64;

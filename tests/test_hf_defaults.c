@@ -150,7 +150,7 @@ static void a_default_that_does_not_divide_the_heads_is_refused(void)
 }
 
 /* The head size of a config without head_dim: Qwen3Config's 128,
- * Gemma2Config's 256, GptOssConfig's 64 and Llama4TextConfig's 128, where
+ * GemmaConfig's and Gemma2Config's 256, GptOssConfig's 64 and Llama4TextConfig's 128, where
  * hidden / heads is 64; Qwen3MoeConfig has no head_dim, so hidden / heads;
  * and a null head_dim is hidden / heads, as the classes' None reads. */
 static void head_size_left_out_is_the_config_classs(void)
@@ -160,6 +160,7 @@ static void head_size_left_out_is_the_config_classs(void)
         int64_t d;
     } cases[] = {
         {"qwen3", ",\"num_key_value_heads\":8", 128},
+        {"gemma", ",\"num_key_value_heads\":8", 256},
         {"gemma2", ",\"num_key_value_heads\":8", 256},
         {"gpt_oss", ",\"num_key_value_heads\":8,\"num_local_experts\":8,"
                     "\"num_experts_per_tok\":2", 64},
