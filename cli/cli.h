@@ -29,6 +29,9 @@ typedef struct {
     const char *model;     /* NULL: the model is the one `script` states */
     const ap_megatron *script; /* --megatron-args, when it is the model */
     const char *cluster;
+    /* 0 until --gpus, a torchrun line or a spec's dp gives them; then
+     * ap_cli_setup takes a cluster file's own size, or 8 on a preset, and
+     * sets them to the cluster's. */
     int gpus, gpus_per_node;
     int gpus_given; /* --gpus was on the command line */
     double global_batch;
@@ -65,6 +68,11 @@ int ap_cli_megatron_arg(const char *cmd, const char *a, const char *v,
  * ap_cli_setup builds. Returns 0, or 2 after printing why (it contradicts
  * --seq, --dropout, --flash-attention, --gpus or --gpus-per-node). */
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd);
+/* The GPUs a configuration is priced on, after ap_cli_megatron_build:
+ * --gpus, else the torchrun line's, else tp x pp x dp x cp where the spec
+ * gives dp, else left to the cluster (ap_cli_setup). Returns 0, or 2
+ * after printing why (more GPUs than autopar plans for). */
+int ap_cli_megatron_gpus(ap_cli_common *cm, const ap_megatron *m, const char *cmd);
 /* The graph of the model a Megatron-LM command line states
  * (ap_megatron_model), built with `build`, whose seq it needs. Returns the
  * status, the message in err; the caller frees *g. */
@@ -99,10 +107,11 @@ int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,
                   double hi, double *out);
 /* Loads the model and resolves the cluster; prints errors; returns the exit
- * code. Refuses models past the layer and class bounds. On success the
- * caller frees *g and *c. */
-int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
-                 ap_cluster *c);
+ * code. Refuses models past the layer and class bounds. Without GPUs given
+ * (cm->gpus 0) a cluster file keeps its own nodes and a preset is 8 GPUs;
+ * either way cm->gpus is then the cluster's. On success the caller frees
+ * *g and *c. */
+int ap_cli_setup(ap_cli_common *cm, const char *cmd, ap_graph **g, ap_cluster *c);
 int ap_cli_write_file(const char *path, const char *text);
 /* Writes text and a newline to the -o (or --trace) file the user named;
  * one that cannot be written is the user's input, so it prints the path

@@ -26,6 +26,12 @@ static const char usage_text[] =
     "A profile (`autopar profile`) calibrates too: its measured GEMMs are kernel\n"
     "times, and the factor scales them with the other tensor-core kernels.\n"
     "\n"
+    "--gpus N: GPUs in all. Without it: a torchrun line's in --megatron-args,\n"
+    "else tp x pp x dp x cp where the spec gives dp, else a cluster file's own\n"
+    "nodes, else 8 on a preset. They must be the run's, or the factor is\n"
+    "another configuration's.\n"
+    "\n"
+
     "  --megatron SPEC, --megatron-args FLAGS\n"
     "                         the configuration the run used, as for `autopar\n"
     "                         estimate` (see `autopar estimate --help`)\n"
@@ -166,7 +172,8 @@ int ap_cmd_calibrate(int argc, char **argv)
     if (rc >= 0)
         return rc;
     if ((rc = ap_cli_settle_batch(&a.cm, "calibrate", a.args, &a.m)) ||
-        (rc = ap_cli_megatron_build(&a.cm, &a.m, "calibrate")))
+        (rc = ap_cli_megatron_build(&a.cm, &a.m, "calibrate")) ||
+        (rc = ap_cli_megatron_gpus(&a.cm, &a.m, "calibrate")))
         return rc;
     ap_graph *g;
     ap_cluster c;

@@ -20,6 +20,11 @@ static const char usage_text[] =
     "script does (docs/megatron.md, \"A script without MODEL\"); a torchrun\n"
     "line in it gives the GPUs (--nproc-per-node x --nnodes) unless --gpus does.\n"
     "\n"
+    "--gpus N: GPUs in all. Without it: a torchrun line's in --megatron-args,\n"
+    "else tp x pp x dp x cp where the spec gives dp, else a cluster file's own\n"
+    "nodes, else 8 on a preset; the report's first line says how many.\n"
+    "\n"
+
     "Maps a Megatron-LM configuration onto a plan (tensor-parallel attention and\n"
     "MLP, sequence parallelism, even layer split or first/last stages of their\n"
     "own, 1F1B or interleaved schedule) and predicts its step time, throughput\n"
@@ -284,7 +289,8 @@ int ap_cmd_estimate(int argc, char **argv)
     if (ap_cli_output_check(&out, "estimate"))
         return 2;
     if (ap_cli_settle_batch(&cm, "estimate", args, &m) ||
-        ap_cli_megatron_build(&cm, &m, "estimate"))
+        ap_cli_megatron_build(&cm, &m, "estimate") ||
+        ap_cli_megatron_gpus(&cm, &m, "estimate"))
         return 2;
     ap_graph *g;
     ap_cluster c;

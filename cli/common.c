@@ -12,7 +12,6 @@
 void ap_cli_common_default(ap_cli_common *c)
 {
     memset(c, 0, sizeof *c);
-    c->gpus = 8;
     c->cluster = "h100-sxm";
     c->global_batch = 512;
     ap_build_opts_default(&c->build);
@@ -315,6 +314,20 @@ static int megatron_launcher(ap_cli_common *cm, const ap_megatron *m, const char
     return 0;
 }
 
+int ap_cli_megatron_gpus(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
+{
+    long long gpus = (long long)m->tp * m->pp * m->dp * m->cp;
+    if (cm->gpus || !m->dp)
+        return 0;
+    if (gpus > AP_MAX_GPUS) {
+        fprintf(stderr, "autopar %s: tp x pp x dp x cp is %lld GPUs, more than autopar "
+                "plans for (%d)\n", cmd, gpus, AP_MAX_GPUS);
+        return 2;
+    }
+    cm->gpus = (int)gpus;
+    return 0;
+}
+
 int ap_cli_megatron_build(ap_cli_common *cm, const ap_megatron *m, const char *cmd)
 {
     int seq = m->shape.seq;
@@ -399,8 +412,11 @@ int ap_cli_script_graph(const ap_megatron *m, const ap_build_opts *build, ap_gra
     return rc;
 }
 
-int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
-                 ap_cluster *c)
+/* A preset is 8 GPUs where nothing gave their number, as the commands'
+ * help says. */
+#define PRESET_GPUS 8
+
+int ap_cli_setup(ap_cli_common *cm, const char *cmd, ap_graph **g, ap_cluster *c)
 {
     char err[AP_ERR_LEN];
     int rc = cm->model ? ap_graph_load(cm->model, &cm->build, g, err)
@@ -415,17 +431,21 @@ int ap_cli_setup(const ap_cli_common *cm, const char *cmd, ap_graph **g,
         return AP_EINPUT;
     }
     rc = ap_cluster_resolve(cm->cluster, cm->gpus, cm->gpus_per_node, c, err);
+    if (!rc && !cm->gpus && !strcmp(ap_cluster_basis(c), "preset"))
+        rc = ap_cluster_set_size(c, PRESET_GPUS, cm->gpus_per_node, err);
     if (rc) {
         /* The cluster's own message names its file or preset; the flags
          * that sized it may be what is wrong. */
-        fprintf(stderr, "autopar %s: --cluster %s --gpus %d", cmd, cm->cluster,
-                cm->gpus);
+        fprintf(stderr, "autopar %s: --cluster %s", cmd, cm->cluster);
+        if (cm->gpus)
+            fprintf(stderr, " --gpus %d", cm->gpus);
         if (cm->gpus_per_node)
             fprintf(stderr, " --gpus-per-node %d", cm->gpus_per_node);
         fprintf(stderr, ": %s\n", err);
         ap_graph_free(*g);
         return rc;
     }
+    cm->gpus = ap_cluster_gpus(c);
     warn_node_size(cm, cmd, c);
     return AP_OK;
 }

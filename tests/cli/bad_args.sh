@@ -38,7 +38,7 @@ for cmd in plan estimate; do
         refused "--global-batch needs an integer from 1 to 65536, got '-1'" "$bin" $cmd "$tiny" $extra --global-batch -1
         refused "--flash-attention takes on or off" "$bin" $cmd "$tiny" $extra --flash-attention maybe
         refused "/nonexistent/cluster.json: cannot open" "$bin" $cmd "$tiny" $extra --cluster /nonexistent/cluster.json
-        refused "--cluster $src/tests/data/bad/cluster_negative_peak.json --gpus 8: $src/tests/data/bad/cluster_negative_peak.json: gpu.peak_flops" \
+        refused "--cluster $src/tests/data/bad/cluster_negative_peak.json: $src/tests/data/bad/cluster_negative_peak.json: gpu.peak_flops" \
             "$bin" $cmd "$tiny" $extra --cluster "$src/tests/data/bad/cluster_negative_peak.json"
         refused "unexpected argument '--bogus'" "$bin" $cmd "$tiny" $extra --bogus
         refused "/nonexistent/model.json: cannot open" "$bin" $cmd /nonexistent/model.json $extra

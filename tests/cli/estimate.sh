@@ -12,6 +12,18 @@ echo "$a" | grep -q '"step_time_s"' && ok || bad "JSON has step_time_s"
 b=$("$bin" estimate "$model" --gpus 16 --json --megatron-args \
     "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 256 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --num-layers 32" 2>&1)
 [ "$a" = "$b" ] && ok || bad "spec and flags agree: $a vs $b"
+# Without --gpus: a spec with dp is priced on tp x pp x dp x cp GPUs, one
+# without it on a preset's 8, and a cluster file keeps its own nodes
+# (examples/clusters/h100-2node.json: 2 of 8).
+"$bin" estimate "$model" --megatron "tp=4,pp=4,dp=4" 2>&1 | grep -q "on 64 GPUs" &&
+    ok || bad "tp=4,pp=4,dp=4 without --gpus is 64 GPUs"
+"$bin" estimate "$model" --megatron "tp=2" 2>&1 | grep -q "on 8 GPUs (h100-sxm" &&
+    ok || bad "a spec without dp on a preset is 8 GPUs"
+"$bin" estimate "$model" --megatron "tp=8" --cluster "$src/examples/clusters/h100-2node.json" \
+    2>&1 | grep -q "on 16 GPUs" && ok || bad "a cluster file of 2 nodes of 8 is 16 GPUs"
+"$bin" estimate "$model" --megatron "tp=4,pp=4,dp=4" --gpus 16 2>&1 |
+    grep -qF "tp*pp*dp*cp = 4*4*4*1 = 64, not the 16 GPUs" &&
+    ok || bad "--gpus still checks the spec's degrees"
 # Without --overlap-grad-reduce Megatron-LM reduces after the backward, as
 # overlap_grad=0 says in the spec.
 a=$("$bin" estimate "$model" --gpus 16 --json \
