@@ -624,6 +624,11 @@ static int parse_root(ctx *x, const cJSON *root, ap_cluster *c)
     int rc;
     if (!cJSON_IsObject(root))
         return fail(x, "", "must be a JSON object");
+    const char *kind = ap_json_kind(root);
+    if (kind && strncmp(kind, "a cluster", 9))
+        return fail(x, "", "this is %s, not a cluster file (\"format\": \"" FORMAT "\"): "
+                    "--cluster takes a preset (%s) or a cluster file", kind,
+                    ap_cluster_preset_names());
     if ((rc = check_fields(x, root, "", fields)) ||
         (rc = get_string(x, root, "", "format", 1, format, sizeof format)))
         return rc;

@@ -401,6 +401,11 @@ const char *ap_number_exact(double x, char *buf, size_t len);
  * NULL when out of memory. */
 struct cJSON;
 struct cJSON *ap_json_add_exact(struct cJSON *o, const char *name, double x);
+/* What kind of autopar input a parsed JSON document is, for a message
+ * ("a plan (\"format\": \"autopar-plan/1\")", "a Hugging Face config
+ * ..."), by its "format" or a Hugging Face config's "model_type"; NULL
+ * where it is none of them. The string is static. */
+const char *ap_json_kind(const struct cJSON *root);
 
 /* Lookups; -1 when absent. */
 int ap_graph_dim_index(const ap_graph *g, char label);

@@ -521,6 +521,11 @@ static int load_header(const ctx *c, const cJSON *root, const char **name,
                                         "norm_eps", "rope_scaling",
                                         "rope_scaling_factor", NULL};
     const char *format = NULL, *dt = NULL, *desc = NULL;
+    const char *kind = ap_json_kind(root);
+    if (kind && strncmp(kind, "a model", 7))
+        return fail(c, "this is %s, not a model: give the model file or the Hugging "
+                    "Face config.json%s", kind,
+                    !strncmp(kind, "a plan", 6) ? " (the plan's model_path names it)" : "");
     if (check_fields(c, root, "", known) ||
         get_string(c, root, "", "format", 1, &format))
         return AP_EINPUT;

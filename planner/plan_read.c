@@ -904,6 +904,11 @@ static int check_nodes(const reader *r, const ap_plan_desc *p)
 static int parse_top(const reader *r, const cJSON *root, ap_plan_desc *p)
 {
     char format[32];
+    const char *kind = ap_json_kind(root);
+    if (kind && strncmp(kind, "a plan", 6))
+        return fail(r, "", "this is %s, not a plan (\"format\": \"autopar-plan/1\"): "
+                    "export reads what `autopar plan -o plan.json` or `autopar estimate "
+                    "-o plan.json` writes", kind);
     int rc = get_string(r, root, "format", "", format, sizeof format, 1);
     if (rc)
         return rc;

@@ -108,6 +108,17 @@ else
 fi
 refused "unknown command 'plann'" "$bin" plann "$tiny"
 
+# A file of another kind says what it is, not the first field it lacks.
+"$bin" plan "$tiny" --gpus 2 --quiet --target megatron -o "$tmp/kind.json" >/dev/null
+refused "kind.json: this is a plan (\"format\": \"autopar-plan/1\"), not a model" \
+    "$bin" plan "$tmp/kind.json" --gpus 8
+refused "gpt-tiny.json: this is a model (\"format\": \"autopar-model/1\"), not a cluster file" \
+    "$bin" estimate "$tiny" --megatron tp=1 --cluster "$tiny"
+refused "llama-3-8b.json: this is a Hugging Face config (it has \"model_type\"), not a cluster file" \
+    "$bin" plan "$tiny" --cluster "$llama"
+refused "h100-2node.json: this is a cluster file (\"format\": \"autopar-cluster/1\"), not a plan" \
+    "$bin" export "$src/examples/clusters/h100-2node.json" --to megatron
+
 # Standard output that cannot be written (a full disk) is an error, not a
 # launch script cut short with exit status 0.
 full() { # command...
