@@ -84,6 +84,12 @@ static int parse_args(int argc, char **argv, calib_args *a)
     }
     if ((a->cm.model || a->args) && a->spec && a->measured > 0 && a->out)
         return ap_cli_check_writable("calibrate", "-o", a->out) ? 2 : -1;
+    /* Name what is missing first, then the whole list. */
+    const char *missing = !a->spec ? "--megatron or --megatron-args"
+                        : !(a->cm.model || a->args) ? "MODEL"
+                        : !(a->measured > 0) ? "--measured-step SECONDS"
+                                             : "-o cluster.json";
+    fprintf(stderr, "autopar calibrate: %s is missing\n", missing);
     return ap_cli_usage_error("calibrate", "needs MODEL, --megatron or --megatron-args, "
                               "--measured-step and -o (MODEL may be left out where "
                               "--megatron-args states the model)", usage_text);

@@ -83,12 +83,18 @@ static int solve(const ap_graph *g, const ap_cluster *base, ap_cluster *c,
         return rc;
     out->preset_s = preset;
     if (measured < fastest || measured > slowest) {
+        /* Megatron-LM logs "elapsed time per iteration (ms)": a step in
+         * milliseconds given as seconds is the likeliest slip. */
+        int ms = measured > slowest && measured / 1000 >= fastest &&
+                 measured / 1000 <= slowest;
         snprintf(err, AP_ERR_LEN,
                  "a measured step of %.4g s is out of reach: this configuration "
                  "prices at %.4g s with every tensor-core kernel at peak and %.4g s "
                  "at 1/16 of the cluster's rates (%.4g s as given); check that it is "
-                 "the configuration the run used",
-                 measured, fastest, slowest, preset);
+                 "the configuration the run used%s",
+                 measured, fastest, slowest, preset,
+                 ms ? " (milliseconds? Megatron-LM logs the elapsed time per iteration "
+                      "in ms: --measured-step takes seconds)" : "");
         return AP_EINPUT;
     }
     for (int i = 0; i < CALIBRATE_ITERS; i++) {

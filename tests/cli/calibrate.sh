@@ -98,7 +98,14 @@ pmeasured=$(awk -v t="$(step "$tmp/profj")" 'BEGIN { printf "%.6f", 1.25 * t }')
 "$bin" calibrate "$model" --gpus 8 --megatron "$spec" --measured-step "$measured" \
     >"$tmp/noout" 2>&1
 [ $? -eq 2 ] && grep -q "needs MODEL, --megatron or --megatron-args, --measured-step and -o" \
-    "$tmp/noout" && ok || bad "calibrate without -o: $(cat "$tmp/noout")"
+    "$tmp/noout" && grep -q "autopar calibrate: -o cluster.json is missing" "$tmp/noout" &&
+    ok || bad "calibrate without -o: $(cat "$tmp/noout")"
+# A step in milliseconds, as Megatron-LM logs it, is named as the likely slip.
+ms=$(awk -v s="$measured" 'BEGIN { print s * 1000 }')
+"$bin" calibrate "$model" --gpus 8 --megatron "$spec" --measured-step "$ms" \
+    -o "$tmp/no.json" >"$tmp/ms" 2>&1
+[ $? -eq 2 ] && grep -q "(milliseconds? Megatron-LM logs" "$tmp/ms" && [ ! -e "$tmp/no.json" ] &&
+    ok || bad "a step in milliseconds: $(cat "$tmp/ms")"
 "$bin" calibrate "$model" --gpus 8 --megatron "$spec" --measured-step soon \
     -o "$tmp/no.json" >"$tmp/nan" 2>&1
 [ $? -eq 2 ] && grep -q "\-\-measured-step needs a number" "$tmp/nan" && ok ||
