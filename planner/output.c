@@ -193,6 +193,15 @@ static void add_rate(cJSON *o, const ap_plan *p)
 }
 
 /* The stage whose memory is the plan's: the first with the most. */
+/* Decimals that show `seconds` to three significant digits, at least 3. */
+static int step_decimals(double seconds)
+{
+    int d = 3;
+    for (double t = seconds; d < 9 && t > 0 && t < 0.1; t *= 10)
+        d++;
+    return d;
+}
+
 static const ap_stage *fullest_stage(const ap_plan *p)
 {
     const ap_stage *most = p->nstages ? &p->stages[0] : NULL;
@@ -869,10 +878,12 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
             print_block(g, blk, &blk->points[st->point[b]], f);
         }
     }
-    fprintf(f, "  predicted step %.3f s | %.0f tokens/s | %.1f TFLOP/s per GPU "
+    /* Three decimals, or three significant digits for a step under 0.1 s
+     * (a small model's, which three decimals show as 0.000). */
+    fprintf(f, "  predicted step %.*f s | %.0f tokens/s | %.1f TFLOP/s per GPU "
                "(hardware %.1f) | MFU %.1f%%\n",
-            p->step_time, p->tokens_per_s, p->model_tflops_per_gpu,
-            p->hw_tflops_per_gpu, 100 * p->mfu);
+            step_decimals(p->step_time), p->step_time, p->tokens_per_s,
+            p->model_tflops_per_gpu, p->hw_tflops_per_gpu, 100 * p->mfu);
     const ap_stage *full = fullest_stage(p);
     fprintf(f, "  memory per GPU %.1f GiB of %.1f GiB usable (gradients %.1f GiB, %s",
             gib(p->max_mem_bytes), gib(p->hbm_limit), gib(full ? full->grad_bytes : 0),

@@ -7,6 +7,9 @@ set -u
     -o "$tmp/plan.json" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 0 ] && ok || bad "plan exits 0: $(cat "$tmp/err")"
 grep -q "predicted step" "$tmp/out" && ok || bad "summary names the predicted step"
+# A step well under a millisecond still shows its digits, not 0.000 s.
+grep -Eq "predicted step 0\.000[1-9][0-9]{2} s" "$tmp/out" && ok ||
+    bad "a short step in three significant digits: $(grep 'predicted step' "$tmp/out")"
 grep -q '"format":.*"autopar-plan/1"' "$tmp/plan.json" && ok || bad "plan.json has its format"
 grep -q '"step_time_s":' "$tmp/plan.json" && ok || bad "plan.json has the prediction"
 
