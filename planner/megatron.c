@@ -1954,6 +1954,141 @@ static int interleaving_asserts(const ap_megatron *m, long layers_per_chunk, int
     return AP_EINPUT;
 }
 
+/* What came before a word of the line that is not a flag: whether
+ * argparse could take the word as a value. */
+enum { AFTER_LAUNCH, AFTER_LOOSE, AFTER_SWITCH, AFTER_VALUE };
+
+typedef struct {
+    int after;        /* one of the above */
+    const char *flag; /* the switch, or the flag whose value was read */
+    int words, flags; /* words read, and flags ("--") among them */
+} line_state;
+
+/* Notes the flag just read: read past (its values, if any, follow it
+ * unread), or read with or without the value it took. */
+static void after_flag(line_state *ls, const char *flag, int read_past, int took_value)
+{
+    ls->after = read_past ? AFTER_LOOSE : took_value ? AFTER_VALUE : AFTER_SWITCH;
+    ls->flag = flag;
+}
+
+/* Whether `k` is a key of the --megatron spec: set_key refuses any other
+ * as unknown. */
+static int spec_key(const char *k)
+{
+    ap_megatron scratch;
+    char why[AP_ERR_LEN] = "";
+    ap_megatron_default(&scratch);
+    return set_key(&scratch, k, "", "", why) == AP_OK || !strstr(why, "unknown key");
+}
+
+/* The --megatron spec pasted here ("tp=4", "tp=4,pp=2"): to the shell an
+ * assignment, but no script names a variable as the spec names its keys,
+ * and reading past it would price Megatron-LM's defaults in its place.
+ * 1 with err set for one. */
+static int spec_word(const char *tok, char *err)
+{
+    char key[32];
+    size_t n = strspn(tok, "abcdefghijklmnopqrstuvwxyz0123456789_");
+    if (!n || n >= sizeof key || tok[n] != '=')
+        return 0;
+    memcpy(key, tok, n);
+    key[n] = 0;
+    if (!spec_key(key))
+        return 0;
+    const char *flag = NULL;
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(flags[i].key, key))
+            flag = flags[i].flag;
+    int one = flag && !strchr(tok, ',') && tok[n + 1];
+    snprintf(err, AP_ERR_LEN, "--megatron-args: %.64s: looks like a --megatron spec; use "
+             "--megatron \"%.64s\"%s%s%s%.64s", tok, tok,
+             one ? ", or Megatron-LM's flag here: " : " (--megatron-args takes Megatron-LM's "
+             "flags)", one ? flag : "", one ? " " : "", one ? tok + n + 1 : "");
+    return 1;
+}
+
+/* A flag typed with an en or em dash for "--" (a word processor's or a
+ * chat app's doing), or a number with a minus sign for '-': argparse takes
+ * the flag for a value and refuses it, and reading past it would price the
+ * default in its place. 1 with err set. */
+static int dash_word(const char *tok, char *err)
+{
+    const char *rest, *dash = ap_megatron_typographic_dash(tok, &rest);
+    if (!dash || !*rest)
+        return 0;
+    int number = strchr("0123456789.", *rest) != NULL;
+    snprintf(err, AP_ERR_LEN, "--megatron-args: %.64s: starts with %s, not ASCII \"%s\"; "
+             "write %s%.64s", tok, dash, number ? "-" : "--", number ? "-" : "--", rest);
+    return 1;
+}
+
+/* A word that is no flag, no flag's value and no part of the launch:
+ * argparse refuses it, so it cannot be read past. Sets err, returns 1. */
+static int stray_word(const char *tok, const line_state *ls, char *err)
+{
+    char two[AP_FLAG_NAME_LEN + 3];
+    snprintf(two, sizeof two, "--%s", tok);
+    if (strlen(tok) <= AP_FLAG_NAME_LEN && ap_megatron_flag_known(two))
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s: Megatron-LM's flag without its "
+                 "dashes; write %s", tok, two);
+    else if (ls->after == AFTER_SWITCH)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s %.64s: %s is a switch and takes no "
+                 "value; Megatron-LM's argparse rejects '%.64s' (unrecognized arguments): "
+                 "give %s alone to turn it on, or leave it out", ls->flag, tok, ls->flag,
+                 tok, ls->flag);
+    else if (ls->after == AFTER_VALUE)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %.64s: not a flag, and %s before it "
+                 "takes one value, already read; Megatron-LM's argparse rejects it "
+                 "(unrecognized arguments)", tok, ls->flag);
+    else
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %.64s: not a Megatron-LM flag, nor a "
+                 "flag's value, nor a word of the launch (torchrun, python, deepspeed and "
+                 "their options, the .py script, NAME=value); give the command line itself "
+                 "(`bash -x` prints the one a script runs)", tok);
+    return 1;
+}
+
+/* A word that does not start with "--": the value of a flag read past
+ * (whose values autopar does not count: --data-path takes many), a shell
+ * variable shell_expansion let through, a word of the launch around the
+ * flags, or refused. 1 with err set when refused. */
+static int plain_word(const char *tok, line_state *ls, char *err)
+{
+    if (dash_word(tok, err) || spec_word(tok, err))
+        return 1;
+    if (tok[0] == '$' || ls->after == AFTER_LOOSE) {
+        ls->after = AFTER_LOOSE;
+        return 0;
+    }
+    /* A one-dash option is the launcher's (python -m), not one after
+     * Megatron-LM's flags, which argparse would refuse. */
+    ap_word_kind k = ap_megatron_word_kind(tok);
+    if (k == AP_WORD_OTHER || (tok[0] == '-' && ls->after != AFTER_LAUNCH))
+        return stray_word(tok, ls, err);
+    ls->after = k == AP_WORD_LEADS ? AFTER_LOOSE : AFTER_LAUNCH;
+    return 0;
+}
+
+/* A line that states nothing would price Megatron-LM's defaults unasked,
+ * as a key-less --megatron spec would. AP_EINPUT with err set for one. */
+static int empty_line(const line_state *ls, const char *args, const char *commented,
+                      char *err)
+{
+    if (ls->flags)
+        return AP_OK;
+    if (!ls->words && commented[0])
+        snprintf(err, AP_ERR_LEN, "--megatron-args: every flag is in a shell comment "
+                 "('#' to the end of its line): %.400s", commented);
+    else if (ls->words)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: \"%.64s\": no flag; give Megatron-LM's "
+                 "flags, as --tensor-model-parallel-size 8", args + strspn(args, " \t\n"));
+    else
+        snprintf(err, AP_ERR_LEN, "--megatron-args: empty; give Megatron-LM's flags, as "
+                 "--tensor-model-parallel-size 8");
+    return AP_EINPUT;
+}
+
 int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
 {
     char buf[32768], who[80];
@@ -1979,11 +2114,13 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     grad_flags gf = {0, 0, 0, 0, NULL};
     opt_flags of = {0, 0, {NULL, NULL, NULL}};
     audit au = {0};
+    line_state ls = {AFTER_LAUNCH, NULL, 0, 0};
     char *save = NULL;
     const char *prev = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
          prev = tok, tok = strtok_r(NULL, " \t\n", &save)) {
-        int known = 0;
+        int known = 0, read_past = 0;
+        const char *mark = save;
         if (shell_expansion(tok, prev, args, err) || one_dash(tok, err))
             return AP_EINPUT;
         /* Read past below, but validate_args checks them against the
@@ -1992,6 +2129,13 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         gather_with_step |= !strcmp(tok, "--overlap-param-gather-with-optimizer-step");
         if (other_entry_point(tok, err))
             return AP_EINPUT;
+        ls.words++;
+        if (strncmp(tok, "--", 2)) {
+            if (plain_word(tok, &ls, err))
+                return AP_EINPUT;
+            continue;
+        }
+        ls.flags++;
         for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
             if (strcmp(tok, flags[i].flag))
                 continue;
@@ -2049,8 +2193,10 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             return AP_EINPUT;
         if (!known && (known = numerics_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
-        if (known)
+        if (known) {
+            after_flag(&ls, tok, 0, save != mark);
             continue;
+        }
         if ((shape = shape_switch(m, tok))) {
             *shape = 1;
         } else if (!strcmp(tok, "--sequence-parallel")) {
@@ -2085,8 +2231,12 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
              * layout, the shapes checked nor the price (docs/megatron.md),
              * and are read past; one that no Megatron-LM has is noted. */
             note_unknown(m, tok);
+            read_past = 1;
         }
+        after_flag(&ls, tok, read_past, save != mark);
     }
+    if (empty_line(&ls, args, m->commented, err))
+        return AP_EINPUT;
     /* --num-query-groups defaults to 1 (multi-query attention) under
      * --group-query-attention, as in Megatron-LM's parser. */
     m->shape.groups = gqa ? (groups ? groups : 1) : 0;

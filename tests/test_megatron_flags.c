@@ -1,7 +1,8 @@
 /* test_megatron_flags.c -- --megatron-args reads past the flags that do
  * not change the step (data, logging, optimizer settings), and notes the
  * ones no Megatron-LM has, with the nearest flag that does: a typo of a
- * layout flag would otherwise price the layout without it. */
+ * layout flag would otherwise price the layout without it. A word that is
+ * no flag, no flag's value and no part of the launch is refused. */
 #include "model.h"
 #include "planner/megatron_flags.h"
 
@@ -122,6 +123,95 @@ static void yaml_keys_read_as_flags(void)
     CHECK(!strcmp(m.commented, "--micro-batch-size") && m.unknown[0] == '\0');
 }
 
+/* YAML reads True and TRUE as true too. */
+static void yaml_booleans_in_any_case(void)
+{
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("--sequence-parallel: True\n"
+                                      "--use-distributed-optimizer: FALSE\n"
+                                      "--overlap-grad-reduce: TRUE\n", &m, err), err);
+    CHECK(m.sp == 1 && m.zero == AP_ZERO_NONE && m.overlap_grad == 1);
+}
+
+/* A word that is not a flag, not the value of one, and not part of the
+ * launch around the flags would be read past, and the line priced without
+ * what it meant: each is refused, naming the word and what to write. */
+static void words_that_are_no_flag_are_refused(void)
+{
+    static const struct {
+        const char *line, *says;
+    } cases[] = {
+        {"tp=4", "tp=4: looks like a --megatron spec; use --megatron \"tp=4\", or "
+                 "Megatron-LM's flag here: --tensor-model-parallel-size 4"},
+        {"--bf16 tp=4,pp=2", "tp=4,pp=2: looks like a --megatron spec; use --megatron "
+                             "\"tp=4,pp=2\""},
+        {"--tensor-model-parallel-size 4 \xe2\x80\x93-pipeline-model-parallel-size 2",
+         "starts with an en dash (U+2013), not ASCII \"--\"; write "
+         "--pipeline-model-parallel-size"},
+        {"\xe2\x80\x94sequence-parallel", "starts with an em dash (U+2014)"},
+        {"--lr \xe2\x88\x92" "1e-4", "starts with a minus sign (U+2212), not ASCII \"-\"; "
+                                     "write -1e-4"},
+        {"tensor-model-parallel-size 4", "tensor-model-parallel-size: Megatron-LM's flag "
+                                         "without its dashes; write "
+                                         "--tensor-model-parallel-size"},
+        {"--sequence-parallel true", "--sequence-parallel true: --sequence-parallel is a "
+                                     "switch and takes no value; Megatron-LM's argparse "
+                                     "rejects 'true'"},
+        {"--use-distributed-optimizer=1", "--use-distributed-optimizer is a switch"},
+        {"--tensor-model-parallel-size 4 8", "8: not a flag, and "
+                                             "--tensor-model-parallel-size before it takes "
+                                             "one value"},
+        {"--num-layers 32 ... --bf16", "...: not a flag, and --num-layers before it takes "
+                                       "one value"},
+        {"... --bf16", "...: not a Megatron-LM flag, nor a flag's value, nor a word of the "
+                       "launch"},
+        {"if [ -n $X ]; then --bf16", "if: not a Megatron-LM flag"},
+        {"", "--megatron-args: empty"},
+        {"  \n", "--megatron-args: empty"},
+        {"TP=4 PP=2", "\"TP=4 PP=2\": no flag"},
+        {"torchrun pretrain_gpt.py", "no flag"},
+        {"# --tensor-model-parallel-size 4",
+         "every flag is in a shell comment ('#' to the end of its line): "
+         "--tensor-model-parallel-size"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN] = "";
+        ap_megatron_default(&m);
+        CHECK(ap_megatron_parse_args(cases[i].line, &m, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, cases[i].says);
+    }
+}
+
+/* What a launch line and a script carry around the flags is read past: the
+ * environment, the launcher and its options, the script, a one-line array,
+ * a line continuation (its newline kept or not), a pipe to tee, and the
+ * values of flags read past, however many. */
+static void the_launch_around_the_flags_is_read_past(void)
+{
+    static const char *const lines[] = {
+        "CUDA_DEVICE_MAX_CONNECTIONS=1 python3 -u -m torch.distributed.run "
+        "--nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 4 "
+        "--sequence-parallel 2>&1 | tee train.log",
+        "export NCCL_DEBUG=WARN\nARGS=(--tensor-model-parallel-size 4 --sequence-parallel)\n"
+        "cd /workspace/megatron && torchrun --nproc-per-node 8 pretrain_gpt.py ${ARGS[@]}",
+        "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n  --tensor-model-parallel-size 4 \\ "
+        "--sequence-parallel \\",
+        "--data-path 0.5 /a 0.5 /b --rampup-batch-size 16 16 5859375 --min-lr -1 "
+        "--tensor-model-parallel-size 4 --sequence-parallel --nproc-per-node 8",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN];
+        ap_megatron_default(&m);
+        REQUIRE_OK(ap_megatron_parse_args(lines[i], &m, err), err);
+        CHECK(m.tp == 4 && m.sp == 1 && m.launcher.nproc == 8);
+        CHECK(m.unknown[0] == '\0');
+    }
+}
+
 /* --window-size is read as Megatron-LM's tuple_type reads it, "L,R" or
  * "(L,R)", quoted or not, and kept as the L + 1 keys each query meets (-1
  * for L = -1, no window); --window-attn-skip-freq is kept as given, its
@@ -183,6 +273,9 @@ int main(void)
     RUN(shell_comments_are_not_read);
     RUN(quoted_flags_with_values_are_split);
     RUN(yaml_keys_read_as_flags);
+    RUN(yaml_booleans_in_any_case);
+    RUN(words_that_are_no_flag_are_refused);
+    RUN(the_launch_around_the_flags_is_read_past);
     RUN(window_flags_are_read);
     return DONE();
 }

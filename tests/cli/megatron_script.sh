@@ -295,4 +295,40 @@ has a rotary base of 500000: give --rotary-base 500000 or leave it out"
 with_model "--layernorm-epsilon 1e-6" "--norm-epsilon 1e-06, but"
 with_model "--use-rope-scaling" "--use-rope-scaling (Llama 3.1's), but \
 $src/examples/hf/llama-3-8b.json has no rotary scaling"
+# A word that is no flag, no flag's value and no part of the launch would be
+# read past and the line priced without it (these used to price tp 1 and
+# pp 1, exit 0): each is refused, naming the word and what to write.
+stray() {
+    "$bin" estimate "$src/examples/hf/llama-3-8b.json" --gpus 16 --megatron-args "$1" \
+        >/dev/null 2>"$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] && grep -qF -- "$2" "$tmp/err" && ok ||
+        bad "'$1': exit $rc, $(cat "$tmp/err")"
+}
+stray "tp=4" "--megatron-args: tp=4: looks like a --megatron spec; use --megatron \"tp=4\", \
+or Megatron-LM's flag here: --tensor-model-parallel-size 4"
+stray "pp=2" "pp=2: looks like a --megatron spec; use --megatron \"pp=2\", or Megatron-LM's \
+flag here: --pipeline-model-parallel-size 2"
+stray "--tensor-model-parallel-size 4 –-pipeline-model-parallel-size 2" \
+    "–-pipeline-model-parallel-size: starts with an en dash (U+2013), not ASCII \"--\"; \
+write --pipeline-model-parallel-size"
+stray "—pipeline-model-parallel-size 2" "starts with an em dash (U+2014), not ASCII \"--\""
+stray "tensor-model-parallel-size 4" "tensor-model-parallel-size: Megatron-LM's flag without \
+its dashes; write --tensor-model-parallel-size"
+stray "--sequence-parallel true" "--sequence-parallel true: --sequence-parallel is a switch \
+and takes no value; Megatron-LM's argparse rejects 'true' (unrecognized arguments)"
+stray "torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py --num-layers 32 ... --bf16" \
+    "...: not a flag, and --num-layers before it takes one value, already read"
+stray "" "--megatron-args: empty; give Megatron-LM's flags"
+stray "TP=4" "--megatron-args: \"TP=4\": no flag"
+# ... while the launch around the flags is read past: the environment,
+# python's own options, the script, a one-line array, a pipe to tee.
+a=$("$bin" estimate "$src/examples/hf/llama-3-8b.json" --json --megatron-args \
+    "CUDA_DEVICE_MAX_CONNECTIONS=1 python3 -m torch.distributed.run --nproc_per_node 8 \
+--nnodes 2 pretrain_gpt.py \${ARGS[@]} 2>&1 | tee train.log
+ARGS=(--tensor-model-parallel-size 4 --sequence-parallel)" 2>"$tmp/err" | grep step_time_s)
+b=$("$bin" estimate "$src/examples/hf/llama-3-8b.json" --gpus 16 --json --megatron-args \
+    "--tensor-model-parallel-size 4 --sequence-parallel" | grep step_time_s)
+[ -n "$a" ] && [ "$a" = "$b" ] && ! grep -q warning "$tmp/err" && ok ||
+    bad "the launch around the flags: $a vs $b $(cat "$tmp/err")"
 finish
