@@ -24,6 +24,11 @@ static const char usage_text[] =
     "the same cost model: step time, tokens/s, MFU, TFLOP/s and memory per GPU,\n"
     "bubble, communication by kind, and the speedup.\n"
     "\n"
+    "--gpus N: GPUs in all. Without it: a torchrun line's in --megatron-args,\n"
+    "else tp x pp x dp x cp where the spec gives dp, else a cluster file's own\n"
+    "nodes, else 8 on a preset; the report's first line says how many.\n"
+    "\n"
+
     "  --megatron SPEC        tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,\n"
     "                         recompute=none|selective|full,zero=0..3,\n"
     "                         overlap_grad=0|1,overlap_param=0|1,first=N,last=N,\n"
@@ -170,9 +175,11 @@ static void print_table(const ap_graph *g, const column *cols, int n,
                     gib(cols[i].plan->max_mem_bytes), gib(cols[i].plan->hbm_limit));
         fputc('\n', f);
     }
+    /* The sweep's wall time is on stderr (run): what is printed here is
+     * the same bytes every run. */
     if (sw)
-        fprintf(f, "  the sweep priced %ld valid Megatron configurations (%ld fit) in %.2f s\n",
-                sw->valid, sw->fit, sw->seconds);
+        fprintf(f, "  the sweep priced %ld valid Megatron configurations (%ld fit)\n",
+                sw->valid, sw->fit);
     ap_plan_print_basis(p, f);
     for (int i = 0; i < n; i++) {
         char caveat[768];
@@ -337,6 +344,8 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
             n = 3;
         }
     }
+    if (o->sweep && sw.found && progress)
+        fprintf(stderr, "autopar compare: the sweep took %.2f s\n", sw.seconds);
     if (!rc) {
         if (o->json) {
             char *text = compare_json(g, cols, n, o->sweep && sw.found ? &sw : NULL);
@@ -365,7 +374,8 @@ int ap_cmd_compare(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
     if ((rc = ap_cli_settle_batch(&o.cm, "compare", o.args, &o.m)) ||
-        (rc = ap_cli_megatron_build(&o.cm, &o.m, "compare")))
+        (rc = ap_cli_megatron_build(&o.cm, &o.m, "compare")) ||
+        (rc = ap_cli_megatron_gpus(&o.cm, &o.m, "compare")))
         return rc;
     ap_graph *g;
     ap_cluster c;

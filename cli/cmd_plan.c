@@ -26,7 +26,7 @@ static const char usage_text[] =
     "micro-batching for the fastest training step that fits in memory, and\n"
     "prints the plan with its predicted step time, throughput and memory.\n"
     "\n"
-    "  --gpus N             GPUs in all (default 8)\n"
+    "  --gpus N             GPUs in all (default: a cluster file's own nodes, else 8)\n"
     "  --gpus-per-node G    GPUs per node (default: the cluster's, 8)\n"
     "  --cluster NAME|FILE  a preset (a100-80g, a100-40g, h100-sxm, h200, b200,\n"
     "                       h800) or a cluster file from `autopar profile`\n"

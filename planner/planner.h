@@ -750,6 +750,13 @@ typedef struct {
 #define AP_PROGRESS_LOG 2
 #define AP_PROGRESS_LOG_S 30
 
+/* Seconds between progress lines in a log: AP_PROGRESS_LOG_S, or what the
+ * environment's AP_PROGRESS_INTERVAL_S says (above 0, at most 3600), so
+ * that a test need not wait half a minute to see one (docs/planner.md). */
+double ap_progress_log_interval(void);
+/* A monotonic clock in seconds, for progress and timings. */
+double ap_progress_now(void);
+
 typedef struct {
     int gpus, gpus_per_node;
     double global_batch;  /* 0: 512 sequences */

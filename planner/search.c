@@ -128,22 +128,45 @@ typedef struct {
     int least_index;
     int rc;
     char err[AP_ERR_LEN];
-    time_t started;
-    int shown;
-    long next_line; /* seconds in, for AP_PROGRESS_LOG */
+    double started;
+    int shown;           /* the progress line is on the terminal */
+    int logged;          /* the count the last log line gave, -1: none */
+    double interval;     /* seconds between log lines */
+    double next_line;    /* seconds in, for AP_PROGRESS_LOG */
 } search;
 
+double ap_progress_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+double ap_progress_log_interval(void)
+{
+    const char *v = getenv("AP_PROGRESS_INTERVAL_S");
+    char *end;
+    double s = v ? strtod(v, &end) : 0;
+    return v && end != v && !*end && s > 0 && s <= 3600 ? s : AP_PROGRESS_LOG_S;
+}
+
+static void log_line(search *s, double t)
+{
+    fprintf(stderr, "autopar: searching: %d of %d configurations solved, %d ruled "
+            "out by bound (%.0f s)\n", s->solved, s->ncand, s->skipped, t);
+}
+
+/* The progress, called under the lock by whichever thread has just
+ * solved a candidate. */
 static void show_progress(search *s)
 {
-    long t = (long)(time(NULL) - s->started);
-    if (!s->ctx->o->progress || t < 1)
+    double t = ap_progress_now() - s->started;
+    if (!s->ctx->o->progress || t < s->next_line)
         return;
     if (s->ctx->o->progress == AP_PROGRESS_LOG) {
-        if (t < s->next_line)
-            return;
-        s->next_line = t + AP_PROGRESS_LOG_S;
-        fprintf(stderr, "autopar: searching: %d of %d configurations solved, %d ruled "
-                "out by bound (%ld s)\n", s->solved, s->ncand, s->skipped, t);
+        s->next_line = t + s->interval;
+        s->logged = s->solved + s->skipped;
+        log_line(s, t);
         return;
     }
     s->shown = 1;
@@ -439,8 +462,10 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
     memset(&s, 0, sizeof s);
     s.ctx = ctx;
     s.least.bytes = INFINITY;
-    s.started = time(NULL);
-    s.next_line = AP_PROGRESS_LOG_S;
+    s.started = ap_progress_now();
+    s.interval = ap_progress_log_interval();
+    s.logged = -1;
+    s.next_line = ctx->o->progress == AP_PROGRESS_LOG ? s.interval : 1;
     s.ncand = enumerate(ctx->o, ctx->g->nlayers, ctx->c->gpus_per_node, &s.cand);
     if (s.ncand < 0) {
         snprintf(err, AP_ERR_LEN, "out of memory");
@@ -454,6 +479,9 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
     pthread_mutex_destroy(&s.lock);
     if (s.shown)
         fprintf(stderr, "\n");
+    /* A log that had progress lines gets one for the end too. */
+    if (s.logged >= 0 && s.logged < s.solved + s.skipped)
+        log_line(&s, ap_progress_now() - s.started);
     free(s.cand);
     if (s.rc) {
         if (s.have)

@@ -441,13 +441,6 @@ static int enumerate(const space *s, list *out)
     return out->oom ? AP_EINTERNAL : AP_OK;
 }
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* What every pass over the list shares: the model, the cluster, the list,
  * the template its entries fill and the model's shape. */
 typedef struct {
@@ -461,13 +454,33 @@ typedef struct {
     int bounded; /* stop where a lower bound reaches the thread's best */
 } pass;
 
-/* One thread's share of the list: every nthreads-th configuration. Each
- * keeps its own best, the lowest index among equal times, so that the
+/* Configurations a thread takes at a time. The threads take runs of the
+ * list in turn rather than every n-th configuration: neighbours in the
+ * list differ in ZeRO first, so on two threads a fixed stride gave one
+ * thread the configurations without the distributed optimizer, most of
+ * them over the memory by their states alone and not priced, and left
+ * the other pricing alone, and unheard from, for most of a long sweep. */
+#define RUN_LEN 16
+
+/* The threads' common state: the next run to hand out, the count priced,
+ * and the progress, which whichever thread takes a run writes when due. */
+typedef struct {
+    pthread_mutex_t lock;
+    long next, done;
+    int stop;            /* a thread failed: the others take no more */
+    double interval;     /* seconds between log lines */
+    double next_line;    /* seconds in */
+    int shown;           /* the progress line is on the terminal */
+    long logged;         /* the count the last log line gave, -1: none */
+} queue;
+
+/* A thread's part of the list. Each keeps its own best, the lowest index
+ * among equal times (it takes its runs in the list's order), so that the
  * merged answer is the one a single thread would give. */
 typedef struct {
     const pass *ps;
+    queue *q;
     double usable;      /* bytes per GPU a plan may hold; 0: price all */
-    int index, nthreads, progress;
     long valid, refused, fit, best;
     long priced, skipped; /* skipped: over the memory by their states alone */
     ap_plan plan;
@@ -475,8 +488,6 @@ typedef struct {
     int rc;
     char err[AP_ERR_LEN];
     long refused_at;    /* the first configuration refused, -1: none */
-    int shown;          /* the progress line is on the terminal */
-    double next_line;   /* seconds in, for AP_PROGRESS_LOG */
     char refusal[AP_ERR_LEN]; /* why */
 } worker;
 
@@ -493,71 +504,100 @@ static double states_floor(const ap_graph *g, const ap_megatron *t, const entry 
                                    ap_run_grad_bytes(&t->run), &t->run.opt).total;
 }
 
-/* Thread 0's progress: a line rewritten in place on a terminal, or a line
- * of its own now and then in a log (ap_plan_opts.progress). */
-static void show_progress(worker *w, long i)
+/* The progress, called under the queue's lock: a line rewritten in place
+ * on a terminal from a second on, or a line of its own every interval in
+ * a log (ap_plan_opts.progress). The count is of the configurations
+ * priced, whichever thread priced them. */
+static void show_progress(const pass *ps, queue *q)
 {
-    const pass *ps = w->ps;
-    double t = now() - ps->t0;
-    if (t <= 1)
+    double t = ap_progress_now() - ps->t0;
+    if (!ps->progress || t < q->next_line)
         return;
     if (ps->progress == AP_PROGRESS_LOG) {
-        if (t < w->next_line)
-            return;
-        w->next_line = t + AP_PROGRESS_LOG_S;
-        fprintf(stderr, "sweep: %ld of %ld configurations priced (%.0f s)\n", i, ps->l->n, t);
+        q->next_line = t + q->interval;
+        q->logged = q->done;
+        fprintf(stderr, "sweep: %ld of %ld configurations priced (%.0f s)\n", q->done,
+                ps->l->n, t);
         return;
     }
-    fprintf(stderr, "\rsweep: %ld of %ld configurations priced", i, ps->l->n);
-    w->shown = 1;
+    /* A tenth of a second apart: more is a blur, and each is a write. */
+    q->next_line = t + 0.1;
+    q->shown = 1;
+    fprintf(stderr, "\rsweep: %ld of %ld configurations priced", q->done, ps->l->n);
+}
+
+/* Counts the `priced` configurations of w's last run and hands w the next
+ * run, [*lo, *hi); 0 when none is left. */
+static int take(worker *w, long priced, long *lo, long *hi)
+{
+    queue *q = w->q;
+    long n = w->ps->l->n;
+    pthread_mutex_lock(&q->lock);
+    q->done += priced;
+    if (w->rc)
+        q->stop = 1;
+    int more = !q->stop && q->next < n;
+    if (more) {
+        *lo = q->next;
+        *hi = n - q->next < RUN_LEN ? n : q->next + RUN_LEN;
+        q->next = *hi;
+    }
+    show_progress(w->ps, q);
+    pthread_mutex_unlock(&q->lock);
+    return more;
+}
+
+/* Prices configuration i into w's counts and best. */
+static int price_one(worker *w, long i)
+{
+    const pass *ps = w->ps;
+    /* A configuration whose model states alone are over the memory does
+     * not fit whatever its price: counted, not priced. */
+    if (w->usable > 0 && states_floor(ps->g, ps->tmpl, &ps->l->v[i]) > w->usable) {
+        w->valid++;
+        w->skipped++;
+        return AP_OK;
+    }
+    ap_plan p;
+    ap_megatron m;
+    make_config(ps->g, ps->tmpl, &ps->l->v[i], &m);
+    /* Only a step shorter than this thread's best can change it. */
+    double bound = ps->bounded && w->best >= 0 ? w->plan.step_time : 0;
+    int rc = ap_megatron_plan_shaped(ps->g, ps->c, &m, ps->shape, bound, &p, w->err);
+    if (rc == AP_EINPUT) {
+        w->refused++; /* a rule of ap_megatron_plan the list missed */
+        if (w->refused_at < 0) {
+            w->refused_at = i;
+            memcpy(w->refusal, w->err, AP_ERR_LEN);
+        }
+        return AP_OK;
+    }
+    if (rc)
+        return rc;
+    if (w->priced++ == 0 || p.max_mem_bytes < w->least_memory)
+        w->least_memory = p.max_mem_bytes;
+    w->valid++;
+    int fits = p.max_mem_bytes <= p.hbm_limit;
+    w->fit += fits;
+    if (fits && (w->best < 0 || p.step_time < w->plan.step_time)) {
+        if (w->best >= 0)
+            ap_plan_free(&w->plan);
+        w->plan = p;
+        w->best = i;
+    } else {
+        ap_plan_free(&p);
+    }
+    return AP_OK;
 }
 
 static void *price_share(void *arg)
 {
     worker *w = arg;
-    const pass *ps = w->ps;
-    w->best = -1;
-    for (long i = w->index; i < ps->l->n; i += w->nthreads) {
-        if (w->progress && (i / w->nthreads) % 64 == 0)
-            show_progress(w, i);
-        /* A configuration whose model states alone are over the memory
-         * does not fit whatever its price: counted, not priced. */
-        if (w->usable > 0 && states_floor(ps->g, ps->tmpl, &ps->l->v[i]) > w->usable) {
-            w->valid++;
-            w->skipped++;
-            continue;
-        }
-        ap_plan p;
-        ap_megatron m;
-        make_config(ps->g, ps->tmpl, &ps->l->v[i], &m);
-        /* Only a step shorter than this thread's best can change it. */
-        double bound = ps->bounded && w->best >= 0 ? w->plan.step_time : 0;
-        int rc = ap_megatron_plan_shaped(ps->g, ps->c, &m, ps->shape, bound, &p, w->err);
-        if (rc == AP_EINPUT) {
-            w->refused++; /* a rule of ap_megatron_plan the list missed */
-            if (w->refused_at < 0) {
-                w->refused_at = i;
-                memcpy(w->refusal, w->err, AP_ERR_LEN);
-            }
-            continue;
-        }
-        if (rc) {
-            w->rc = rc;
-            break;
-        }
-        if (w->priced++ == 0 || p.max_mem_bytes < w->least_memory)
-            w->least_memory = p.max_mem_bytes;
-        w->valid++;
-        int fits = p.max_mem_bytes <= p.hbm_limit;
-        w->fit += fits;
-        if (fits && (w->best < 0 || p.step_time < w->plan.step_time)) {
-            if (w->best >= 0)
-                ap_plan_free(&w->plan);
-            w->plan = p;
-            w->best = i;
-        } else {
-            ap_plan_free(&p);
-        }
+    long lo, hi, priced = 0;
+    while (take(w, priced, &lo, &hi)) {
+        for (priced = 0; lo + priced < hi; priced++)
+            if ((w->rc = price_one(w, lo + priced)))
+                break;
     }
     return NULL;
 }
@@ -606,30 +646,33 @@ static int merge(worker *w, int n, const pass *ps, ap_sweep_result *out, char *e
 }
 
 /* Prices the list on n threads (w: n workers), leaving unpriced the
- * configurations whose model states alone exceed `usable` bytes (0: none). */
+ * configurations whose model states alone exceed `usable` bytes (0: none).
+ * A log that had progress lines gets one for the end too. */
 static int price_all(const pass *ps, worker *w, int n, double usable,
                      ap_sweep_result *out, char *err)
 {
+    queue q = {.interval = ap_progress_log_interval(), .logged = -1};
+    q.next_line = ps->progress == AP_PROGRESS_LOG ? q.interval : 1;
+    pthread_mutex_init(&q.lock, NULL);
     pthread_t *tid = calloc((size_t)n, sizeof *tid);
     int *started = calloc((size_t)n, sizeof *started);
     for (int t = 0; t < n; t++) {
-        w[t] = (worker){.ps = ps, .usable = usable, .index = t, .nthreads = n,
-                        .progress = t == 0 && ps->progress, .best = -1,
-                        .next_line = AP_PROGRESS_LOG_S,
-                        .refused_at = -1};
-        /* Thread 0 is this one; a thread that cannot start is done here. */
+        w[t] = (worker){.ps = ps, .q = &q, .usable = usable, .best = -1, .refused_at = -1};
+        /* Thread 0 is this one; what a thread that cannot start would
+         * have priced, the others take. */
         if (t > 0 && tid && started)
             started[t] = !pthread_create(&tid[t], NULL, price_share, &w[t]);
     }
     price_share(&w[0]);
-    for (int t = 1; t < n; t++) {
+    for (int t = 1; t < n; t++)
         if (started && started[t])
             pthread_join(tid[t], NULL);
-        else
-            price_share(&w[t]);
-    }
-    if (w[0].shown)
+    pthread_mutex_destroy(&q.lock);
+    if (q.shown)
         fprintf(stderr, "\r%60s\r", "");
+    if (q.logged >= 0 && q.logged < q.done)
+        fprintf(stderr, "sweep: %ld of %ld configurations priced (%.0f s)\n", q.done,
+                ps->l->n, ap_progress_now() - ps->t0);
     free(tid);
     free(started);
     return merge(w, n, ps, out, err);
@@ -649,7 +692,7 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
              ap_sweep_result *out, char *err)
 {
     memset(out, 0, sizeof *out);
-    double t0 = now();
+    double t0 = ap_progress_now();
     int gpn = c->gpus_per_node, gpus = ap_cluster_gpus(c);
     space s = {g, o->launcher, gpus,
                o->max_tp > 0 ? o->max_tp : gpn < gpus ? gpn : gpus,
@@ -746,7 +789,7 @@ int ap_sweep(const ap_graph *g, const ap_cluster *c, const ap_sweep_opts *o,
     free(w);
     free(l.v);
     free(tmpl);
-    out->seconds = now() - t0;
+    out->seconds = ap_progress_now() - t0;
     return rc;
 }
 

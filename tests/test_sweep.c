@@ -293,21 +293,29 @@ static void states_over_memory_are_not_priced(void)
     ap_graph_free(g);
 }
 
+/* The threads take the list in runs of 16 and each keeps its own best:
+ * the answer and every count are a single thread's, on 2 threads, on 3
+ * and on 64, the most the sweep starts. */
 static void answer_does_not_depend_on_threads(void)
 {
     ap_graph *g = load("examples/gpt-1.3b.json");
     if (!g)
         return;
     ap_sweep_result a = sweep(g, 8, 64, AP_LAUNCHER_MEGATRON, 1);
-    ap_sweep_result b = sweep(g, 8, 64, AP_LAUNCHER_MEGATRON, 3);
     char sa[256], sb[256];
     ap_megatron_format(&a.best, sa, sizeof sa);
-    ap_megatron_format(&b.best, sb, sizeof sb);
-    CHECK(a.found && b.found && !strcmp(sa, sb));
-    CHECK(a.valid == b.valid && a.fit == b.fit);
-    CHECK(a.plan.step_time == b.plan.step_time);
+    CHECK(a.found);
+    const int threads[] = {2, 3, 64};
+    for (int k = 0; k < 3; k++) {
+        ap_sweep_result b = sweep(g, 8, 64, AP_LAUNCHER_MEGATRON, threads[k]);
+        ap_megatron_format(&b.best, sb, sizeof sb);
+        CHECK(b.found && !strcmp(sa, sb));
+        CHECK(a.candidates == b.candidates && a.valid == b.valid && a.fit == b.fit);
+        CHECK(a.skipped == b.skipped && a.refused == b.refused);
+        CHECK(a.plan.step_time == b.plan.step_time);
+        ap_sweep_result_free(&b);
+    }
     ap_sweep_result_free(&a);
-    ap_sweep_result_free(&b);
     ap_graph_free(g);
 }
 

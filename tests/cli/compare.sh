@@ -93,4 +93,30 @@ grep -q '"configuration":[[:space:]]*"[0-9]* stage' "$tmp/search.json" &&
     ! grep -q '"sweep"' "$tmp/search.json" && ok ||
     bad "--no-sweep: the search's plan, no sweep column: $(head -c 400 "$tmp/search.json")"
 
+# Progress written to a log (stderr a file): a line every
+# AP_PROGRESS_INTERVAL_S seconds (30 by default; set near 0 here, so every
+# run of configurations a thread takes gets one), written by whichever
+# thread takes the next run and counting what all threads have priced, up
+# to the end of the list. gpt-tiny on 4 GPUs lists 294 Megatron-LM
+# configurations (tests/test_sweep.c) and 14 search candidates.
+AP_PROGRESS_INTERVAL_S=0.000001 "$bin" plan "$model" --gpus 4 --global-batch 16 --threads 2 \
+    >"$tmp/loud" 2>"$tmp/progress" || bad "plan with progress: $(cat "$tmp/progress")"
+"$bin" plan "$model" --gpus 4 --global-batch 16 --threads 2 --quiet >"$tmp/quiet" 2>&1
+cmp -s "$tmp/loud" "$tmp/quiet" && ok || bad "progress changes what plan prints on stdout"
+grep '^sweep: ' "$tmp/progress" | awk '
+    $3 != "of" || $4 != 294 || $2 < last { bad = 1 }
+    { last = $2 }
+    END { exit bad || NR < 10 || last != 294 }' && ok ||
+    bad "sweep progress counts up to 294 of 294: $(grep -c '^sweep: ' "$tmp/progress") lines, $(grep '^sweep: ' "$tmp/progress" | tail -1)"
+tail -1 "$tmp/progress" | grep -qx 'sweep: 294 of 294 configurations priced ([0-9]* s)' && ok ||
+    bad "the log ends with the sweep's last configuration: $(tail -1 "$tmp/progress")"
+grep '^autopar: searching: ' "$tmp/progress" | tail -1 |
+    awk '{ n = $3 + $8; total = $5 } END { exit n != 14 || total != 14 }' && ok ||
+    bad "the search's last line accounts for its 14 candidates: $(grep '^autopar: searching' "$tmp/progress" | tail -1)"
+# A value that is not a number of seconds leaves the 30 s: no line in a
+# run of a second.
+AP_PROGRESS_INTERVAL_S=soon "$bin" plan "$model" --gpus 4 --global-batch 16 \
+    >/dev/null 2>"$tmp/progress" && [ ! -s "$tmp/progress" ] && ok ||
+    bad "AP_PROGRESS_INTERVAL_S=soon: $(head -3 "$tmp/progress")"
+
 finish

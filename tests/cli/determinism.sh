@@ -44,4 +44,24 @@ a=$("$bin" estimate "$src/examples/hf/llama-3-8b.json" --gpus 16 --json --megatr
 b=$("$bin" estimate "$src/examples/hf/llama-3-8b.json" --gpus 16 --json --megatron tp=2,pp=2,gbs=256)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "estimate --json differs between runs"
 
+# compare's table is the same bytes on every run: the sweep's wall time
+# goes to stderr, and no figure on stdout is one.
+cargs="$src/examples/gpt-1.3b.json --gpus 16 --megatron tp=2,pp=2,mbs=1,gbs=8,sp=1 --sweep"
+# shellcheck disable=SC2086
+{
+    "$bin" compare $cargs >"$tmp/c1" 2>"$tmp/ce" || bad "compare: $(cat "$tmp/ce")"
+    "$bin" compare $cargs >"$tmp/c2" 2>/dev/null || bad "compare again"
+    "$bin" compare $cargs --json >"$tmp/j1" 2>/dev/null || bad "compare --json"
+    "$bin" compare $cargs --json >"$tmp/j2" 2>/dev/null || bad "compare --json again"
+}
+grep -q "the sweep priced" "$tmp/c1" && cmp -s "$tmp/c1" "$tmp/c2" && ok ||
+    bad "compare --sweep differs between runs: $(diff "$tmp/c1" "$tmp/c2" | head -4)"
+grep -Eq ' in [0-9.]+ s' "$tmp/c1" && bad "compare prints a wall time on stdout: $(grep -E ' in [0-9.]+ s' "$tmp/c1")" || ok
+grep -q '^autopar compare: the sweep took [0-9.]* s$' "$tmp/ce" && ok ||
+    bad "compare says the sweep's wall time on stderr: $(cat "$tmp/ce")"
+cmp -s "$tmp/j1" "$tmp/j2" && ok || bad "compare --sweep --json differs between runs"
+# shellcheck disable=SC2086
+a=$("$bin" plan $big --quiet) && b=$("$bin" plan $big --quiet --threads 1) &&
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "plan's summary differs between runs"
+
 finish
