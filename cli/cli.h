@@ -102,6 +102,11 @@ int ap_cli_usage_error(const char *cmd, const char *why, const char *usage);
  * path that cannot be written is refused naming the flag and the system's
  * reason, and nothing is left behind. Returns 0, or 2 after printing. */
 int ap_cli_check_writable(const char *cmd, const char *flag, const char *path);
+/* An argument the command does not take: for one starting with '-', an
+ * unknown option, with the nearest option in `usage` as a suggestion (or
+ * that the option takes no value, for --switch=value); else an unexpected
+ * argument. Prints it and the usage, and returns 2. */
+int ap_cli_unknown_arg(const char *cmd, const char *a, const char *usage);
 int ap_cli_int(const char *cmd, const char *flag, const char *s, long lo,
                long hi, int *out);
 int ap_cli_double(const char *cmd, const char *flag, const char *s, double lo,

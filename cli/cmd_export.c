@@ -124,9 +124,7 @@ int ap_cmd_export(int argc, char **argv)
         } else if (!strcmp(a, "-o") && v) {
             out = argv[++i];
         } else if (a[0] == '-' || plan) {
-            char why[320];
-            snprintf(why, sizeof why, "unexpected argument '%.256s'", a);
-            return ap_cli_usage_error("export", why, usage_text);
+            return ap_cli_unknown_arg("export", a, usage_text);
         } else {
             plan = a;
         }

@@ -108,9 +108,7 @@ static int parse_args(int argc, char **argv, options *o)
             }
             o->out = v;
         } else if (a[0] == '-' && a[1]) {
-            char why[320];
-            snprintf(why, sizeof why, "unknown option '%.256s'", a);
-            return ap_cli_usage_error("graph", why, usage_text);
+            return ap_cli_unknown_arg("graph", a, usage_text);
         } else if (o->model) {
             fprintf(stderr, "autopar graph: one model at a time ('%s' and "
                             "'%s')\n", o->model, a);

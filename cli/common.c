@@ -42,6 +42,47 @@ int ap_cli_usage_error(const char *cmd, const char *why, const char *usage)
     return 2;
 }
 
+/* The option in `usage` nearest to `a` (edit distance at most 2), copied
+ * into best; 0 when none is that near. With `exact`, only one spelled as a
+ * is looked for. */
+static int nearest_option(const char *usage, const char *a, int exact, char *best,
+                          size_t len)
+{
+    size_t most = exact ? 0 : 2, found = most + 1;
+    for (const char *p = strstr(usage, "--"); p; p = strstr(p + 2, "--")) {
+        size_t n = 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz0123456789-");
+        char opt[64];
+        if (n < 4 || n >= sizeof opt || (p > usage && !strchr(" [(|\n", p[-1])))
+            continue;
+        memcpy(opt, p, n);
+        opt[n] = 0;
+        size_t d = ap_edit_distance(a, opt, found - 1);
+        if (d < found) {
+            found = d;
+            snprintf(best, len, "%s", opt);
+        }
+    }
+    return found <= most;
+}
+
+int ap_cli_unknown_arg(const char *cmd, const char *a, const char *usage)
+{
+    char why[400], near[64], name[64];
+    const char *eq = strchr(a, '=');
+    if (a[0] != '-') {
+        snprintf(why, sizeof why, "unexpected argument '%.256s'", a);
+    } else if (eq && (size_t)(eq - a) < sizeof name &&
+               (snprintf(name, sizeof name, "%.*s", (int)(eq - a), a),
+                nearest_option(usage, name, 1, near, sizeof near))) {
+        snprintf(why, sizeof why, "%s takes no value ('%.256s')", name, a);
+    } else if (nearest_option(usage, a, 0, near, sizeof near)) {
+        snprintf(why, sizeof why, "unknown option '%.256s' (did you mean %s?)", a, near);
+    } else {
+        snprintf(why, sizeof why, "unknown option '%.256s'", a);
+    }
+    return ap_cli_usage_error(cmd, why, usage);
+}
+
 int ap_cli_check_writable(const char *cmd, const char *flag, const char *path)
 {
     struct stat st;
@@ -200,11 +241,8 @@ int ap_cli_model_flags(ap_graph *g, const char *cmd, int flash_given, int flash,
 int ap_cli_model_arg(ap_cli_common *c, const char *cmd, const char *a,
                      const char *usage)
 {
-    if (a[0] == '-' || c->model) {
-        char why[320];
-        snprintf(why, sizeof why, "unexpected argument '%.256s'", a);
-        return ap_cli_usage_error(cmd, why, usage);
-    }
+    if (a[0] == '-' || c->model)
+        return ap_cli_unknown_arg(cmd, a, usage);
     c->model = a;
     return 0;
 }

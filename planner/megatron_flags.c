@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "planner/megatron_flags.h"
+#include "planner/planner.h"
 
 static const char *const known[] = {
     "--DDP-impl", "--account-for-embedding-in-pipeline-split",
@@ -258,9 +259,8 @@ int ap_megatron_flag_known(const char *flag)
     return bsearch(&flag, known, NKNOWN, sizeof known[0], by_name) != NULL;
 }
 
-/* Levenshtein distance of a and b, or more than `most` (then most + 1):
- * one row of the table at a time, stopped once a row passes `most`. */
-static size_t distance(const char *a, const char *b, size_t most)
+/* One row of the table at a time, stopped once a row passes `most`. */
+size_t ap_edit_distance(const char *a, const char *b, size_t most)
 {
     size_t la = strlen(a), lb = strlen(b), row[AP_FLAG_NAME_LEN + 1];
     if (la > AP_FLAG_NAME_LEN || lb > AP_FLAG_NAME_LEN ||
@@ -293,7 +293,7 @@ const char *ap_megatron_flag_nearest(const char *flag)
     size_t most = 2, best = most + 1;
     const char *name = NULL;
     for (size_t i = 0; i < NKNOWN; i++) {
-        size_t d = distance(flag, known[i], best - 1);
+        size_t d = ap_edit_distance(flag, known[i], best - 1);
         if (d < best) {
             best = d;
             name = known[i];

@@ -750,6 +750,11 @@ typedef struct {
 #define AP_PROGRESS_LOG 2
 #define AP_PROGRESS_LOG_S 30
 
+/* The Levenshtein distance of a and b, or most + 1 where it is more than
+ * `most` or either is longer than 64 characters: for the nearest flag
+ * or option to a misspelt one. */
+size_t ap_edit_distance(const char *a, const char *b, size_t most);
+
 /* Seconds between progress lines in a log: AP_PROGRESS_LOG_S, or what the
  * environment's AP_PROGRESS_INTERVAL_S says (above 0, at most 3600), so
  * that a test need not wait half a minute to see one (docs/planner.md). */

@@ -40,7 +40,7 @@ for cmd in plan estimate; do
         refused "/nonexistent/cluster.json: cannot open" "$bin" $cmd "$tiny" $extra --cluster /nonexistent/cluster.json
         refused "--cluster $src/tests/data/bad/cluster_negative_peak.json: $src/tests/data/bad/cluster_negative_peak.json: gpu.peak_flops" \
             "$bin" $cmd "$tiny" $extra --cluster "$src/tests/data/bad/cluster_negative_peak.json"
-        refused "unexpected argument '--bogus'" "$bin" $cmd "$tiny" $extra --bogus
+        refused "unknown option '--bogus'" "$bin" $cmd "$tiny" $extra --bogus
         refused "/nonexistent/model.json: cannot open" "$bin" $cmd /nonexistent/model.json $extra
     }
 done
@@ -93,12 +93,12 @@ for extra in "--megatron tp=1"; do
         refused "--gpus needs an integer from 1 to 1000000, got '0'" "$bin" compare "$tiny" $extra --gpus 0
         refused "--global-batch needs an integer from 1 to 65536, got '70000'" "$bin" compare "$tiny" $extra --global-batch 70000
         refused "--megatron: gbs: bad value \"0\"" "$bin" compare "$tiny" --megatron gbs=0
-        refused "unexpected argument '--bogus'" "$bin" compare "$tiny" $extra --bogus
+        refused "unknown option '--bogus'" "$bin" compare "$tiny" $extra --bogus
     }
 done
 refused "/nonexistent/plan.json: cannot open" "$bin" export /nonexistent/plan.json --to megatron
 refused "--to takes megatron, torchtitan or deepspeed, got 'bogus'" "$bin" export "$tiny" --to bogus
-refused "unexpected argument '--bogus'" "$bin" export --bogus
+refused "unknown option '--bogus'" "$bin" export --bogus
 
 # autopar-profile reads its own flags; a build without CUDA says it has none.
 if "$bin" profile --help | grep -q "this build has no GPU support"; then
@@ -107,6 +107,13 @@ else
     refused "unknown option \"--bogus\"" "$bin" profile --bogus
 fi
 refused "unknown command 'plann'" "$bin" plann "$tiny"
+# A misspelt option is met with the nearest one the command has, and a
+# switch given a value is told it takes none.
+refused "unknown option '--gpu' (did you mean --gpus?)" "$bin" plan "$tiny" --gpu 16
+refused "unknown option '--too' (did you mean --to?)" "$bin" export "$tiny" --too megatron
+refused "unknown option '--jsn' (did you mean --json?)" "$bin" graph "$tiny" --jsn
+refused "--fp8 takes no value ('--fp8=on')" "$bin" plan "$tiny" --fp8=on
+refused "unexpected argument 'extra'" "$bin" plan "$tiny" extra
 
 # A file of another kind says what it is, not the first field it lacks.
 "$bin" plan "$tiny" --gpus 2 --quiet --target megatron -o "$tmp/kind.json" >/dev/null

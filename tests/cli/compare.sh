@@ -59,7 +59,7 @@ expect "a configuration (--megatron or --megatron-args) is required"
 expect "--global-batch 32 and the configuration's gbs=16 differ" \
     --megatron "gbs=16" --global-batch 32
 expect "give one --megatron or --megatron-args" --megatron "tp=2" --megatron "tp=1"
-expect "unexpected argument '--frobnicate'" --megatron "tp=2" --frobnicate
+expect "unknown option '--frobnicate'" --megatron "tp=2" --frobnicate
 
 "$bin" plan "$model" --gpus 4 --global-batch 16 --quiet --target torchtitan \
     --trace "$tmp/trace.json" >"$tmp/out" 2>"$tmp/err"
