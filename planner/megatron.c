@@ -1742,6 +1742,10 @@ static int launcher_flag(const char *tok, char **save, ap_megatron *m, char *err
     int *slot = i < 2 ? &m->launcher.nproc : i == 2 ? &m->launcher.nnodes : NULL;
     if (!slot || (i < 2 && launcher_word(v)) || (i == 2 && strchr(v, ':')))
         return 1;
+    char flag[80];
+    snprintf(flag, sizeof flag, "torchrun %s", tok);
+    if (shell_variable(flag, v, err))
+        return -1;
     long x = strtol(v, &end, 10);
     if (*end || x < 1 || x > AP_MAX_GPUS) {
         snprintf(err, AP_ERR_LEN, "--megatron-args: torchrun %s %.64s: %s", tok, v,
