@@ -444,8 +444,14 @@ int ap_cli_script_graph(const ap_megatron *m, const ap_build_opts *build, ap_gra
     int rc = ap_megatron_model(m, &d, &layers, err);
     if (!rc)
         rc = ap_graph_from_decoder(&d, AP_MEGATRON_SOURCE, build, g, err);
-    if (!rc)
+    if (!rc) {
+        /* Named for what the flags state, which the reports and exports
+         * print as the model's name ("plan for ... on 16 GPUs"). */
+        const ap_dim *h = ap_graph_dim(*g, 'h');
+        snprintf((*g)->name, sizeof (*g)->name, "--megatron-args model (%d layers, hidden %lld)",
+                 (*g)->nlayers, h ? (long long)h->size : 0LL);
         ap_megatron_numerics(m, *g);
+    }
     free(layers);
     return rc;
 }

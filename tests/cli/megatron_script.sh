@@ -60,7 +60,7 @@ grep -q '"model_path":[[:space:]]*"",' "$tmp/plan.json" && ok ||
     "$bin" export "$tmp/plan.json" --to megatron --model "$tmp/flags-model.json" >/dev/null \
     2>>"$tmp/err" && ok || bad "export with the graph of the flags: $(cat "$tmp/err")"
 "$bin" estimate --gpus 8 --megatron-args "$llama" >"$tmp/out" 2>&1 &&
-    grep -q "^plan for --megatron-args on 8 GPUs" "$tmp/out" && ok ||
+    grep -q "^plan for --megatron-args model (32 layers, hidden 4096) on 8 GPUs" "$tmp/out" && ok ||
     bad "the report's heading: $(head -1 "$tmp/out")"
 "$bin" compare --gpus 8 --quiet --megatron-args "$llama" >"$tmp/out" 2>"$tmp/err" &&
     grep -q "megatron (yours)" "$tmp/out" && ok || bad "compare: $(cat "$tmp/err")"
@@ -136,7 +136,7 @@ b=$("$bin" estimate "$tmp/llama.json" --gpus 8 --json --megatron-args "$llama" 2
 # unless --gpus says otherwise, which is refused.
 "$bin" estimate --megatron-args "torchrun --nproc-per-node 8 --nnodes 2 --node-rank 0 \
 --master-addr localhost --master-port 6000 pretrain_gpt.py $llama" >"$tmp/out" 2>"$tmp/err" &&
-    grep -q "^plan for --megatron-args on 16 GPUs (h100-sxm, 8 per node)" "$tmp/out" &&
+    grep -q "^plan for --megatron-args model (32 layers, hidden 4096) on 16 GPUs (h100-sxm, 8 per node)" "$tmp/out" &&
     ! grep -q "warning" "$tmp/err" && ok || bad "torchrun line: $(head -1 "$tmp/out") $(cat "$tmp/err")"
 "$bin" estimate --gpus 8 --megatron-args "torchrun --nproc_per_node 8 --nnodes 2 \
 pretrain_gpt.py $llama" >/dev/null 2>"$tmp/err"
