@@ -18,7 +18,7 @@ static const char usage_text[] =
     "                       [--cluster NAME|FILE]\n"
     "                       [--global-batch B] [--seq N] [--mtp-layers N]\n"
     "                       [--flash-attention on|off] [--quiet]\n"
-    "                       [--dropout on|off] [--max-experts-per-gpu E]\n"
+    "                       [--dropout on|off] [--max-experts-per-gpu E] [--threads N]\n"
     "\n"
     "Puts your Megatron-LM configuration and autopar's plan side by side under\n"
     "the same cost model: step time, tokens/s, MFU, TFLOP/s and memory per GPU,\n"
@@ -69,6 +69,8 @@ static const char usage_text[] =
     "                         autopar's plan and the sweep keep at most E experts\n"
     "                         on a GPU (`autopar plan --help`); yours is priced\n"
     "                         as given\n"
+    "  --threads N            worker threads of the search and the sweep (default:\n"
+    "                         the machine's cores); the result does not depend on it\n"
     "  --quiet                no progress on stderr\n";
 
 typedef struct {
@@ -229,6 +231,7 @@ typedef struct {
     ap_cli_common cm;
     ap_megatron m;
     int have_megatron, args, sweep, json, quiet, max_local_experts;
+    int threads; /* --threads N; 0: the machine's cores */
     int no_plan_sweep; /* --no-sweep: autopar's plan is the search's alone */
 } options;
 
@@ -256,6 +259,10 @@ static int parse(int argc, char **argv, options *o)
         } else if (!strcmp(a, "--max-experts-per-gpu") && v) {
             if (ap_cli_int("compare", a, v, 1, AP_CLI_MAX_EXPERTS_PER_GPU,
                            &o->max_local_experts))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (ap_cli_int("compare", a, v, 1, 256, &o->threads))
                 return 2;
             i++;
         } else if (!strcmp(a, "--megatron") || !strcmp(a, "--megatron-args")) {
@@ -307,6 +314,7 @@ static int run(const options *o, const ap_graph *g, const ap_cluster *c)
     po.progress = progress;
     po.run = o->m.run; /* all sides in the configuration's precision */
     po.max_local_experts = o->max_local_experts;
+    po.threads = o->threads;
     /* One sweep serves both: autopar's plan is the faster of the search's
      * and the sweep's (ap_plan_best), and --sweep shows the sweep's own.
      * Under --no-sweep the plan is the search's, and --sweep's column

@@ -61,6 +61,9 @@ grep -q '^autopar compare: the sweep took [0-9.]* s$' "$tmp/ce" && ok ||
     bad "compare says the sweep's wall time on stderr: $(cat "$tmp/ce")"
 cmp -s "$tmp/j1" "$tmp/j2" && ok || bad "compare --sweep --json differs between runs"
 # shellcheck disable=SC2086
+"$bin" compare $cargs --json --threads 1 >"$tmp/j3" 2>/dev/null || bad "compare --threads 1"
+cmp -s "$tmp/j1" "$tmp/j3" && ok || bad "compare --threads 1 differs from the default"
+# shellcheck disable=SC2086
 a=$("$bin" plan $big --quiet) && b=$("$bin" plan $big --quiet --threads 1) &&
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "plan's summary differs between runs"
 
