@@ -334,14 +334,19 @@ static int megatron_launcher(ap_cli_common *cm, const ap_megatron *m, const char
     if (!nproc)
         return 0;
     long long gpus = (long long)nproc * nodes;
+    /* The launcher's own names for the counts, as the line gave them. */
+    int ds = m->launcher.deepspeed;
+    const char *who = ds ? "deepspeed" : "torchrun";
+    const char *per = ds ? "--num_gpus" : "--nproc-per-node";
+    const char *many = ds ? "--num_nodes" : "--nnodes";
     if (cm->gpus_per_node && cm->gpus_per_node != nproc) {
-        fprintf(stderr, "autopar %s: --gpus-per-node %d and --megatron-args' torchrun "
-                "--nproc-per-node %d disagree\n", cmd, cm->gpus_per_node, nproc);
+        fprintf(stderr, "autopar %s: --gpus-per-node %d and --megatron-args' %s %s %d "
+                "disagree\n", cmd, cm->gpus_per_node, who, per, nproc);
         return 2;
     }
     if ((cm->gpus_given && cm->gpus != gpus) || gpus > AP_MAX_GPUS) {
-        fprintf(stderr, "autopar %s: --megatron-args' torchrun line launches %lld GPUs "
-                "(--nproc-per-node %d x --nnodes %d)%s\n", cmd, gpus, nproc, nodes,
+        fprintf(stderr, "autopar %s: --megatron-args' %s line launches %lld GPUs "
+                "(%s %d x %s %d)%s\n", cmd, who, gpus, per, nproc, many, nodes,
                 gpus > AP_MAX_GPUS ? ", more than autopar plans for" : "");
         if (gpus <= AP_MAX_GPUS)
             fprintf(stderr, "  but --gpus says %d: give one of them\n", cm->gpus);

@@ -329,8 +329,6 @@ static char *flag_value(const char *flag, char **save, char *err)
     return v;
 }
 
-/* A value autopar reads that is a shell variable: a script pasted before
- * the shell expanded it. Returns -1 with err saying so, else 0. */
 /* Whether the pasted text assigns the variable that `tok` ("$ARGS",
  * "${ARGS[@]}") expands: then its flags are in the text already. */
 static int assigned_here(const char *tok, const char *text)
@@ -379,6 +377,8 @@ static int one_dash(const char *tok, char *err)
     return 1;
 }
 
+/* A value autopar reads that is a shell variable: a script pasted before
+ * the shell expanded it. Returns -1 with err saying so, else 0. */
 static int shell_variable(const char *flag, const char *v, char *err)
 {
     if (v[0] != '$')
@@ -1757,6 +1757,62 @@ static int launcher_flag(const char *tok, char **save, ap_megatron *m, char *err
     return 1;
 }
 
+/* The deepspeed runner's own flags (deepspeed/launcher/runner.py; its
+ * argparse spells them with underscores only): --num_gpus (its alias
+ * --num_accelerators) processes per node and --num_nodes nodes are the
+ * GPUs where both are given; a node count left out is the hostfile's,
+ * which the line does not hold, so then neither says anything. The others
+ * are read past, those of the first list with their value. Returns 1 when
+ * `tok` was one, 0 when not, -1 with err set. */
+static int deepspeed_flag(const char *tok, char **save, ap_megatron *m, char *err)
+{
+    static const char *const valued[] = {
+        "--num_gpus", "--num_accelerators", "--num_nodes", "--hostfile", "--include",
+        "--exclude", "--min_elastic_nodes", "--max_elastic_nodes", "--launcher",
+        "--launcher_args", "--enable_each_rank_log", "--autotuning", "--comment",
+        "--account", "--bind_core_list", "--ssh_port"};
+    static const char *const switches[] = {
+        "--module", "--no_python", "--no_local_rank", "--no_ssh", "--no_ssh_check",
+        "--force_multi", "--save_pid", "--elastic_training", "--bind_cores_to_rank"};
+    for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++)
+        if (!strcmp(tok, switches[i]))
+            return 1;
+    size_t i = 0, n = sizeof valued / sizeof valued[0];
+    while (i < n && strcmp(tok, valued[i]))
+        i++;
+    if (i == n)
+        return 0;
+    char *v = flag_value(tok, save, err), *end;
+    if (!v)
+        return -1;
+    int *slot = i < 2 ? &m->launcher.ds_gpus : i == 2 ? &m->launcher.ds_nodes : NULL;
+    if (!slot)
+        return 1;
+    char flag[80];
+    snprintf(flag, sizeof flag, "deepspeed %s", tok);
+    if (shell_variable(flag, v, err))
+        return -1;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 1 || x > AP_MAX_GPUS) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: deepspeed %s %.64s: not a count of %s "
+                 "(1 or more)", tok, v, i < 2 ? "GPUs per node" : "nodes");
+        return -1;
+    }
+    *slot = (int)x;
+    return 1;
+}
+
+/* A deepspeed line's GPUs, once the line is read: its --num_gpus x
+ * --num_nodes, where both are given and no torchrun flag said otherwise. */
+static void deepspeed_gpus(ap_megatron *m)
+{
+    if (!m->launcher.ds_gpus || !m->launcher.ds_nodes || m->launcher.nproc)
+        return;
+    m->launcher.nproc = m->launcher.ds_gpus;
+    m->launcher.nnodes = m->launcher.ds_nodes;
+    m->launcher.deepspeed = 1;
+}
+
 /* A torchrun line's training script, where it is one of Megatron-LM's
  * that trains another model than the GPT decoder the flags build here
  * (pretrain_gpt.py's; forks' own scripts, pretrain_llama.py and the like,
@@ -2189,6 +2245,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             return AP_EINPUT;
         if (!known && (known = launcher_flag(tok, &save, m, err)) < 0)
             return AP_EINPUT;
+        if (!known && (known = deepspeed_flag(tok, &save, m, err)) < 0)
+            return AP_EINPUT;
         if (!known && (known = bf16_edge_flag(tok, &save, edge, err)) < 0)
             return AP_EINPUT;
         if (!known && (known = window_flag(tok, &save, m, err)) < 0)
@@ -2241,6 +2299,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     }
     if (empty_line(&ls, args, m->commented, err))
         return AP_EINPUT;
+    deepspeed_gpus(m);
     /* --num-query-groups defaults to 1 (multi-query attention) under
      * --group-query-attention, as in Megatron-LM's parser. */
     m->shape.groups = gqa ? (groups ? groups : 1) : 0;

@@ -997,9 +997,12 @@ typedef struct {
     } shape;
     /* A torchrun line pasted with the flags: its --nproc-per-node and
      * --nnodes (0: not given, or a range of nodes), which the commands
-     * check --gpus and --gpus-per-node against. */
+     * check --gpus and --gpus-per-node against; or a deepspeed line's
+     * --num_gpus and --num_nodes (ds_gpus, ds_nodes), which set them where
+     * both are given (deepspeed 1). */
     struct {
         int nproc, nnodes;
+        int ds_gpus, ds_nodes, deepspeed;
     } launcher;
     /* 1 when Megatron-LM's flags set it (ap_megatron_parse_args): a flag
      * left out then means Megatron-LM's default, where a spec's key left

@@ -142,6 +142,20 @@ b=$("$bin" estimate "$tmp/llama.json" --gpus 8 --json --megatron-args "$llama" 2
 pretrain_gpt.py $llama" >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "torchrun line launches 16 GPUs (--nproc-per-node 8 x --nnodes 2)" \
     "$tmp/err" && ok || bad "--gpus 8 against a 16-GPU torchrun line: $(cat "$tmp/err")"
+# A deepspeed line (Megatron-DeepSpeed's launcher) launches --num_gpus x
+# --num_nodes GPUs where both are given; its own flags are read past without
+# a warning, and a node count left out is the hostfile's, which says nothing.
+"$bin" estimate --megatron-args "deepspeed --num_gpus 8 --num_nodes 2 --hostfile hosts \
+--no_local_rank --master_port 6000 pretrain_gpt.py $llama" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "^plan for --megatron-args model (32 layers, hidden 4096) on 16 GPUs (h100-sxm, 8 per node)" "$tmp/out" &&
+    ! grep -q "warning" "$tmp/err" && ok || bad "deepspeed line: $(head -1 "$tmp/out") $(cat "$tmp/err")"
+"$bin" estimate --gpus 32 --megatron-args "deepspeed --num_gpus 8 --hostfile hosts \
+pretrain_gpt.py $llama" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q " on 32 GPUs " "$tmp/out" && ok || bad "deepspeed without --num_nodes: $(cat "$tmp/err")"
+"$bin" estimate --gpus 8 --megatron-args "deepspeed --num_gpus 8 --num_nodes 2 \
+pretrain_gpt.py $llama" >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "deepspeed line launches 16 GPUs (--num_gpus 8 x --num_nodes 2)" \
+    "$tmp/err" && ok || bad "--gpus 8 against a 16-GPU deepspeed line: $(cat "$tmp/err")"
 
 # Refusals, each naming the flag (exit 2).
 refused() {
