@@ -1723,6 +1723,25 @@ static int launcher_word(const char *v)
            !strcmp(v, "xpu");
 }
 
+/* A launcher's count of processes or nodes, `v` of its flag `tok`, into
+ * *slot: 1, or -1 with err set for a shell variable or a value that is no
+ * count (`bad` says what it should be). */
+static int launch_count(const char *who, const char *tok, const char *v, const char *bad,
+                        int *slot, char *err)
+{
+    char flag[80], *end;
+    snprintf(flag, sizeof flag, "%s %s", who, tok);
+    if (shell_variable(flag, v, err))
+        return -1;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 1 || x > AP_MAX_GPUS) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s %.64s: %s", flag, v, bad);
+        return -1;
+    }
+    *slot = (int)x;
+    return 1;
+}
+
 /* A torchrun flag: its value read past, but for --nproc-per-node and
  * --nnodes, which say how many GPUs the line launches (a range of nodes,
  * elastic, says nothing). 1 when `tok` was one, 0 when not, -1 with err set
@@ -1736,25 +1755,16 @@ static int launcher_flag(const char *tok, char **save, ap_megatron *m, char *err
         i++;
     if (i == n)
         return 0;
-    char *v = flag_value(tok, save, err), *end;
+    char *v = flag_value(tok, save, err);
     if (!v)
         return -1;
     int *slot = i < 2 ? &m->launcher.nproc : i == 2 ? &m->launcher.nnodes : NULL;
     if (!slot || (i < 2 && launcher_word(v)) || (i == 2 && strchr(v, ':')))
         return 1;
-    char flag[80];
-    snprintf(flag, sizeof flag, "torchrun %s", tok);
-    if (shell_variable(flag, v, err))
-        return -1;
-    long x = strtol(v, &end, 10);
-    if (*end || x < 1 || x > AP_MAX_GPUS) {
-        snprintf(err, AP_ERR_LEN, "--megatron-args: torchrun %s %.64s: %s", tok, v,
-                 i < 2 ? "not a count of processes (1 or more, or auto, gpu, cpu)"
-                       : "not a count of nodes (1 or more, or a range MIN:MAX)");
-        return -1;
-    }
-    *slot = (int)x;
-    return 1;
+    return launch_count("torchrun", tok, v,
+                        i < 2 ? "not a count of processes (1 or more, or auto, gpu, cpu)"
+                              : "not a count of nodes (1 or more, or a range MIN:MAX)",
+                        slot, err);
 }
 
 /* The deepspeed runner's own flags (deepspeed/launcher/runner.py; its
@@ -1782,24 +1792,16 @@ static int deepspeed_flag(const char *tok, char **save, ap_megatron *m, char *er
         i++;
     if (i == n)
         return 0;
-    char *v = flag_value(tok, save, err), *end;
+    char *v = flag_value(tok, save, err);
     if (!v)
         return -1;
     int *slot = i < 2 ? &m->launcher.ds_gpus : i == 2 ? &m->launcher.ds_nodes : NULL;
     if (!slot)
         return 1;
-    char flag[80];
-    snprintf(flag, sizeof flag, "deepspeed %s", tok);
-    if (shell_variable(flag, v, err))
-        return -1;
-    long x = strtol(v, &end, 10);
-    if (*end || x < 1 || x > AP_MAX_GPUS) {
-        snprintf(err, AP_ERR_LEN, "--megatron-args: deepspeed %s %.64s: not a count of %s "
-                 "(1 or more)", tok, v, i < 2 ? "GPUs per node" : "nodes");
-        return -1;
-    }
-    *slot = (int)x;
-    return 1;
+    return launch_count("deepspeed", tok, v,
+                        i < 2 ? "not a count of GPUs per node (1 or more)"
+                              : "not a count of nodes (1 or more)",
+                        slot, err);
 }
 
 /* A deepspeed line's GPUs, once the line is read: its --num_gpus x
