@@ -326,12 +326,12 @@ int ap_plan_caveat_fp8_blockwise(const ap_plan *p, char *buf, size_t len)
     return 1;
 }
 
-/* Whether any op of stage st (its blocks' chosen points) splits mesh axis
- * a. Blocks the stage does not run count too, which can only hide an idle
- * axis, never invent one. */
-static int axis_used(const ap_stage *st, int nblocks, int a)
+/* Whether any op of blocks [from, to) of stage st (their chosen points)
+ * splits mesh axis a. Blocks the stage does not run count too, which can
+ * only hide an idle axis, never invent one. */
+static int axis_used(const ap_stage *st, int from, int to, int a)
 {
-    for (int b = 0; b < nblocks; b++) {
+    for (int b = from; b < to; b++) {
         const ap_block *blk = &st->blocks[b];
         if (blk->nops == 0 || blk->npoints == 0)
             continue;
@@ -343,28 +343,48 @@ static int axis_used(const ap_stage *st, int nblocks, int a)
     return 0;
 }
 
+/* Whether stage st runs any layer: a stage of the embedding or the head
+ * alone has no layer work to repeat. */
+static int stage_has_layers(const ap_stage *st)
+{
+    return st->nlayers > 0;
+}
+
 /* A mesh axis that splits nothing leaves every GPU along it computing what
  * its neighbours compute: the search had more GPUs than the batch and the
  * model's widths divide among, and the step is what a plan on a fraction
- * of them would price. The plan is still the fastest found, so the reader
- * is told rather than refused. Expert ops under folding lie on a mesh of
- * their own, so such stages are left out. */
+ * of them would price. An axis that splits only the ops before or after
+ * the layers (a tiny model's embedding) is the same in all but those ops:
+ * every layer is repeated along it. The plan is still the fastest found,
+ * so the reader is told rather than refused. Expert ops under folding lie
+ * on a mesh of their own, so such stages are left out. */
 int ap_plan_caveat_idle_axis(const ap_plan *p, char *buf, size_t len)
 {
+    int nblocks = 2 + p->nclasses;
     for (int s = 0; s < p->nstages; s++) {
         const ap_stage *st = &p->stages[s];
         if (st->mesh.experts[0] || !st->blocks)
             continue;
         for (int a = 0; a < 2; a++) {
             int n = st->mesh.d[a];
-            if (n <= 1 || axis_used(st, 2 + p->nclasses, a))
+            if (n <= 1 || (stage_has_layers(st) ? axis_used(st, 2, nblocks, a)
+                                                : axis_used(st, 0, nblocks, a)))
                 continue;
-            snprintf(buf, len, "stage %d's mesh axis %d (%d GPUs) splits none of its ops, "
-                     "so each GPU along it repeats the work of the others: %d GPUs are "
-                     "more than the batch of %.0f sequences and the model's widths "
-                     "divide among, and a plan on %d GPUs prices no slower (autopar plan "
-                     "--gpus %d)", s, a, n, p->gpus, p->global_batch, p->gpus / n,
-                     p->gpus / n);
+            if (axis_used(st, 0, 2, a))
+                snprintf(buf, len, "stage %d's mesh axis %d (%d GPUs) splits none of its "
+                         "layers' ops, only some before or after them (the embedding, the "
+                         "head), so each GPU along it repeats every layer's work: %d GPUs "
+                         "are more than the batch of %.0f sequences and the layers' widths "
+                         "divide among, and a plan on %d GPUs prices nearly the same "
+                         "(autopar plan --gpus %d)", s, a, n, p->gpus, p->global_batch,
+                         p->gpus / n, p->gpus / n);
+            else
+                snprintf(buf, len, "stage %d's mesh axis %d (%d GPUs) splits none of its "
+                         "ops, so each GPU along it repeats the work of the others: %d GPUs "
+                         "are more than the batch of %.0f sequences and the model's widths "
+                         "divide among, and a plan on %d GPUs prices no slower (autopar "
+                         "plan --gpus %d)", s, a, n, p->gpus, p->global_batch, p->gpus / n,
+                         p->gpus / n);
             return 1;
         }
     }
