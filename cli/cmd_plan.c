@@ -378,6 +378,14 @@ int ap_cmd_plan(int argc, char **argv)
     /* --emit LAUNCHER asks for a plan that launcher runs. */
     if (!targeted && strcmp(out.emit, "table") && strcmp(out.emit, "json")) {
         targeted = !ap_launcher_from_name(out.emit, &target, err);
+        /* What the launcher's flags cannot state refuses every plan: say
+         * so before the search rather than after it. */
+        if (targeted && ap_launcher_check_model(g, target, &o.run, g->name, err)) {
+            fprintf(stderr, "autopar plan: --emit %s: %s\n", out.emit, err);
+            ap_graph_free(g);
+            ap_cluster_free(&c);
+            return 2;
+        }
         if (targeted && o.progress == 1)
             fprintf(stderr, "autopar plan: --emit %s: planning the configurations %s "
                     "runs (as --target %s)\n", out.emit, ap_launcher_name(target), out.emit);

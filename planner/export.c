@@ -1076,6 +1076,18 @@ static int check_recompute_method(const ap_plan_desc *p, const ap_degrees *d,
     return check_uniform_groups(p, d, who, err);
 }
 
+int ap_launcher_check_model(const ap_graph *g, ap_launcher to, const ap_run_settings *run,
+                            const char *source, char *err)
+{
+    static const ap_plan_desc zero;
+    ap_plan_desc p = zero;
+    snprintf(p.source, sizeof p.source, "%s", source);
+    p.run = *run;
+    ap_model_shape shape;
+    ap_model_shape_of(g, &shape);
+    return check_architecture(&shape, &p, to, err);
+}
+
 int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
                      ap_degrees *d, char *err)
 {

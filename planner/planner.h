@@ -1540,6 +1540,13 @@ typedef struct {
  * sharding, what the launcher would need). `g` is the plan's model. */
 int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
                      ap_degrees *out, char *err);
+/* Whether launcher `to` can state the model of `g` under the run settings
+ * at all, whatever the plan: the architecture checks of ap_plan_classify
+ * alone (post-norms, a parallel residual, biases no flag states, ...),
+ * which a plan that must be exported can be refused by before it is
+ * searched for. AP_EINPUT with err naming `source` where it cannot. */
+int ap_launcher_check_model(const ap_graph *g, ap_launcher to, const ap_run_settings *run,
+                            const char *source, char *err);
 /* Classifies and writes the launcher's input: a shell snippet with the
  * Megatron-LM arguments and a torchrun line, the torchtitan flags and a
  * torchrun line, or a DeepSpeed config JSON. The caller frees *text. */

@@ -46,4 +46,13 @@ sed -n 2p "$tmp/l8" | grep -q '^note: no launcher runs this plan as it stands (M
 "$bin" plan "$llama" --gpus 16 --emit megatron --target megatron | cmp -s - "$tmp/l8.sh" &&
     ok || bad "--emit megatron is --target megatron's plan"
 
+# A model the launcher's flags cannot state is refused before the search,
+# not after it: Gemma 2's post-norms under Megatron-LM.
+"$bin" plan "$src/examples/hf/gemma-2-9b.json" --gpus 16 --emit megatron >"$tmp/g.sh" 2>"$tmp/g.err"
+rc=$?
+[ $rc -eq 2 ] && [ ! -s "$tmp/g.sh" ] &&
+    grep -q "^autopar plan: --emit megatron: gemma-2-9b.json: Megatron-LM's layers norm the inputs" "$tmp/g.err" &&
+    ok ||
+    bad "--emit megatron on Gemma 2: exit $rc: $(cat "$tmp/g.err")"
+
 finish
