@@ -192,7 +192,6 @@ static void add_rate(cJSON *o, const ap_plan *p)
     }
 }
 
-/* The stage whose memory is the plan's: the first with the most. */
 /* Decimals that show `seconds` to three significant digits, at least 3. */
 static int step_decimals(double seconds)
 {
@@ -202,6 +201,7 @@ static int step_decimals(double seconds)
     return d;
 }
 
+/* The stage whose memory is the plan's: the first with the most. */
 static const ap_stage *fullest_stage(const ap_plan *p)
 {
     const ap_stage *most = p->nstages ? &p->stages[0] : NULL;
@@ -676,6 +676,17 @@ char *ap_plan_to_json(const ap_graph *g, const ap_plan *p)
 
 static double gib(double b) { return b / (1024.0 * 1024 * 1024); }
 
+/* Bytes in GiB to one decimal, or in MiB where that would read 0.0 GiB (a
+ * small model's), so that a plan's memory never reads as none. */
+static const char *mem_text(double b, char *buf, size_t len)
+{
+    if (b > 0 && gib(b) < 0.05)
+        snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024));
+    else
+        snprintf(buf, len, "%.1f GiB", gib(b));
+    return buf;
+}
+
 static void print_block(const ap_graph *g, const ap_block *blk,
                         const ap_block_point *bp, FILE *f)
 {
@@ -874,15 +885,15 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                    "sequence and heads (--cp-comm-type a2a)\n");
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
-        char copies[96], rc[192], layers[128];
+        char copies[96], rc[192], layers[128], mem[32];
         mesh_copies(&st->mesh, copies, sizeof copies);
         format_recompute(p, st, rc, sizeof rc);
         format_layers(p, i, layers, sizeof layers);
         fprintf(f, "  stage %d: layers %s%s%s  GPUs %d-%d  mesh %dx%d%s  "
-                   "recompute %s  memory %.1f GiB\n",
+                   "recompute %s  memory %s\n",
                 i, layers, st->has_pre ? " +embedding" : "", st->has_post ? " +head" : "",
                 st->first_rank, st->first_rank + st->ngpus - 1, st->mesh.d[0],
-                st->mesh.d[1], copies, rc, gib(st->mem_bytes));
+                st->mesh.d[1], copies, rc, mem_text(st->mem_bytes, mem, sizeof mem));
         if (i > 0 && p->stages[i].mesh.d[0] == p->stages[0].mesh.d[0] &&
             p->stages[i].mesh.d[1] == p->stages[0].mesh.d[1] &&
             p->stages[i].mesh.replicas == p->stages[0].mesh.replicas &&
@@ -905,48 +916,55 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
             step_decimals(p->step_time), p->step_time, p->tokens_per_s,
             p->model_tflops_per_gpu, p->hw_tflops_per_gpu, 100 * p->mfu);
     const ap_stage *full = fullest_stage(p);
-    fprintf(f, "  memory per GPU %.1f GiB of %.1f GiB usable (gradients %.1f GiB, %s",
-            gib(p->max_mem_bytes), gib(p->hbm_limit), gib(full ? full->grad_bytes : 0),
+    char most[32], grads[32], opt[32];
+    fprintf(f, "  memory per GPU %s of %.1f GiB usable (gradients %s, %s",
+            mem_text(p->max_mem_bytes, most, sizeof most), gib(p->hbm_limit),
+            mem_text(full ? full->grad_bytes : 0, grads, sizeof grads),
             p->run.grad_fp32 ? "fp32, reduced in fp32" : "2 bytes each");
     if (!ap_opt_dtypes_fp32(&p->run.opt))
-        fprintf(f, "; optimizer states %.1f GiB: main weights %s, exp_avg %s, exp_avg_sq %s",
-                gib(full ? full->opt_bytes : 0), ap_opt_dtype_name(p->run.opt.main_params),
+        fprintf(f, "; optimizer states %s: main weights %s, exp_avg %s, exp_avg_sq %s",
+                mem_text(full ? full->opt_bytes : 0, opt, sizeof opt),
+                ap_opt_dtype_name(p->run.opt.main_params),
                 ap_opt_dtype_name(p->run.opt.exp_avg), ap_opt_dtype_name(p->run.opt.exp_avg_sq));
     /* Two measures of the pipeline's idle time: the share of all stages'
      * time they wait (the schedule's bubble and uneven stages alike), and
      * in the breakdown the part of the step the slowest stage waits. */
     fprintf(f, "); pipeline bubble %.1f%% of all stages' time\n", 100 * p->bubble);
-    fprintf(f, "  breakdown: compute %.3f s, communication %.3f s, bubble %.3f s (the "
-               "slowest stage's wait), gradient sync %.3f s, optimizer %.3f s\n",
-            p->t_compute, p->t_comm, p->t_bubble, p->t_grad_sync, p->t_optimizer);
-    fprintf(f, "  communication: tensor-parallel %.3f s, resharding %.3f s%s",
-            p->t_kinds.tp, p->t_kinds.reshard,
+    /* The breakdown to the step's decimals, so that a small model's parts
+     * do not all read 0.000 s. */
+    int dec = step_decimals(p->step_time);
+    fprintf(f, "  breakdown: compute %.*f s, communication %.*f s, bubble %.*f s (the "
+               "slowest stage's wait), gradient sync %.*f s, optimizer %.*f s\n",
+            dec, p->t_compute, dec, p->t_comm, dec, p->t_bubble, dec, p->t_grad_sync, dec,
+            p->t_optimizer);
+    fprintf(f, "  communication: tensor-parallel %.*f s, resharding %.*f s%s",
+            dec, p->t_kinds.tp, dec, p->t_kinds.reshard,
             p->run.tp_overlap ? " (exposed: sequence-parallel collectives overlapped "
                             "with GEMMs)"
             : p->run.tp_sync ? " (synchronous backward, tp_sync)" : "");
     if (p->t_kinds.expert > 0)
-        fprintf(f, ", expert all-to-all %.3f s", p->t_kinds.expert);
+        fprintf(f, ", expert all-to-all %.*f s", dec, p->t_kinds.expert);
     if (p->run.moe_a2a_overlap)
-        fprintf(f, " (%.3f s of it hidden behind another micro-batch's compute, "
-                   "--overlap-moe-expert-parallel-comm%s)", p->t_a2a_hidden,
+        fprintf(f, " (%.*f s of it hidden behind another micro-batch's compute, "
+                   "--overlap-moe-expert-parallel-comm%s)", dec, p->t_a2a_hidden,
                 p->run.delay_wgrad ? " with --delay-wgrad-compute" : "");
     if (p->t_kinds.context > 0)
-        fprintf(f, ", context-parallel %.3f s", p->t_kinds.context);
+        fprintf(f, ", context-parallel %.*f s", dec, p->t_kinds.context);
     if (p->t_kinds.param_gather > 0)
-        fprintf(f, ", ZeRO-3 gathers %.3f s", p->t_kinds.param_gather);
+        fprintf(f, ", ZeRO-3 gathers %.*f s", dec, p->t_kinds.param_gather);
     if (p->t_kinds.grad_reduce > 0)
-        fprintf(f, ", ZeRO-2/3 gradient reduce-scatters %.3f s", p->t_kinds.grad_reduce);
+        fprintf(f, ", ZeRO-2/3 gradient reduce-scatters %.*f s", dec, p->t_kinds.grad_reduce);
     if (p->t_kinds.amax > 0)
-        fprintf(f, ", FP8 amax all-reduces %.3f s", p->t_kinds.amax);
-    fprintf(f, "; pipeline send/recv %.3f s; gradient sync %.3f s (%.3f s exposed%s",
-            p->t_p2p, p->t_grad_sync_total, p->t_grad_sync,
+        fprintf(f, ", FP8 amax all-reduces %.*f s", dec, p->t_kinds.amax);
+    fprintf(f, "; pipeline send/recv %.*f s; gradient sync %.*f s (%.*f s exposed%s",
+            dec, p->t_p2p, dec, p->t_grad_sync_total, dec, p->t_grad_sync,
             p->serial_grad_sync ? ", after the backward" : "");
     if (p->t_tied_sync > 0)
         fprintf(f, ", of which the tied embeddings' all-reduce between the first "
-                   "and last stage %.3f s", p->t_tied_sync);
+                   "and last stage %.*f s", dec, p->t_tied_sync);
     if (p->t_param_sync_total > 0)
-        fprintf(f, "; of it the parameter all-gather %.3f s, %.3f s exposed, %s",
-                p->t_param_sync_total, p->t_param_sync,
+        fprintf(f, "; of it the parameter all-gather %.*f s, %.*f s exposed, %s",
+                dec, p->t_param_sync_total, dec, p->t_param_sync,
                 ap_plan_param_gather_overlapped(p)
                     ? "its first bucket, the rest behind the first micro-batch's forward"
                     : "after the optimizer step");

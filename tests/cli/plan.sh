@@ -10,6 +10,13 @@ grep -q "predicted step" "$tmp/out" && ok || bad "summary names the predicted st
 # A step well under a millisecond still shows its digits, not 0.000 s.
 grep -Eq "predicted step 0\.000[1-9][0-9]{2} s" "$tmp/out" && ok ||
     bad "a short step in three significant digits: $(grep 'predicted step' "$tmp/out")"
+# So do the breakdown's parts, and memory under 0.05 GiB reads in MiB, the
+# tiny model's few megabytes never as 0.0 GiB.
+grep -Eq "breakdown: compute 0\.000[1-9][0-9]{2} s" "$tmp/out" && ok ||
+    bad "the breakdown in the step's digits: $(grep 'breakdown' "$tmp/out")"
+grep -Eq "memory per GPU [1-9][0-9]*\.[0-9] MiB of [0-9.]+ GiB usable \(gradients [0-9]\.[0-9] MiB" "$tmp/out" &&
+    ! grep -q "0\.0 GiB" "$tmp/out" && ok ||
+    bad "small memory in MiB: $(grep 'memory' "$tmp/out")"
 grep -q '"format":.*"autopar-plan/1"' "$tmp/plan.json" && ok || bad "plan.json has its format"
 grep -q '"step_time_s":' "$tmp/plan.json" && ok || bad "plan.json has the prediction"
 
