@@ -1,7 +1,8 @@
 /* hf.c -- builds the operator graph of one training step from a Hugging Face
  * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
  * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS, Llama 4, GLM-4.5,
- * MiniMax-M2, Seed-OSS, SmolLM3, ERNIE 4.5 dense and MoE, dots.llm1).
+ * MiniMax-M2, Seed-OSS, SmolLM3, ERNIE 4.5 dense and MoE, dots.llm1, Granite 3,
+ * GLM-4-0414).
  *
  * The config is read into an hf_model first, so that every field is checked
  * (present, of the right type, within sane bounds, consistent) before a single
@@ -61,6 +62,8 @@ typedef enum {
     FAM_ERNIE4_5,
     FAM_ERNIE4_5_MOE,
     FAM_DOTS1,
+    FAM_GRANITE,
+    FAM_GLM4,
     FAM_COUNT
 } family;
 
@@ -69,7 +72,7 @@ static const char *const family_names[FAM_COUNT] = {
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
     "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text",
     "olmo2", "olmo3", "olmoe", "starcoder2", "olmo", "glm4_moe", "minimax_m2",
-    "seed_oss", "smollm3", "ernie4_5", "ernie4_5_moe", "dots1"};
+    "seed_oss", "smollm3", "ernie4_5", "ernie4_5_moe", "dots1", "granite", "glm4"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -111,6 +114,7 @@ typedef struct {
     int sandwich_norm;  /* a norm after attention and after the MLP too (Gemma 2, 3) */
     int embed_scale;    /* embeddings scaled by sqrt(hidden) (Gemma) */
     int logit_softcap;  /* logits capped as c * tanh(x / c) before the loss (Gemma 2) */
+    int logit_scale;    /* logits scaled by a constant before the loss (Granite) */
     /* Sliding-window attention: `window` keys per query, its own included,
      * on the layers where swa[i] is 1 (NULL: every layer); 0: none. */
     int64_t window;
@@ -768,11 +772,11 @@ static void read_mla(hf_cfg *c, hf_model *m)
     m->head_dim = m->qk_nope + m->qk_rope;
 }
 
-/* Nemotron, Phi-3, GLM-4.5 and SmolLM3 rotate int(head_dim *
+/* Nemotron, Phi-3, GLM-4.5, GLM-4-0414 and SmolLM3 rotate int(head_dim *
  * partial_rotary_factor) elements of each head, as HF's default rope init
  * does (SmolLM3RotaryEmbedding's own reads the factor, 1.0 where absent);
- * `def` is the config class's default (NemotronConfig's and
- * Glm4MoeConfig's 0.5, Phi3Config's and SmolLM3's 1). */
+ * `def` is the config class's default (NemotronConfig's, Glm4MoeConfig's
+ * and Glm4Config's 0.5, Phi3Config's and SmolLM3's 1). */
 static int64_t partial_rotary(hf_cfg *c, const hf_model *m, double def)
 {
     double f = rotary_fraction(c, "partial_rotary_factor", def);
@@ -851,19 +855,20 @@ static const char *wrapper_type(const hf_cfg *c)
 /* The key-value heads of a config that leaves them out: the default of
  * its config class's num_key_value_heads, which transformers fills in for
  * a key the file does not have (transformers 4.5x's __init__ defaults and
- * 5's dataclass fields agree): StarCoder2's and Ernie4_5Config's 2; Gemma
+ * 5's dataclass fields agree): StarCoder2's, Ernie4_5Config's and
+ * Glm4Config's 2; Gemma
  * 2's, Gemma 3's, SmolLM3's, Ernie4_5_MoeConfig's and Qwen3MoeConfig's 4;
  * MistralConfig's, MixtralConfig's, GptOssConfig's, Llama4TextConfig's,
  * Glm4MoeConfig's (and GLM-4.5V's text config's), MiniMaxM2Config's and
  * SeedOssConfig's 8; GemmaConfig's, Qwen2MoeConfig's and
  * Qwen3VLMoeTextConfig's 16; Qwen2Config's, Qwen3Config's (and
  * Qwen3VLTextConfig's) and Dots1Config's 32. LlamaConfig, Phi3Config,
- * NemotronConfig and OLMo's default to None, which they read as the query
+ * NemotronConfig, GraniteConfig and OLMo's default to None, which they read as the query
  * heads, as DeepSeek's latent attention needs no number. */
 static int64_t class_kv_heads(const hf_cfg *c, family f, int64_t heads)
 {
     switch (f) {
-    case FAM_STARCODER2: case FAM_ERNIE4_5: return 2;
+    case FAM_STARCODER2: case FAM_ERNIE4_5: case FAM_GLM4: return 2;
     case FAM_GEMMA2: case FAM_GEMMA3: case FAM_SMOLLM3: case FAM_ERNIE4_5_MOE: return 4;
     case FAM_QWEN3_MOE: return strcmp(wrapper_type(c), "qwen3_vl_moe") ? 4 : 16;
     case FAM_MISTRAL: case FAM_MIXTRAL: case FAM_GPT_OSS: case FAM_LLAMA4:
@@ -877,15 +882,15 @@ static int64_t class_kv_heads(const hf_cfg *c, family f, int64_t heads)
 /* The head size of a config that leaves head_dim out: its config class's
  * (GemmaConfig's, Gemma2Config's and Gemma3TextConfig's 256; Qwen3Config's (and
  * Qwen3VLTextConfig's), Llama4TextConfig's, MiniMaxM2Config's,
- * SeedOssConfig's and Ernie4_5Config's 128: ERNIE-4.5-0.3B's 16 heads of
- * 128 are twice its hidden size; GptOssConfig's 64), else 0, hidden /
+ * SeedOssConfig's, Ernie4_5Config's and Glm4Config's 128: ERNIE-4.5-0.3B's
+ * 16 heads of 128 are twice its hidden size; GptOssConfig's 64), else 0, hidden /
  * heads, as the classes without a number of their own read it. */
 static int64_t class_head_dim(family f)
 {
     switch (f) {
     case FAM_GEMMA: case FAM_GEMMA2: case FAM_GEMMA3: return 256;
     case FAM_QWEN3: case FAM_LLAMA4: case FAM_MINIMAX_M2: case FAM_SEED_OSS:
-    case FAM_ERNIE4_5: return 128;
+    case FAM_ERNIE4_5: case FAM_GLM4: return 128;
     case FAM_GPT_OSS: return 64;
     default: return 0;
     }
@@ -969,9 +974,11 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     } else if (f == FAM_STARCODER2) {
         /* use_bias covers every linear layer. */
         m->qkv_bias = m->o_bias = m->mlp_bias = cfg_bool(c, "use_bias", 1);
-    } else if (f == FAM_GLM4_MOE) {
-        /* Glm4MoeAttention's attention_bias is on Q, K and V; o_proj has none. */
-        m->qkv_bias = cfg_bool(c, "attention_bias", 0);
+    } else if (f == FAM_GLM4_MOE || f == FAM_GLM4) {
+        /* Glm4MoeAttention's and GlmAttention's (GLM-4-0414's) attention_bias
+         * is on Q, K and V; o_proj has none. Glm4Config defaults it to
+         * true, Glm4MoeConfig to false. */
+        m->qkv_bias = cfg_bool(c, "attention_bias", f == FAM_GLM4);
     } else if (f == FAM_MINIMAX_M2) {
         /* MiniMaxM2Attention's projections have no bias (bias=False). */
         check_flag(c, "attention_bias", "minimax_m2", 0,
@@ -991,7 +998,8 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
         /* GptOssConfig's default is a bias on every projection. */
         m->qkv_bias = m->o_bias = cfg_bool(c, "attention_bias", f == FAM_GPT_OSS);
     }
-    if (f == FAM_LLAMA || f == FAM_NEMOTRON || f == FAM_SEED_OSS || f == FAM_SMOLLM3)
+    if (f == FAM_LLAMA || f == FAM_NEMOTRON || f == FAM_SEED_OSS || f == FAM_SMOLLM3 ||
+        f == FAM_GRANITE)
         m->mlp_bias = cfg_bool(c, "mlp_bias", 0);
     /* dots.llm1's Dots1Attention norms each head of q and k, Qwen3's. */
     m->qk_norm = f == FAM_QWEN3 || f == FAM_QWEN3_MOE || f == FAM_GEMMA3 || is_olmo(f) ||
@@ -1026,7 +1034,7 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     else if (!c->bad && f == FAM_MINIMAX_M2)
         m->rot = minimax_rotary(c, m);
     else if (c->bad || (f != FAM_NEMOTRON && f != FAM_PHI3 && f != FAM_GLM4_MOE &&
-                        f != FAM_SMOLLM3))
+                        f != FAM_SMOLLM3 && f != FAM_GLM4))
         m->rot = m->head_dim;
     else
         m->rot = partial_rotary(c, m, f == FAM_PHI3 || f == FAM_SMOLLM3 ? 1.0 : 0.5);
@@ -1558,15 +1566,23 @@ static void embedding(bld *b, const hf_model *m)
         tensor(b, "rope.freqs", rotary_shape(m), AP_FP32, AP_TENSOR_INPUT);
 }
 
+/* The output layer and the loss; Granite's logits_scaling divides the
+ * logits and Gemma 2 caps them, each an elementwise pass over the logits
+ * before the loss, as HF runs them. */
 static void head(bld *b, const hf_model *m)
 {
     char ins[64];
     norm(b, m, "final_norm", "^", 'h', "final_norm.y:bsh");
     snprintf(ins, sizeof ins, "final_norm.y %s%s", m->tie ? "wte" : "lm_head.w:vh",
              m->head_bias ? " lm_head.b:v" : "");
-    op(b, "lm_head", AP_OP_MATMUL, 0, ins, m->logit_softcap ? "lm_head.y:bsv" : "logits:bsv");
+    int after = m->logit_scale || m->logit_softcap;
+    op(b, "lm_head", AP_OP_MATMUL, 0, ins, after ? "lm_head.y:bsv" : "logits:bsv");
+    if (m->logit_scale)
+        op(b, "logit_scale", AP_OP_UNARY, AP_UNARY_SCALE, "lm_head.y",
+           m->logit_softcap ? "logit_scale.y:bsv" : "logits:bsv");
     if (m->logit_softcap)
-        op(b, "softcap", AP_OP_UNARY, AP_UNARY_SOFTCAP, "lm_head.y", "logits:bsv");
+        op(b, "softcap", AP_OP_UNARY, AP_UNARY_SOFTCAP,
+           m->logit_scale ? "logit_scale.y" : "lm_head.y", "logits:bsv");
     op(b, "loss", AP_OP_LOSS, 0, "logits labels", "loss:");
 }
 
@@ -1801,6 +1817,24 @@ static void read_gemma(hf_cfg *c, hf_model *m)
     m->logit_softcap = cap && cJSON_IsNumber(cap) && cap->valuedouble > 0;
 }
 
+/* Granite 3 (GraniteForCausalLM) is Llama's block with four muP
+ * multipliers. embedding_multiplier scales the embeddings (inputs_embeds *
+ * embedding_multiplier) and logits_scaling divides the logits, each an
+ * elementwise pass HF runs on its own, built as Gemma's embedding scale
+ * and as a scale on the logits; residual_multiplier scales each
+ * sublayer's output inside its residual add (torch.add's alpha, as
+ * fused trainers run it), and attention_multiplier is the softmax scale
+ * in place of 1/sqrt(head_dim): neither moves a byte more. Each must be a
+ * number above 0 (GraniteConfig's 1.0 where left out). */
+static void read_granite(hf_cfg *c, hf_model *m)
+{
+    static const char *const keys[] = {"embedding_multiplier", "logits_scaling",
+                                       "residual_multiplier", "attention_multiplier"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cfg_factor(c, keys[i], 1.0);
+    m->embed_scale = m->logit_scale = 1;
+}
+
 /* Nemotron is a Llama-like config with LayerNorm1P (with bias) and a
  * squared-ReLU MLP that is not gated, which hidden_act names in HF's
  * ACT2FN. */
@@ -1988,6 +2022,12 @@ static int read_model(hf_cfg *c, hf_model *m)
         read_minimax_m2(c, m);
     if (is_gemma(m->fam))
         read_gemma(c, m);
+    if (m->fam == FAM_GRANITE)
+        read_granite(c, m);
+    /* GLM-4-0414's Glm4DecoderLayer norms each sublayer's output too
+     * (post_self_attn_layernorm, post_mlp_layernorm), Gemma 2's sandwich. */
+    if (m->fam == FAM_GLM4)
+        m->sandwich_norm = 1;
     /* GPT-OSS's experts: gate * sigmoid(1.702 gate) * (up + 1), clamped,
      * Megatron-LM's --quick-geglu (the clamp and the offset fuse into it),
      * with a bias on each projection. */
