@@ -643,6 +643,13 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (s->norm_free)
         put(&b, "# Its norms have neither weight nor bias (OLMo 1's), as the plan was "
                 "priced.\n");
+    if (s->scaled_embedding)
+        put(&b, "# Its embeddings must be scaled before the first layer (Gemma's "
+                "sqrt(hidden_size), Granite's embedding_multiplier), as the plan was "
+                "priced.\n");
+    if (s->scaled_logits)
+        put(&b, "# Its logits must be scaled or capped before the loss (Granite's "
+                "logits_scaling, Gemma 2's softcap), as the plan was priced.\n");
     if (titan_fsdp_ranks(d) > 1 && d->pp > 1 && d->zero == AP_ZERO_1)
         put(&b, "# ZeRO-1 under a pipeline is torchtitan's FSDP: it keeps each stage's "
                 "weights gathered and its gradients unsharded until the last "

@@ -964,6 +964,16 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s's models have no %s; export the plan to Megatron-LM "
                       "(--mtp-num-layers)", ap_launcher_name(to),
                       "multi-token-prediction module");
+    if (to == AP_LAUNCHER_MEGATRON && s->scaled_embedding)
+        return refuse(p, err, "%s's GPT model feeds the embeddings to the first layer "
+                      "as they are; %s, which no Megatron-LM flag states",
+                      ap_launcher_name(to), "the model scales them first (Gemma's "
+                      "sqrt(hidden_size), Granite's embedding_multiplier)");
+    if (to == AP_LAUNCHER_MEGATRON && s->scaled_logits)
+        return refuse(p, err, "%s's GPT model takes the loss of the output layer's "
+                      "logits as they are; %s, which no Megatron-LM flag states",
+                      ap_launcher_name(to), "the model scales or caps them first "
+                      "(Granite's logits_scaling, Gemma 2's final_logit_softcapping)");
     if (to == AP_LAUNCHER_MEGATRON && s->norm_free)
         return refuse(p, err, "%s's norms have a weight (and LayerNorm a bias); %s, which "
                       "no Megatron-LM flag states", ap_launcher_name(to), "the model's "

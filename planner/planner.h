@@ -1350,6 +1350,11 @@ typedef struct {
                               before the residual adds (Gemma 2, OLMo 2) */
     int norm_free;         /* the layers' norms have no weight (OLMo 1's
                               non-parametric LayerNorm) */
+    int scaled_embedding;  /* an elementwise scale on the embeddings before
+                              the layers (Gemma's sqrt(hidden), Granite's
+                              embedding_multiplier) */
+    int scaled_logits;     /* an elementwise pass on the logits before the
+                              loss (Granite's logits_scaling, Gemma 2's cap) */
     int flash;             /* fused attention */
     int sinks;             /* a learned softmax offset per head (attention sinks) */
     int nope_layers;       /* layers without rotary where others have it (NoPE) */

@@ -109,6 +109,25 @@ static int has_parallel_residual(const ap_graph *g)
     return 0;
 }
 
+/* An elementwise op outside the layers on what an embedding or the head
+ * (a matmul outside the layers) produced: a scale on the embeddings, a
+ * scale or cap on the logits. Megatron-LM's GPT model has neither. */
+static void outer_scales(const ap_graph *g, ap_model_shape *s)
+{
+    for (int i = 0; i < g->nops; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->kind != AP_OP_UNARY || op->layer >= 0 || op->ninputs < 1 ||
+            (op->sub != AP_UNARY_SCALE && op->sub != AP_UNARY_SOFTCAP))
+            continue;
+        int p = g->tensors[op->inputs[0]].producer;
+        if (p < 0 || g->ops[p].layer >= 0)
+            continue;
+        s->scaled_embedding |= g->ops[p].kind == AP_OP_EMBEDDING;
+        s->scaled_logits |= g->ops[p].kind == AP_OP_MATMUL ||
+                            (g->ops[p].kind == AP_OP_UNARY && g->ops[p].sub == AP_UNARY_SCALE);
+    }
+}
+
 /* Tied: a matmul outside the layers reads the table an embedding reads. */
 static int head_is_tied(const ap_graph *g)
 {
@@ -388,6 +407,7 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     s->chunk = ap_model_short_chunk(g, NULL);
     s->parallel_residual = has_parallel_residual(g);
     s->tied_embeddings = head_is_tied(g);
+    outer_scales(g, s);
     s->mtp_layers = g->mtp_layers;
     s->bf16_first = g->bf16_first;
     s->bf16_last = g->bf16_last;

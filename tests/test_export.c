@@ -229,6 +229,37 @@ static void parallel_residual_is_refused_by_megatron_only(void)
     ap_graph_free(g);
 }
 
+/* Granite scales its embeddings (embedding_multiplier) and its logits
+ * (logits_scaling) in passes of their own; Megatron-LM's GPT model does
+ * neither and no flag asks for it, so its export would train another
+ * model: refused. torchtitan runs the user's model code, told to keep
+ * both. Llama has neither. */
+static void scaled_embeddings_and_logits_are_refused_by_megatron_only(void)
+{
+    ap_graph *g = load("examples/hf/granite-3.3-8b-instruct.json");
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    CHECK(s.scaled_embedding && s.scaled_logits);
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=1,gbs=64", &d, NULL),
+               "see above");
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK(text == NULL);
+    CHECK_STR_HAS(err, "Megatron-LM's GPT model feeds the embeddings to the first layer "
+                       "as they are; the model scales them first");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "# Its embeddings must be scaled before the first layer");
+    CHECK_STR_HAS(text, "# Its logits must be scaled or capped before the loss");
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+    g = load("examples/hf/llama-3-8b.json");
+    ap_model_shape_of(g, &s);
+    CHECK(!s.scaled_embedding && !s.scaled_logits);
+    ap_graph_free(g);
+}
+
 /* gpt-tiny with each occurrence of `from` in its file replaced by to[i]
  * in turn (i counting occurrences, modulo nto), loaded as `name`. */
 static ap_graph *tiny_replaced(const char *from, const char *const *to, int nto,
@@ -1152,6 +1183,7 @@ int main(void)
     RUN(whole_head_rotary_needs_no_rotary_percent);
     RUN(biases_and_qk_norms_are_stated_as_megatron_builds_them);
     RUN(parallel_residual_is_refused_by_megatron_only);
+    RUN(scaled_embeddings_and_logits_are_refused_by_megatron_only);
     RUN(relu_mlp_is_refused_by_megatron_only);
     RUN(model_without_positions_is_stated_as_none);
     RUN(sliding_windows_are_stated_as_megatron_builds_them);
