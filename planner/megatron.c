@@ -2020,18 +2020,71 @@ static int interleaving_asserts(const ap_megatron *m, long layers_per_chunk, int
  * argparse could take the word as a value. */
 enum { AFTER_LAUNCH, AFTER_LOOSE, AFTER_SWITCH, AFTER_VALUE };
 
+/* Where in its shell command a word stands: before any launcher, among
+ * the launcher's own options, or after the training script, in the
+ * argument list Megatron-LM's argparse reads. */
+enum { IN_COMMAND, IN_LAUNCHER, IN_ARGV };
+
 typedef struct {
     int after;        /* one of the above */
+    int where;        /* IN_COMMAND, IN_LAUNCHER or IN_ARGV */
     const char *flag; /* the switch, or the flag whose value was read */
     int words, flags; /* words read, and flags ("--") among them */
 } line_state;
 
-/* Notes the flag just read: read past (its values, if any, follow it
- * unread), or read with or without the value it took. */
+/* Notes the flag just read: read with or without the value it took, or
+ * read past. A flag read past takes its values unread, unless it is a
+ * switch in every Megatron-LM (megatron_flags.c): then a word after it is
+ * one argparse refuses. Between a launcher and the script the flags are
+ * the launcher's (srun's --profile takes a value), so none is a switch. */
 static void after_flag(line_state *ls, const char *flag, int read_past, int took_value)
 {
-    ls->after = read_past ? AFTER_LOOSE : took_value ? AFTER_VALUE : AFTER_SWITCH;
+    int loose = read_past && (ls->where == IN_LAUNCHER || !ap_megatron_flag_switch(flag));
+    ls->after = took_value ? AFTER_VALUE : loose ? AFTER_LOOSE : AFTER_SWITCH;
     ls->flag = flag;
+}
+
+/* Whether a new shell command starts between the word before, ending at
+ * `from` in the pasted text, and the word at `to`: a newline that no
+ * backslash continues, or a word that separates commands. */
+static int new_command(const char *args, size_t from, size_t to, const char *tok)
+{
+    static const char *const separators[] = {";", "&", "&&", "||", "|", "|&"};
+    for (size_t i = 0; i < sizeof separators / sizeof separators[0]; i++)
+        if (!strcmp(tok, separators[i]))
+            return 1;
+    for (size_t i = from; i < to; i++) {
+        if (args[i] != '\n')
+            continue;
+        size_t j = i;
+        while (j > from && strchr(" \t\r", args[j - 1]))
+            j--;
+        if (j == from || args[j - 1] != '\\')
+            return 1;
+    }
+    return 0;
+}
+
+/* NAME=--flag as one word (a line pasted from a script, the quotes
+ * lost): the flag never reaches Megatron-LM as written. Before the
+ * training script the shell takes the word as an assignment, the flag as
+ * the variable's value, and autopar does not expand variables; after it
+ * the word is an argument, which argparse refuses. 1 with err set. */
+static int assigned_flag_word(const char *tok, const line_state *ls, char *err)
+{
+    const char *flag = ap_megatron_assigned_flag(tok);
+    if (!flag)
+        return 0;
+    if (ls->where == IN_ARGV)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %.64s: after the training script this is "
+                 "one argument, not an assignment, and Megatron-LM's argparse rejects it "
+                 "(unrecognized arguments); write %.64s", tok, flag);
+    else
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %.64s: a shell assignment; %.64s is the "
+                 "variable's value, not an argument, so it would not reach Megatron-LM as "
+                 "written (autopar does not expand variables); write %.64s among the flags",
+                 tok, flag, flag);
+    return 1;
 }
 
 /* Whether `k` is a key of the --megatron spec: set_key refuses any other
@@ -2117,8 +2170,15 @@ static int stray_word(const char *tok, const line_state *ls, char *err)
  * flags, or refused. 1 with err set when refused. */
 static int plain_word(const char *tok, line_state *ls, char *err)
 {
-    if (dash_word(tok, err) || spec_word(tok, err))
+    if (dash_word(tok, err) || spec_word(tok, err) || assigned_flag_word(tok, ls, err))
         return 1;
+    /* The words after the training script (2) are Megatron-LM's; those
+     * between a launcher (1) and it are the launcher's. */
+    int launch = ap_megatron_launch_word(tok);
+    if (launch == 2)
+        ls->where = IN_ARGV;
+    else if (launch && ls->where == IN_COMMAND)
+        ls->where = IN_LAUNCHER;
     if (tok[0] == '$' || ls->after == AFTER_LOOSE) {
         ls->after = AFTER_LOOSE;
         return 0;
@@ -2176,7 +2236,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     grad_flags gf = {0, 0, 0, 0, NULL};
     opt_flags of = {0, 0, {NULL, NULL, NULL}};
     audit au = {0};
-    line_state ls = {AFTER_LAUNCH, NULL, 0, 0};
+    line_state ls = {AFTER_LAUNCH, IN_COMMAND, NULL, 0, 0};
     char *save = NULL;
     const char *prev = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
@@ -2191,6 +2251,9 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         gather_with_step |= !strcmp(tok, "--overlap-param-gather-with-optimizer-step");
         if (other_entry_point(tok, err))
             return AP_EINPUT;
+        if (new_command(args, prev ? (size_t)(prev - buf) + strlen(prev) : 0,
+                        (size_t)(tok - buf), tok))
+            ls.where = IN_COMMAND;
         ls.words++;
         if (strncmp(tok, "--", 2)) {
             if (plain_word(tok, &ls, err))

@@ -7,7 +7,20 @@
  * NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac2 (2025) and
  * megatron/arguments.py @ 00129014 (2022) and @ 97d9a508 (2023), and the
  * flags of other versions that planner/megatron.c reads or refuses by
- * name. Sorted bytewise, for bsearch. */
+ * name. Sorted bytewise, for bsearch.
+ *
+ * The switches among them are the options whose action takes no value
+ * (store_true, store_false, store_const, BooleanOptionalAction) in every
+ * one of those files that has them, read at 000c4ac2 and 97d9a508; the
+ * 2022 ones (--fp8-e4m3, --fp8-hybrid, --mmap-warmup,
+ * --no-contiguous-buffers-in-local-ddp, --no-query-key-layer-scaling)
+ * from a copy of the 2022 file, since 00129014 itself is not at hand. An
+ * option that takes a value in any of them is no switch here, and neither
+ * is one that only looks like a switch: --onnx-safe and --lazy-mpu-init
+ * are type=bool and take "True", --no-rope-freq takes a layer pattern,
+ * --rampup-batch-size and --data-path take any number of words. A flag
+ * only other versions have is not listed, so whatever follows it stays
+ * its value. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,6 +262,107 @@ static const char *const known[] = {
 
 #define NKNOWN (sizeof known / sizeof known[0])
 
+static const char *const switches[] = {
+    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+    "--accumulate-allreduce-grads-in-fp32", "--add-qkv-bias", "--adlr-autoresume",
+    "--allow-ambiguous-pad-tokens", "--apply-layernorm-1p",
+    "--apply-query-key-layer-scaling", "--apply-residual-connection-post-layernorm",
+    "--async-save", "--attention-softmax-in-fp32", "--auto-detect-ckpt-format",
+    "--bert-no-binary-head", "--bf16", "--biencoder-shared-query-context-model",
+    "--cache-mla-latents", "--calc-ft-timeouts", "--calculate-per-token-loss",
+    "--check-for-large-grads", "--check-for-spiky-loss", "--checkpoint-activations",
+    "--ckpt-assume-constant-structure", "--ckpt-convert-update-legacy-dist-opt-format",
+    "--ckpt-fully-parallel-load", "--ckpt-fully-parallel-save",
+    "--cross-entropy-loss-fusion", "--data-parallel-random-init",
+    "--ddp-average-in-collective", "--ddp-pad-buckets-for-high-nccl-busbw",
+    "--ddp-reduce-scatter-with-fp32-accumulation", "--decode-only-cuda-graphs",
+    "--decrease-batch-size-if-needed", "--defer-embedding-wgrad-compute",
+    "--delay-param-gather", "--delay-wgrad-compute", "--deterministic-mode",
+    "--dino-norm-last-layer", "--disable-bf16-reduced-precision-matmul",
+    "--disable-bias-linear", "--disable-chunked-prefill", "--disable-gloo-process-groups",
+    "--disable-mamba-mem-eff-path", "--disable-msc", "--disable-straggler-on-startup",
+    "--disable-symmetric-registration", "--disable-tp-comm-bulk-dgrad",
+    "--disable-tp-comm-bulk-wgrad", "--disable-tp-comm-overlap-ag",
+    "--disable-tp-comm-overlap-rs", "--disable-tp-comm-split-ag",
+    "--disable-tp-comm-split-rs", "--dist-ckpt-optim-fully-reshardable",
+    "--dist-ckpt-save-pre-mcore-014", "--distrib-optim-fully-reshardable-mem-efficient",
+    "--distribute-saved-activations", "--enable-cuda-graph", "--enable-experimental",
+    "--enable-ft-package", "--enable-full-sharding-in-hsdp", "--enable-onelogger",
+    "--eod-mask-loss", "--exit-on-missing-checkpoint", "--exit-signal-handler",
+    "--external-cuda-graph", "--finetune", "--first-last-layers-bf16", "--flash-decode",
+    "--fp16", "--fp16-lm-cross-entropy", "--fp32-residual-connection", "--fp4-param-gather",
+    "--fp8-e4m3", "--fp8-hybrid", "--fp8-param-gather", "--fsdp-double-buffer",
+    "--full-validation", "--grad-reduce-in-bf16", "--group-query-attention",
+    "--grpo-filter-groups-with-same-reward", "--inference-dynamic-batching",
+    "--inference-dynamic-batching-track-paused-request-events", "--inference-rng-tracker",
+    "--init-method-xavier-uniform", "--init-model-with-meta-device",
+    "--inprocess-empty-cuda-cache", "--inprocess-restart", "--is-hybrid-model",
+    "--keep-fp8-transpose-cache", "--langrl-external-server", "--legacy-tokenizer",
+    "--load-main-params-from-ckpt", "--log-batch-size-to-tensorboard", "--log-energy",
+    "--log-memory-to-tensorboard", "--log-num-zeros-in-grad", "--log-params-norm",
+    "--log-progress", "--log-straggler", "--log-throughput", "--log-timers-to-tensorboard",
+    "--log-validation-ppl-to-tensorboard", "--log-world-size-to-tensorboard", "--manual-gc",
+    "--mmap-warmup", "--mock-data", "--moe-apply-probs-on-input", "--moe-enable-deepep",
+    "--moe-extended-tp", "--moe-grouped-gemm", "--moe-layer-recompute",
+    "--moe-pad-expert-input-to-capacity", "--moe-pad-experts-for-cuda-graph-inference",
+    "--moe-per-layer-logging", "--moe-permute-fusion", "--moe-router-enable-expert-bias",
+    "--moe-router-force-load-balancing", "--moe-router-fusion",
+    "--moe-router-padding-for-fp8", "--moe-router-pre-softmax",
+    "--moe-shared-expert-overlap", "--moe-use-legacy-grouped-gemm", "--moe-use-upcycling",
+    "--multi-latent-attention", "--multiple-validation-sets", "--muon-no-split-qkv",
+    "--muon-use-nesterov", "--nccl-all-reduce-for-prefill", "--no-align-grad-reduce",
+    "--no-align-param-gather", "--no-async-tensor-model-parallel-allreduce",
+    "--no-barrier-with-level-1-timing", "--no-bias-dropout-fusion", "--no-bias-gelu-fusion",
+    "--no-bias-swiglu-fusion", "--no-check-for-nan-in-loss-and-grad",
+    "--no-ckpt-fully-parallel-save", "--no-clone-scatter-output-in-embedding",
+    "--no-contiguous-buffers-in-local-ddp", "--no-create-attention-mask-in-dataloader",
+    "--no-data-sharding", "--no-delay-grad-reduce", "--no-fp8-wgrad",
+    "--no-gradient-accumulation-fusion", "--no-gradient-reduce-div-fusion",
+    "--no-initialization", "--no-langrl-external-server", "--no-load-optim",
+    "--no-load-rng", "--no-log-learnig-rate-to-tensorboard",
+    "--no-log-loss-scale-to-tensorboard", "--no-manual-gc-eval",
+    "--no-masked-softmax-fusion", "--no-mmap-bin-files", "--no-one-logger",
+    "--no-overlap-p2p-communication", "--no-persist-layer-norm", "--no-pin-cpu-grads",
+    "--no-pin-cpu-params", "--no-position-embedding", "--no-query-key-layer-scaling",
+    "--no-rl-calculate-intra-group-similarity", "--no-rl-inference-logprobs-is-correction",
+    "--no-rl-offload-kv-cache-during-training", "--no-rl-partial-rollouts",
+    "--no-rl-remove-kv-cache-during-training", "--no-rl-reset-cuda-graphs",
+    "--no-rope-fusion", "--no-save-optim", "--no-save-rng",
+    "--no-scatter-gather-tensors-in-pipeline", "--no-strict-fsdp-dtensor-load",
+    "--no-use-tokenizer-model-from-checkpoint-args", "--one-logger-async", "--openai-gelu",
+    "--optimizer-cpu-offload", "--output-bert-embeddings",
+    "--overlap-cpu-optimizer-d2h-h2d", "--overlap-grad-reduce",
+    "--overlap-moe-expert-parallel-comm", "--overlap-p2p-communication-warmup-flush",
+    "--overlap-param-gather", "--overlap-param-gather-with-optimizer-step",
+    "--override-opt-param-scheduler", "--override-opt_param-scheduler", "--perform-rl-step",
+    "--profile", "--qk-l2-norm", "--qk-layernorm", "--quick-geglu",
+    "--recompute-activations", "--record-memory-history", "--replication",
+    "--reset-attention-mask", "--reset-position-ids", "--retriever-score-scaling",
+    "--retro-add-retriever", "--retro-no-verify-neighbor-count", "--retro-return-doc-ids",
+    "--reuse-grad-buf-for-mxfp8-param-ag", "--rl-calculate-intra-group-similarity",
+    "--rl-inference-logprobs-is-correction", "--rl-offload-kv-cache-during-training",
+    "--rl-offload-optimizer-during-inference", "--rl-partial-rollouts",
+    "--rl-remove-kv-cache-during-training", "--rl-reset-cuda-graphs",
+    "--rl-use-sequence-packing", "--rotary-interleaved", "--run-workload-inspector-server",
+    "--sequence-parallel", "--sft", "--skip-train", "--squared-relu",
+    "--standalone-embedding-stage", "--swiglu", "--te-rng-tracker", "--test-mode",
+    "--torch-fsdp2-no-reshard-after-forward", "--tp-comm-overlap",
+    "--tp-comm-overlap-rs-dgrad", "--trust-remote-code",
+    "--untie-embeddings-and-output-weights", "--use-checkpoint-args",
+    "--use-checkpoint-opt-param-scheduler", "--use-checkpoint-opt_param-scheduler",
+    "--use-cpu-initialization", "--use-dist-ckpt", "--use-distributed-optimizer",
+    "--use-flash-attn", "--use-fused-weighted-squared-relu", "--use-legacy-models",
+    "--use-legacy-static-engine", "--use-mcore-models", "--use-megatron-fsdp",
+    "--use-mp-args-from-checkpoint-args", "--use-nccl-ub", "--use-one-sent-docs",
+    "--use-persistent-ckpt-worker", "--use-precision-aware-optimizer",
+    "--use-pytorch-profiler", "--use-ring-exchange-p2p", "--use-rope-scaling",
+    "--use-rotary-position-embeddings", "--use-sharp", "--use-te-activation-func",
+    "--use-torch-fsdp2", "--use-torch-optimizer-for-cpu-offload", "--use-tp-pp-dp-mapping",
+    "--vision-pretraining",
+};
+
+#define NSWITCHES (sizeof switches / sizeof switches[0])
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -257,6 +371,11 @@ static int by_name(const void *a, const void *b)
 int ap_megatron_flag_known(const char *flag)
 {
     return bsearch(&flag, known, NKNOWN, sizeof known[0], by_name) != NULL;
+}
+
+int ap_megatron_flag_switch(const char *flag)
+{
+    return bsearch(&flag, switches, NSWITCHES, sizeof switches[0], by_name) != NULL;
 }
 
 /* One row of the table at a time, stopped once a row passes `most`. */

@@ -12,6 +12,10 @@
 
 /* 1 when `flag` ("--tensor-model-parallel-size") is one, else 0. */
 int ap_megatron_flag_known(const char *flag);
+/* 1 when `flag` is a switch, an option that takes no value, in every
+ * Megatron-LM version that has it (--use-mcore-models, --no-load-optim),
+ * else 0: argparse refuses a word after it as an unrecognized argument. */
+int ap_megatron_flag_switch(const char *flag);
 /* The flag within two edits of `flag`, the closest (the first of those
  * bytewise), or NULL; a static string. */
 const char *ap_megatron_flag_nearest(const char *flag);
@@ -38,6 +42,12 @@ typedef enum {
                        whose file follows: the words after it are its own */
 } ap_word_kind;
 ap_word_kind ap_megatron_word_kind(const char *w);
+/* 1 when w launches the training script (torchrun, python, srun, ...), 2
+ * when it is the script (*.py), else 0. */
+int ap_megatron_launch_word(const char *w);
+/* Where w is a shell assignment whose value is a Megatron-LM flag
+ * (EXTRA=--sequence-parallel, unquoted), that value; else NULL. */
+const char *ap_megatron_assigned_flag(const char *w);
 
 /* Where w starts with a run of dashes holding one that is not ASCII '-'
  * (an en or em dash a word processor put for "--"), that dash's name

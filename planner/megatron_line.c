@@ -149,9 +149,7 @@ static int assignment(const char *w)
     return w[n] == '=' || (w[n] == '+' && w[n + 1] == '=');
 }
 
-/* Whether w names a program that launches the training script, or is the
- * script itself (anything.py). */
-static int launcher(const char *w)
+int ap_megatron_launch_word(const char *w)
 {
     static const char *const names[] = {"torchrun", "deepspeed", "srun", "mpirun",
                                         "env", "export", "exec", "nohup"};
@@ -159,13 +157,29 @@ static int launcher(const char *w)
     size_t n = strlen(w);
     base = base ? base + 1 : w;
     if (n > 3 && !strcmp(w + n - 3, ".py"))
-        return 1;
+        return 2;
     if (!strncmp(base, "python", 6) && !base[6 + strspn(base + 6, "0123456789.")])
         return 1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(base, names[i]))
             return 1;
     return 0;
+}
+
+/* Only a flag Megatron-LM has counts: other tools take flags in variables
+ * of their own (XLA_FLAGS=--xla_...), which are the environment's. */
+const char *ap_megatron_assigned_flag(const char *w)
+{
+    char flag[AP_FLAG_NAME_LEN + 1];
+    if (!assignment(w))
+        return NULL;
+    const char *v = strchr(w, '=') + 1;
+    size_t n = strcspn(v, "=");
+    if (strncmp(v, "--", 2) || n > AP_FLAG_NAME_LEN)
+        return NULL;
+    memcpy(flag, v, n);
+    flag[n] = 0;
+    return ap_megatron_flag_known(flag) ? v : NULL;
 }
 
 /* A redirection ("2>&1", ">", ">>log"): 1 when its file is in the word or
@@ -189,7 +203,7 @@ ap_word_kind ap_megatron_word_kind(const char *w)
             return AP_WORD_LAUNCH;
     if (!strcmp(w, "|") || !strcmp(w, "|&") || !strcmp(w, "cd") || redirection(w) == 2)
         return AP_WORD_LEADS;
-    if (redirection(w) || assignment(w) || launcher(w))
+    if (redirection(w) || assignment(w) || ap_megatron_launch_word(w))
         return AP_WORD_LAUNCH;
     /* A one-dash option that is not a number: python's -m, -u and the
      * like; what follows may be its value (-m torch.distributed.run). */

@@ -19,6 +19,32 @@ static void megatron_lm_flags_of_every_era_are_known(void)
     CHECK(!ap_megatron_flag_known(""));
 }
 
+/* A switch takes no value in any Megatron-LM the table covers, whatever
+ * its name says: --no-load-optim is store_true, --no-rl-partial-rollouts
+ * the --no- form argparse makes of a BooleanOptionalAction. Options that
+ * look like switches but take a value are none: --onnx-safe and
+ * --lazy-mpu-init are type=bool ("--onnx-safe True"), --no-rope-freq takes
+ * a layer pattern, --data-path and --rampup-batch-size any number of
+ * words, --spec two words in 2023 and any number in 2025. A flag of other
+ * versions only (--cpu-offloading) is not known to be one. */
+static void switches_are_the_options_that_take_no_value(void)
+{
+    const char *switches[] = {"--use-mcore-models", "--bf16", "--no-load-optim",
+                              "--disable-bias-linear", "--rl-partial-rollouts",
+                              "--no-rl-partial-rollouts", "--override-opt_param-scheduler",
+                              "--use-checkpoint-opt-param-scheduler", "--fp8-e4m3",
+                              "--no-query-key-layer-scaling", "--standalone-embedding-stage"};
+    const char *values[] = {"--lr", "--data-path", "--rampup-batch-size", "--onnx-safe",
+                            "--lazy-mpu-init", "--no-rope-freq", "--spec", "--recompute-modules",
+                            "--dist-ckpt-format", "--cpu-offloading", "--no-such-switch", ""};
+    for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++) {
+        CHECK(ap_megatron_flag_switch(switches[i]));
+        CHECK(ap_megatron_flag_known(switches[i]));
+    }
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+        CHECK(!ap_megatron_flag_switch(values[i]));
+}
+
 static void the_nearest_flag_is_within_two_edits(void)
 {
     CHECK_STR_HAS(ap_megatron_flag_nearest("--tensor-model-paralel-size"),
@@ -212,6 +238,90 @@ static void the_launch_around_the_flags_is_read_past(void)
     }
 }
 
+/* A switch autopar reads past still takes no value: the word after it is
+ * refused as argparse refuses it, where a flag that takes values keeps
+ * its words. Between a launcher and the script the flags are the
+ * launcher's, whose values stay theirs (srun's --profile). */
+static void a_word_after_a_switch_read_past_is_refused(void)
+{
+    static const struct {
+        const char *line, *says;
+    } refused[] = {
+        {"--use-mcore-models true --bf16",
+         "--use-mcore-models true: --use-mcore-models is a switch and takes no value; "
+         "Megatron-LM's argparse rejects 'true' (unrecognized arguments)"},
+        {"--no-load-optim 1", "--no-load-optim is a switch"},
+        {"--no-rl-partial-rollouts False", "--no-rl-partial-rollouts is a switch"},
+        {"--eod-mask-loss=1", "--eod-mask-loss 1: --eod-mask-loss is a switch"},
+        {"torchrun --nproc-per-node 8 pretrain_gpt.py --mock-data /data/x",
+         "--mock-data is a switch"},
+        {"srun --profile All python pretrain_gpt.py --log-throughput yes",
+         "--log-throughput is a switch"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN] = "";
+        ap_megatron_default(&m);
+        CHECK(ap_megatron_parse_args(refused[i].line, &m, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, refused[i].says);
+    }
+    static const char *const read[] = {
+        "--onnx-safe True --lazy-mpu-init True --rampup-batch-size 16 16 5859375 "
+        "--data-path 0.3 /a 0.7 /b --eod-mask-loss --log-throughput --tensor-model-parallel-size 4",
+        "--rl-partial-rollouts --no-rl-partial-rollouts --use-mcore-models "
+        "--tensor-model-parallel-size 4 --use-mcore-models 2>&1 | tee train.log",
+        "srun --profile All --mpi pmix python pretrain_gpt.py --tensor-model-parallel-size 4",
+        "--use-mcore-models \\\n  --tensor-model-parallel-size 4 --log-throughput \\",
+    };
+    for (size_t i = 0; i < sizeof read / sizeof read[0]; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN];
+        ap_megatron_default(&m);
+        REQUIRE_OK(ap_megatron_parse_args(read[i], &m, err), err);
+        CHECK(m.tp == 4);
+    }
+}
+
+/* NAME=--flag, unquoted, keeps the flag from Megatron-LM: before the
+ * script the shell makes it a variable's value, after the script on the
+ * same command argparse gets the word whole and refuses it. A new line
+ * not continued starts a new command. Variables of other tools whose
+ * values are flags (XLA_FLAGS) are the environment's, read past. */
+static void a_flag_assigned_to_a_variable_is_refused(void)
+{
+    static const struct {
+        const char *line, *says;
+    } cases[] = {
+        {"EXTRA=--sequence-parallel torchrun pretrain_gpt.py --tensor-model-parallel-size 4",
+         "EXTRA=--sequence-parallel: a shell assignment; --sequence-parallel is the "
+         "variable's value, not an argument, so it would not reach Megatron-LM as written"},
+        {"torchrun pretrain_gpt.py --tensor-model-parallel-size 4 SP=--sequence-parallel",
+         "SP=--sequence-parallel: after the training script this is one argument, not an "
+         "assignment, and Megatron-LM's argparse rejects it (unrecognized arguments); write "
+         "--sequence-parallel"},
+        {"torchrun pretrain_gpt.py \\\n  --bf16 \\\n  PP=--pipeline-model-parallel-size=2",
+         "after the training script"},
+        {"torchrun pretrain_gpt.py --bf16\nPP=--pipeline-model-parallel-size=2",
+         "PP=--pipeline-model-parallel-size=2: a shell assignment"},
+        {"python pretrain_gpt.py --bf16 && ARGS+=--use-distributed-optimizer",
+         "a shell assignment; --use-distributed-optimizer is the variable's value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN] = "";
+        ap_megatron_default(&m);
+        CHECK(ap_megatron_parse_args(cases[i].line, &m, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, cases[i].says);
+    }
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("XLA_FLAGS=--xla_dump_to=/tmp EXTRA=\"--sequence-parallel\" "
+                                      "torchrun pretrain_gpt.py --tensor-model-parallel-size 4",
+                                      &m, err), err);
+    CHECK(m.tp == 4 && m.sp == 1);
+}
+
 /* --window-size is read as Megatron-LM's tuple_type reads it, "L,R" or
  * "(L,R)", quoted or not, and kept as the L + 1 keys each query meets (-1
  * for L = -1, no window); --window-attn-skip-freq is kept as given, its
@@ -266,6 +376,7 @@ static void many_unknown_flags_fit_their_note(void)
 int main(void)
 {
     RUN(megatron_lm_flags_of_every_era_are_known);
+    RUN(switches_are_the_options_that_take_no_value);
     RUN(the_nearest_flag_is_within_two_edits);
     RUN(a_typo_is_noted_and_a_real_line_is_not);
     RUN(many_unknown_flags_fit_their_note);
@@ -276,6 +387,8 @@ int main(void)
     RUN(yaml_booleans_in_any_case);
     RUN(words_that_are_no_flag_are_refused);
     RUN(the_launch_around_the_flags_is_read_past);
+    RUN(a_word_after_a_switch_read_past_is_refused);
+    RUN(a_flag_assigned_to_a_variable_is_refused);
     RUN(window_flags_are_read);
     return DONE();
 }
