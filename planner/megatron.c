@@ -2227,7 +2227,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     m->overlap_param = 0;
     long layers_per_chunk = 0;
     int groups = 0, gqa = 0, vpp_flag = 0, legacy_rope = 0, no_async = 0, *shape;
-    int no_p2p_overlap = 0, gather_with_step = 0;
+    int no_p2p_overlap = 0, gather_with_step = 0, num_buckets = 0;
     rc_flags rcf = {0, 0, 0};
     legacy_flags lg = {0};
     int gbs_given = 0, edge[3] = {0, -1, -1};
@@ -2249,6 +2249,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
          * schedule (interleaving_asserts). */
         no_p2p_overlap |= !strcmp(tok, "--no-overlap-p2p-communication");
         gather_with_step |= !strcmp(tok, "--overlap-param-gather-with-optimizer-step");
+        num_buckets |= !strcmp(tok, "--ddp-num-buckets");
         if (other_entry_point(tok, err))
             return AP_EINPUT;
         if (new_command(args, prev ? (size_t)(prev - buf) + strlen(prev) : 0,
@@ -2401,6 +2402,14 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     if (interleaving_asserts(m, layers_per_chunk, vpp_flag, no_p2p_overlap,
                              gather_with_step, err))
         return AP_EINPUT;
+    /* Megatron-LM's get_model asserts it: --ddp-num-buckets sets the bucket
+     * size itself, the rank's parameters over N. */
+    if (num_buckets && m->run.ddp_bucket) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --ddp-num-buckets with --ddp-bucket-size: "
+                 "Megatron-LM asserts \"Cannot specify both --ddp-num-buckets and "
+                 "--ddp-bucket-size\"; give one");
+        return AP_EINPUT;
+    }
     /* Megatron-LM asserts this in validate_args; it counts the embedding
      * and the loss as layers there when told to. */
     if (layers_per_chunk && (m->first || m->last)) {

@@ -353,6 +353,28 @@ static void window_flags_are_read(void)
                        "after it, which causal attention does not");
 }
 
+/* --ddp-num-buckets sets Megatron-LM's bucket size itself (the rank's
+ * parameters over N), and get_model asserts against both; alone it is
+ * read past with its value, and --ddp-bucket-size alone is priced. */
+static void bucket_count_and_size_are_not_both_given(void)
+{
+    ap_megatron m;
+    char err[AP_ERR_LEN];
+    ap_megatron_default(&m);
+    CHECK(ap_megatron_parse_args("--overlap-grad-reduce --ddp-num-buckets 4 "
+                                 "--ddp-bucket-size 1000000", &m, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "--megatron-args: --ddp-num-buckets with --ddp-bucket-size: "
+                       "Megatron-LM asserts");
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("--overlap-grad-reduce --ddp-num-buckets 4", &m, err),
+               err);
+    CHECK(m.run.ddp_bucket == 0);
+    ap_megatron_default(&m);
+    REQUIRE_OK(ap_megatron_parse_args("--overlap-grad-reduce --ddp-bucket-size 1000000", &m,
+                                      err), err);
+    CHECK(m.run.ddp_bucket == 1000000);
+}
+
 /* However many, the note stays in its buffer, whole flags only. */
 static void many_unknown_flags_fit_their_note(void)
 {
@@ -390,5 +412,6 @@ int main(void)
     RUN(a_word_after_a_switch_read_past_is_refused);
     RUN(a_flag_assigned_to_a_variable_is_refused);
     RUN(window_flags_are_read);
+    RUN(bucket_count_and_size_are_not_both_given);
     return DONE();
 }
