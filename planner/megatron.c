@@ -349,12 +349,14 @@ static int assigned_here(const char *tok, const char *text)
  * "${MODEL_ARGS[@]}" (Megatron-LM's example scripts keep their flags in
  * such variables), which would leave those flags out unseen, unless the
  * text assigns it (an exported script does). After a flag autopar does
- * not know it may be that flag's value, read past with it; an array's
- * expansion is always flags. 1 with err set for one. */
+ * not know it may be that flag's value, read past with it, but not after a
+ * switch, which takes none; an array's expansion is always flags. 1 with
+ * err set for one. */
 static int shell_expansion(const char *tok, const char *prev, const char *text, char *err)
 {
     if (tok[0] != '$' || assigned_here(tok, text) ||
-        (!strstr(tok, "[@]") && !strstr(tok, "[*]") && prev && !strncmp(prev, "--", 2)))
+        (!strstr(tok, "[@]") && !strstr(tok, "[*]") && prev && !strncmp(prev, "--", 2) &&
+         !ap_megatron_flag_switch(prev)))
         return 0;
     snprintf(err, AP_ERR_LEN, "--megatron-args: %.64s: a shell variable where flags go; "
              "autopar reads the flags themselves, so give the command line the script "

@@ -257,6 +257,10 @@ static void a_word_after_a_switch_read_past_is_refused(void)
          "--mock-data is a switch"},
         {"srun --profile All python pretrain_gpt.py --log-throughput yes",
          "--log-throughput is a switch"},
+        /* After a switch a variable can only hold flags, which autopar
+         * does not see. */
+        {"--use-mcore-models $EXTRA_ARGS --tensor-model-parallel-size 4",
+         "$EXTRA_ARGS: a shell variable where flags go"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         ap_megatron m;
@@ -272,6 +276,7 @@ static void a_word_after_a_switch_read_past_is_refused(void)
         "--tensor-model-parallel-size 4 --use-mcore-models 2>&1 | tee train.log",
         "srun --profile All --mpi pmix python pretrain_gpt.py --tensor-model-parallel-size 4",
         "--use-mcore-models \\\n  --tensor-model-parallel-size 4 --log-throughput \\",
+        "--data-path $DATA --tokenizer-model $TOK --tensor-model-parallel-size 4",
     };
     for (size_t i = 0; i < sizeof read / sizeof read[0]; i++) {
         ap_megatron m;
