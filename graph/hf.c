@@ -2,7 +2,7 @@
  * config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2/3, Mixtral, Qwen-MoE,
  * DeepSeek-V3, Nemotron, Phi-3, Gemma 1/2/3, GPT-OSS, Llama 4, GLM-4.5,
  * MiniMax-M2, Seed-OSS, SmolLM3, ERNIE 4.5 dense and MoE, dots.llm1, Granite 3,
- * GLM-4-0414).
+ * GLM-4-0414, Phi-1.5 and Phi-2, Cohere Command R and R7B).
  *
  * The config is read into an hf_model first, so that every field is checked
  * (present, of the right type, within sane bounds, consistent) before a single
@@ -64,6 +64,9 @@ typedef enum {
     FAM_DOTS1,
     FAM_GRANITE,
     FAM_GLM4,
+    FAM_PHI,
+    FAM_COHERE,
+    FAM_COHERE2,
     FAM_COUNT
 } family;
 
@@ -72,7 +75,8 @@ static const char *const family_names[FAM_COUNT] = {
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "nemotron",
     "phi3", "gemma", "gemma2", "gemma3_text", "gpt_oss", "llama4_text",
     "olmo2", "olmo3", "olmoe", "starcoder2", "olmo", "glm4_moe", "minimax_m2",
-    "seed_oss", "smollm3", "ernie4_5", "ernie4_5_moe", "dots1", "granite", "glm4"};
+    "seed_oss", "smollm3", "ernie4_5", "ernie4_5_moe", "dots1", "granite", "glm4",
+    "phi", "cohere", "cohere2"};
 
 /* Everything the builder needs, read and checked from the config. */
 typedef struct {
@@ -83,6 +87,7 @@ typedef struct {
     int64_t max_pos;   /* the config's context length, 0 if unknown */
     int64_t rot;       /* rotary embedding width per head, 0 for none */
     int layernorm;     /* LayerNorm with bias, else RMSNorm without */
+    int norm_no_bias;  /* LayerNorm with a weight and no bias (Cohere's) */
     int gelu_mlp;      /* fc1 -> gelu -> fc2, else gate/up -> silu * up -> down */
     int relu2_mlp;     /* up -> relu^2 -> down (Nemotron), not gated */
     int layernorm1p;   /* LayerNorm with a zero-centred gamma (Nemotron) */
@@ -93,6 +98,8 @@ typedef struct {
     double rope_base, norm_eps, rope_factor;
     int rope_scaling;
     int parallel_residual;
+    int shared_norm;   /* with parallel_residual: one norm feeds attention and
+                          the MLP (Phi's, Cohere's), not one each (GPT-NeoX's) */
     int tie;
     int qk_norm;
     int qk_norm_wide;   /* the q and k norms span all heads of the projection,
@@ -772,11 +779,12 @@ static void read_mla(hf_cfg *c, hf_model *m)
     m->head_dim = m->qk_nope + m->qk_rope;
 }
 
-/* Nemotron, Phi-3, GLM-4.5, GLM-4-0414 and SmolLM3 rotate int(head_dim *
- * partial_rotary_factor) elements of each head, as HF's default rope init
- * does (SmolLM3RotaryEmbedding's own reads the factor, 1.0 where absent);
- * `def` is the config class's default (NemotronConfig's, Glm4MoeConfig's
- * and Glm4Config's 0.5, Phi3Config's and SmolLM3's 1). */
+/* Nemotron, Phi, Phi-3, GLM-4.5, GLM-4-0414 and SmolLM3 rotate
+ * int(head_dim * partial_rotary_factor) elements of each head, as HF's
+ * default rope init does (SmolLM3RotaryEmbedding's own reads the factor,
+ * 1.0 where absent); `def` is the config class's default (NemotronConfig's,
+ * PhiConfig's, Glm4MoeConfig's and Glm4Config's 0.5, Phi3Config's and
+ * SmolLM3's 1). */
 static int64_t partial_rotary(hf_cfg *c, const hf_model *m, double def)
 {
     double f = rotary_fraction(c, "partial_rotary_factor", def);
@@ -953,10 +961,13 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     m->ffn = cfg_int(c, "intermediate_size", 1, 0, 1, MAX_FFN);
     m->max_pos = cfg_int(c, "max_position_embeddings", 0, g3 ? 131072 : 0, 1,
                          INT64_C(1) << 40);
-    /* GemmaConfig and its successors, Starcoder2Config, SmolLM3Config and
-     * ERNIE 4.5's config classes tie by default. */
-    m->tie = read_tie(c, is_gemma(f) || f == FAM_STARCODER2 || f == FAM_SMOLLM3 || ernie);
-    if (f != FAM_DEEPSEEK_V3)
+    /* GemmaConfig and its successors, Starcoder2Config, SmolLM3Config,
+     * ERNIE 4.5's and Cohere's config classes tie by default. */
+    m->tie = read_tie(c, is_gemma(f) || f == FAM_STARCODER2 || f == FAM_SMOLLM3 || ernie ||
+                             f == FAM_COHERE || f == FAM_COHERE2);
+    /* Cohere2Config sets head_dim to hidden_size / num_attention_heads
+     * whatever the file says, and Cohere2Attention reads that. */
+    if (f != FAM_DEEPSEEK_V3 && f != FAM_COHERE2)
         m->head_dim = heads_field(c, "head_dim", class_head_dim(f), 0, MAX_HIDDEN);
     /* Qwen2 always has a bias on Q, K and V; Qwen2-MoE has one under
      * qkv_bias (true), a field of Qwen2MoeConfig in transformers 5, which
@@ -971,6 +982,13 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
          * qkv_proj and o_proj with bias=False whatever a config says. */
         check_flag(c, "attention_bias", "phi3", 0,
                    "no bias on qkv_proj and o_proj (Phi3Attention's bias=False)");
+    } else if (f == FAM_PHI) {
+        /* PhiAttention builds q_proj, k_proj, v_proj and dense with
+         * bias=True, PhiMLP's fc1 and fc2 and PhiForCausalLM's lm_head
+         * have one too; PhiConfig has no field for any of them. */
+        check_flag(c, "attention_bias", "phi", 1,
+                   "a bias on Q, K, V and dense (PhiAttention's bias=True)");
+        m->qkv_bias = m->o_bias = m->mlp_bias = m->head_bias = 1;
     } else if (f == FAM_STARCODER2) {
         /* use_bias covers every linear layer. */
         m->qkv_bias = m->o_bias = m->mlp_bias = cfg_bool(c, "use_bias", 1);
@@ -1034,7 +1052,7 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     else if (!c->bad && f == FAM_MINIMAX_M2)
         m->rot = minimax_rotary(c, m);
     else if (c->bad || (f != FAM_NEMOTRON && f != FAM_PHI3 && f != FAM_GLM4_MOE &&
-                        f != FAM_SMOLLM3 && f != FAM_GLM4))
+                        f != FAM_SMOLLM3 && f != FAM_GLM4 && f != FAM_PHI))
         m->rot = m->head_dim;
     else
         m->rot = partial_rotary(c, m, f == FAM_PHI3 || f == FAM_SMOLLM3 ? 1.0 : 0.5);
@@ -1182,15 +1200,15 @@ static void linear(bld *b, const char *name, const char *x, const char *w,
     op(b, name, AP_OP_MATMUL, 0, ins, y);
 }
 
-/* Normalises x over its last label `l`; LayerNorm also has a bias, OLMo
- * 1's neither a bias nor a weight. */
+/* Normalises x over its last label `l`; LayerNorm also has a bias but
+ * Cohere's, OLMo 1's neither a bias nor a weight. */
 static void norm(bld *b, const hf_model *m, const char *name, const char *x,
                  char l, const char *y)
 {
     char ins[3 * AP_NAME_LEN];
     if (m->norm_free)
         snprintf(ins, sizeof ins, "%s", x);
-    else if (m->layernorm)
+    else if (m->layernorm && !m->norm_no_bias)
         snprintf(ins, sizeof ins, "%s %s.w:%c %s.b:%c", x, name, l, name, l);
     else
         snprintf(ins, sizeof ins, "%s %s.w:%c", x, name, l);
@@ -1475,11 +1493,13 @@ static void residual2(bld *b, const char *x)
 /* The sublayers of block i in the current scope: attention and
  * feed-forward, each with an optional dropout and a residual add, writing
  * "out". GPT-NeoX's parallel residual computes x + attn(ln1(x)) +
- * mlp(ln2(x)) instead; OLMo 2 norms each sublayer's output and not its
- * input, x + norm(attn(x)). */
+ * mlp(ln2(x)) instead, and Phi's and Cohere's x + attn(ln1(x)) +
+ * mlp(ln1(x)) with their one norm; OLMo 2 norms each sublayer's output and
+ * not its input, x + norm(attn(x)). */
 static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i)
 {
     int post = m->sandwich_norm || m->post_norm;
+    int one_norm = m->parallel_residual && m->shared_norm;
     const char *ao = post ? "post_attn_norm.y" : "o.y";
     const char *fo = post ? "post_mlp_norm.y" : "mlp.y";
     const char *a = opt->dropout ? "attn_drop.y" : ao;
@@ -1488,9 +1508,10 @@ static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i
     b->nope = m->nope && m->nope[i];
     /* Megatron-Core's Transformer Engine layers fuse a norm into the
      * linear layer after it, unless more than one module reads it: MLA's
-     * two down projections, a MoE layer's router and experts. The MLP's
-     * fused norm is part of the MLP module. */
-    b->modules = m->mla ? AP_MODULE_LAYERNORM : 0;
+     * two down projections, a MoE layer's router and experts, the one norm
+     * attention and the MLP share. The MLP's fused norm is part of the MLP
+     * module. */
+    b->modules = m->mla || one_norm ? AP_MODULE_LAYERNORM : 0;
     if (!m->post_norm)
         norm(b, m, "ln1", "^", 'h', "ln1.y:bsh");
     b->modules = 0;
@@ -1511,9 +1532,9 @@ static void sublayers(bld *b, const hf_model *m, const ap_build_opts *opt, int i
     if (!m->parallel_residual)
         residual1(b, a);
     b->modules = m->experts && is_moe_layer(m, i) ? AP_MODULE_LAYERNORM : AP_MODULE_MLP;
-    if (!m->post_norm)
+    if (!m->post_norm && !one_norm)
         norm(b, m, "ln2", m->parallel_residual ? "^" : "res1.y", 'h', "ln2.y:bsh");
-    feed_forward(b, m, i, m->post_norm ? "res1.y" : "ln2.y");
+    feed_forward(b, m, i, m->post_norm ? "res1.y" : one_norm ? "ln1.y" : "ln2.y");
     b->modules = AP_MODULE_LAYERNORM;
     if (post)
         norm(b, m, "post_mlp_norm", "mlp.y", 'h', "post_mlp_norm.y:bsh");
@@ -1671,8 +1692,8 @@ static int window_on_every_layer(family f)
 /* Which layers have the window: "layer_types" where the config lists them
  * (HF's configs since 4.53), else the rule of the family's config class:
  * Qwen2's, Qwen2-MoE's and Qwen3's layers from max_window_layers on, Gemma
- * 2's and GPT-OSS's every other layer from the first, Gemma 3's all but
- * every sliding_window_pattern-th. */
+ * 2's and GPT-OSS's every other layer from the first, Gemma 3's and
+ * Cohere2's all but every sliding_window_pattern-th (6 and 4). */
 static void read_window_layers(hf_cfg *c, hf_model *m)
 {
     const cJSON *types = cfg_item(c, "layer_types"), *e;
@@ -1701,6 +1722,8 @@ static void read_window_layers(hf_cfg *c, hf_model *m)
         first = cfg_int(c, "max_window_layers", 0, 62, 0, MAX_LAYERS);
     if (f == FAM_GEMMA3)
         pattern = cfg_int(c, "sliding_window_pattern", 0, 6, 1, MAX_LAYERS);
+    if (f == FAM_COHERE2)
+        pattern = cfg_int(c, "sliding_window_pattern", 0, 4, 1, MAX_LAYERS);
     if (f == FAM_OLMO3)
         pattern = 4; /* Olmo3Config's rule: full attention on every fourth layer */
     /* SmolLM3Config's rule: the window on the NoPE layers. */
@@ -1714,8 +1737,9 @@ static void read_window_layers(hf_cfg *c, hf_model *m)
 /* Sliding-window attention, where the family has it: sliding_window keys
  * per query (HF masks keys more than sliding_window - 1 behind the query),
  * for Qwen and SmolLM3 only under use_sliding_window. Mistral, Gemma 2 and
- * 3, OLMo 3 and dots.llm1 default to the config classes' 4096, GPT-OSS to
- * 128; a null sliding_window is none, as the attention modules read it. */
+ * 3, OLMo 3, dots.llm1 and Cohere2 default to the config classes' 4096,
+ * GPT-OSS to 128; a null sliding_window is none, as the attention modules
+ * read it. */
 static void read_window(hf_cfg *c, hf_model *m)
 {
     family f = m->fam;
@@ -1724,7 +1748,7 @@ static void read_window(hf_cfg *c, hf_model *m)
                 f == FAM_SMOLLM3;
     if (c->bad || !(gated || f == FAM_MISTRAL || f == FAM_MIXTRAL || f == FAM_PHI3 ||
                     f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_GPT_OSS || f == FAM_OLMO3 ||
-                    f == FAM_STARCODER2 || f == FAM_DOTS1))
+                    f == FAM_STARCODER2 || f == FAM_DOTS1 || f == FAM_COHERE2))
         return;
     /* Without use_sliding_window their config classes drop the window
      * (Qwen2Config makes it None, Qwen2MoeConfig 0, which transformers 5
@@ -1734,7 +1758,7 @@ static void read_window(hf_cfg *c, hf_model *m)
     int null = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c->root, "sliding_window"));
     int64_t def = null ? 0
                   : f == FAM_GEMMA2 || f == FAM_GEMMA3 || f == FAM_OLMO3 || f == FAM_DOTS1 ||
-                    f == FAM_MISTRAL ? 4096
+                    f == FAM_MISTRAL || f == FAM_COHERE2 ? 4096
                   : f == FAM_GPT_OSS ? 128 : 0;
     int64_t w = cfg_int(c, "sliding_window", 0, def, 1, INT64_C(1) << 40);
     if (c->bad || !w)
@@ -1833,6 +1857,65 @@ static void read_granite(hf_cfg *c, hf_model *m)
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         cfg_factor(c, keys[i], 1.0);
     m->embed_scale = m->logit_scale = 1;
+}
+
+/* Phi-1.5 and Phi-2 (PhiForCausalLM): one LayerNorm with bias feeds
+ * attention and the MLP side by side (PhiDecoderLayer's attn_outputs +
+ * feed_forward_hidden_states + residual), the MLP is CLIP's fc1 -> gelu ->
+ * fc2, and qk_layernorm puts a LayerNorm with bias on each head of q and
+ * k. hidden_act names the GELU (PhiConfig's "gelu_new"; tanh or exact,
+ * the same cost). */
+static void read_phi(hf_cfg *c, hf_model *m)
+{
+    check_choice(c, "hidden_act", "phi", "gelu", 1,
+                 "a GELU (\"gelu_new\", \"gelu_pytorch_tanh\", \"gelu\")");
+    m->qk_norm = cfg_bool(c, "qk_layernorm", 0);
+    m->layernorm = m->gelu_mlp = 1;
+    m->parallel_residual = m->shared_norm = 1;
+}
+
+/* Cohere's Command R (CohereForCausalLM) and Command R7B (Cohere2): one
+ * LayerNorm with a weight and no bias (CohereLayerNorm) feeds attention
+ * and the SwiGLU MLP side by side, and logit_scale multiplies the logits,
+ * a pass of its own before the loss (logits * self.logit_scale), built as
+ * Granite's; it must be a number above 0 (CohereConfig's 0.0625 where
+ * left out). CohereAttention norms each head of q and k under use_qk_norm
+ * with a CohereLayerNorm holding a weight per head, built here as one
+ * per-head norm whose weight is one head's (the format's weight names the
+ * labels it normalises over). Cohere2Attention has no such norms. */
+static void read_cohere(hf_cfg *c, hf_model *m)
+{
+    cfg_factor(c, "logit_scale", 0.0625);
+    if (m->fam == FAM_COHERE)
+        m->qk_norm = cfg_bool(c, "use_qk_norm", 0);
+    else
+        check_flag(c, "use_qk_norm", "cohere2", 0,
+                   "no query and key norms (Cohere2Attention has none)");
+    m->layernorm = m->norm_no_bias = 1;
+    m->parallel_residual = m->shared_norm = 1;
+    m->logit_scale = 1;
+}
+
+/* Cohere2Attention rotates q and k only on its sliding-window layers
+ * (apply_rotary_pos_emb under `self.sliding_window is not None`): the
+ * full-attention layers, and every layer where sliding_window is null,
+ * take no rotary embedding. Read after read_window. */
+static void read_cohere2_rotary(hf_cfg *c, hf_model *m)
+{
+    int64_t i, rotating = 0;
+    if (c->bad)
+        return;
+    m->nope = calloc((size_t)m->layers, 1);
+    if (!m->nope) {
+        cfg_fail(c, "out of memory");
+        return;
+    }
+    for (i = 0; i < m->layers; i++) {
+        m->nope[i] = layer_window(m, i) == 0;
+        rotating += !m->nope[i];
+    }
+    if (!rotating)
+        m->rot = 0;
 }
 
 /* Nemotron is a Llama-like config with LayerNorm1P (with bias) and a
@@ -1966,8 +2049,8 @@ static void read_numerics(hf_cfg *c, hf_model *m)
  * and exact forms cost the same. A config naming another describes an MLP
  * whose cost is not the one built, so it is refused. Gemma 1 reads
  * hidden_act and Gemma 2 and 3 hidden_activation; a config may state both,
- * and both must then be a GELU. Nemotron's, StarCoder2's and MiniMax-M2's
- * are checked with the rest of their fields; GPT-OSS's experts hard-code
+ * and both must then be a GELU. Nemotron's, StarCoder2's, MiniMax-M2's and
+ * Phi's are checked with the rest of their fields; GPT-OSS's experts hard-code
  * their clamped quick GeGLU and read no activation (GptOssExperts), and it
  * has no other MLP. */
 static void check_activation(hf_cfg *c, const hf_model *m)
@@ -1991,6 +2074,7 @@ static void check_activation(hf_cfg *c, const hf_model *m)
     case FAM_STARCODER2:
     case FAM_MINIMAX_M2:
     case FAM_GPT_OSS:
+    case FAM_PHI:
         break;
     default:
         check_choice(c, "hidden_act", fam, "silu", 0, "\"silu\" (SwiGLU)");
@@ -2017,6 +2101,10 @@ static int read_model(hf_cfg *c, hf_model *m)
         m->layernorm = m->norm_free = 1;
     if (m->fam == FAM_NEMOTRON)
         read_nemotron(c, m);
+    if (m->fam == FAM_PHI)
+        read_phi(c, m);
+    if (m->fam == FAM_COHERE || m->fam == FAM_COHERE2)
+        read_cohere(c, m);
     check_activation(c, m);
     if (m->fam == FAM_MINIMAX_M2)
         read_minimax_m2(c, m);
@@ -2040,6 +2128,8 @@ static int read_model(hf_cfg *c, hf_model *m)
     if (m->fam == FAM_SMOLLM3)
         read_nope(c, m, 1);
     read_window(c, m);
+    if (m->fam == FAM_COHERE2)
+        read_cohere2_rotary(c, m);
     read_numerics(c, m);
     return c->bad ? AP_EINPUT : AP_OK;
 }

@@ -637,6 +637,10 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (s->qk_norm_wide)
         put(&b, "# Its query and key norms must span all heads of their projections "
                 "(OLMo 2's, MiniMax-M2's), as the plan was priced.\n");
+    if (s->parallel_residual)
+        put(&b, "# Its layers must run attention and the MLP side by side on the layer's "
+                "input (a parallel residual: GPT-NeoX's, Phi's, Cohere's), as the plan was "
+                "priced.\n");
     if (s->post_norm)
         put(&b, "# Its layers must norm attention's and the MLP's outputs before the "
                 "residual adds (post-norms), as the plan was priced.\n");

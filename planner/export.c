@@ -898,7 +898,8 @@ static int check_architecture(const ap_model_shape *s, const ap_plan_desc *p,
         return refuse(p, err, "%s's transformer layer runs attention and then the MLP; "
                       "the model runs them side by side on the layer's input (%s), "
                       "which no Megatron-LM flag states", ap_launcher_name(to),
-                      "a parallel residual, as GPT-NeoX's use_parallel_residual");
+                      "a parallel residual: GPT-NeoX's use_parallel_residual, Phi's and "
+                      "Cohere's one norm before both");
     /* Without a flag Megatron-LM builds gelu; its others are --swiglu,
      * --squared-relu and --quick-geglu (x*sigmoid(1.702x) gated, not GeGLU). */
     /* Megatron-LM states MLA by its dimensions, which a Hugging Face config

@@ -91,9 +91,9 @@ static void nope_shape(const ap_graph *g, ap_model_shape *s)
     free(nope);
 }
 
-/* Parallel residual: two norms of one layer read the same tensor, the
- * layer's input, so attention and MLP run side by side. */
-static int has_parallel_residual(const ap_graph *g)
+/* Two norms of one layer read the same tensor, the layer's input, so
+ * attention and the MLP run side by side (GPT-NeoX's ln1 and ln2). */
+static int norms_share_an_input(const ap_graph *g)
 {
     for (int i = 0; i < g->nops; i++) {
         const ap_op *a = &g->ops[i];
@@ -107,6 +107,49 @@ static int has_parallel_residual(const ap_graph *g)
         }
     }
     return 0;
+}
+
+/* Whether an op of a layer's MLP (or MoE block) reads an activation that
+ * the layer's attention output does not reach: the MLP then runs beside
+ * attention, not after it, as under Phi's and Cohere's one shared norm.
+ * A tensor is `late` once it depends on the attention op's output within
+ * its layer; the ops are in topological order, so one pass marks them. */
+static int mlp_reads_before_attention(const ap_graph *g)
+{
+    unsigned char *late = calloc((size_t)(g->ntensors > 0 ? g->ntensors : 1), 1);
+    int layer = -1, found = 0;
+    if (!late)
+        return 0;
+    for (int i = 0; i < g->nops && !found; i++) {
+        const ap_op *op = &g->ops[i];
+        if (op->layer < 0)
+            continue;
+        if (op->kind == AP_OP_ATTENTION)
+            layer = op->layer;
+        if (op->layer != layer)
+            continue;
+        int reads_late = op->kind == AP_OP_ATTENTION, reads_early = 0;
+        for (int k = 0; k < op->ninputs; k++) {
+            const ap_tensor *t = &g->tensors[op->inputs[k]];
+            if (t->role != AP_TENSOR_ACT || t->producer < 0)
+                continue;
+            reads_late |= late[op->inputs[k]];
+            reads_early |= !late[op->inputs[k]];
+        }
+        found = reads_early && (op->modules & (AP_MODULE_MLP | AP_MODULE_MOE));
+        for (int k = 0; k < op->noutputs && reads_late; k++)
+            late[op->outputs[k]] = 1;
+    }
+    free(late);
+    return found;
+}
+
+/* Parallel residual: attention and the MLP both read the layer's input,
+ * through a norm each (GPT-NeoX) or through one norm they share (Phi,
+ * Cohere), rather than the MLP reading attention's residual sum. */
+static int has_parallel_residual(const ap_graph *g)
+{
+    return norms_share_an_input(g) || mlp_reads_before_attention(g);
 }
 
 /* An elementwise op outside the layers on what an embedding or the head

@@ -225,6 +225,9 @@ static void parallel_residual_is_refused_by_megatron_only(void)
     CHECK_STR_HAS(err, "parallel residual");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err), err);
     free(text);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "# Its layers must run attention and the MLP side by side");
+    free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
 }
