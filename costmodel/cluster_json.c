@@ -156,6 +156,13 @@ static int get_string(ctx *x, const cJSON *obj, const char *prefix,
         return fail(x, path, "must be a string");
     if (strlen(v->valuestring) >= cap)
         return fail(x, path, "longer than %zu characters", cap - 1);
+    /* Names go into reports and plan files, whose reader refuses control
+     * characters (an escaped newline would reach a launch script). */
+    int name = !strcmp(key, "name");
+    for (const char *ch = v->valuestring; name && *ch; ch++)
+        if ((unsigned char)*ch < 0x20 || *ch == 0x7f)
+            return fail(x, path, "a control character (0x%02x) in a name",
+                        (unsigned char)*ch);
     memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
     return AP_OK;
 }
@@ -502,6 +509,13 @@ static int parse_calibration(ctx *x, const cJSON *root, ap_cluster *c)
  * ring's 360). 4 covers both with room to spare; a table faster than that
  * is a mistake, not a measurement. */
 #define MAX_OVER_LINK 4.0
+/* What a measured sample may take beyond its work at the least efficiency
+ * a file may state (MIN_EFFICIENCY of the peak or of the link): a launch
+ * and tail, far above the few microseconds either takes, so that the
+ * smallest real shapes, which launch time rules, stay well inside it. A
+ * sample slower than that (a GEMM of 1024^3 in 1e29 s) is a typo, and
+ * priced every step at years. */
+#define LAUNCH_ALLOWANCE_S 1e-3
 
 /* The tensor-core efficiencies a calibration scaled, with their fields. */
 static int scaled_efficiencies(const ap_cluster *c, const char **names, double *eff)
@@ -551,6 +565,40 @@ static int check_calibration(ctx *x, const ap_cluster *c)
                 eff[at] / c->calib_scale, MIN_EFFICIENCY);
 }
 
+/* A length factor multiplies an efficiency (compute.c,
+ * ap_attention_length_factor), and the product is the share of the peak
+ * attention runs at: like an efficiency it must be at least
+ * MIN_EFFICIENCY. A factor of 1e-320 priced attention at infinity and
+ * crashed the planner. */
+static int check_curve_row(ctx *x, const ap_cluster *c, const char *row,
+                           const double *f, const char *eff_name, double eff)
+{
+    for (int i = 0; i < c->attn_len_n; i++) {
+        if (f[i] * eff >= MIN_EFFICIENCY)
+            continue;
+        char p[PATH_LEN];
+        snprintf(p, sizeof p, "gpu.attention_by_length.%s[%d]", row, i);
+        return fail(x, p, "%g x gpu.%s %g is %.3g of peak; a factor times its "
+                    "efficiency must be at least %g, as an efficiency is", f[i], eff_name,
+                    eff, f[i] * eff, MIN_EFFICIENCY);
+    }
+    return AP_OK;
+}
+
+static int check_attn_curve(ctx *x, const ap_cluster *c)
+{
+    const char *fwd_name = c->attn_eff > 0 ? "attention_efficiency" : "gemm_efficiency";
+    double fwd = c->attn_eff > 0 ? c->attn_eff : c->gemm_eff;
+    const char *bwd_name = c->attn_bwd_eff > 0 ? "attention_backward_efficiency" : fwd_name;
+    double bwd = c->attn_bwd_eff > 0 ? c->attn_bwd_eff : fwd;
+    int rc;
+    if ((rc = check_curve_row(x, c, "forward_causal", c->attn_len_causal, fwd_name, fwd)) ||
+        (rc = check_curve_row(x, c, "forward_noncausal", c->attn_len_noncausal, fwd_name,
+                              fwd)))
+        return rc;
+    return check_curve_row(x, c, "backward", c->attn_len_bwd, bwd_name, bwd);
+}
+
 /* The peak a GEMM of dtype dt is priced against (compute.c's peak_for):
  * its own, or bf16's where the file states none (fp8 on an A100). */
 static double peak_of(const ap_cluster *c, ap_dtype dt, const char **name)
@@ -583,6 +631,13 @@ static int check_gemm_samples(ctx *x, const ap_cluster *c)
                         "%.0f%% above its peak", s->m, s->n, s->k,
                         ap_dtype_name(s->dtype), s->seconds, rate / 1e12, rate / peak, pk,
                         peak / 1e12, (MAX_OVER_PEAK - 1) * 100);
+        double slowest = flops / (MIN_EFFICIENCY * peak) + LAUNCH_ALLOWANCE_S;
+        if (s->seconds > slowest)
+            return fail(x, p, "%g x %g x %g %s in %g s is %.3g x gpu.peak_flops.%s; a "
+                        "measured GEMM runs at %g of its peak or faster, plus a %g s "
+                        "launch (%.4g s here)", s->m, s->n, s->k, ap_dtype_name(s->dtype),
+                        s->seconds, rate / peak, pk, MIN_EFFICIENCY, LAUNCH_ALLOWANCE_S,
+                        slowest);
         one.gemm = &c->gemm[i];
         if (c->calib_scale > 1)
             priced = flops / ap_cost_gemm(&one, s->dtype, s->m, s->n, s->k);
@@ -595,17 +650,34 @@ static int check_gemm_samples(ctx *x, const ap_cluster *c)
     return AP_OK;
 }
 
+/* The longest a collective may take: its bus bytes over the slowest link
+ * it crosses at MIN_EFFICIENCY, a latency for each of a ring's steps, and
+ * a launch. */
+static double slowest_collective(const ap_cluster *c, const ap_coll_sample *s)
+{
+    double bw = s->nodes > 1 ? fmin(c->intra_bw, c->inter_bw) : c->intra_bw;
+    double lat = s->nodes > 1 ? fmax(c->intra_lat, c->inter_lat) : c->intra_lat;
+    return ap_coll_bus_factor(s->op, s->ranks) * s->bytes / (MIN_EFFICIENCY * bw) +
+           2.0 * (s->ranks - 1) * lat + LAUNCH_ALLOWANCE_S;
+}
+
 /* A measured collective's bus bandwidth stays within MAX_OVER_LINK of
- * NVLink's. */
+ * NVLink's, and its time within slowest_collective. */
 static int check_coll_samples(ctx *x, const ap_cluster *c)
 {
     for (int i = 0; i < c->ncoll; i++) {
         const ap_coll_sample *s = &c->coll[i];
         double bus = ap_coll_bus_factor(s->op, s->ranks) * s->bytes / s->seconds;
-        if (bus <= MAX_OVER_LINK * c->intra_bw)
-            continue;
+        double slowest = slowest_collective(c, s);
         char p[PATH_LEN];
         snprintf(p, sizeof p, "measured.collectives[%d].seconds", i);
+        if (s->seconds > slowest)
+            return fail(x, p, "%s of %g bytes over %d ranks in %g s; its links at %g "
+                        "of their bandwidth, a latency a step and a %g s launch take "
+                        "%.4g s", ap_coll_name(s->op), s->bytes, s->ranks, s->seconds,
+                        MIN_EFFICIENCY, LAUNCH_ALLOWANCE_S, slowest);
+        if (bus <= MAX_OVER_LINK * c->intra_bw)
+            continue;
         return fail(x, p, "%s of %g bytes over %d ranks in %g s is a bus bandwidth of "
                     "%.4g GB/s, %.3g x links.intra.bandwidth (%.4g GB/s); no collective "
                     "runs more than %g times faster than NVLink's figure",
@@ -643,7 +715,8 @@ static int parse_root(ctx *x, const cJSON *root, ap_cluster *c)
     if ((double)c->nodes * c->gpus_per_node > 1000000)
         return fail(x, "nodes", "more than 1000000 GPUs in all");
     /* Figures each in range can still price faster than the GPU can run. */
-    if ((rc = check_calibration(x, c)) || (rc = check_gemm_samples(x, c)))
+    if ((rc = check_calibration(x, c)) || (rc = check_attn_curve(x, c)) ||
+        (rc = check_gemm_samples(x, c)))
         return rc;
     return check_coll_samples(x, c);
 }
@@ -654,6 +727,19 @@ static int json_line(const char *text, const char *at)
     for (const char *p = text; at && p < at && *p; p++)
         line += *p == '\n';
     return line;
+}
+
+/* cJSON stops at the end of the first value; what follows it, other than
+ * blanks, is a second document pasted on or an edit gone wrong, and was
+ * read past. Returns where it starts, or 0 when there is none. */
+static size_t trailing_text(const char *text, size_t len, const char *end)
+{
+    if (!end)
+        return 0;
+    for (size_t i = (size_t)(end - text); i < len; i++)
+        if (text[i] != ' ' && text[i] != '\t' && text[i] != '\r' && text[i] != '\n')
+            return i;
+    return 0;
 }
 
 static int parse_text(const char *text, size_t len, const char *file,
@@ -667,6 +753,12 @@ static int parse_text(const char *text, size_t len, const char *file,
         return fail(&x, "", "not valid JSON (line %d): %s", json_line(text, text + bad),
                     ap_json_control_what(text, bad, what, sizeof what));
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    size_t extra = root ? trailing_text(text, len, end) : 0;
+    if (extra) {
+        cJSON_Delete(root);
+        return fail(&x, "", "not valid JSON (line %d): text after the closing '}'",
+                    json_line(text, text + extra));
+    }
     if (!root && ap_json_too_deep(text, len))
         return fail(&x, "", "not valid JSON: arrays and objects nested deeper than %d "
                     "levels", AP_JSON_MAX_DEPTH);

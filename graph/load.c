@@ -116,6 +116,27 @@ static int check_fields(const ctx *c, const cJSON *obj, const char *path,
     return AP_OK;
 }
 
+/* A name is printed into reports, plan files and the launch scripts the
+ * exports write, where an escaped newline ("tiny\nrm -rf ~") would start
+ * a shell command of its own; JSON allows control characters escaped, so
+ * the reader refuses them in names. Returns the first one, or 0. */
+static int control_char(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return (unsigned char)*s;
+    return 0;
+}
+
+static int check_name(const ctx *c, const char *path, const char *name)
+{
+    int ch = control_char(name);
+    if (!ch)
+        return AP_OK;
+    return fail(c, "%s: a control character (0x%02x) in a name, which reports and "
+                "launch scripts print as it is", path, ch);
+}
+
 static const cJSON *field(const cJSON *obj, const char *key)
 {
     return cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -249,6 +270,10 @@ static int load_dims(const ctx *c, const cJSON *dims, ap_graph *g,
         if (name && (!name[0] || strlen(name) >= AP_NAME_LEN))
             return fail(c, "%s.name: must have 1 to %d characters", path,
                         AP_NAME_LEN - 1);
+        char at[80];
+        snprintf(at, sizeof at, "%s.name", path);
+        if (name && check_name(c, at, name))
+            return AP_EINPUT;
         p->label = key[0];
         snprintf(p->name, sizeof p->name, "%s",
                  name ? name : ap_dim_kind_name(p->kind));
@@ -307,6 +332,10 @@ static int load_tensors(const ctx *c, const cJSON *arr, ap_graph *g)
         ap_role r = AP_TENSOR_ACT;
         ap_dtype dt = g->dtype;
         if (load_role(c, path, role, &r))
+            return AP_EINPUT;
+        char at[80];
+        snprintf(at, sizeof at, "%s.name", path);
+        if (check_name(c, at, name))
             return AP_EINPUT;
         if (dtype && ap_dtype_from_name(dtype, &dt))
             return fail(c, "%s.dtype: unknown dtype \"%s\"", path, dtype);
@@ -477,6 +506,10 @@ static int load_op(const ctx *c, const cJSON *o, const char *path,
         return AP_EINPUT;
     if (ap_op_kind_from_name(kind, &k, &sub))
         return fail(c, "%s.kind: unknown op kind \"%s\"", path, kind);
+    char at[80];
+    snprintf(at, sizeof at, "%s.name", path);
+    if (check_name(c, at, name))
+        return AP_EINPUT;
     if (field(o, "layer") &&
         get_int(c, o, path, "layer", 0, 1 << 20, &layer))
         return AP_EINPUT;
@@ -538,6 +571,8 @@ static int load_header(const ctx *c, const cJSON *root, const char **name,
         return AP_EINPUT;
     if (!(*name)[0] || strlen(*name) >= AP_NAME_LEN)
         return fail(c, "name: must have 1 to %d characters", AP_NAME_LEN - 1);
+    if (check_name(c, "name", *name))
+        return AP_EINPUT;
     if (dt && ap_dtype_from_name(dt, dtype))
         return fail(c, "dtype: unknown dtype \"%s\" (expected bf16, fp16, "
                        "fp32, fp8, int32 or int64)", dt);
@@ -565,16 +600,20 @@ static int load_mtp(const ctx *c, const cJSON *root, ap_graph *g, const ap_build
     return AP_OK;
 }
 
-/* A positive number below `max`, or absent (0). */
-static int get_positive(const ctx *c, const cJSON *obj, const char *key, double max,
-                        double *out)
+/* A number from `min` up to below `max`, or absent (0). The least is the
+ * one a plan's model_shape takes back (plan_read.c), so that a model
+ * with a subnormal rope_base is refused here, naming its file, rather
+ * than by the plan it would be written into. */
+static int get_positive(const ctx *c, const cJSON *obj, const char *key, double min,
+                        double max, double *out)
 {
     const cJSON *v = field(obj, key);
     *out = 0;
     if (!v)
         return AP_OK;
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble < max))
-        return fail(c, "%s: expected a number above 0 and below %g", key, max);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= min && v->valuedouble < max))
+        return fail(c, "%s: expected a number above 0 and below %g, and at least %g",
+                    key, max, min);
     *out = v->valuedouble;
     return AP_OK;
 }
@@ -585,9 +624,9 @@ static int get_positive(const ctx *c, const cJSON *obj, const char *key, double 
 static int load_numerics(const ctx *c, const cJSON *root, ap_graph *g)
 {
     const char *scaling = NULL;
-    if (get_positive(c, root, "rope_base", 1e12, &g->rope_base) ||
-        get_positive(c, root, "norm_eps", 1, &g->norm_eps) ||
-        get_positive(c, root, "rope_scaling_factor", 1e6, &g->rope_scaling_factor) ||
+    if (get_positive(c, root, "rope_base", 1e-9, 1e12, &g->rope_base) ||
+        get_positive(c, root, "norm_eps", 1e-30, 1, &g->norm_eps) ||
+        get_positive(c, root, "rope_scaling_factor", 1e-9, 1e6, &g->rope_scaling_factor) ||
         get_string(c, root, "", "rope_scaling", 0, &scaling))
         return AP_EINPUT;
     if (!scaling) {
@@ -631,6 +670,15 @@ static int check_batch_seq(const ctx *c, const ap_graph *g)
             return fail(c, "dims: %d dimensions (\"%s\") are of kind \"%s\"; a model "
                         "needs exactly one dimension of kind \"batch\" and one of kind "
                         "\"seq\"", n, labels, name);
+        /* The bounds --seq and --batch have: a file that declares more
+         * would be planned where the command line is refused. */
+        int64_t most = kinds[k] == AP_DIM_BATCH ? AP_MAX_BATCH : AP_MAX_SEQ;
+        const ap_dim *d = ap_graph_dim(g, labels[0]);
+        if (d && d->size > most)
+            return fail(c, "dims.%c.size: %lld %s is over the limit of %lld (the most "
+                        "--%s takes)", labels[0], (long long)d->size,
+                        kinds[k] == AP_DIM_BATCH ? "sequences" : "tokens", (long long)most,
+                        kinds[k] == AP_DIM_BATCH ? "batch" : "seq");
         int used = 0;
         for (int t = 0; t < g->ntensors && !used; t++)
             used = strchr(g->tensors[t].shape, labels[0]) != NULL;

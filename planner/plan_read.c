@@ -92,6 +92,12 @@ static int get_string(const reader *r, const cJSON *o, const char *name,
         return fail(r, at, "expected a string");
     if (strlen(v->valuestring) >= cap)
         return fail(r, at, "longer than %zu characters", cap - 1);
+    /* The exports print these into launch scripts, where an escaped
+     * newline in "model" ("x\nrm -rf ~") would run as a command. */
+    for (const char *c = v->valuestring; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return fail(r, at, "a control character (0x%02x), which a launch script "
+                        "would print as it is", (unsigned char)*c);
     memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
     return AP_OK;
 }
@@ -1107,6 +1113,19 @@ static void locate(const char *text, size_t at, int *line, int *col)
     }
 }
 
+/* cJSON stops at the end of the first value; anything but blanks after it
+ * is a second document pasted on or a hand edit gone wrong. Returns where
+ * it starts, or 0 when there is none. */
+static size_t trailing_text(const char *text, size_t len, const char *end)
+{
+    if (!end || end < text || end > text + len)
+        return 0;
+    for (size_t i = (size_t)(end - text); i < len; i++)
+        if (text[i] != ' ' && text[i] != '\t' && text[i] != '\r' && text[i] != '\n')
+            return i;
+    return 0;
+}
+
 int ap_plan_desc_parse(const char *text, size_t len, const char *source,
                        ap_plan_desc *out, char *err)
 {
@@ -1127,6 +1146,15 @@ int ap_plan_desc_parse(const char *text, size_t len, const char *source,
     if (!root && ap_json_too_deep(text, len)) {
         snprintf(err, AP_ERR_LEN, "%s: not valid JSON: arrays and objects nested deeper "
                  "than %d levels", r.source, AP_JSON_MAX_DEPTH);
+        return AP_EINPUT;
+    }
+    size_t extra = root ? trailing_text(text, len, end) : 0;
+    if (extra) {
+        int line, col;
+        locate(text, extra, &line, &col);
+        snprintf(err, AP_ERR_LEN, "%s: not valid JSON at line %d, column %d: text after "
+                 "the closing '}'", r.source, line, col);
+        cJSON_Delete(root);
         return AP_EINPUT;
     }
     if (!root) {
