@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "costmodel/costmodel.h"
 
@@ -40,13 +41,11 @@ int ap_cluster_set_size(ap_cluster *c, int gpus, int gpus_per_node, char *err)
     return AP_OK;
 }
 
+/* By stat, not by opening it: opening a FIFO waits for a writer. */
 static int file_exists(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    fclose(f);
-    return 1;
+    struct stat st;
+    return stat(path, &st) == 0;
 }
 
 /* A name is a preset when one matches; otherwise it is a path, unless it

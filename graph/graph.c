@@ -8,12 +8,14 @@
 #include "graph/internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -821,16 +823,24 @@ int ap_read_file(const char *path, char **text, size_t *len, char *err)
 {
     *text = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    /* Opened without blocking, so that a FIFO (or a device) is refused as
+     * not a regular file rather than waited on for a writer forever. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         snprintf(err, AP_ERR_LEN, "%s: cannot open: %s", path,
                  strerror(errno));
         return AP_EINPUT;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
         snprintf(err, AP_ERR_LEN, "%s: not a regular file", path);
-        fclose(f);
+        close(fd);
+        return AP_EINPUT;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        snprintf(err, AP_ERR_LEN, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
         return AP_EINPUT;
     }
     /* Read one byte past the limit so that a file that grew after the stat,

@@ -2159,11 +2159,17 @@ static int pick_seq(hf_cfg *c, const hf_model *m, const ap_build_opts *opt, int6
     return AP_OK;
 }
 
-/* g's source is `source` and its name the file name in it. */
+/* g's source is `source` and its name the file name in it, a control
+ * character there made '?': the name goes into reports and launch
+ * scripts, where a newline in a file name would start a line of its own
+ * (the project format refuses one in a name outright). */
 static void name_graph(ap_graph *g, const char *source)
 {
     const char *base = strrchr(source, '/');
     snprintf(g->name, sizeof g->name, "%s", base ? base + 1 : source);
+    for (char *ch = g->name; *ch; ch++)
+        if ((unsigned char)*ch < 0x20 || *ch == 0x7f)
+            *ch = '?';
     snprintf(g->source, sizeof g->source, "%s", source);
 }
 

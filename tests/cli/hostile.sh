@@ -66,6 +66,43 @@ expect_refusal /dev/null "not a regular file" export /dev/null --to deepspeed
 expect_refusal "$tmp" "not a regular file" estimate "$tiny" --gpus 2 \
     --megatron tp=1,pp=1,mbs=1,gbs=8 --cluster "$tmp"
 
+# A FIFO (a named pipe) in a file's place: opening one waits for a writer,
+# and every reader hung there; it is refused as not a regular file, as a
+# cluster name that is neither a preset nor a path is.
+# fifo_refused NAME ARGS...: exit 2 within 10 s, naming NAME.
+fifo_refused() {
+    name=$1
+    shift
+    out=$(abs=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin") &&
+          cd "$tmp" && timeout 10 "$abs" "$@" 2>&1 >/dev/null)
+    rc=$?
+    [ $rc -eq 2 ] && echo "$out" | grep -qF "$name: not a regular file" && ok ||
+        bad "a FIFO as $*: exit $rc (124: it hung), '$out'"
+}
+if mkfifo "$tmp/pipe.json" "$tmp/pipe" 2>/dev/null; then
+    fifo_refused pipe.json graph pipe.json
+    fifo_refused pipe.json export pipe.json --to megatron
+    fifo_refused pipe plan "$(cd "$(dirname "$tiny")" && pwd)/gpt-tiny.json" --gpus 2 \
+        --cluster pipe
+fi
+
+# A Hugging Face config whose file name holds a newline: the model takes
+# its name from the file, and the launch script printed that name on a
+# line of its own. The name keeps a '?' for it, and the plan's model_path
+# (the path itself) is refused by the export.
+nl="$tmp/ll
+rm -rf ~ #.json"
+cp "$llama" "$nl"
+"$bin" plan "$nl" --gpus 8 --no-sweep >"$tmp/nl.out" 2>&1
+grep -q "^plan for ll?rm -rf ~ #.json on 8 GPUs" "$tmp/nl.out" && ok ||
+    bad "a newline in a config's file name: $(head -3 "$tmp/nl.out")"
+"$bin" estimate "$nl" --gpus 8 --megatron tp=2,pp=1,mbs=1,gbs=64 --emit megatron \
+    >"$tmp/nl.sh" 2>"$tmp/nl.err"
+rc=$?
+[ $rc -eq 2 ] && ! grep -q "^rm -rf" "$tmp/nl.sh" &&
+    grep -q "model_path: a control character (0x0a)" "$tmp/nl.err" && ok ||
+    bad "--emit megatron of a config named with a newline: exit $rc: $(cat "$tmp/nl.err")"
+
 # The bounds above refuse no real measurement: the profiles and the
 # calibrated cluster in examples/ still load and price.
 for c in "$src"/examples/clusters/*.json; do
