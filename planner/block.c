@@ -341,6 +341,13 @@ int ap_block_solve_points(const ap_price_ctx *x, const int *ops, int nops,
     ap_ilp_result r;
     if (rc == AP_OK)
         rc = ap_ilp_solve(&ilp, choice, &r, err);
+    /* Without a memory limit every choice is feasible; an answer of none
+     * left `choice` unread, so it is an error, not a point. */
+    if (rc == AP_OK && r.status == AP_ILP_INFEASIBLE) {
+        snprintf(err, AP_ERR_LEN, "the sharding ILP of a block of %d ops found no "
+                 "solution without a memory limit", nops);
+        rc = AP_EINTERNAL;
+    }
     if (rc == AP_OK && r.status == AP_ILP_TIMEOUT) {
         out->ilp = r; /* no points: the caller drops the configuration */
         free(choice);

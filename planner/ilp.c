@@ -6,6 +6,7 @@
  * therefore creates and frees its own problem object and nothing else lives
  * in the thread's environment. */
 #include <glpk.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,10 +320,40 @@ static double seconds_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Whether every coefficient is a number: an infinite price (a cluster
+ * figure at zero) makes GLPK report the problem infeasible or fail, and
+ * no choice would be read. Returns 1 with err naming the first. */
+static int not_finite(const ap_ilp *p, char *err)
+{
+    for (int u = 0; u < p->nnodes; u++)
+        for (int i = 0; i < p->nstrat[u]; i++)
+            if (!isfinite(p->cost[u][i]) || (p->mem && !isfinite(p->mem[u][i]))) {
+                snprintf(err, AP_ERR_LEN, "the sharding ILP's node %d, strategy %d, is "
+                         "priced %g s and %g bytes: not a finite number (a cluster "
+                         "figure out of range?)", u, i, p->cost[u][i],
+                         p->mem ? p->mem[u][i] : 0.0);
+                return 1;
+            }
+    for (int e = 0; e < p->nedges; e++) {
+        const ap_ilp_edge *ed = &p->edges[e];
+        int n = edge_classes(p, ed, 0) * edge_classes(p, ed, 1);
+        for (int k = 0; k < n; k++)
+            if (!isfinite(ed->cost[k]) || (ed->mem && !isfinite(ed->mem[k]))) {
+                snprintf(err, AP_ERR_LEN, "the sharding ILP's edge %d (%d to %d) is priced "
+                         "%g s: not a finite number (a cluster figure out of range?)", e,
+                         ed->u, ed->v, ed->cost[k]);
+                return 1;
+            }
+    }
+    return 0;
+}
+
 int ap_ilp_solve(const ap_ilp *p, int *choice, ap_ilp_result *res, char *err)
 {
     double started = seconds_now();
     memset(res, 0, sizeof *res);
+    if (not_finite(p, err))
+        return AP_EINTERNAL;
     job j = {p, choice, res, err, NULL, 0, {0}};
     j.base = node_base(p, &j.ncols);
     if (!j.base) {

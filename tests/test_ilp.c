@@ -221,11 +221,28 @@ static void glpk_failure_is_an_error_not_an_abort(void)
     CHECK(ap_ilp_solve(&ilp, choice, &r, err) == AP_OK && choice[0] == 0);
 }
 
+/* An infinite price (a cluster figure at zero) is an error naming the
+ * node, not a problem handed to GLPK, which answered "infeasible" with no
+ * choice to read, and the planner indexed past its strategies. */
+static void infinite_price_is_an_error(void)
+{
+    problem p = {.n = 2, .ns = {2, 2}, .cost = {{1, 5}, {2, INFINITY}}, .mem = {{1, 1}, {1, 1}}};
+    const double *cost[MAXN], *mem[MAXN];
+    ap_ilp ilp;
+    int choice[2];
+    ap_ilp_result r;
+    char err[AP_ERR_LEN] = "";
+    fill(&p, &ilp, cost, mem, 0);
+    CHECK(ap_ilp_solve(&ilp, choice, &r, err) == AP_EINTERNAL);
+    CHECK_STR_HAS(err, "node 1, strategy 1, is priced inf s");
+}
+
 int main(void)
 {
     RUN(optimum_equals_brute_force_on_random_graphs);
     RUN(edge_classes_keep_the_optimum);
     RUN(memory_row_forces_the_smaller_choice);
     RUN(glpk_failure_is_an_error_not_an_abort);
+    RUN(infinite_price_is_an_error);
     return DONE();
 }
