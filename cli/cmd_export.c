@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "planner/planner.h"
@@ -91,6 +92,13 @@ static int load_model(const ap_plan_desc *p, const char *model, ap_graph **g)
                 p->source);
         return 2;
     }
+    struct stat a, b;
+    if (!model && stat(p->model_path, &a) == 0 && stat(p->source, &b) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+        fprintf(stderr, "autopar export: %s: model_path names this plan itself, not its "
+                "model; name the model with --model\n", p->source);
+        return 2;
+    }
     ap_build_opts o;
     ap_build_opts_default(&o);
     o.seq = p->seq;
@@ -102,9 +110,12 @@ static int load_model(const ap_plan_desc *p, const char *model, ap_graph **g)
         o.bf16_last = p->shape.bf16_last;
     }
     int rc = ap_graph_load(model ? model : p->model_path, &o, g, err);
+    /* The loader says a plan names its model in model_path; where that
+     * is the path at fault, saying it again reads as a loop. */
     if (rc)
         fprintf(stderr, "autopar export: %s%s\n", err,
-                model ? "" : " (the plan's model_path; pass --model to name it)");
+                model || strstr(err, "model_path names it") ? ""
+                : " (the plan's model_path; pass --model to name it)");
     return rc;
 }
 

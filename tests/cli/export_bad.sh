@@ -68,5 +68,13 @@ sed '/"attention_sinks"/d' "$tmp/oss.json" >"$tmp/no_sinks.json"
 expect_refusal "$tmp/no_sinks.json" "model_shape.attention_sinks is false but the model $oss \
 has true; pass the plan's model with --model" export "$tmp/no_sinks.json" --to megatron
 
+# A plan whose model_path names the plan itself (a copy-paste slip): the
+# model reader would say a plan names its model in model_path, which is
+# the field at fault; the export says so once.
+sed "s|\"model_path\":\([[:space:]]*\)\"[^\"]*\"|\"model_path\":\1\"$tmp/self.json\"|" \
+    "$tmp/dsv2.json" >"$tmp/self.json"
+expect_refusal "$tmp/self.json" "model_path names this plan itself, not its model; name the \
+model with --model" export "$tmp/self.json" --to megatron
+
 [ "$checked" -ge 30 ] || bad "only $checked bad plans checked"
 finish
