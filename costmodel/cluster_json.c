@@ -158,11 +158,9 @@ static int get_string(ctx *x, const cJSON *obj, const char *prefix,
         return fail(x, path, "longer than %zu characters", cap - 1);
     /* Names go into reports and plan files, whose reader refuses control
      * characters (an escaped newline would reach a launch script). */
-    int name = !strcmp(key, "name");
-    for (const char *ch = v->valuestring; name && *ch; ch++)
-        if ((unsigned char)*ch < 0x20 || *ch == 0x7f)
-            return fail(x, path, "a control character (0x%02x) in a name",
-                        (unsigned char)*ch);
+    int ch = strcmp(key, "name") ? 0 : ap_control_char(v->valuestring);
+    if (ch)
+        return fail(x, path, "a control character (0x%02x) in a name", ch);
     memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
     return AP_OK;
 }

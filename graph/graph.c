@@ -819,6 +819,14 @@ const char *ap_json_duplicate(const struct cJSON *root, char *path, size_t cap)
     return root && root->child ? duplicate_in(root, path, cap, 0) : NULL;
 }
 
+int ap_control_char(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return (unsigned char)*s;
+    return 0;
+}
+
 int ap_read_file(const char *path, char **text, size_t *len, char *err)
 {
     *text = NULL;

@@ -477,6 +477,13 @@ int ap_json_too_deep(const char *text, size_t len);
 struct cJSON;
 const char *ap_json_duplicate(const struct cJSON *root, char *path, size_t cap);
 
+/* The first control character (below 0x20, or DEL) in s, or 0. Names and
+ * other strings go into reports, plan files and the launch scripts the
+ * exports write, where an escaped newline ("tiny\nrm -rf ~") would start a
+ * shell command of its own; JSON allows control characters escaped, so
+ * the readers refuse them there. */
+int ap_control_char(const char *s);
+
 /* Reads a whole file, refusing files over AP_MAX_FILE_BYTES. The caller frees
  * *text. */
 #define AP_MAX_FILE_BYTES (64u << 20)

@@ -2167,9 +2167,8 @@ static void name_graph(ap_graph *g, const char *source)
 {
     const char *base = strrchr(source, '/');
     snprintf(g->name, sizeof g->name, "%s", base ? base + 1 : source);
-    for (char *ch = g->name; *ch; ch++)
-        if ((unsigned char)*ch < 0x20 || *ch == 0x7f)
-            *ch = '?';
+    for (int ch; (ch = ap_control_char(g->name));)
+        *strchr(g->name, ch) = '?';
     snprintf(g->source, sizeof g->source, "%s", source);
 }
 

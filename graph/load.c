@@ -116,21 +116,10 @@ static int check_fields(const ctx *c, const cJSON *obj, const char *path,
     return AP_OK;
 }
 
-/* A name is printed into reports, plan files and the launch scripts the
- * exports write, where an escaped newline ("tiny\nrm -rf ~") would start
- * a shell command of its own; JSON allows control characters escaped, so
- * the reader refuses them in names. Returns the first one, or 0. */
-static int control_char(const char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            return (unsigned char)*s;
-    return 0;
-}
-
+/* A control character in a name is refused (ap_control_char says why). */
 static int check_name(const ctx *c, const char *path, const char *name)
 {
-    int ch = control_char(name);
+    int ch = ap_control_char(name);
     if (!ch)
         return AP_OK;
     return fail(c, "%s: a control character (0x%02x) in a name, which reports and "

@@ -94,10 +94,10 @@ static int get_string(const reader *r, const cJSON *o, const char *name,
         return fail(r, at, "longer than %zu characters", cap - 1);
     /* The exports print these into launch scripts, where an escaped
      * newline in "model" ("x\nrm -rf ~") would run as a command. */
-    for (const char *c = v->valuestring; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            return fail(r, at, "a control character (0x%02x), which a launch script "
-                        "would print as it is", (unsigned char)*c);
+    int ch = ap_control_char(v->valuestring);
+    if (ch)
+        return fail(r, at, "a control character (0x%02x), which a launch script "
+                    "would print as it is", ch);
     memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
     return AP_OK;
 }
