@@ -161,6 +161,16 @@ static void yaml_booleans_in_any_case(void)
     CHECK(m.sp == 1 && m.zero == AP_ZERO_NONE && m.overlap_grad == 1);
 }
 
+/* `line` is refused as input, its message holding `says`. */
+static void expect_refused(const char *line, const char *says)
+{
+    ap_megatron m;
+    char err[AP_ERR_LEN] = "";
+    ap_megatron_default(&m);
+    CHECK(ap_megatron_parse_args(line, &m, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, says);
+}
+
 /* A word that is not a flag, not the value of one, and not part of the
  * launch around the flags would be read past, and the line priced without
  * what it meant: each is refused, naming the word and what to write. */
@@ -202,13 +212,8 @@ static void words_that_are_no_flag_are_refused(void)
          "every flag is in a shell comment ('#' to the end of its line): "
          "--tensor-model-parallel-size"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ap_megatron m;
-        char err[AP_ERR_LEN] = "";
-        ap_megatron_default(&m);
-        CHECK(ap_megatron_parse_args(cases[i].line, &m, err) == AP_EINPUT);
-        CHECK_STR_HAS(err, cases[i].says);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_refused(cases[i].line, cases[i].says);
 }
 
 /* What a launch line and a script carry around the flags is read past: the
@@ -262,13 +267,8 @@ static void a_word_after_a_switch_read_past_is_refused(void)
         {"--use-mcore-models $EXTRA_ARGS --tensor-model-parallel-size 4",
          "$EXTRA_ARGS: a shell variable where flags go"},
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        ap_megatron m;
-        char err[AP_ERR_LEN] = "";
-        ap_megatron_default(&m);
-        CHECK(ap_megatron_parse_args(refused[i].line, &m, err) == AP_EINPUT);
-        CHECK_STR_HAS(err, refused[i].says);
-    }
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        expect_refused(refused[i].line, refused[i].says);
     static const char *const read[] = {
         "--onnx-safe True --lazy-mpu-init True --rampup-batch-size 16 16 5859375 "
         "--data-path 0.3 /a 0.7 /b --eod-mask-loss --log-throughput --tensor-model-parallel-size 4",
@@ -311,13 +311,8 @@ static void a_flag_assigned_to_a_variable_is_refused(void)
         {"python pretrain_gpt.py --bf16 && ARGS+=--use-distributed-optimizer",
          "a shell assignment; --use-distributed-optimizer is the variable's value"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ap_megatron m;
-        char err[AP_ERR_LEN] = "";
-        ap_megatron_default(&m);
-        CHECK(ap_megatron_parse_args(cases[i].line, &m, err) == AP_EINPUT);
-        CHECK_STR_HAS(err, cases[i].says);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_refused(cases[i].line, cases[i].says);
     ap_megatron m;
     char err[AP_ERR_LEN];
     ap_megatron_default(&m);
