@@ -940,6 +940,16 @@ static int read_tie(hf_cfg *c, int def)
     return tie;
 }
 
+/* A zeroed flag a layer (m's swa, nope, dense_only), or NULL with c
+ * failed for want of memory. */
+static unsigned char *layer_flags(hf_cfg *c, const hf_model *m)
+{
+    unsigned char *f = calloc((size_t)m->layers, 1);
+    if (!f)
+        cfg_fail(c, "out of memory");
+    return f;
+}
+
 /* Llama and its descendants share the field names. */
 static void read_llama_like(hf_cfg *c, hf_model *m)
 {
@@ -1033,11 +1043,8 @@ static void read_llama_like(hf_cfg *c, hf_model *m)
     m->qk_norm_wide = is_olmo(f) || f == FAM_MINIMAX_M2;
     m->post_norm = f == FAM_OLMO2 || f == FAM_OLMO3;
     if (moe && !c->bad) {
-        m->dense_only = calloc((size_t)m->layers, 1);
-        if (!m->dense_only) {
-            cfg_fail(c, "out of memory");
+        if (!(m->dense_only = layer_flags(c, m)))
             return;
-        }
         read_moe(c, m);
     }
     if (f == FAM_DEEPSEEK_V3)
@@ -1766,11 +1773,8 @@ static void read_window(hf_cfg *c, hf_model *m)
     m->window = w;
     if (window_on_every_layer(f))
         return;
-    m->swa = calloc((size_t)m->layers, 1);
-    if (!m->swa) {
-        cfg_fail(c, "out of memory");
+    if (!(m->swa = layer_flags(c, m)))
         return;
-    }
     read_window_layers(c, m);
 }
 
@@ -1785,11 +1789,8 @@ static void read_nope(hf_cfg *c, hf_model *m, int longer)
     int64_t i = 0, every = cfg_int(c, "no_rope_layer_interval", 0, 4, 1, MAX_LAYERS);
     if (c->bad)
         return;
-    m->nope = calloc((size_t)m->layers, 1);
-    if (!m->nope) {
-        cfg_fail(c, "out of memory");
+    if (!(m->nope = layer_flags(c, m)))
         return;
-    }
     /* Llama4TextConfig reads an empty list as none given ("no_rope_layers
      * == [] is invalid as we cannot have 0 layers"), as unsloth's
      * published Llama-4-Scout config states it; SmolLM3Config keeps it,
@@ -1905,11 +1906,8 @@ static void read_cohere2_rotary(hf_cfg *c, hf_model *m)
     int64_t i, rotating = 0;
     if (c->bad)
         return;
-    m->nope = calloc((size_t)m->layers, 1);
-    if (!m->nope) {
-        cfg_fail(c, "out of memory");
+    if (!(m->nope = layer_flags(c, m)))
         return;
-    }
     for (i = 0; i < m->layers; i++) {
         m->nope[i] = layer_window(m, i) == 0;
         rotating += !m->nope[i];
@@ -2514,11 +2512,8 @@ static void decoder_model(hf_cfg *c, const ap_decoder *d, hf_model *m)
     m->route_on_input = d->route_on_input;
     m->route_scale = d->route_scale > 0 ? d->route_scale : 1;
     m->sparse_step = m->moe_freq = 1;
-    m->dense_only = calloc((size_t)m->layers, 1);
-    if (!m->dense_only) {
-        cfg_fail(c, "out of memory");
+    if (!(m->dense_only = layer_flags(c, m)))
         return;
-    }
     for (int64_t i = 0; d->moe_layer && i < m->layers; i++)
         m->dense_only[i] = !d->moe_layer[i];
 }
