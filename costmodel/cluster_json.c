@@ -727,19 +727,6 @@ static int json_line(const char *text, const char *at)
     return line;
 }
 
-/* cJSON stops at the end of the first value; what follows it, other than
- * blanks, is a second document pasted on or an edit gone wrong, and was
- * read past. Returns where it starts, or 0 when there is none. */
-static size_t trailing_text(const char *text, size_t len, const char *end)
-{
-    if (!end)
-        return 0;
-    for (size_t i = (size_t)(end - text); i < len; i++)
-        if (text[i] != ' ' && text[i] != '\t' && text[i] != '\r' && text[i] != '\n')
-            return i;
-    return 0;
-}
-
 static int parse_text(const char *text, size_t len, const char *file,
                       ap_cluster *c, char *err)
 {
@@ -751,7 +738,7 @@ static int parse_text(const char *text, size_t len, const char *file,
         return fail(&x, "", "not valid JSON (line %d): %s", json_line(text, text + bad),
                     ap_json_control_what(text, bad, what, sizeof what));
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    size_t extra = root ? trailing_text(text, len, end) : 0;
+    size_t extra = root ? ap_json_trailing(text, len, end) : 0;
     if (extra) {
         cJSON_Delete(root);
         return fail(&x, "", "not valid JSON (line %d): text after the closing '}'",

@@ -717,6 +717,16 @@ size_t ap_json_control_byte(const char *text, size_t len)
     return len;
 }
 
+size_t ap_json_trailing(const char *text, size_t len, const char *end)
+{
+    if (!end || end < text || end > text + len)
+        return 0;
+    for (size_t i = (size_t)(end - text); i < len; i++)
+        if (text[i] != ' ' && text[i] != '\t' && text[i] != '\r' && text[i] != '\n')
+            return i;
+    return 0;
+}
+
 int ap_json_too_deep(const char *text, size_t len)
 {
     int depth = 0, in_string = 0;

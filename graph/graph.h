@@ -468,6 +468,11 @@ const char *ap_json_control_what(const char *text, size_t at, char *buf, size_t 
  * is otherwise well formed. */
 #define AP_JSON_MAX_DEPTH 1000
 int ap_json_too_deep(const char *text, size_t len);
+/* cJSON stops at the end of the first value (`end`, as
+ * cJSON_ParseWithLengthOpts returns it); anything but blanks after it is a
+ * second document pasted on or a hand edit gone wrong, which every reader
+ * refuses. Returns the offset where it starts, or 0 when there is none. */
+size_t ap_json_trailing(const char *text, size_t len, const char *end);
 
 /* The first key given twice in one object of the tree under root, with
  * its path ("text_config.num_hidden_layers", "stages[2].ops") written

@@ -57,17 +57,14 @@ static cJSON *parse(const char *text, size_t len, const ctx *c)
     if (control_byte(text, len, c))
         return NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (root && end) {
-        while (end < text + len && (*end == ' ' || *end == '\t' ||
-                                    *end == '\n' || *end == '\r'))
-            end++;
-        if (end == text + len)
-            return root;
-        cJSON_Delete(root);
-        root = NULL;
-    }
-    if (root)
+    size_t extra = root ? ap_json_trailing(text, len, end) : 0;
+    if (root && !extra)
         return root;
+    if (root) {
+        /* The error below points at the text after the document. */
+        end = text + extra;
+        cJSON_Delete(root);
+    }
     if (ap_json_too_deep(text, len)) {
         fail(c, "malformed JSON: arrays and objects nested deeper than %d levels",
              AP_JSON_MAX_DEPTH);

@@ -1113,19 +1113,6 @@ static void locate(const char *text, size_t at, int *line, int *col)
     }
 }
 
-/* cJSON stops at the end of the first value; anything but blanks after it
- * is a second document pasted on or a hand edit gone wrong. Returns where
- * it starts, or 0 when there is none. */
-static size_t trailing_text(const char *text, size_t len, const char *end)
-{
-    if (!end || end < text || end > text + len)
-        return 0;
-    for (size_t i = (size_t)(end - text); i < len; i++)
-        if (text[i] != ' ' && text[i] != '\t' && text[i] != '\r' && text[i] != '\n')
-            return i;
-    return 0;
-}
-
 int ap_plan_desc_parse(const char *text, size_t len, const char *source,
                        ap_plan_desc *out, char *err)
 {
@@ -1148,7 +1135,7 @@ int ap_plan_desc_parse(const char *text, size_t len, const char *source,
                  "than %d levels", r.source, AP_JSON_MAX_DEPTH);
         return AP_EINPUT;
     }
-    size_t extra = root ? trailing_text(text, len, end) : 0;
+    size_t extra = root ? ap_json_trailing(text, len, end) : 0;
     if (extra) {
         int line, col;
         locate(text, extra, &line, &col);
