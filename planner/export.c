@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "planner/emit.h"
+#include "planner/parts.h"
 #include "planner/planner.h"
 
 /* Messages name files and ops, so they are cut at AP_ERR_LEN rather than
@@ -399,6 +400,102 @@ static int check_stages(const ap_graph *g, const ap_plan_desc *p,
         return AP_EINPUT;
     }
     return AP_OK;
+}
+
+/* Layer k of stage s as the plan's writer counts it (ap_stage_chunk_of):
+ * from the stage's first layer, or under chunk_layers from its chunks in
+ * Megatron's virtual-stage order. */
+static int stage_layer(const ap_plan_desc *p, int s, int k)
+{
+    int v = p->vchunks > 1 ? p->vchunks : 1;
+    if (!p->chunk_layers || v == 1)
+        return p->stages[s].first_layer + k;
+    long long before = 0;
+    for (int c = 0; c < v; c++) {
+        int n = p->chunk_layers[(long long)c * p->nstages + s];
+        if (k < n) {
+            for (long long i = 0; i < (long long)c * p->nstages + s; i++)
+                before += p->chunk_layers[i];
+            return (int)(before + k);
+        }
+        k -= n;
+    }
+    return p->stages[s].first_layer + k;
+}
+
+/* The ops stage s must list: those of the blocks it runs (the embedding's,
+ * the head's, one representative layer per layer class it holds), marked
+ * 1 in want[g->nops]. */
+static void wanted_ops(const ap_graph *g, const ap_parts *m, const ap_plan_desc *p, int s,
+                       unsigned char *want)
+{
+    const ap_plan_desc_stage *st = &p->stages[s];
+    unsigned char *block = calloc((size_t)m->nblocks, 1);
+    memset(want, 0, (size_t)g->nops);
+    if (!block)
+        return;
+    block[0] = (unsigned char)st->embedding;
+    block[1] = (unsigned char)st->head;
+    for (int k = 0; k < st->nlayers; k++) {
+        int l = stage_layer(p, s, k);
+        if (l >= 0 && l < g->nlayers)
+            block[m->layer_block[l]] = 1;
+    }
+    for (int b = 0; b < m->nblocks; b++)
+        for (int i = 0; block[b] && i < m->nops[b]; i++)
+            want[m->ops[b][i]] = 1;
+    free(block);
+}
+
+/* Each stage lists every op of the blocks it runs, once, and no other.
+ * The launcher's degrees are read off these shardings (infer_degrees), so
+ * a plan edited to drop a block, or to give an op two shardings, would
+ * export another layout than the one priced. */
+static int check_stage_ops(const ap_graph *g, const ap_parts *m, const ap_plan_desc *p,
+                           unsigned char *want, char *err)
+{
+    for (int s = 0; s < p->nstages; s++) {
+        const ap_plan_desc_stage *st = &p->stages[s];
+        wanted_ops(g, m, p, s, want);
+        for (int i = 0; i < st->nops; i++) {
+            int k = find_op(g, p, s, i, err);
+            if (k < 0)
+                return AP_EINPUT;
+            if (want[k] != 1)
+                return errf(err, "%s: stages[%d].blocks[%d]: op \"%s\" %s", p->source, s,
+                            st->ops[i].block, st->ops[i].op,
+                            want[k] ? "is listed twice; give each op one sharding"
+                                    : "is not in the layers, embedding or head of this "
+                                      "stage");
+            want[k] = 2;
+        }
+        for (int k = 0; k < g->nops; k++)
+            if (want[k] == 1)
+                return errf(err, "%s: stages[%d].blocks: no sharding for op \"%s\"%s; "
+                            "every op of the stage's blocks needs one (is the plan cut "
+                            "short or edited?)", p->source, s, g->ops[k].name,
+                            g->ops[k].layer >= 0 ? " (its layer class's representative)"
+                                                 : "");
+    }
+    return AP_OK;
+}
+
+static int check_coverage(const ap_graph *g, const ap_plan_desc *p, char *err)
+{
+    ap_parts m;
+    int rc = ap_parts_build(g, &m, err);
+    if (rc)
+        return rc;
+    unsigned char *want = malloc((size_t)(g->nops ? g->nops : 1));
+    if (!want) {
+        ap_parts_free(&m);
+        snprintf(err, AP_ERR_LEN, "out of memory checking the plan's ops");
+        return AP_EINTERNAL;
+    }
+    rc = check_stage_ops(g, &m, p, want, err);
+    free(want);
+    ap_parts_free(&m);
+    return rc;
 }
 
 /* Reads tp, dp, cp, ep and sp off the shardings (in the launcher frame);
@@ -1109,7 +1206,7 @@ int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
     ap_model_shape_of(g, &shape);
     if ((rc = check_shape(g, &shape, p, err)) ||
         (rc = check_architecture(&shape, p, to, err)) || (rc = check_stages(g, p, who, err)) ||
-        (rc = check_pipeline(g, p, d, err)))
+        (rc = check_coverage(g, p, err)) || (rc = check_pipeline(g, p, d, err)))
         return rc;
     const ap_plan_desc_stage *s0 = &p->stages[0];
     frame f = {s0->mesh[0], s0->mesh[1], 0};

@@ -1125,19 +1125,22 @@ static void export_refuses_a_model_of_another_structure(void)
 
     /* A plan written before qk_layernorm came does not say, and is not
      * checked for it. */
-    cJSON *o = plan_object(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=64");
+    ap_graph *qwen = llama_variant("\"model_type\": \"llama\"",
+                                   "\"head_dim\": 128, \"model_type\": \"qwen3\"", d.seq);
+    ap_plan_desc_free(&d);
+    CHECK(qwen != NULL);
+    if (!qwen) {
+        ap_graph_free(g);
+        return;
+    }
+    cJSON *o = plan_object(qwen, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=64");
     set_field(o, 1, "qk_layernorm", NULL);
     REQUIRE_OK(read_object(o, &d, err), err);
     CHECK(d.shape.qk_norm == -1);
-    ap_graph *qwen = llama_variant("\"model_type\": \"llama\"",
-                                   "\"head_dim\": 128, \"model_type\": \"qwen3\"", d.seq);
-    CHECK(qwen != NULL);
-    if (qwen) {
-        REQUIRE_OK(ap_export(qwen, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
-        CHECK_STR_HAS(text, "--qk-layernorm\n");
-        free(text);
-        ap_graph_free(qwen);
-    }
+    REQUIRE_OK(ap_export(qwen, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--qk-layernorm\n");
+    free(text);
+    ap_graph_free(qwen);
     ap_plan_desc_free(&d);
 
     /* The router's fields read as the model format names them. */
@@ -1164,6 +1167,63 @@ static void export_refuses_a_model_that_routes_otherwise(void)
     REQUIRE_OK(read_object(o, &d, err), err);
     CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "plan.json: model_shape.router_score is \"sigmoid\" but the model ");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* The blocks of stage s of plan object o: its layer class's is the last. */
+static cJSON *stage_blocks(cJSON *o, int s)
+{
+    return cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "stages"), s),
+                               "blocks");
+}
+
+/* The launcher's degrees are read off the ops' shardings, so each stage
+ * must list every op of the blocks it runs, once, and nothing else: a plan
+ * with its blocks emptied exported tp=1 from its [2, 4] mesh, one without
+ * its layer block left the layers unchecked, and an op listed twice was
+ * checked in one of its shardings. */
+static void every_op_of_a_stage_is_listed_once(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    const char *spec = "tp=4,pp=2,sp=1,mbs=1,gbs=64";
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+
+    cJSON *o = plan_object(g, 16, spec);
+    cJSON *blocks = stage_blocks(o, 1);
+    cJSON_DeleteItemFromArray(blocks, cJSON_GetArraySize(blocks) - 1);
+    REQUIRE_OK(read_object(o, &d, err), err);
+    CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: stages[1].blocks: no sharding for op \"l0.ln1\" (its "
+                       "layer class's representative); every op of the stage's blocks "
+                       "needs one");
+    CHECK(text == NULL);
+    ap_plan_desc_free(&d);
+
+    o = plan_object(g, 16, spec);
+    cJSON *ops = cJSON_GetObjectItem(cJSON_GetArrayItem(stage_blocks(o, 0), 1), "ops");
+    cJSON_AddItemToArray(ops, cJSON_Duplicate(cJSON_GetArrayItem(ops, 2), 1));
+    REQUIRE_OK(read_object(o, &d, err), err);
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: stages[0].blocks[1]: op \"l0.k\" is listed twice");
+    ap_plan_desc_free(&d);
+
+    /* The embedding is the first stage's, not the last's. */
+    o = plan_object(g, 16, spec);
+    cJSON *embed = cJSON_Duplicate(cJSON_GetArrayItem(stage_blocks(o, 0), 0), 1);
+    cJSON_AddItemToArray(stage_blocks(o, 1), embed);
+    REQUIRE_OK(read_object(o, &d, err), err);
+    CHECK(ap_export(g, &d, AP_LAUNCHER_DEEPSPEED, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "plan.json: stages[1].blocks[2]: op \"embed\" is not in the layers, "
+                       "embedding or head of this stage");
+    ap_plan_desc_free(&d);
+
+    /* Untouched, the same plan exports. */
+    REQUIRE_OK(read_object(plan_object(g, 16, spec), &d, err), err);
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "--tensor-model-parallel-size 4");
+    free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
 }
@@ -1199,5 +1259,6 @@ int main(void)
     RUN(reader_refuses_gpus_that_do_not_fill_whole_nodes);
     RUN(export_refuses_a_model_of_another_structure);
     RUN(export_refuses_a_model_that_routes_otherwise);
+    RUN(every_op_of_a_stage_is_listed_once);
     return DONE();
 }

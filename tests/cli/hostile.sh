@@ -40,6 +40,12 @@ sed 's/"model":\([[:space:]]*\)"gpt-tiny"/"model":\1"gpt-tiny\\nrm -rf ~ #"/' "$
 grep -q 'rm -rf' "$tmp/injected.json" || bad "$tmp/injected.json: not edited"
 expect_refusal "$tmp/injected.json" "model: a control character (0x0a)" \
     export "$tmp/injected.json" --to megatron
+# A plan edited so that it lists the layer's norm twice and its query
+# projection not at all: the export read its degrees off the ops listed
+# and checked the query's sharding nowhere.
+sed 's/"op":\([[:space:]]*\)"l0.q"/"op":\1"l0.ln1"/' "$plan" >"$tmp/op_twice.json"
+expect_refusal "$tmp/op_twice.json" "op \"l0.ln1\" is listed twice" \
+    export "$tmp/op_twice.json" --to megatron
 cat "$plan" "$plan" >"$tmp/twice.json"
 expect_refusal "$tmp/twice.json" "text after the closing '}'" \
     export "$tmp/twice.json" --to torchtitan
