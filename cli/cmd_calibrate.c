@@ -144,6 +144,7 @@ static int write_cluster(const calib_args *a, ap_cluster *c)
                          a->cm.model ? a->cm.model : "the model --megatron-args states",
                          gpus, spec) >= room)
         memcpy(c->calib_from + room - 4, "...", 4);
+    ap_mask_control_chars(c->calib_from); /* from the model's path */
     char *text = ap_cluster_to_json(c);
     if (!text) {
         fprintf(stderr, "autopar calibrate: out of memory\n");

@@ -156,11 +156,12 @@ static int get_string(ctx *x, const cJSON *obj, const char *prefix,
         return fail(x, path, "must be a string");
     if (strlen(v->valuestring) >= cap)
         return fail(x, path, "longer than %zu characters", cap - 1);
-    /* Names go into reports and plan files, whose reader refuses control
-     * characters (an escaped newline would reach a launch script). */
-    int ch = strcmp(key, "name") ? 0 : ap_control_char(v->valuestring);
+    /* Names, dates and the command that measured go into reports and plan
+     * files, whose reader refuses control characters (an escaped newline
+     * would reach a launch script). */
+    int ch = ap_control_char(v->valuestring);
     if (ch)
-        return fail(x, path, "a control character (0x%02x) in a name", ch);
+        return fail(x, path, "a control character (0x%02x)", ch);
     memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
     return AP_OK;
 }

@@ -837,6 +837,13 @@ int ap_control_char(const char *s)
     return 0;
 }
 
+void ap_mask_control_chars(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 int ap_read_file(const char *path, char **text, size_t *len, char *err)
 {
     *text = NULL;

@@ -488,6 +488,10 @@ const char *ap_json_duplicate(const struct cJSON *root, char *path, size_t cap);
  * shell command of its own; JSON allows control characters escaped, so
  * the readers refuse them there. */
 int ap_control_char(const char *s);
+/* s with each such character made '?', in place: for text autopar writes
+ * from a file name or a command line into a file its readers refuse
+ * control characters in. */
+void ap_mask_control_chars(char *s);
 
 /* Reads a whole file, refusing files over AP_MAX_FILE_BYTES. The caller frees
  * *text. */

@@ -2165,8 +2165,7 @@ static void name_graph(ap_graph *g, const char *source)
 {
     const char *base = strrchr(source, '/');
     snprintf(g->name, sizeof g->name, "%s", base ? base + 1 : source);
-    for (int ch; (ch = ap_control_char(g->name));)
-        *strchr(g->name, ch) = '?';
+    ap_mask_control_chars(g->name);
     snprintf(g->source, sizeof g->source, "%s", source);
 }
 

@@ -128,6 +128,8 @@ static void record_command(int argc, char **argv, ap_profile_options *o)
     for (int i = 0; i < argc && len < sizeof o->command; i++)
         len += (size_t)snprintf(o->command + len, sizeof o->command - len,
                                 " %s", argv[i]);
+    /* The cluster reader refuses control characters in its strings. */
+    ap_mask_control_chars(o->command);
 }
 
 int ap_profile_parse_args(int argc, char **argv, ap_profile_options *o,

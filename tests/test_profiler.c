@@ -563,6 +563,11 @@ static void options_default_and_reject_bad_values(void)
     CHECK(o.quick && o.iters == 10 && o.warmup == 3 && o.gpus == 4);
     CHECK(!strcmp(o.out, "x.json"));
     CHECK(!strcmp(o.command, "autopar profile --quick -o x.json --gpus 4"));
+    /* The cluster reader refuses control characters in the command it
+     * records, so an argument's are written as '?'. */
+    char *nl[] = {"-o", "a\nb.json"};
+    CHECK(ap_profile_parse_args(2, nl, &o, err) == AP_OK);
+    CHECK(!strcmp(o.command, "autopar profile -o a?b.json"));
     CHECK(parse("--quick --iters 7 --max-bytes 256M --mpi", &o, err) == AP_OK);
     CHECK(o.iters == 7 && o.max_bytes == 256 * 1024 * KIB && o.mpi);
     CHECK(parse("--iters 0", &o, err) == AP_EINPUT);

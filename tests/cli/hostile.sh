@@ -108,6 +108,14 @@ rc=$?
 [ $rc -eq 2 ] && ! grep -q "^rm -rf" "$tmp/nl.sh" &&
     grep -q "model_path: a control character (0x0a)" "$tmp/nl.err" && ok ||
     bad "--emit megatron of a config named with a newline: exit $rc: $(cat "$tmp/nl.err")"
+# calibrate names the model's path in the cluster file it writes, whose
+# reader refuses control characters: the path keeps a '?' there.
+"$bin" calibrate "$nl" --gpus 8 --megatron tp=2,pp=1,mbs=1,gbs=64 --measured-step 9 \
+    -o "$tmp/nl_cluster.json" >/dev/null 2>&1 &&
+    grep -q '"from":.*ll?rm -rf ~ #.json on 8 GPUs' "$tmp/nl_cluster.json" &&
+    "$bin" estimate "$llama" --gpus 8 --megatron tp=2,pp=1,mbs=1,gbs=64 \
+        --cluster "$tmp/nl_cluster.json" >/dev/null 2>&1 && ok ||
+    bad "calibrate of a config named with a newline: $(grep '"from"' "$tmp/nl_cluster.json")"
 
 # The bounds above refuse no real measurement: the profiles and the
 # calibrated cluster in examples/ still load and price.
