@@ -2380,8 +2380,10 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         m->shape.positions = 2;
     /* A dropout flag given says the command line is Megatron-LM's whole
      * one, so the other is Megatron-LM's default, 0.1; so does a flag of
-     * Megatron-LM before 2022. */
-    if (drop[0] >= 0 || drop[1] >= 0 || legacy_line(&lg))
+     * Megatron-LM before 2022, and a line that states the model as a whole
+     * script does (ap_megatron_states_model), whose run has both at 0.1
+     * where it leaves them out. */
+    if (drop[0] >= 0 || drop[1] >= 0 || legacy_line(&lg) || ap_megatron_states_model(m))
         m->shape.dropout = (drop[0] < 0 ? 0.1 : drop[0]) > 0 ||
                            (drop[1] < 0 ? 0.1 : drop[1]) > 0 ? 1 : -1;
     if (legacy_rules(m, &lg, &rcf, err) || recompute_rules(m, &rcf, err))

@@ -19,9 +19,10 @@ shape="--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query
 estimate() { "$bin" estimate "$model" --gpus 16 --json "$@" 2>&1; }
 
 # The model's own shape, with the flags a real script carries beside it
-# (optimizer, data, model structure), prices as the layout alone does.
+# (optimizer, data, model structure, Llama's dropout of 0), prices as the
+# layout alone does.
 a=$(estimate --megatron-args "$layout")
-b=$(estimate --megatron-args "$layout $shape --swiglu --normalization RMSNorm --disable-bias-linear --position-embedding-type rope --rotary-percent 1.0 --lr 3e-4 --bf16 --grad-reduce-in-bf16 --use-mcore-models --untie-embeddings-and-output-weights")
+b=$(estimate --megatron-args "$layout $shape --swiglu --normalization RMSNorm --disable-bias-linear --position-embedding-type rope --rotary-percent 1.0 --lr 3e-4 --bf16 --grad-reduce-in-bf16 --use-mcore-models --untie-embeddings-and-output-weights --attention-dropout 0.0 --hidden-dropout 0.0")
 echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && ok ||
     bad "the model's own shape flags change nothing: $a vs $b"
 
@@ -90,8 +91,8 @@ expect "--megatron-args: --position-embedding-type learned_absolute, but $model 
     --megatron-args "$layout --position-embedding-type learned_absolute"
 # The legacy --use-rotary-position-embeddings is rope, whatever the type
 # says, as Megatron-LM's validate_args makes it.
-a=$(estimate --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear --use-rotary-position-embeddings")
-b=$(estimate --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear --position-embedding-type learned_absolute --use-rotary-position-embeddings")
+a=$(estimate --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear --use-rotary-position-embeddings --hidden-dropout 0 --attention-dropout 0")
+b=$(estimate --megatron-args "$whole --swiglu --untie-embeddings-and-output-weights --normalization RMSNorm --disable-bias-linear --position-embedding-type learned_absolute --use-rotary-position-embeddings --hidden-dropout 0 --attention-dropout 0")
 c=$(estimate --megatron-args "$layout")
 echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok ||
     bad "--use-rotary-position-embeddings is rope: $a vs $b vs $c"
@@ -142,6 +143,15 @@ echo "$a" | grep -q '"step_time_s"' && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok 
     bad "dropout flags build the model with dropout: $a vs $b vs $c"
 [ "$a" != "$d" ] && [ "$d" = "$e" ] && ok ||
     bad "dropout changes the price, and both 0 is none: $a vs $d vs $e"
+# A whole script (layers, hidden size and heads stated) that leaves both
+# out runs Megatron-LM's 0.1 for both, as its argparse defaults them; a
+# line of the layout alone says nothing of the model and keeps MODEL's.
+script="$layout $shape --swiglu --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights --position-embedding-type rope"
+f=$(estimate --megatron-args "$script")
+g=$(estimate --megatron-args "$script --hidden-dropout 0.1 --attention-dropout 0.1")
+echo "$f" | grep -q '"step_time_s"' && [ "$f" = "$g" ] && [ "$f" = "$a" ] && ok ||
+    bad "a whole script without dropout flags runs 0.1: $f vs $g vs $a"
+expect "--dropout off and --megatron-args disagree" --dropout off --megatron-args "$script"
 expect "--dropout off and --megatron-args disagree" \
     --dropout off --megatron-args "$layout --attention-dropout 0.1"
 expect "--megatron-args: --hidden-dropout: bad value \"1\" (a probability from 0 to below 1)" \
