@@ -2018,6 +2018,89 @@ static int interleaving_asserts(const ap_megatron *m, long layers_per_chunk, int
     return AP_EINPUT;
 }
 
+/* The positions a line builds, as the messages name them. */
+static const char *position_source(const ap_megatron *m)
+{
+    switch (m->shape.positions) {
+    case 1: return "learned absolute positions (--position-embedding-type learned_absolute)";
+    case 2: return "rotary positions (--position-embedding-type rope)";
+    case 3: return "no positions (--position-embedding-type none)";
+    default: return "learned absolute positions (no --position-embedding-type, "
+                    "Megatron-LM's default)";
+    }
+}
+
+/* validate_args lists --max-position-embeddings in required_args and
+ * asserts max_position_embeddings >= seq_length, whatever the position
+ * type (arguments.py at 000c4ac2, 97d9a508 and 00129014 alike), though
+ * only learned positions build a table from it. Checked for a model the
+ * flags state and build (g->source AP_MEGATRON_SOURCE), whose learned
+ * positions ap_megatron_model has checked already; with MODEL the flag is
+ * read past (docs/megatron.md). */
+static int position_table_asserts(const ap_graph *g, const ap_megatron *m, char *err)
+{
+    if (strcmp(g->source, AP_MEGATRON_SOURCE) || !ap_megatron_states_model(m))
+        return AP_OK;
+    if (!m->shape.max_pos) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s need --max-position-embeddings "
+                 "(Megatron-LM's validate_args requires it whatever the position type)",
+                 position_source(m));
+        return AP_EINPUT;
+    }
+    if (m->shape.seq > m->shape.max_pos) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --seq-length is longer than "
+                 "--max-position-embeddings (%d > %d), which Megatron-LM's validate_args "
+                 "asserts against whatever the position type; give "
+                 "--max-position-embeddings %d or more", m->shape.seq, m->shape.max_pos,
+                 m->shape.seq);
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+/* Asserts of validate_args (arguments.py at 000c4ac2) on the flags as
+ * the line gives them: at tensor-parallel size 1 it turns sequence
+ * parallelism off and then asserts it for --tp-comm-overlap, so the run
+ * stops whatever else is given (Megatron-LM of early 2024 asserted before
+ * turning it off; autopar follows the audited order); --no-position-embedding
+ * raises unless the positions are rotary (after --use-rotary-position-embeddings
+ * has made them so), as in 97d9a508. */
+static int validate_asserts(const ap_megatron *m, int no_position_embedding, char *err)
+{
+    if (m->run.tp_overlap && m->tp == 1) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --tp-comm-overlap at tensor-parallel "
+                 "size 1: Megatron-LM's validate_args turns sequence parallelism off at tp 1 "
+                 "and then asserts it (\"Tensor parallel communication/GEMM overlap can "
+                 "happen only when sequence parallelism is enabled\"); leave "
+                 "--tp-comm-overlap out, or give --tensor-model-parallel-size above 1 with "
+                 "--sequence-parallel");
+        return AP_EINPUT;
+    }
+    if (no_position_embedding && m->shape.positions != 2) {
+        snprintf(err, AP_ERR_LEN, "--megatron-args: --no-position-embedding with %s: "
+                 "Megatron-LM's validate_args raises \"--no-position-embedding is "
+                 "deprecated, use --position-embedding-type\" unless the positions are "
+                 "rotary; give --position-embedding-type none for none",
+                 position_source(m));
+        return AP_EINPUT;
+    }
+    return AP_OK;
+}
+
+/* --recompute-granularity as argparse takes it: choices=['full',
+ * 'selective'] (arguments.py at 000c4ac2); no recomputation is the flag
+ * left out. The spec's recompute also takes none. 1 with err set for
+ * another value. */
+static int granularity_choice(const char *v, char *err)
+{
+    if (!strcmp(v, "full") || !strcmp(v, "selective"))
+        return 0;
+    snprintf(err, AP_ERR_LEN, "--megatron-args: --recompute-granularity: bad value "
+             "\"%.64s\" (full or selective, Megatron-LM's argparse choices; leave the flag "
+             "out for no recomputation)", v);
+    return 1;
+}
+
 /* What came before a word of the line that is not a flag: whether
  * argparse could take the word as a value. */
 enum { AFTER_LAUNCH, AFTER_LOOSE, AFTER_SWITCH, AFTER_VALUE };
@@ -2032,6 +2115,8 @@ typedef struct {
     int where;        /* IN_COMMAND, IN_LAUNCHER or IN_ARGV */
     const char *flag; /* the switch, or the flag whose value was read */
     int words, flags; /* words read, and flags ("--") among them */
+    int first;        /* the word starts a shell command: the text's first, or
+                         the first after a newline that ends one */
 } line_state;
 
 /* Notes the flag just read: read with or without the value it took, or
@@ -2046,25 +2131,85 @@ static void after_flag(line_state *ls, const char *flag, int read_past, int took
     ls->flag = flag;
 }
 
-/* Whether a new shell command starts between the word before, ending at
- * `from` in the pasted text, and the word at `to`: a newline that no
- * backslash continues, or a word that separates commands. */
-static int new_command(const char *args, size_t from, size_t to, const char *tok)
+/* Where the comment on the line ending at `nl` in the pasted text starts
+ * (its '#'), or (size_t)-1 where the line holds none. `buf` is the text as
+ * ap_megatron_shell_words left it, with every comment blanked: a '#' there
+ * blanked is a comment's, one kept is inside a word (--data-path a#b). */
+static size_t comment_on_line(const char *args, const char *buf, size_t nl)
 {
-    static const char *const separators[] = {";", "&", "&&", "||", "|", "|&"};
-    for (size_t i = 0; i < sizeof separators / sizeof separators[0]; i++)
-        if (!strcmp(tok, separators[i]))
-            return 1;
+    size_t start = nl;
+    while (start > 0 && args[start - 1] != '\n')
+        start--;
+    for (size_t q = start; q < nl; q++)
+        if (args[q] == '#' && buf[q] != '#')
+            return q;
+    return (size_t)-1;
+}
+
+/* The first newline between the word before, ending at `from`, and the
+ * word at `to` that ends a shell command: one that no backslash continues.
+ * A backslash inside a comment continues nothing, since bash reads a
+ * comment to the end of its line and the newline after it ends the
+ * command. `to` where none does. */
+static size_t command_end(const char *args, const char *buf, size_t from, size_t to)
+{
     for (size_t i = from; i < to; i++) {
         if (args[i] != '\n')
             continue;
         size_t j = i;
         while (j > from && strchr(" \t\r", args[j - 1]))
             j--;
-        if (j == from || args[j - 1] != '\\')
-            return 1;
+        if (j == from || args[j - 1] != '\\' || comment_on_line(args, buf, i) < j - 1)
+            return i;
     }
-    return 0;
+    return to;
+}
+
+/* Whether a new shell command starts at the word `tok`, at `to` in the
+ * text: a newline ended one before it (command_end's `end` lies before
+ * `to`), or tok is a word that separates commands. */
+static int new_command(size_t end, size_t to, const char *tok)
+{
+    static const char *const separators[] = {";", "&", "&&", "||", "|", "|&"};
+    for (size_t i = 0; i < sizeof separators / sizeof separators[0]; i++)
+        if (!strcmp(tok, separators[i]))
+            return 1;
+    return end < to;
+}
+
+/* A comment inside a backslash-continued launch: bash reads it to the end
+ * of its line, backslash and all, and the newline after it ends the
+ * command, so the flags on the lines after it never reach Megatron-LM
+ * (bash runs the first of them as a command, which fails). A comment line
+ * without a backslash ends it the same way. Refused where the command
+ * ended held the training script and a flag follows; a bare list of
+ * flags, or a script's array (which bash lets hold comments), has no
+ * launch to cut. `nl` is the newline that ended the command. 1 with err
+ * set. */
+static int comment_cut(const char *args, const char *buf, size_t nl, const char *tok,
+                       const line_state *ls, char *err)
+{
+    size_t q = comment_on_line(args, buf, nl), start = nl, end = nl;
+    if (ls->where != IN_ARGV || strncmp(tok, "--", 2) || q == (size_t)-1)
+        return 0;
+    while (start > 0 && args[start - 1] != '\n')
+        start--;
+    while (end > q && strchr(" \t\r", args[end - 1]))
+        end--;
+    /* A comment after the line's flags, with no backslash, ends the
+     * command as the line would without it: the comment is not the cause. */
+    if (q > start + strspn(args + start, " \t") && args[end - 1] != '\\')
+        return 0;
+    int line = 1;
+    for (size_t i = 0; i < q; i++)
+        line += args[i] == '\n';
+    snprintf(err, AP_ERR_LEN, "--megatron-args: line %d, \"%.*s\": a comment inside a "
+             "continued command ends it (bash reads a comment to the end of its line, a "
+             "backslash there included, and the newline after it ends the command), so "
+             "%.64s and the flags after it never reach Megatron-LM; move the comment out "
+             "of the command or delete the line",
+             line, (int)(end - q < 120 ? end - q : 120), args + q, tok);
+    return 1;
 }
 
 /* NAME=--flag as one word (a line pasted from a script, the quotes
@@ -2172,6 +2317,15 @@ static int stray_word(const char *tok, const line_state *ls, char *err)
  * flags, or refused. 1 with err set when refused. */
 static int plain_word(const char *tok, line_state *ls, char *err)
 {
+    /* At the start of a command: the prefix `bash -x` prints before each
+     * command it runs ("+", "++" a level down), part of the launch; and
+     * the builtin set (a script's set -e, an export's set -f), whose words
+     * are its own options. Anywhere else argparse would take either word
+     * for an argument. */
+    if (ls->first && (!tok[strspn(tok, "+")] || !strcmp(tok, "set"))) {
+        ls->after = tok[0] == '+' ? AFTER_LAUNCH : AFTER_LOOSE;
+        return 0;
+    }
     if (dash_word(tok, err) || spec_word(tok, err) || assigned_flag_word(tok, ls, err))
         return 1;
     /* The words after the training script (2) are Megatron-LM's; those
@@ -2229,7 +2383,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     m->overlap_param = 0;
     long layers_per_chunk = 0;
     int groups = 0, gqa = 0, vpp_flag = 0, legacy_rope = 0, no_async = 0, *shape;
-    int no_p2p_overlap = 0, gather_with_step = 0, num_buckets = 0;
+    int no_p2p_overlap = 0, gather_with_step = 0, num_buckets = 0, no_position_embedding = 0;
     rc_flags rcf = {0, 0, 0};
     legacy_flags lg = {0};
     int gbs_given = 0, edge[3] = {0, -1, -1};
@@ -2238,7 +2392,7 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     grad_flags gf = {0, 0, 0, 0, NULL};
     opt_flags of = {0, 0, {NULL, NULL, NULL}};
     audit au = {0};
-    line_state ls = {AFTER_LAUNCH, IN_COMMAND, NULL, 0, 0};
+    line_state ls = {AFTER_LAUNCH, IN_COMMAND, NULL, 0, 0, 1};
     char *save = NULL;
     const char *prev = NULL;
     for (char *tok = strtok_r(buf, " \t\n", &save); tok;
@@ -2254,8 +2408,12 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
         num_buckets |= !strcmp(tok, "--ddp-num-buckets");
         if (other_entry_point(tok, err))
             return AP_EINPUT;
-        if (new_command(args, prev ? (size_t)(prev - buf) + strlen(prev) : 0,
-                        (size_t)(tok - buf), tok))
+        size_t to = (size_t)(tok - buf);
+        size_t end = command_end(args, buf, prev ? (size_t)(prev - buf) + strlen(prev) : 0, to);
+        if (end < to && comment_cut(args, buf, end, tok, &ls, err))
+            return AP_EINPUT;
+        ls.first = !prev || end < to;
+        if (new_command(end, to, tok))
             ls.where = IN_COMMAND;
         ls.words++;
         if (strncmp(tok, "--", 2)) {
@@ -2268,7 +2426,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             if (strcmp(tok, flags[i].flag))
                 continue;
             char *v = flag_value(tok, &save, err);
-            if (!v || shell_variable(tok, v, err))
+            if (!v || shell_variable(tok, v, err) ||
+                (!strcmp(flags[i].key, "recompute") && granularity_choice(v, err)))
                 return AP_EINPUT;
             snprintf(who, sizeof who, "--megatron-args: %s", tok);
             int rc = set_key(m, flags[i].key, v, who, err);
@@ -2341,6 +2500,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
             gqa = 1;
         } else if (!strcmp(tok, "--no-async-tensor-model-parallel-allreduce")) {
             no_async = 1;
+        } else if (!strcmp(tok, "--no-position-embedding")) {
+            no_position_embedding = 1;
         } else if (!strcmp(tok, "--account-for-embedding-in-pipeline-split")) {
             m->account_embedding = 1;
         } else if (!strcmp(tok, "--account-for-loss-in-pipeline-split")) {
@@ -2386,7 +2547,8 @@ int ap_megatron_parse_args(const char *args, ap_megatron *m, char *err)
     if (drop[0] >= 0 || drop[1] >= 0 || legacy_line(&lg) || ap_megatron_states_model(m))
         m->shape.dropout = (drop[0] < 0 ? 0.1 : drop[0]) > 0 ||
                            (drop[1] < 0 ? 0.1 : drop[1]) > 0 ? 1 : -1;
-    if (legacy_rules(m, &lg, &rcf, err) || recompute_rules(m, &rcf, err))
+    if (legacy_rules(m, &lg, &rcf, err) || recompute_rules(m, &rcf, err) ||
+        validate_asserts(m, no_position_embedding, err))
         return AP_EINPUT;
     /* Without --global-batch-size Megatron-LM trains mbs * dp sequences a
      * step (one micro-batch per replica), which check_config sets once dp
@@ -2877,9 +3039,10 @@ static int check_defer_wgrad(const ap_megatron *m, char *err)
  * parallelism, a virtual pipeline when pp > 1 (the combined 1F1B exists
  * for no pipelining and for the interleaved schedule only), no full
  * recomputation (a checkpointed layer has no schedule nodes to merge), a
- * bf16 or fp16 model; the delayed weight gradients only with the overlap.
- * The alltoall dispatcher, TE's grouped GEMM and no shared-expert overlap
- * are the only MoE layer autopar prices, so those hold. */
+ * bf16 or fp16 model, the alltoall or flex token dispatcher ("is supported
+ * with alltoall/flex token dispatcher": allgather has no schedule nodes to
+ * split the exchange into); the delayed weight gradients only with the
+ * overlap. */
 static int check_moe_overlap(const ap_graph *g, const ap_megatron *m, char *err)
 {
     const char *flag = "moe_a2a_overlap: --overlap-moe-expert-parallel-comm";
@@ -2901,6 +3064,14 @@ static int check_moe_overlap(const ap_graph *g, const ap_megatron *m, char *err)
         snprintf(err, AP_ERR_LEN, "%s is only supported with expert parallelism "
                  "(ep > 1), as Megatron-Core asserts; the configuration has ep=%d",
                  flag, m->ep);
+        return AP_EINPUT;
+    }
+    if (m->run.dispatcher == AP_DISPATCH_ALLGATHER) {
+        snprintf(err, AP_ERR_LEN, "%s with dispatcher=allgather (--moe-token-dispatcher-type "
+                 "allgather, Megatron-Core's default): Megatron-Core's TransformerConfig "
+                 "asserts \"overlap_moe_expert_parallel_comm is supported with alltoall/flex "
+                 "token dispatcher\"; give dispatcher=alltoall (--moe-token-dispatcher-type "
+                 "alltoall) or flex", flag);
         return AP_EINPUT;
     }
     if (m->pp > 1 && m->vpp < 2) {
@@ -3728,7 +3899,8 @@ static int check_config(const ap_graph *g, const ap_cluster *c, ap_megatron *m,
     else
         ap_model_shape_of(g, &shape);
     int rc = check_shape(g, m, &shape, err);
-    if (rc || (rc = check_audited(g, m, &shape, err)))
+    if (rc || (rc = check_audited(g, m, &shape, err)) ||
+        (rc = position_table_asserts(g, m, err)))
         return rc;
     if (!fits_gpus(m, gpus, m->dp > 0)) {
         double p = (double)m->tp * m->pp * m->cp;

@@ -322,6 +322,147 @@ static void a_flag_assigned_to_a_variable_is_refused(void)
     CHECK(m.tp == 4 && m.sp == 1);
 }
 
+/* `bash -x` prints each command a script runs after "+ " ("++ " for one
+ * it runs inside another): a line pasted from the trace reads as the
+ * command itself. The prefix counts only at the start of a command, as the
+ * trace prints it; after a flag, or on a line a backslash continues, it is
+ * a word argparse would refuse. So for the builtin set (set -e at the top
+ * of a script, set -f in autopar's own exports), whose options are its
+ * own. */
+static void a_bash_x_trace_reads_as_the_command_it_ran(void)
+{
+    static const char *const lines[] = {
+        "+ torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 4 "
+        "--sequence-parallel",
+        "+ export CUDA_DEVICE_MAX_CONNECTIONS=1\n+ GPUS_PER_NODE=8\n"
+        "+ torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 4 "
+        "--sequence-parallel",
+        "+++ torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 4 "
+        "--sequence-parallel",
+        "set -euo pipefail\nset -f\ntorchrun --nproc_per_node 8 pretrain_gpt.py "
+        "--tensor-model-parallel-size 4 --sequence-parallel",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN];
+        ap_megatron_default(&m);
+        REQUIRE_OK(ap_megatron_parse_args(lines[i], &m, err), err);
+        CHECK(m.tp == 4 && m.sp == 1 && m.launcher.nproc == 8);
+    }
+    static const struct {
+        const char *line, *says;
+    } refused[] = {
+        {"torchrun pretrain_gpt.py --tensor-model-parallel-size 4 + --sequence-parallel",
+         "+: not a flag, and --tensor-model-parallel-size before it takes one value"},
+        {"torchrun pretrain_gpt.py --sequence-parallel \\\n+ --tensor-model-parallel-size 4",
+         "--sequence-parallel +: --sequence-parallel is a switch"},
+        {"torchrun pretrain_gpt.py --bf16 ++ --tensor-model-parallel-size 4",
+         "--bf16 ++: --bf16 is a switch"},
+        {"torchrun pretrain_gpt.py --tensor-model-parallel-size 4 --bf16 set",
+         "--bf16 set: --bf16 is a switch"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        expect_refused(refused[i].line, refused[i].says);
+}
+
+/* bash reads a comment to the end of its line, a trailing backslash
+ * included, and the newline after it ends the command: in a launch
+ * continued over lines, a commented-out flag cuts off every flag after it,
+ * which bash then runs as a command of its own. Such a line is refused,
+ * naming the comment's line and the first flag cut off, where the command
+ * it ends reached the training script; a list of flags without a launch,
+ * a script's array (whose comments bash allows) and a comment after the
+ * launch's last line keep reading. */
+static void a_comment_inside_a_continued_launch_ends_it(void)
+{
+    static const struct {
+        const char *line, *says;
+    } refused[] = {
+        {"torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 4 \\\n"
+         "  # --pipeline-model-parallel-size 2 \\\n"
+         "  --sequence-parallel \\\n"
+         "  --bf16",
+         "--megatron-args: line 2, \"# --pipeline-model-parallel-size 2 \\\": a comment inside "
+         "a continued command ends it"},
+        {"torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 4 \\\n"
+         "  # --pipeline-model-parallel-size 2 \\\n"
+         "  --sequence-parallel \\\n",
+         "so --sequence-parallel and the flags after it never reach Megatron-LM; move the "
+         "comment out of the command or delete the line"},
+        {"python pretrain_gpt.py \\\n  --tensor-model-parallel-size 4 \\\n"
+         "  # --pipeline-model-parallel-size 2\n  --bf16",
+         "line 3, \"# --pipeline-model-parallel-size 2\": a comment inside a continued "
+         "command ends it"},
+        {"torchrun pretrain_gpt.py --tensor-model-parallel-size 4 \\\n"
+         "  --sequence-parallel  # SP on \\\n  --bf16",
+         "line 2, \"# SP on \\\": a comment inside a continued command ends it (bash reads"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        expect_refused(refused[i].line, refused[i].says);
+    static const char *const read[] = {
+        "--tensor-model-parallel-size 4 \\\n  # --pipeline-model-parallel-size 2 \\\n"
+        "  --sequence-parallel",
+        "ARGS=( --tensor-model-parallel-size 4  # note\n  --sequence-parallel )\n"
+        "torchrun pretrain_gpt.py ${ARGS[@]}",
+        "torchrun pretrain_gpt.py --tensor-model-parallel-size 4 --sequence-parallel\n"
+        "# then the evaluation \\\nexport STAGE=eval",
+        "torchrun pretrain_gpt.py \\\n  --tensor-model-parallel-size 4 \\\n"
+        "  --sequence-parallel\n  # --bf16",
+    };
+    for (size_t i = 0; i < sizeof read / sizeof read[0]; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN];
+        ap_megatron_default(&m);
+        REQUIRE_OK(ap_megatron_parse_args(read[i], &m, err), err);
+        CHECK(m.tp == 4 && m.sp == 1 && m.pp == 1);
+    }
+}
+
+/* Asserts of Megatron-LM's validate_args and choices of its argparse that
+ * a line can break on its own (arguments.py at 000c4ac2): the run stops
+ * there, so the line is refused rather than priced. */
+static void lines_megatron_lm_stops_are_refused(void)
+{
+    static const struct {
+        const char *line, *says;
+    } refused[] = {
+        /* Sequence parallelism is turned off at tp 1 before the assert. */
+        {"--tp-comm-overlap --micro-batch-size 1",
+         "--tp-comm-overlap at tensor-parallel size 1: Megatron-LM's validate_args turns "
+         "sequence parallelism off at tp 1 and then asserts it"},
+        {"--tensor-model-parallel-size 1 --sequence-parallel --tp-comm-overlap",
+         "--tp-comm-overlap at tensor-parallel size 1"},
+        {"--model-parallel-size 1 --tp-comm-overlap", "--tp-comm-overlap at tensor-parallel"},
+        {"--recompute-granularity none", "--recompute-granularity: bad value \"none\" (full "
+                                          "or selective, Megatron-LM's argparse choices; leave "
+                                          "the flag out for no recomputation)"},
+        {"--recompute-granularity selectiv", "bad value \"selectiv\" (full or selective"},
+        {"--no-position-embedding", "--no-position-embedding with learned absolute positions "
+                                    "(no --position-embedding-type, Megatron-LM's default): "
+                                    "Megatron-LM's validate_args raises \"--no-position-"
+                                    "embedding is deprecated, use --position-embedding-type\""},
+        {"--position-embedding-type none --no-position-embedding",
+         "--no-position-embedding with no positions (--position-embedding-type none)"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        expect_refused(refused[i].line, refused[i].says);
+    /* At tp 2 with sequence parallelism the overlap runs; under rotary
+     * positions --no-position-embedding changes nothing, however they
+     * were asked for. */
+    static const char *const read[] = {
+        "--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap",
+        "--position-embedding-type rope --no-position-embedding",
+        "--use-rotary-position-embeddings --no-position-embedding",
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+    };
+    for (size_t i = 0; i < sizeof read / sizeof read[0]; i++) {
+        ap_megatron m;
+        char err[AP_ERR_LEN];
+        ap_megatron_default(&m);
+        REQUIRE_OK(ap_megatron_parse_args(read[i], &m, err), err);
+    }
+}
+
 /* --window-size is read as Megatron-LM's tuple_type reads it, "L,R" or
  * "(L,R)", quoted or not, and kept as the L + 1 keys each query meets (-1
  * for L = -1, no window); --window-attn-skip-freq is kept as given, its
@@ -411,6 +552,9 @@ int main(void)
     RUN(the_launch_around_the_flags_is_read_past);
     RUN(a_word_after_a_switch_read_past_is_refused);
     RUN(a_flag_assigned_to_a_variable_is_refused);
+    RUN(a_bash_x_trace_reads_as_the_command_it_ran);
+    RUN(a_comment_inside_a_continued_launch_ends_it);
+    RUN(lines_megatron_lm_stops_are_refused);
     RUN(window_flags_are_read);
     RUN(bucket_count_and_size_are_not_both_given);
     return DONE();

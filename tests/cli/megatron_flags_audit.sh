@@ -88,6 +88,19 @@ refused "dispatcher=allgather (--moe-token-dispatcher-type allgather, Megatron-C
 refused "dispatcher=allgather" "$moe" 16 \
     "$mlay --moe-grouped-gemm --moe-token-dispatcher-type allgather"
 g1="--expert-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --num-experts 8 --moe-grouped-gemm --moe-router-topk 2"
+# Megatron-Core's TransformerConfig runs the all-to-all overlap with the
+# alltoall and flex dispatchers only: allgather, named or by default, is
+# refused, flags and spec alike.
+refused "moe_a2a_overlap: --overlap-moe-expert-parallel-comm with dispatcher=allgather" \
+    "$moe" 16 "$g1 --overlap-moe-expert-parallel-comm"
+refused "Megatron-Core's TransformerConfig asserts \"overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher\"" \
+    "$moe" 16 "$g1 --moe-token-dispatcher-type allgather --overlap-moe-expert-parallel-comm"
+out=$("$bin" estimate "$src/examples/hf/qwen3-30b-a3b.json" --gpus 32 --megatron \
+    "tp=1,pp=1,mbs=1,gbs=64,ep=8,moe_a2a_overlap=1,dispatcher=allgather" 2>&1 >/dev/null)
+[ $? -eq 2 ] && echo "$out" | grep -qF "with dispatcher=allgather" && ok ||
+    bad "moe_a2a_overlap=1 with dispatcher=allgather: $out"
+est "$moe" 16 --megatron-args "$g1 --moe-token-dispatcher-type alltoall --overlap-moe-expert-parallel-comm" |
+    grep -q '"step_time_s"' && ok || bad "the overlap under alltoall is priced"
 same "allgather by default" "$moe" 16 "$g1" "ep=8,mbs=1,gbs=64,zero=0,overlap_grad=0,dispatcher=allgather"
 same "allgather by name" "$moe" 16 "$g1 --moe-token-dispatcher-type allgather" \
     "ep=8,mbs=1,gbs=64,zero=0,overlap_grad=0,dispatcher=allgather"
@@ -271,6 +284,19 @@ same "--recompute-modules with no module" "$llama" 16 \
 a=$(est "$llama" 16 --megatron-args "$layout --recompute-granularity selective --recompute-modules mlp")
 b=$(est "$llama" 16 --megatron-args "$layout --recompute-granularity selective")
 [ -n "$a" ] && [ "$a" != "$b" ] && ok || bad "--recompute-modules mlp prices as core_attn: $a"
+# argparse takes full or selective; no recomputation is the flag left
+# out, as the spec's recompute=none says it.
+refused "--recompute-granularity: bad value \"none\" (full or selective" "$llama" 16 \
+    "$layout --recompute-granularity none"
+same "no --recompute-granularity" "$llama" 16 "$layout" "$spec,recompute=none"
+# validate_args turns sequence parallelism off at tp 1, then asserts it
+# for --tp-comm-overlap; --no-position-embedding raises unless rotary.
+refused "--tp-comm-overlap at tensor-parallel size 1" "$llama" 16 \
+    "--micro-batch-size 1 --global-batch-size 64 --sequence-parallel --tp-comm-overlap"
+refused "--no-position-embedding with learned absolute positions" "$llama" 16 \
+    "$layout --no-position-embedding"
+same "--no-position-embedding under rope" "$llama" 16 \
+    "$layout --position-embedding-type rope --no-position-embedding" "$spec"
 refused "--recompute-modules bogus: unknown module" "$llama" 16 \
     "$layout --recompute-granularity selective --recompute-modules core_attn bogus"
 refused "--recompute-modules mhc: recomputes a layer autopar does not build" "$llama" 16 \

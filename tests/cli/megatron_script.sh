@@ -174,6 +174,20 @@ refused "$gpt --max-position-embeddings 1024 --tokenizer-type NullTokenizer" \
 refused "$gpt --tokenizer-type GPT2BPETokenizer" "need --max-position-embeddings"
 refused "$gpt --tokenizer-type GPT2BPETokenizer --max-position-embeddings 512" \
     "--seq-length is longer than --max-position-embeddings"
+# Megatron-LM requires --max-position-embeddings and asserts it is at
+# least --seq-length whatever the position type (validate_args), though
+# only learned positions build a table from it.
+refused "$gpt --position-embedding-type rope --tokenizer-type GPT2BPETokenizer --fp16" \
+    "rotary positions (--position-embedding-type rope) need --max-position-embeddings"
+refused "$gpt --position-embedding-type none --tokenizer-type GPT2BPETokenizer --fp16" \
+    "no positions (--position-embedding-type none) need --max-position-embeddings"
+refused "$gpt --use-rotary-position-embeddings --max-position-embeddings 512 \
+--tokenizer-type GPT2BPETokenizer --fp16" "--seq-length is longer than --max-position-embeddings \
+(1024 > 512), which Megatron-LM's validate_args asserts against whatever the position type; \
+give --max-position-embeddings 1024 or more"
+"$bin" estimate --gpus 8 --megatron-args "$gpt --position-embedding-type rope \
+--max-position-embeddings 1024 --tokenizer-type GPT2BPETokenizer --fp16" >/dev/null 2>"$tmp/err" &&
+    ok || bad "rope with --max-position-embeddings as long as the sequence: $(cat "$tmp/err")"
 refused "--num-layers 2 --hidden-size 1024 --num-attention-heads 16 \
 --max-position-embeddings 1024 --tokenizer-type GPT2BPETokenizer" "--seq-length is missing"
 refused "$gpt --max-position-embeddings 1024 --tokenizer-type GPT2BPETokenizer \
@@ -190,7 +204,7 @@ refused '--num-layers $NUM_LAYERS --hidden-size 4096' \
 # plans, and its export states the flags back; context parallelism under
 # the window, and flags that contradict the model, are refused.
 plain="--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 8192 \
---position-embedding-type rope --swiglu --normalization RMSNorm --disable-bias-linear \
+--max-position-embeddings 8192 --position-embedding-type rope --swiglu --normalization RMSNorm --disable-bias-linear \
 --untie-embeddings-and-output-weights --tokenizer-type NullTokenizer --vocab-size 32000 --bf16"
 swa="$plain --window-size 4095,0 --window-attn-skip-freq 4"
 "$bin" graph --megatron-args "$swa" -o "$tmp/swa.json" >"$tmp/summary" 2>"$tmp/err" &&
@@ -232,8 +246,8 @@ $tmp/swa.json it has a sliding window: give --window-size 4095,0 --window-attn-s
 # prices as the line does, and the Megatron-LM export states --quick-geglu
 # and the window back, pricing the same.
 oss="--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --group-query-attention \
---num-query-groups 4 --kv-channels 64 --seq-length 4096 --position-embedding-type rope \
---quick-geglu --normalization RMSNorm --disable-bias-linear --num-experts 16 \
+--num-query-groups 4 --kv-channels 64 --seq-length 4096 --max-position-embeddings 4096 \
+--position-embedding-type rope --quick-geglu --normalization RMSNorm --disable-bias-linear --num-experts 16 \
 --moe-router-topk 4 --moe-ffn-hidden-size 1024 --moe-grouped-gemm --window-size 127,0 \
 --window-attn-skip-freq 2 --untie-embeddings-and-output-weights \
 --tokenizer-type NullTokenizer --vocab-size 32000 --bf16 --expert-model-parallel-size 8"
@@ -271,7 +285,7 @@ b=$("$bin" estimate "$llama" --gpus 16 --json --megatron tp=2,sp=1,gbs=64 | grep
 # 3.1's rope scaling, and Megatron-LM's defaults (10000, 1e-5) where the
 # line leaves them out, rather than the note that they are unknown.
 rope="--num-layers 2 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \
---position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear \
+--max-position-embeddings 1024 --position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear \
 --tokenizer-type NullTokenizer --vocab-size 32000 --bf16"
 "$bin" graph --megatron-args "$rope --rotary-base 500000 --use-rope-scaling \
 --rope-scaling-factor 32 --layernorm-epsilon 1e-6" -o "$tmp/rope.json" >/dev/null 2>"$tmp/err" &&
