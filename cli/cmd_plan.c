@@ -78,7 +78,9 @@ static const char usage_text[] =
     "                       default), tensorwise (current scaling, an amax pass\n"
     "                       before each cast), blockwise (DeepSeek-V3's 128-element\n"
     "                       blocks) or mxfp8 (32-element blocks, Blackwell only;\n"
-    "                       docs/cost-model.md, FP8)\n"
+    "                       docs/cost-model.md, FP8); for torchtitan, whose\n"
+    "                       float8 converter has no other, tensorwise only (its\n"
+    "                       default there)\n"
     "  --bf16-layers F,L    with --fp8 and a recipe other than delayed, keep the\n"
     "                       first F and last L layers in bf16, as Megatron-LM's\n"
     "                       --first-last-layers-bf16 (1,1 is Megatron-Bridge's\n"
@@ -216,6 +218,28 @@ static void note_no_launcher(const ap_graph *g, const ap_plan *p,
                  100 * (origin->sweep_step / p->step_time - 1));
 }
 
+/* torchtitan's float8 converter is torchao's dynamic scaling, per tensor
+ * by default (Float8Linear's recipe_name unset, job_config.py at v0.2.2)
+ * or per row: it has no delayed scaling, Transformer Engine's default and
+ * --fp8's. A plan for it is priced with tensorwise scaling, the recipe
+ * its converter runs, and another recipe asked for is refused rather than
+ * planned and then refused by the export. */
+static int titan_fp8_recipe(ap_run_settings *run, int recipe_given)
+{
+    if (!run->fp8 || run->fp8_recipe == AP_FP8_TENSORWISE)
+        return 0;
+    if (!recipe_given) {
+        run->fp8_recipe = AP_FP8_TENSORWISE;
+        return 0;
+    }
+    fprintf(stderr, "autopar plan: --fp8-recipe %s: torchtitan's float8 converter "
+            "(torchao) scales tensors dynamically, per tensor or per row, with neither "
+            "delayed nor block scaling; give --fp8-recipe tensorwise (the default for "
+            "--target torchtitan), or plan for Megatron-LM\n",
+            ap_fp8_recipe_name(run->fp8_recipe));
+    return 2;
+}
+
 /* Settings for experts change nothing on a model without them: accepted,
  * as Megatron-LM reads its MoE flags past on a dense model, but said. */
 static void warn_dense(const ap_graph *g, const ap_plan_opts *o)
@@ -239,7 +263,7 @@ int ap_cmd_plan(int argc, char **argv)
     ap_plan_opts_default(&o);
     ap_cli_output out;
     ap_cli_output_default(&out);
-    int targeted = 0;
+    int targeted = 0, recipe_given = 0;
     ap_launcher target = AP_LAUNCHER_MEGATRON;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -283,6 +307,7 @@ int ap_cmd_plan(int argc, char **argv)
                         "tensorwise, blockwise or mxfp8)\n", v);
                 return 2;
             }
+            recipe_given = 1;
             i++;
         } else if (!strcmp(a, "--dispatcher") && v) {
             if (ap_dispatcher_parse(v, &o.run.dispatcher) ||
@@ -376,20 +401,26 @@ int ap_cmd_plan(int argc, char **argv)
     ap_plan plan;
     char err[AP_ERR_LEN], line[1536] = "";
     /* --emit LAUNCHER asks for a plan that launcher runs. */
-    if (!targeted && strcmp(out.emit, "table") && strcmp(out.emit, "json")) {
-        targeted = !ap_launcher_from_name(out.emit, &target, err);
-        /* What the launcher's flags cannot state refuses every plan: say
-         * so before the search rather than after it. */
-        if (targeted && ap_launcher_check_model(g, target, &o.run, g->name, err)) {
-            fprintf(stderr, "autopar plan: --emit %s: %s\n", out.emit, err);
-            ap_graph_free(g);
-            ap_cluster_free(&c);
-            return 2;
-        }
-        if (targeted && o.progress == 1)
-            fprintf(stderr, "autopar plan: --emit %s: planning the configurations %s "
-                    "runs (as --target %s)\n", out.emit, ap_launcher_name(target), out.emit);
+    int emitted = !targeted && strcmp(out.emit, "table") && strcmp(out.emit, "json") &&
+                  !ap_launcher_from_name(out.emit, &target, err);
+    targeted |= emitted;
+    int titan_fp8 = targeted && target == AP_LAUNCHER_TORCHTITAN && o.run.fp8;
+    if (titan_fp8 && titan_fp8_recipe(&o.run, recipe_given)) {
+        ap_graph_free(g);
+        ap_cluster_free(&c);
+        return 2;
     }
+    /* What the launcher's flags cannot state refuses every plan: say so
+     * before the search rather than after it. */
+    if (emitted && ap_launcher_check_model(g, target, &o.run, g->name, err)) {
+        fprintf(stderr, "autopar plan: --emit %s: %s\n", out.emit, err);
+        ap_graph_free(g);
+        ap_cluster_free(&c);
+        return 2;
+    }
+    if (emitted && o.progress == 1)
+        fprintf(stderr, "autopar plan: --emit %s: planning the configurations %s "
+                "runs (as --target %s)\n", out.emit, ap_launcher_name(target), out.emit);
     if (targeted && (o.no_pipeline || o.max_stages)) {
         fprintf(stderr, "autopar plan: --target searches the launcher's own "
                 "configurations; it does not combine with --no-pipeline or --max-stages\n");
@@ -412,6 +443,10 @@ int ap_cmd_plan(int argc, char **argv)
         return rc;
     }
     ap_cli_warn_timeouts("plan", &plan, o.ilp_time_limit);
+    if (titan_fp8 && !recipe_given)
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", *line ? "\n" : "",
+                 "FP8 with tensorwise scaling (--fp8-recipe tensorwise): torchtitan's "
+                 "float8 converter has no delayed scaling");
     if (o.run.tp_overlap && !plan.run.tp_overlap)
         snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", *line ? "\n" : "",
                  "--tp-comm-overlap left out: this plan has no sequence-parallel "

@@ -257,6 +257,12 @@ typedef struct {
      * which no export states). */
     double rope_base, norm_eps, rope_scaling_factor;
     int rope_scaling;
+    /* The gated MLPs' arithmetic beside the activation, no cost either:
+     * the offset added to the linear half (GPT-OSS's up + 1) and the clamp
+     * on both halves' inputs (its swiglu_limit: the gate clamped above,
+     * the linear half both ways), which Megatron-LM states as
+     * --glu-linear-offset and --activation-func-clamp-value; 0 for none. */
+    double glu_offset, glu_clamp;
 
     struct ap_graph_index *index; /* private to graph.c: names to indices */
 } ap_graph;

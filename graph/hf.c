@@ -97,6 +97,7 @@ typedef struct {
     /* No cost: what the exports state (ap_graph.rope_base and the rest). */
     double rope_base, norm_eps, rope_factor;
     int rope_scaling;
+    double glu_offset, glu_clamp; /* ap_graph's, for GPT-OSS's experts */
     int parallel_residual;
     int shared_norm;   /* with parallel_residual: one norm feeds attention and
                           the MLP (Phi's, Cohere's), not one each (GPT-NeoX's) */
@@ -1860,6 +1861,24 @@ static void read_granite(hf_cfg *c, hf_model *m)
     m->embed_scale = m->logit_scale = 1;
 }
 
+/* GPT-OSS's experts (GptOssExperts in HF's modeling_gpt_oss.py): a bias
+ * on every projection, gate clamped above at the limit and up clamped to
+ * [-limit, limit], then gate * sigmoid(1.702 gate) * (up + 1). That is
+ * Megatron-Core's quick GeGLU only with --glu-linear-offset 1 and
+ * --activation-func-clamp-value at the limit: its glu computes
+ * quick_gelu(x_glu) * (x_linear + glu_linear_offset), clamping the two
+ * halves so only when the clamp is given (TEGroupedMLP.bias_act_func), and
+ * both default to none (0.0 and None in arguments.py at 000c4ac2). The
+ * limit is the config's swiglu_limit, GptOssConfig's 7.0 where left out
+ * (the modeling file hard-codes 7.0 too; its MXFP4 kernels read the
+ * field). Neither moves a byte, so the price is quick GeGLU's. */
+static void read_gpt_oss(hf_cfg *c, hf_model *m)
+{
+    m->quick_geglu = m->expert_bias = m->router_bias = m->sinks = 1;
+    m->glu_offset = 1;
+    m->glu_clamp = cfg_factor(c, "swiglu_limit", 7.0);
+}
+
 /* Phi-1.5 and Phi-2 (PhiForCausalLM): one LayerNorm with bias feeds
  * attention and the MLP side by side (PhiDecoderLayer's attn_outputs +
  * feed_forward_hidden_states + residual), the MLP is CLIP's fc1 -> gelu ->
@@ -2114,11 +2133,8 @@ static int read_model(hf_cfg *c, hf_model *m)
      * (post_self_attn_layernorm, post_mlp_layernorm), Gemma 2's sandwich. */
     if (m->fam == FAM_GLM4)
         m->sandwich_norm = 1;
-    /* GPT-OSS's experts: gate * sigmoid(1.702 gate) * (up + 1), clamped,
-     * Megatron-LM's --quick-geglu (the clamp and the offset fuse into it),
-     * with a bias on each projection. */
     if (m->fam == FAM_GPT_OSS)
-        m->quick_geglu = m->expert_bias = m->router_bias = m->sinks = 1;
+        read_gpt_oss(c, m);
     if (m->fam == FAM_LLAMA4)
         read_llama4(c, m);
     /* SmolLM3 leaves out the rotary embedding on its NoPE layers, as Llama
@@ -2230,6 +2246,8 @@ static int build_checked(hf_cfg *c, const hf_model *m, const ap_build_opts *opt,
         (*out)->norm_eps = m->norm_eps;
         (*out)->rope_scaling = m->rope_scaling;
         (*out)->rope_scaling_factor = m->rope_factor;
+        (*out)->glu_offset = m->glu_offset;
+        (*out)->glu_clamp = m->glu_clamp;
     }
     if (rc == AP_OK && (opt->bf16_first || opt->bf16_last) &&
         (rc = ap_graph_keep_bf16(*out, opt->bf16_first, opt->bf16_last, c->err))) {

@@ -238,7 +238,12 @@ static void megatron_parallel(sbuf *b, const ap_plan_desc *p, const ap_degrees *
             recompute_layers(d));
     if (d->zero == AP_ZERO_1)
         put(b, "  --use-distributed-optimizer\n");
-    if (d->overlap_grad)
+    else if (d->zero == AP_ZERO_3)
+        put(b, "  --use-torch-fsdp2\n");
+    /* FSDP2 overlaps its reduce-scatters itself: --overlap-grad-reduce
+     * configures Megatron's own DDP buffers, which its
+     * TorchFullyShardedDataParallel replaces. */
+    if (d->overlap_grad && d->zero != AP_ZERO_3)
         put(b, "  --overlap-grad-reduce\n");
     if (d->overlap_param)
         put(b, "  --overlap-param-gather\n");
@@ -444,6 +449,16 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, const ap_run_settin
         put(b, "  --quick-geglu\n");
     else if (s->squared_relu)
         put(b, "  --squared-relu\n");
+    /* GPT-OSS's experts: Megatron-Core's GLU adds --glu-linear-offset to
+     * the linear half and clamps both halves at --activation-func-clamp-value,
+     * each only where given (0.0 and None by default in arguments.py at
+     * 000c4ac2; TEGroupedMLP.bias_act_func), so --quick-geglu alone would
+     * train gate * sigmoid(1.702 gate) * up, unclamped. */
+    if (s->glu_offset != 0)
+        put(b, "  --glu-linear-offset %s\n", ap_number_exact(s->glu_offset, num, sizeof num));
+    if (s->glu_clamp > 0)
+        put(b, "  --activation-func-clamp-value %s\n",
+            ap_number_exact(s->glu_clamp, num, sizeof num));
     if (!s->tied_embeddings)
         put(b, "  --untie-embeddings-and-output-weights\n");
     /* Megatron-LM's biases: on every linear layer, or with
@@ -456,6 +471,23 @@ static void megatron_model(sbuf *b, const ap_model_shape *s, const ap_run_settin
     /* Megatron-LM's default is 0.1 for both: say what the plan priced. */
     put(b, "  --hidden-dropout %g\n  --attention-dropout %g\n", s->hidden_dropout,
         s->attention_dropout);
+}
+
+/* Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context
+ * parallelism on GPUs before Blackwell, but only warns under FSDP2, which
+ * asserts that it is not 1 whatever the layout (validate_args at
+ * 000c4ac2): a ZeRO-3 plan unsets it, and says that FSDP2 overlaps a
+ * reduction the plan may have priced after the backward. */
+static void megatron_connections(sbuf *b, const ap_degrees *d)
+{
+    if (d->zero == AP_ZERO_3 && d->dp > 1 && !d->overlap_grad)
+        put(b, "# The plan was priced with the gradient reduction after the backward; "
+               "FSDP2 always overlaps it, so expect a faster step.\n");
+    if (d->zero == AP_ZERO_3)
+        put(b, "# --use-torch-fsdp2 asserts CUDA_DEVICE_MAX_CONNECTIONS is not 1.\n"
+               "unset CUDA_DEVICE_MAX_CONNECTIONS\n");
+    else if (d->tp > 1 || d->cp > 1)
+        put(b, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
 }
 
 char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_model_shape *s)
@@ -484,14 +516,18 @@ char *ap_emit_megatron(const ap_plan_desc *p, const ap_degrees *d, const ap_mode
     if (rotary && s->rope_base > 0 && (double)rotary_base(s) != s->rope_base)
         put(&b, "# --rotary-base %lld is the model's rotary base %.17g to the nearest "
                 "integer, which Megatron-LM's parser takes.\n", rotary_base(s), s->rope_base);
-    if (d->tp > 1 || d->cp > 1)
-        put(&b, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
+    megatron_connections(&b, d);
     put(&b, "MEGATRON_ARGS=\"\n");
     megatron_parallel(&b, p, d, s);
     megatron_model(&b, s, &d->run);
     megatron_precision(&b, d, s);
     megatron_optimizer(&b, d, s);
     put(&b, "\"\n");
+    /* The list patterns written bare ([0]*3+[1]*58, the layout) are globs
+     * to the shell that splits $MEGATRON_ARGS: a file in the working
+     * directory named as one matches would replace it. */
+    put(&b, "# Split $MEGATRON_ARGS into words without reading its list patterns as "
+            "file names.\nset -f\n");
     torchrun(&b, p, "pretrain_gpt.py", "MEGATRON_ARGS");
     return finish(&b);
 }
@@ -593,6 +629,13 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
     if (s->experts) {
         put(&b, "# Its MoE flavor must match what the plan was priced with: %lld experts of "
                 "FFN %lld, top %d, ", s->experts, s->moe_ffn, s->top_k);
+        /* Group-limited routing, MoEArgs' num_expert_groups groups of which
+         * a token's experts come from num_limited_groups (TokenChoiceTopK-
+         * Router); left out, MoEArgs' default None, where there is none. */
+        if (s->route_groups)
+            put(&b, "from %d of %d expert groups (num_limited_groups %d, "
+                    "num_expert_groups %d), ", s->route_group_topk, s->route_groups,
+                s->route_group_topk, s->route_groups);
         if (s->moe_freq[0])
             put(&b, "on the layers --moe-layer-freq \"%s\" marks, ", s->moe_freq);
         else
@@ -669,8 +712,9 @@ char *ap_emit_torchtitan(const ap_plan_desc *p, const ap_degrees *d, const ap_mo
                 "run it; torchtitan's async tensor parallelism (micro-pipelined by "
                 "torch.compile) is its nearest equivalent.\n");
     if (d->run.fp8)
-        put(&b, "# FP8 was priced as Transformer Engine runs it, weights cast once per "
-                "step; torchao's Float8Linear casts them every micro-batch, and needs "
+        put(&b, "# FP8 was priced as Transformer Engine's tensorwise (current) scaling runs "
+                "it, weights cast once per step; torchao's Float8Linear, tensorwise "
+                "without a recipe_name, casts them every micro-batch, and needs "
                 "--compile.enable to fuse its casts.\n");
     if (s->hidden_dropout > 0 || s->attention_dropout > 0)
         put(&b, "# The plan was priced with dropout; torchtitan's models have none, so "

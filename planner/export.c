@@ -749,9 +749,61 @@ static int titan_experts(const ap_plan_desc *p, const ap_degrees *d, const char 
     return AP_OK;
 }
 
+/* Megatron-LM's ZeRO-3 is PyTorch's FSDP2 (--use-torch-fsdp2), which
+ * validate_args (arguments.py at 000c4ac2) allows only without pipeline
+ * parallelism, expert parallelism, the distributed optimizer and gradient
+ * accumulation fusion, with untied embeddings, and not under --fp16; it
+ * turns --fp8-param-gather off (Transformer Engine 2.0 on), and Megatron-
+ * Core's TorchFullyShardedDataParallel gives fully_shard no mixed-precision
+ * policy, so gradients are reduced in the parameters' dtype. ZeRO-2 it
+ * states only as Megatron FSDP's optim_grads strategy, which the export
+ * does not write. */
+static int check_megatron_zero(const ap_plan_desc *p, const ap_degrees *d,
+                               const ap_model_shape *s, const char *who, char *err)
+{
+    static const char fsdp2[] = "%s runs ZeRO-3 as PyTorch's FSDP2 (--use-torch-fsdp2), "
+                                "which it asserts %s";
+    char what[192];
+    if (d->zero == AP_ZERO_2)
+        return refuse(p, err, "%s's distributed optimizer shards optimizer states only "
+                      "(ZeRO-1) and --use-torch-fsdp2 weights and gradients too (ZeRO-3); "
+                      "the plan uses %s, which only Megatron FSDP's "
+                      "--data-parallel-sharding-strategy optim_grads states and this "
+                      "export does not write: estimate with zero=1 or zero=3", who,
+                      "ZeRO-2");
+    if (d->zero != AP_ZERO_3)
+        return AP_OK;
+    if (d->pp > 1 || d->ep > 1) {
+        snprintf(what, sizeof what, "\"is not supported with %s parallelism\"; the plan "
+                 "uses %s=%d", d->pp > 1 ? "pipeline" : "expert", d->pp > 1 ? "pp" : "ep",
+                 d->pp > 1 ? d->pp : d->ep);
+        return refuse(p, err, fsdp2, who, what);
+    }
+    if (!d->run.no_grad_fusion)
+        return refuse(p, err, fsdp2, who, "\"is not supported with gradient accumulation "
+                      "fusion\"; the plan was priced with it: estimate with "
+                      "no_grad_fusion=1 (--no-gradient-accumulation-fusion)");
+    if (s->tied_embeddings)
+        return refuse(p, err, fsdp2, who, "\"requires --untie-embeddings-and-output-"
+                      "weights\"; the model ties its embedding and output layer");
+    if (s->dtype == AP_FP16)
+        return refuse(p, err, fsdp2, who, "\"not supported with fp16 yet\"; the model "
+                      "is fp16");
+    if (d->run.fp8_param_gather)
+        return refuse(p, err, "%s turns --fp8-param-gather off under --use-torch-fsdp2 "
+                      "(Transformer Engine 2.0 and later), gathering %s: estimate with "
+                      "fp8_param_gather=0", who, "bf16 weights where the plan priced FP8 ones");
+    if (d->run.grad_fp32)
+        return refuse(p, err, "%s's --use-torch-fsdp2 reduces gradients in the "
+                      "parameters' dtype (fully_shard without a mixed-precision policy); "
+                      "%s: estimate with grad_fp32=0", who, "the plan has fp32 gradients "
+                      "(grad_reduce_in_fp32)");
+    return AP_OK;
+}
+
 /* What each launcher cannot state, beyond the shared checks. */
-static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launcher to,
-                          char *err)
+static int check_launcher(const ap_plan_desc *p, const ap_degrees *d,
+                          const ap_model_shape *s, ap_launcher to, char *err)
 {
     const char *who = ap_launcher_name(to);
     /* A synchronous tensor-parallel backward is Megatron-LM of 2021 and
@@ -835,11 +887,7 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
         if (d->schedule == AP_SCHED_GPIPE)
             return refuse(p, err, "%s runs 1F1B or interleaved 1F1B, not the plan's %s schedule",
                           who, "GPipe");
-        if (d->zero > AP_ZERO_1)
-            return refuse(p, err, "%s's distributed optimizer shards optimizer states "
-                          "only (ZeRO-1); the plan uses %s", who, d->zero == AP_ZERO_2
-                          ? "ZeRO-2" : "ZeRO-3");
-        return AP_OK;
+        return check_megatron_zero(p, d, s, who, err);
     }
     /* Only Megatron-LM's --pipeline-model-parallel-layout gives each model
      * chunk its own layers; torchtitan's split points and DeepSpeed's
@@ -855,9 +903,17 @@ static int check_launcher(const ap_plan_desc *p, const ap_degrees *d, ap_launche
         int rc = titan_experts(p, d, who, err);
         if (rc)
             return rc;
-        /* torchtitan's float8 converter is torchao's tensor- or row-scaled
-         * training, and its MX converter torchao's own kernels, not
+        /* torchtitan's float8 converter is torchao's dynamic scaling, per
+         * tensor (its default, without a recipe_name) or per row
+         * (Float8Linear.recipe_name in job_config.py): no delayed scaling's
+         * amax history, and its MX converter is torchao's own kernels, not
          * Transformer Engine's block-scaled casts and GEMMs priced. */
+        if (d->run.fp8 && d->run.fp8_recipe == AP_FP8_DELAYED)
+            return refuse(p, err, "%s's float8 converter scales dynamically, per tensor "
+                          "or per row (torchao), with no delayed scaling; the plan was "
+                          "priced with %s: plan with --fp8-recipe tensorwise (estimate "
+                          "with fp8_recipe=tensorwise), or export it to Megatron-LM", who,
+                          "Transformer Engine's delayed scaling (fp8_recipe delayed)");
         if (d->run.fp8 && ap_fp8_recipe_blocks(d->run.fp8_recipe))
             return refuse(p, err, "%s's float8 converter scales whole tensors (torchao); "
                           "the plan was priced with %s: export it to Megatron-LM", who,
@@ -1225,7 +1281,7 @@ int ap_plan_classify(const ap_graph *g, const ap_plan_desc *p, ap_launcher to,
     d->recompute_layers = p->recompute_layers;
     d->zero = p->zero;
     if ((rc = batch_degrees(p, d, err)) || (rc = check_ops(g, p, &f, d, to, err)) ||
-        (rc = check_launcher(p, d, to, err)))
+        (rc = check_launcher(p, d, &shape, to, err)))
         return rc;
     return check_recompute_method(p, d, to, err);
 }

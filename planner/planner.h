@@ -1335,6 +1335,7 @@ typedef struct {
      * no cost, stated by the Megatron-LM export; 0 where unknown. */
     double rope_base, norm_eps, rope_factor;
     int rope_scaling;
+    double glu_offset, glu_clamp; /* ap_graph's: 0 for none */
     int linear_bias;       /* matmuls carry biases */
     int qkv_bias;          /* the query, key and value projections (a layer's
                               matmuls whose output has a heads label) do */

@@ -458,4 +458,6 @@ void ap_model_shape_of(const ap_graph *g, ap_model_shape *s)
     s->norm_eps = g->norm_eps;
     s->rope_scaling = g->rope_scaling;
     s->rope_factor = g->rope_scaling_factor;
+    s->glu_offset = g->glu_offset;
+    s->glu_clamp = g->glu_clamp;
 }

@@ -675,7 +675,8 @@ static void torchtitan_flags_are_those_of_v0_2_2(void)
     ap_plan_desc d;
     char err[AP_ERR_LEN], *text = NULL;
     REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=1,gbs=64,zero=1,fp8=1,"
-                                            "fp8_param_gather=1,tp_overlap=1", &d, NULL),
+                                            "fp8_recipe=tensorwise,fp8_param_gather=1,"
+                                            "tp_overlap=1", &d, NULL),
                "see above");
     REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
     CHECK_STR_HAS(text, "# For torchtitan v0.2.2, the last release that takes a .toml");
@@ -686,6 +687,19 @@ static void torchtitan_flags_are_those_of_v0_2_2(void)
     CHECK_STR_HAS(text, "\n  --parallelism.enable_async_tensor_parallel\n  --compile.enable\n");
     CHECK(text && !strstr(text, "--float8.") && !strstr(text, "--training.compile") &&
           !strstr(text, "converters float8"));
+    free(text);
+    ap_plan_desc_free(&d);
+
+    /* torchao's float8 training scales dynamically, per tensor or per row:
+     * Transformer Engine's delayed scaling, --fp8's default, is refused. */
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=2,pp=1,sp=1,mbs=1,gbs=64,zero=1,fp8=1", &d,
+                                     NULL), "see above");
+    CHECK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err) == AP_EINPUT);
+    CHECK_STR_HAS(err, "torchtitan's float8 converter scales dynamically, per tensor or per "
+                       "row (torchao), with no delayed scaling; the plan was priced with "
+                       "Transformer Engine's delayed scaling (fp8_recipe delayed): plan "
+                       "with --fp8-recipe tensorwise");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
     free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
@@ -1067,13 +1081,14 @@ static void reader_refuses_gpus_that_do_not_fill_whole_nodes(void)
     ap_graph_free(g);
 }
 
-/* Llama 3 8B's config with `from` replaced by `to`, built at `seq` tokens;
+/* The config `rel` with `from` replaced by `to`, built at `seq` tokens;
  * NULL, with the reason on stderr, when it does not build. */
-static ap_graph *llama_variant(const char *from, const char *to, int64_t seq)
+static ap_graph *model_variant(const char *rel, const char *from, const char *to,
+                               int64_t seq)
 {
     char path[512], err[AP_ERR_LEN], *text = NULL;
     size_t len = 0;
-    snprintf(path, sizeof path, "%s/examples/hf/llama-3-8b.json", ap_test_src());
+    snprintf(path, sizeof path, "%s/%s", ap_test_src(), rel);
     if (ap_read_file(path, &text, &len, err)) {
         fprintf(stderr, "%s\n", err);
         return NULL;
@@ -1083,6 +1098,11 @@ static ap_graph *llama_variant(const char *from, const char *to, int64_t seq)
              at ? at + strlen(from) : "");
     free(text);
     return ap_test_hf_seq(cfg, seq, err);
+}
+
+static ap_graph *llama_variant(const char *from, const char *to, int64_t seq)
+{
+    return model_variant("examples/hf/llama-3-8b.json", from, to, seq);
 }
 
 /* An export states the structure of the model it reloads, and --model
@@ -1167,6 +1187,177 @@ static void export_refuses_a_model_that_routes_otherwise(void)
     REQUIRE_OK(read_object(o, &d, err), err);
     CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
     CHECK_STR_HAS(err, "plan.json: model_shape.router_score is \"sigmoid\" but the model ");
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* GPT-OSS's experts clamp the gate above and the up projection both ways
+ * at swiglu_limit and add 1 to the up projection (GptOssExperts);
+ * Megatron-Core's GLU does neither unless told (--glu-linear-offset 0.0
+ * and --activation-func-clamp-value None by default), so the export states
+ * both, the clamp from the config, and they price nothing. */
+static void gpt_oss_experts_export_their_offset_and_clamp(void)
+{
+    ap_graph *g = load("examples/hf/gpt-oss-20b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,ep=8,mbs=1,gbs=64", &d, NULL),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "  --quick-geglu\n  --glu-linear-offset 1\n"
+                        "  --activation-func-clamp-value 7\n");
+    ap_plan p;
+    REQUIRE_OK(price_exported(g, text, 8, &p, err), err);
+    CHECK_NEAR(p.step_time, d.step_time, 1e-12);
+    ap_plan_free(&p);
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+
+    g = model_variant("examples/hf/gpt-oss-20b.json", "\"swiglu_limit\": 7.0",
+                      "\"swiglu_limit\": 5.5", 4096);
+    REQUIRE_OK(g ? 0 : -1, "see above");
+    REQUIRE_OK(ap_test_megatron_desc(g, 8, "tp=1,pp=1,ep=8,mbs=1,gbs=64", &d, NULL),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "  --activation-func-clamp-value 5.5\n");
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+
+    /* A gated MLP without them (Llama's SwiGLU) states neither. */
+    g = load("examples/hf/llama-3-8b.json");
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=64", &d, NULL),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK(text && !strstr(text, "--glu-linear-offset") &&
+          !strstr(text, "--activation-func-clamp-value"));
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* Megatron-LM's ZeRO-3 is --use-torch-fsdp2 (Megatron-Core's
+ * TorchFullyShardedDataParallel), which validate_args allows without the
+ * distributed optimizer and gradient accumulation fusion and asserts
+ * CUDA_DEVICE_MAX_CONNECTIONS is not 1: the export states it so, and its
+ * flags price the same step. */
+static void zero3_exports_as_torch_fsdp2(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    const char *specs[] = {"tp=1,pp=1,mbs=1,gbs=64,zero=3,no_grad_fusion=1",
+                           "tp=2,pp=1,sp=1,mbs=1,gbs=64,zero=3,no_grad_fusion=1"};
+    for (int i = 0; i < 2; i++) {
+        ap_plan_desc d;
+        char err[AP_ERR_LEN], *text = NULL;
+        REQUIRE_OK(ap_test_megatron_desc(g, 16, specs[i], &d, NULL), "see above");
+        REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+        CHECK_STR_HAS(text, "\n  --use-torch-fsdp2\n");
+        CHECK_STR_HAS(text, "\n  --no-gradient-accumulation-fusion\n");
+        CHECK_STR_HAS(text, "\nunset CUDA_DEVICE_MAX_CONNECTIONS\nMEGATRON_ARGS=");
+        CHECK(text && !strstr(text, "--use-distributed-optimizer") &&
+              !strstr(text, "--overlap-grad-reduce") && !strstr(text, "--overlap-param-gather") &&
+              !strstr(text, "CUDA_DEVICE_MAX_CONNECTIONS=1"));
+        ap_plan p;
+        REQUIRE_OK(price_exported(g, text, 16, &p, err), err);
+        CHECK_NEAR(p.step_time, d.step_time, 1e-12);
+        ap_plan_free(&p);
+        free(text);
+        ap_plan_desc_free(&d);
+    }
+    ap_graph_free(g);
+}
+
+/* The ZeRO plans Megatron-LM cannot run, each refused with the assert of
+ * validate_args (arguments.py at 000c4ac2) that stops it, or the reason no
+ * flag states it. */
+static void zero_plans_megatron_cannot_run_are_refused_with_the_reason(void)
+{
+    const struct {
+        const char *model, *spec, *expect;
+        int gpus;
+    } cases[] = {
+        {"examples/hf/llama-3-8b.json", "tp=1,pp=1,mbs=1,gbs=64,zero=2",
+         "the plan uses ZeRO-2, which only Megatron FSDP's --data-parallel-sharding-strategy "
+         "optim_grads states and this export does not write", 16},
+        {"examples/hf/llama-3-8b.json", "tp=1,pp=2,mbs=1,gbs=64,zero=3,no_grad_fusion=1",
+         "Megatron-LM runs ZeRO-3 as PyTorch's FSDP2 (--use-torch-fsdp2), which it asserts "
+         "\"is not supported with pipeline parallelism\"; the plan uses pp=2", 16},
+        {"examples/hf/mixtral-8x7b.json", "tp=1,pp=1,ep=8,mbs=1,gbs=64,zero=3,no_grad_fusion=1",
+         "\"is not supported with expert parallelism\"; the plan uses ep=8", 64},
+        {"examples/hf/llama-3-8b.json", "tp=1,pp=1,mbs=1,gbs=64,zero=3",
+         "\"is not supported with gradient accumulation fusion\"; the plan was priced with "
+         "it: estimate with no_grad_fusion=1", 16},
+        {"examples/hf/smollm3-3b-base.json", "tp=1,pp=1,mbs=1,gbs=64,zero=3,no_grad_fusion=1",
+         "\"requires --untie-embeddings-and-output-weights\"; the model ties", 16},
+        {"examples/hf/llama-3-8b.json",
+         "tp=1,pp=1,mbs=1,gbs=64,zero=3,no_grad_fusion=1,grad_fp32=1",
+         "reduces gradients in the parameters' dtype (fully_shard without a mixed-precision "
+         "policy); the plan has fp32 gradients", 16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ap_graph *g = load(cases[i].model);
+        ap_plan_desc d;
+        char err[AP_ERR_LEN], *text = NULL;
+        CHECK(g != NULL);
+        if (!g)
+            continue;
+        if (ap_test_megatron_desc(g, cases[i].gpus, cases[i].spec, &d, NULL)) {
+            CHECK(!"the spec prices");
+            ap_graph_free(g);
+            continue;
+        }
+        CHECK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err) == AP_EINPUT);
+        CHECK_STR_HAS(err, cases[i].expect);
+        CHECK(text == NULL);
+        ap_plan_desc_free(&d);
+        ap_graph_free(g);
+    }
+}
+
+/* torchtitan takes the router from the model's MoEArgs, which no flag
+ * states: the comment names DeepSeek-V3's group-limited routing (8 groups,
+ * 4 picked) as num_expert_groups and num_limited_groups, and leaves them
+ * out, MoEArgs' None, for a router without groups. */
+static void torchtitan_flavor_names_the_expert_groups(void)
+{
+    ap_graph *g = load("examples/hf/deepseek-v3.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 256, "tp=1,pp=8,ep=32,mbs=1,gbs=256,first=5,last=8",
+                                     &d, NULL), "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "256 experts of FFN 2048, top 8, from 4 of 8 expert groups "
+                        "(num_limited_groups 4, num_expert_groups 8), on the layers");
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+
+    g = load("examples/hf/mixtral-8x7b.json");
+    REQUIRE_OK(ap_test_megatron_desc(g, 64, "tp=2,pp=4,ep=8,sp=1,mbs=1,gbs=256", &d, NULL),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_TORCHTITAN, &text, err), err);
+    CHECK_STR_HAS(text, "8 experts of FFN 14336, top 2, on every layer,");
+    CHECK(text && !strstr(text, "num_expert_groups"));
+    free(text);
+    ap_plan_desc_free(&d);
+    ap_graph_free(g);
+}
+
+/* $MEGATRON_ARGS is split unquoted, and its list patterns ([0]*3+[1]*58,
+ * the pipeline layout) are globs: the script turns globbing off before
+ * the torchrun line that splits it. */
+static void megatron_script_splits_its_args_without_globbing(void)
+{
+    ap_graph *g = load("examples/hf/llama-3-8b.json");
+    ap_plan_desc d;
+    char err[AP_ERR_LEN], *text = NULL;
+    REQUIRE_OK(ap_test_megatron_desc(g, 16, "tp=4,pp=2,sp=1,mbs=1,gbs=64", &d, NULL),
+               "see above");
+    REQUIRE_OK(ap_export(g, &d, AP_LAUNCHER_MEGATRON, &text, err), err);
+    CHECK_STR_HAS(text, "\"\n# Split $MEGATRON_ARGS into words without reading its list "
+                        "patterns as file names.\nset -f\ntorchrun --nnodes 2 ");
+    free(text);
     ap_plan_desc_free(&d);
     ap_graph_free(g);
 }
@@ -1260,5 +1451,10 @@ int main(void)
     RUN(export_refuses_a_model_of_another_structure);
     RUN(export_refuses_a_model_that_routes_otherwise);
     RUN(every_op_of_a_stage_is_listed_once);
+    RUN(gpt_oss_experts_export_their_offset_and_clamp);
+    RUN(zero3_exports_as_torch_fsdp2);
+    RUN(zero_plans_megatron_cannot_run_are_refused_with_the_reason);
+    RUN(torchtitan_flavor_names_the_expert_groups);
+    RUN(megatron_script_splits_its_args_without_globbing);
     return DONE();
 }

@@ -3,7 +3,8 @@
  * and the block HF's modeling_gpt_oss.py runs: a bias on every attention
  * projection, a learned sink per head beside the softmax, a 128-key window
  * on every other layer, a router with a bias, and experts with biases whose
- * gate runs x * sigmoid(1.702 x) (Megatron-LM's --quick-geglu). */
+ * gate runs x * sigmoid(1.702 x) (Megatron-LM's --quick-geglu), the up
+ * projection offset by 1 and both clamped at swiglu_limit. */
 #include "model.h"
 
 /* openai/gpt-oss-120b's config.json, its 36 layer_types left to the
@@ -77,10 +78,48 @@ static void gpt_oss_blocks_are_built_as_hf_runs_them(void)
     ap_graph_free(g);
 }
 
+/* GptOssExperts clamps the gate above and the up projection both ways at
+ * the limit and adds 1 to the up projection: no cost, kept on the graph for
+ * the export (--glu-linear-offset, --activation-func-clamp-value). The
+ * limit is the config's swiglu_limit, GptOssConfig's 7.0 where left out;
+ * one that clamps nothing or everything is refused naming the field. */
+static void gpt_oss_experts_keep_their_offset_and_clamp(void)
+{
+    ap_graph *g = ap_test_model("examples/hf/gpt-oss-20b.json", 0);
+    REQUIRE_OK(g ? 0 : 1, "examples/hf/gpt-oss-20b.json did not load");
+    CHECK(g->glu_offset == 1 && g->glu_clamp == 7);
+    ap_model_shape s;
+    ap_model_shape_of(g, &s);
+    CHECK(s.glu_offset == 1 && s.glu_clamp == 7);
+    ap_graph_free(g);
+
+    char cfg[1024], err[AP_ERR_LEN];
+    const char *limits[] = {"", "\"swiglu_limit\":10.5,", "\"swiglu_limit\":0,",
+                            "\"swiglu_limit\":-7,", "\"swiglu_limit\":\"7\","};
+    const double want[] = {7, 10.5, 0, 0, 0};
+    for (int i = 0; i < 5; i++) {
+        snprintf(cfg, sizeof cfg,
+                 "{\"model_type\":\"gpt_oss\",%s\"hidden_size\":256,"
+                 "\"intermediate_size\":256,\"num_attention_heads\":4,"
+                 "\"num_key_value_heads\":2,\"head_dim\":64,\"num_hidden_layers\":2,"
+                 "\"num_local_experts\":4,\"num_experts_per_tok\":2,"
+                 "\"vocab_size\":512,\"max_position_embeddings\":128}", limits[i]);
+        g = ap_test_hf_seq(cfg, 128, err);
+        if (want[i] > 0) {
+            CHECK(g && g->glu_offset == 1 && g->glu_clamp == want[i]);
+        } else {
+            CHECK(g == NULL);
+            CHECK_STR_HAS(err, "\"swiglu_limit\"");
+        }
+        ap_graph_free(g);
+    }
+}
+
 int main(void)
 {
     RUN(gpt_oss_120b_has_116_83b_parameters_5_13b_active);
     RUN(gpt_oss_20b_has_20_91b_parameters);
     RUN(gpt_oss_blocks_are_built_as_hf_runs_them);
+    RUN(gpt_oss_experts_keep_their_offset_and_clamp);
     return DONE();
 }

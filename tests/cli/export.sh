@@ -109,6 +109,59 @@ grep -q -- "--moe-ffn-hidden-size 2048$" "$tmp/args.sh" &&
     ! grep -q -- "--rotary-percent" "$tmp/args.sh" && ok ||
     bad "DeepSeek-V3's MoE layers in the export: $(grep moe "$tmp/args.sh")"
 
+# The script splits $MEGATRON_ARGS unquoted, with globbing off: a file
+# named 03+158 in the working directory, which the pattern [0]*3+[1]*58
+# matches, leaves --moe-layer-freq as written (a torchrun of our own prints
+# the words it is given).
+mkdir "$tmp/run" "$tmp/path"
+printf '#!/bin/sh\nprintf "%%s\\n" "$@"\n' >"$tmp/path/torchrun"
+chmod +x "$tmp/path/torchrun"
+: >"$tmp/run/03+158"
+(cd "$tmp/run" && PATH="$tmp/path:$PATH" sh "$tmp/args.sh") >"$tmp/argv" 2>&1
+grep -qxF -- "[0]*3+[1]*58" "$tmp/argv" && ! grep -qxF -- "03+158" "$tmp/argv" && ok ||
+    bad "--moe-layer-freq survives a file its pattern matches: $(grep -A1 moe-layer-freq "$tmp/argv")"
+
+# GPT-OSS's experts: quick GeGLU with the up projection offset by 1 and both
+# halves clamped at swiglu_limit (7), which Megatron-Core's GLU runs only
+# when told; the flags price the same step.
+"$bin" plan "$src/examples/hf/gpt-oss-20b.json" --gpus 64 --target megatron --quiet \
+    --emit megatron >"$tmp/oss.sh" 2>"$tmp/err"
+grep -A2 -x -- "  --quick-geglu" "$tmp/oss.sh" | tr '\n' ' ' |
+    grep -qxF -- "  --quick-geglu   --glu-linear-offset 1   --activation-func-clamp-value 7 " &&
+    ok || bad "GPT-OSS's MLP flags: $(cat "$tmp/err") $(grep -e glu -e clamp "$tmp/oss.sh")"
+"$bin" plan "$src/examples/hf/gpt-oss-20b.json" --gpus 64 --target megatron --quiet \
+    --json >"$tmp/oss.want" 2>/dev/null
+"$bin" estimate "$src/examples/hf/gpt-oss-20b.json" --gpus 64 \
+    --megatron-args "$(megatron_args "$tmp/oss.sh")" --json >"$tmp/oss.got" 2>"$tmp/err"
+step() { sed -n 's/.*"step_time_s":[^0-9]*\([0-9.e+-]*\).*/\1/p' "$1" | head -1; }
+[ -n "$(step "$tmp/oss.want")" ] && [ "$(step "$tmp/oss.want")" = "$(step "$tmp/oss.got")" ] &&
+    ok ||
+    bad "GPT-OSS's exported flags price another step: $(cat "$tmp/err")"
+
+# ZeRO-3 is Megatron-LM's --use-torch-fsdp2: the flags estimate prices as
+# ZeRO-3 export as themselves, without the distributed optimizer (FSDP2
+# asserts its absence, and CUDA_DEVICE_MAX_CONNECTIONS not 1), and price
+# the same step back.
+fsdp="--micro-batch-size 1 --global-batch-size 64 --use-torch-fsdp2 \
+--no-gradient-accumulation-fusion --bf16 --seq-length 4096"
+llama=$src/examples/hf/llama-3-8b.json
+"$bin" estimate "$llama" --gpus 16 --megatron-args "$fsdp" --emit megatron >"$tmp/fsdp.sh" \
+    2>"$tmp/err" && grep -qx -- "  --use-torch-fsdp2" "$tmp/fsdp.sh" &&
+    grep -qx -- "  --no-gradient-accumulation-fusion" "$tmp/fsdp.sh" &&
+    grep -qx "unset CUDA_DEVICE_MAX_CONNECTIONS" "$tmp/fsdp.sh" &&
+    ! grep -q -e "--use-distributed-optimizer" -e "--overlap-" "$tmp/fsdp.sh" && ok ||
+    bad "ZeRO-3 exports as --use-torch-fsdp2: $(cat "$tmp/err")"
+"$bin" estimate "$llama" --gpus 16 --megatron-args "$fsdp" --json >"$tmp/want" 2>/dev/null
+"$bin" estimate "$llama" --gpus 16 --megatron-args "$(megatron_args "$tmp/fsdp.sh")" --json \
+    >"$tmp/got" 2>"$tmp/err"
+grep -q '"step_time_s"' "$tmp/got" && cmp -s "$tmp/want" "$tmp/got" && ok ||
+    bad "the FSDP2 flags round trip: $(cat "$tmp/err") $(diff "$tmp/want" "$tmp/got")"
+# A pipeline is refused with the assert that stops Megatron-LM.
+"$bin" estimate "$llama" --gpus 16 --megatron "tp=1,pp=2,mbs=1,gbs=64,zero=3,no_grad_fusion=1" \
+    --emit megatron >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -qF '(--use-torch-fsdp2), which it asserts "is not supported with pipeline parallelism"; the plan uses pp=2' "$tmp/err" &&
+    ok || bad "FSDP2 under a pipeline: $(cat "$tmp/err")"
+
 # Mixtral at tp 2: each expert split over the two tensor-parallel ranks,
 # as priced (Megatron-Core's expert tensor parallelism defaults to tp), so
 # torchtitan is told its expert tensor parallel degree, whose default is 1.
@@ -120,13 +173,15 @@ grep -q -- "--moe-ffn-hidden-size 2048$" "$tmp/args.sh" &&
     bad "Mixtral's torchtitan experts: $(cat "$tmp/err") $(grep expert "$tmp/mx.sh")"
 # torchtitan takes the MoE structure from its flavor: the script says what
 # to check it against, dense layers, shared experts and the router included
-# (Mixtral's softmax over the top-k logits is MoEArgs' softmax renormalised).
+# (Mixtral's softmax over the top-k logits is MoEArgs' softmax renormalised;
+# DeepSeek-V3 picks its 8 experts from 4 of 8 groups, MoEArgs'
+# num_limited_groups and num_expert_groups).
 grep -qF "# Its MoE flavor must match what the plan was priced with: 8 experts of FFN 14336, top 2, on every layer, no shared experts, router score_func \"softmax\", route_norm True, route_scale 1, score_before_experts False, no expert bias (load_balance_coeff None)." "$tmp/mx.sh" &&
     ok || bad "Mixtral's MoE flavor in the torchtitan export: $(grep flavor "$tmp/mx.sh")"
 "$bin" estimate "$src/examples/hf/deepseek-v3.json" --gpus 256 \
     --megatron "tp=1,pp=8,ep=32,mbs=1,gbs=256,first=5,last=8" -o "$tmp/dsv3.json" >/dev/null 2>&1
 "$bin" export "$tmp/dsv3.json" --to torchtitan >"$tmp/dsv3.sh" 2>"$tmp/err"
-grep -qF '256 experts of FFN 2048, top 8, on the layers --moe-layer-freq "[0]*3+[1]*58" marks, shared experts of FFN 2048 in all, router score_func "sigmoid", route_norm True, route_scale 2.5, score_before_experts False, with an expert bias (load_balance_coeff set).' "$tmp/dsv3.sh" &&
+grep -qF '256 experts of FFN 2048, top 8, from 4 of 8 expert groups (num_limited_groups 4, num_expert_groups 8), on the layers --moe-layer-freq "[0]*3+[1]*58" marks, shared experts of FFN 2048 in all, router score_func "sigmoid", route_norm True, route_scale 2.5, score_before_experts False, with an expert bias (load_balance_coeff set).' "$tmp/dsv3.sh" &&
     ok || bad "DeepSeek-V3's MoE flavor in the torchtitan export: $(cat "$tmp/err") $(grep flavor "$tmp/dsv3.sh")"
 
 # Qwen3's norms on queries and keys: --qk-layernorm, read back.

@@ -37,11 +37,18 @@ grep -q -- "--fp8-format hybrid" "$tmp/args.sh" && ok || bad "Megatron export: $
 args=$(megatron_args "$tmp/args.sh")
 "$bin" estimate "$model" --gpus 16 --json --megatron-args "$args" >"$tmp/got" 2>&1
 cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp/got")"
-# torchtitan v0.2.2's names: the converter registered as
+# torchtitan's float8 converter is torchao's dynamic scaling, per tensor or
+# per row: the delayed-scaling plan is refused, a tensorwise one exports,
+# in torchtitan v0.2.2's names: the converter registered as
 # quantize.linear.float8, its options under [quantize.linear.float8] and
 # torch.compile under [compile]; v0.1's float8, [float8] and
 # training.compile are gone there.
-"$bin" export "$tmp/plan.json" --to torchtitan >"$tmp/titan.sh" 2>&1
+out=$("$bin" export "$tmp/plan.json" --to torchtitan 2>&1)
+[ $? -eq 2 ] && case "$out" in *"with no delayed scaling"*) true ;; *) false ;; esac &&
+    ok || bad "torchtitan takes delayed scaling: $out"
+"$bin" estimate "$model" --gpus 16 --megatron "$spec,fp8=1,fp8_recipe=tensorwise" \
+    -o "$tmp/tw.json" >/dev/null 2>&1
+"$bin" export "$tmp/tw.json" --to torchtitan >"$tmp/titan.sh" 2>&1
 grep -q -- "^  --model.converters quantize.linear.float8$" "$tmp/titan.sh" &&
     grep -q -- "^  --quantize.linear.float8.filter_fqns output$" "$tmp/titan.sh" &&
     grep -q -- "^  --compile.enable$" "$tmp/titan.sh" &&

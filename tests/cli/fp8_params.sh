@@ -41,7 +41,11 @@ args=$(megatron_args "$tmp/args.sh")
 cmp -s "$tmp/want" "$tmp/got" && ok || bad "round trip: $(diff "$tmp/want" "$tmp/got")"
 "$bin" estimate "$model" --gpus 16 --megatron "$spec,fp8_param_gather=1" --emit megatron |
     grep -q -- "--fp8-param-gather" && ok || bad "--emit megatron has --fp8-param-gather"
-"$bin" export "$tmp/plan.json" --to torchtitan 2>&1 |
+# torchtitan's float8 converter has no delayed scaling: its export is of
+# the tensorwise plan.
+"$bin" estimate "$model" --gpus 16 --megatron "$spec,fp8_recipe=tensorwise,fp8_param_gather=1" \
+    -o "$tmp/tw.json" >/dev/null 2>&1
+"$bin" export "$tmp/tw.json" --to torchtitan 2>&1 |
     grep -q -- "--quantize.linear.float8.enable_fsdp_float8_all_gather" && ok ||
     bad "torchtitan export gathers its float8 weights in FP8"
 

@@ -46,6 +46,27 @@ sed -n 2p "$tmp/l8" | grep -q '^note: no launcher runs this plan as it stands (M
 "$bin" plan "$llama" --gpus 16 --emit megatron --target megatron | cmp -s - "$tmp/l8.sh" &&
     ok || bad "--emit megatron is --target megatron's plan"
 
+# torchtitan's float8 converter (torchao) has no delayed scaling, --fp8's
+# default: for torchtitan --fp8 plans tensorwise scaling and says so (9.258
+# s for Llama 3 8B on 16 H100s, where delayed scaling was priced at 9.063
+# s), and the plan exports; a recipe it does not run is refused up front.
+"$bin" plan "$llama" --gpus 16 --fp8 --target torchtitan --quiet -o "$tmp/tt8.json" \
+    >"$tmp/tt8" 2>"$tmp/err"
+head -1 "$tmp/tt8" | grep -q "zero=3,fp8=1,fp8_recipe=tensorwise: the fastest" &&
+    sed -n 2p "$tmp/tt8" | grep -qxF "FP8 with tensorwise scaling (--fp8-recipe tensorwise): torchtitan's float8 converter has no delayed scaling" &&
+    grep -q "predicted step 9.258 s" "$tmp/tt8" &&
+    "$bin" export "$tmp/tt8.json" --to torchtitan >"$tmp/tt8.sh" 2>>"$tmp/err" &&
+    grep -qx -- "  --model.converters quantize.linear.float8" "$tmp/tt8.sh" && ok ||
+    bad "plan --fp8 --target torchtitan: $(cat "$tmp/err") $(head -2 "$tmp/tt8")"
+"$bin" plan "$llama" --gpus 16 --fp8 --emit torchtitan --quiet >"$tmp/tt8e.sh" 2>"$tmp/err" &&
+    grep -qx -- "  --model.converters quantize.linear.float8" "$tmp/tt8e.sh" && ok ||
+    bad "plan --fp8 --emit torchtitan: $(cat "$tmp/err")"
+"$bin" plan "$llama" --gpus 16 --fp8 --fp8-recipe delayed --target torchtitan --quiet \
+    >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 2 ] && [ ! -s "$tmp/out" ] &&
+    grep -q "^autopar plan: --fp8-recipe delayed: torchtitan's float8 converter (torchao) scales tensors dynamically" "$tmp/err" &&
+    ok || bad "plan --fp8-recipe delayed --target torchtitan: $(cat "$tmp/err")"
+
 # A model the launcher's flags cannot state is refused before the search,
 # not after it: Gemma 2's post-norms under Megatron-LM.
 "$bin" plan "$src/examples/hf/gemma-2-9b.json" --gpus 16 --emit megatron >"$tmp/g.sh" 2>"$tmp/g.err"
