@@ -24,11 +24,18 @@ static const char usage_text[] =
     "the same cost model: step time, tokens/s, MFU, TFLOP/s and memory per GPU,\n"
     "bubble, communication by kind, and the speedup.\n"
     "\n"
-    "--gpus N: GPUs in all. Without it: a torchrun line's in --megatron-args,\n"
-    "else tp x pp x dp x cp where the spec gives dp, else a cluster file's own\n"
-    "nodes, else 8 on a preset; the report's first line says how many.\n"
-    "\n"
-
+    "  --gpus N               GPUs in all. Without it: a torchrun line's in\n"
+    "                         --megatron-args, else tp x pp x dp x cp where the\n"
+    "                         spec gives dp, else a cluster file's own nodes,\n"
+    "                         else 8 on a preset; the report's first line says\n"
+    "                         how many\n"
+    "  --gpus-per-node G      GPUs per node (default: a torchrun line's\n"
+    "                         --nproc-per-node or a deepspeed line's --num_gpus\n"
+    "                         in --megatron-args, else the cluster's, 8 on a\n"
+    "                         preset); more GPUs than a node's fill whole nodes\n"
+    "  --cluster NAME|FILE    a preset (a100-80g, a100-40g, h100-sxm, h200, b200,\n"
+    "                         h800) or a cluster file from `autopar profile`\n"
+    "                         (default h100-sxm); all columns are priced on it\n"
     "  --megatron SPEC        tp=8,pp=4,dp=4,cp=1,ep=1,vpp=2,mbs=1,gbs=512,sp=1,\n"
     "                         recompute=none|selective|full,zero=0..3,\n"
     "                         overlap_grad=0|1,overlap_param=0|1,first=N,last=N,\n"
@@ -64,6 +71,17 @@ static const char usage_text[] =
     "  --global-batch B       sequences per step, when the configuration has no gbs\n"
     "                         (without it, --megatron-args with no\n"
     "                         --global-batch-size trains Megatron-LM's mbs*dp)\n"
+    "  --seq N, --flash-attention on|off, --dropout on|off, --mtp-layers N\n"
+    "                         how a Hugging Face config is built, for every\n"
+    "                         column: tokens per sequence (default the config's\n"
+    "                         context length, at most 4096), a fused attention\n"
+    "                         kernel (default on), dropout after attention and\n"
+    "                         MLP (default off), multi-token-prediction modules\n"
+    "                         (default none; --megatron-args' --mtp-num-layers\n"
+    "                         sets it); --seq and --flash-attention also set a\n"
+    "                         project-format model's seq dimension and attention\n"
+    "                         ops, whose dropout is its own (--dropout is\n"
+    "                         refused)\n"
     "  --json                 print the comparison as JSON\n"
     "  --max-experts-per-gpu E\n"
     "                         autopar's plan and the sweep keep at most E experts\n"
@@ -114,6 +132,17 @@ static double sync_total(const ap_plan *p) { return p->t_grad_sync_total; }
 static double optimizer(const ap_plan *p) { return p->t_optimizer; }
 static double experts(const ap_plan *p) { return ap_plan_local_experts(p, NULL); }
 
+/* The ZeRO level that runs: a stage of one GPU has no data-parallel
+ * replicas to shard over, so a plan of such stages runs ZeRO-0 whatever
+ * level it carries, as its Megatron-LM export says. */
+static int zero_runs(const ap_plan *p)
+{
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i].ngpus > 1)
+            return (int)p->zero;
+    return 0;
+}
+
 static void describe_plan(const ap_graph *g, const ap_plan *p, char *buf, size_t len)
 {
     char micro[160];
@@ -129,15 +158,16 @@ static void describe_plan(const ap_graph *g, const ap_plan *p, char *buf, size_t
     if (n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, ", %s, %s, ZeRO-%d",
                  micro, p->schedule == AP_SCHED_INTERLEAVED
-                 ? "interleaved 1F1B" : "1F1B", (int)p->zero);
+                 ? "interleaved 1F1B" : "1F1B", zero_runs(p));
 }
 
 static void print_table(const ap_graph *g, const column *cols, int n,
                         const ap_sweep_result *sw, FILE *f)
 {
     const ap_plan *p = cols[0].plan;
-    fprintf(f, "compare %s on %d GPUs (%s, %d per node), %.0f sequences x %d tokens per step\n\n",
-            g->name, p->gpus, p->cluster, p->gpus_per_node, p->global_batch, p->seq);
+    fprintf(f, "compare %s on %d GPU%s (%s, %d per node), %.0f sequences x %d tokens per "
+            "step\n\n", g->name, p->gpus, p->gpus == 1 ? "" : "s", p->cluster,
+            p->gpus_per_node, p->global_batch, p->seq);
     fprintf(f, "  %-28s", "");
     for (int i = 0; i < n; i++)
         fprintf(f, "%18s", cols[i].title);
@@ -184,7 +214,7 @@ static void print_table(const ap_graph *g, const column *cols, int n,
                 sw->valid, sw->fit);
     ap_plan_print_basis(p, f);
     for (int i = 0; i < n; i++) {
-        char caveat[768];
+        char caveat[1024];
         for (int k = 0; ap_plan_caveat(cols[i].plan, k, caveat, sizeof caveat); k++)
             fprintf(f, "  caveat (%s): %s\n", cols[i].title, caveat);
     }

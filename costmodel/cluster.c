@@ -31,9 +31,13 @@ int ap_cluster_set_size(ap_cluster *c, int gpus, int gpus_per_node, char *err)
         return AP_OK;
     }
     if (gpus % per_node) {
+        /* The reader is told the counts on either side that do fill whole
+         * nodes, and how to say that the nodes are of another size. */
+        int below = gpus / per_node * per_node;
         snprintf(err, AP_ERR_LEN,
-                 "%s: %d GPUs do not fill whole nodes of %d GPUs", c->source,
-                 gpus, per_node);
+                 "%s: %d GPUs do not fill whole nodes of %d GPUs: use %d or %d GPUs, "
+                 "or give the size of your nodes (--gpus-per-node)", c->source, gpus,
+                 per_node, below, below + per_node);
         return AP_EINPUT;
     }
     c->nodes = gpus / per_node;

@@ -247,13 +247,37 @@ double ap_plan_local_experts(const ap_plan *p, double *gemm_s)
     return most;
 }
 
-/* Host (CPU) time is not priced. Megatron-Core's alltoall dispatcher waits
- * for the host once per MoE layer, emptying the GPU's queue, and Transformer
- * Engine's GroupedLinear issues host work per local expert, so a layer of
- * many short expert GEMMs runs at the host's pace. The reader gets the
- * plan's figures and what the published runs measured beside theirs
- * (docs/validation.md, findings 18 and 36), not a threshold no measurement
- * gives. */
+/* The evidence beside a plan of many experts per GPU, for the dispatcher
+ * it prices. The runs behind findings 18 and 36 used the alltoall
+ * dispatcher, which waits for the host before every dispatch; runs on the
+ * flex dispatcher (DeepEP, HybridEP) came nearer the price (findings 18
+ * and 47), and none measured the allgather one. */
+static const char *host_evidence(ap_dispatcher d)
+{
+    if (d == AP_DISPATCH_DEEPEP || d == AP_DISPATCH_HYBRIDEP)
+        return "Published runs on DeepEP or HybridEP took 1.05x to 1.8x the predicted "
+               "step (1.8x with 16 experts per GPU), where the alltoall dispatcher, which "
+               "waits for the host once per layer, took 3x with 16 (docs/validation.md, "
+               "findings 18 and 47)";
+    if (d == AP_DISPATCH_ALLGATHER)
+        return "Published runs, all on the alltoall dispatcher (which waits for the host "
+               "once per layer; none on the allgather one priced here), with 16 and 4 "
+               "experts per GPU and expert GEMMs of tens of microseconds took 3x and 1.3x "
+               "the predicted step, one with 2 of 0.7 ms was within 2% "
+               "(docs/validation.md, findings 18 and 36)";
+    return "Published runs on the alltoall dispatcher priced here, which waits for the "
+           "host once per layer, with 16 and 4 experts per GPU and expert GEMMs of tens "
+           "of microseconds took 3x and 1.3x the predicted step, one with 2 of 0.7 ms "
+           "was within 2% (docs/validation.md, findings 18 and 36)";
+}
+
+/* Host (CPU) time is not priced. Transformer Engine's GroupedLinear (or
+ * SequentialMLP) issues host work per local expert, so a layer of many
+ * short expert GEMMs runs at the host's pace, and Megatron-Core's alltoall
+ * dispatcher also waits for the host once per MoE layer, emptying the
+ * GPU's queue. The reader gets the plan's figures and what the published
+ * runs of its dispatcher measured beside theirs, not a threshold no
+ * measurement gives. */
 int ap_plan_caveat_moe_host(const ap_plan *p, char *buf, size_t len)
 {
     double gemm;
@@ -263,17 +287,14 @@ int ap_plan_caveat_moe_host(const ap_plan *p, char *buf, size_t len)
     snprintf(buf, len, "%.0f experts per GPU %s, the shortest "
              "forward GEMM of one %.0f us: host (CPU) time is not priced, and "
              "Megatron-Core runs MoE layers of many short expert GEMMs host-bound "
-             "(its alltoall dispatcher waits for the host once per layer; %s works "
-             "per local expert). Published runs with 16 "
-             "and 4 experts per GPU and expert GEMMs of tens of microseconds took 3x "
-             "and 1.3x the predicted step, one with 2 of 0.7 ms was within 2%% "
-             "(docs/validation.md, findings 18 and 36): where the expert GEMMs are "
+             "(%s works per local expert). %s: where the expert GEMMs are "
              "short, read this step as a lower bound (`autopar plan "
              "--max-experts-per-gpu` searches plans with fewer)", e,
              p->run.sequential_experts ? "run one after another (SequentialMLP)"
                                        : "in each grouped GEMM", gemm * 1e6,
              p->run.sequential_experts ? "SequentialMLP"
-                                       : "Transformer Engine's GroupedLinear");
+                                       : "Transformer Engine's GroupedLinear",
+             host_evidence(p->run.dispatcher));
     return 1;
 }
 
@@ -406,14 +427,19 @@ int ap_plan_caveat(const ap_plan *p, int i, char *buf, size_t len)
     return 0;
 }
 
+/* A plan with experts names the token dispatcher it was priced with in
+ * its prediction, alltoall included: the top-level field is written only
+ * when it is not alltoall, and `estimate --json` prints the prediction
+ * alone. */
 static void add_caveats(cJSON *o, const ap_plan *p)
 {
-    char buf[768];
+    char buf[1024];
     double gemm;
     double e = ap_plan_local_experts(p, &gemm);
     if (e > 0) {
         cJSON_AddNumberToObject(o, "local_experts", e);
         cJSON_AddNumberToObject(o, "expert_gemm_s", gemm);
+        cJSON_AddStringToObject(o, "moe_dispatcher", ap_dispatcher_name(p->run.dispatcher));
     }
     cJSON *a = cJSON_AddArrayToObject(o, "caveats");
     for (int i = 0; ap_plan_caveat(p, i, buf, sizeof buf); i++)
@@ -852,14 +878,65 @@ static void format_layers(const ap_plan *p, int s, char *buf, size_t len)
     }
 }
 
+/* ZeRO shards the model states over the GPUs that hold the same weights;
+ * a stage of one GPU has none, so whatever level the plan carries, it runs
+ * as ZeRO-0 (Megatron-LM's distributed optimizer over one rank). */
+static int zero_shards(const ap_plan *p)
+{
+    for (int i = 0; i < p->nstages; i++)
+        if (p->stages[i].ngpus > 1)
+            return 1;
+    return 0;
+}
+
+/* "ZeRO-1", or what runs where the level shards nothing: ZeRO-0, as the
+ * Megatron-LM export of such a plan says. */
+static const char *zero_text(const ap_plan *p, char *buf, size_t len)
+{
+    if (p->zero != AP_ZERO_NONE && !zero_shards(p))
+        snprintf(buf, len, "ZeRO-0 (each stage on one GPU: no data-parallel replicas "
+                 "for ZeRO-%d to shard over)", (int)p->zero);
+    else
+        snprintf(buf, len, "ZeRO-%d", (int)p->zero);
+    return buf;
+}
+
+/* The MoE token dispatcher as Megatron-LM's flags name it. */
+static const char *dispatcher_text(ap_dispatcher d)
+{
+    switch (d) {
+    case AP_DISPATCH_DEEPEP:
+        return "flex with DeepEP (--moe-token-dispatcher-type flex "
+               "--moe-flex-dispatcher-backend deepep)";
+    case AP_DISPATCH_HYBRIDEP:
+        return "flex with HybridEP (--moe-token-dispatcher-type flex "
+               "--moe-flex-dispatcher-backend hybridep)";
+    case AP_DISPATCH_ALLGATHER:
+        return "allgather (--moe-token-dispatcher-type allgather)";
+    default:
+        return "alltoall (--moe-token-dispatcher-type alltoall)";
+    }
+}
+
+/* "GPUs 0-7", or "GPU 3" for a stage of one. */
+static const char *ranks_text(const ap_stage *st, char *buf, size_t len)
+{
+    if (st->ngpus == 1)
+        snprintf(buf, len, "GPU %d", st->first_rank);
+    else
+        snprintf(buf, len, "GPUs %d-%d", st->first_rank, st->first_rank + st->ngpus - 1);
+    return buf;
+}
+
 void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
 {
-    char micro[160];
+    char micro[160], zero[96];
     ap_plan_format_micro_batches(g, p, micro, sizeof micro);
-    fprintf(f, "plan for %s on %d GPUs (%s, %d per node)\n", p->model, p->gpus,
-            p->cluster, p->gpus_per_node);
-    fprintf(f, "  batch %.0f sequences x %d tokens; %s; %s; ZeRO-%d\n",
-            p->global_batch, p->seq, micro, schedule_name(p->schedule), (int)p->zero);
+    fprintf(f, "plan for %s on %d GPU%s (%s, %d per node)\n", p->model, p->gpus,
+            p->gpus == 1 ? "" : "s", p->cluster, p->gpus_per_node);
+    fprintf(f, "  batch %.0f sequences x %d tokens; %s; %s; %s\n",
+            p->global_batch, p->seq, micro, schedule_name(p->schedule),
+            zero_text(p, zero, sizeof zero));
     if (p->run.fp8)
         fprintf(f, "  precision: linear layers' GEMMs in FP8 (Transformer Engine, %s "
                    "scaling), the rest in %s%s\n", ap_fp8_recipe_name(p->run.fp8_recipe),
@@ -877,6 +954,8 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     else if (p->run.cross_entropy == AP_CE_TE)
         fprintf(f, "  loss: Transformer Engine's cross entropy, the gradient written "
                    "into the logits (--cross-entropy-fusion-impl te)\n");
+    if (ap_plan_local_experts(p, NULL) > 0)
+        fprintf(f, "  MoE token dispatcher: %s\n", dispatcher_text(p->run.dispatcher));
     if (p->run.cp_comm == AP_CP_ALLGATHER)
         fprintf(f, "  context parallelism: K and V all-gathered, dK and dV "
                    "reduce-scattered, exposed (--cp-comm-type allgather)\n");
@@ -885,14 +964,14 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
                    "sequence and heads (--cp-comm-type a2a)\n");
     for (int i = 0; i < p->nstages; i++) {
         const ap_stage *st = &p->stages[i];
-        char copies[96], rc[192], layers[128], mem[32];
+        char copies[96], rc[192], layers[128], mem[32], ranks[48];
         mesh_copies(&st->mesh, copies, sizeof copies);
         format_recompute(p, st, rc, sizeof rc);
         format_layers(p, i, layers, sizeof layers);
-        fprintf(f, "  stage %d: layers %s%s%s  GPUs %d-%d  mesh %dx%d%s  "
+        fprintf(f, "  stage %d: layers %s%s%s  %s  mesh %dx%d%s  "
                    "recompute %s  memory %s\n",
                 i, layers, st->has_pre ? " +embedding" : "", st->has_post ? " +head" : "",
-                st->first_rank, st->first_rank + st->ngpus - 1, st->mesh.d[0],
+                ranks_text(st, ranks, sizeof ranks), st->mesh.d[0],
                 st->mesh.d[1], copies, rc, mem_text(st->mem_bytes, mem, sizeof mem));
         if (i > 0 && p->stages[i].mesh.d[0] == p->stages[0].mesh.d[0] &&
             p->stages[i].mesh.d[1] == p->stages[0].mesh.d[1] &&
@@ -971,7 +1050,7 @@ void ap_plan_print(const ap_graph *g, const ap_plan *p, FILE *f)
     fprintf(f, ")\n");
     fprintf(f, "  solver: %s (gap %.2g)\n", status_name(p->ilp_status), p->ilp_gap);
     ap_plan_print_basis(p, f);
-    char caveat[768];
+    char caveat[1024];
     for (int i = 0; ap_plan_caveat(p, i, caveat, sizeof caveat); i++)
         fprintf(f, "  caveat: %s\n", caveat);
 }

@@ -126,6 +126,7 @@ typedef struct {
     ap_plan best;
     ap_shortfall least;     /* the candidate closest to fitting */
     int least_index;
+    double least_mb;        /* its micro-batch, in sequences */
     int rc;
     char err[AP_ERR_LEN];
     double started;
@@ -235,6 +236,7 @@ static void *worker(void *arg)
              (sf.bytes == s->least.bytes && k->index < s->least_index))) {
             s->least = sf;
             s->least_index = k->index;
+            s->least_mb = k->mb;
         }
         show_progress(s);
         pthread_mutex_unlock(&s->lock);
@@ -267,30 +269,53 @@ static int run_workers(search *s, int nthreads)
     return AP_OK;
 }
 
-static void explain_no_fit(const ap_graph *g, const search *s, int D,
-                           double limit, int max_local_experts, char *err)
+/* What would lower the leanest candidate's memory. Stage s of a p-stage
+ * pipeline keeps min(p - s, micro-batches) in flight, and the search makes
+ * p-stage candidates only with at least p micro-batches, so a smaller
+ * global batch never shortens that count; it can only shrink the
+ * micro-batch, and only where the leanest one is above a sequence. More
+ * GPUs shard the states and activations further, and a shorter sequence
+ * shortens every activation. */
+static void no_fit_advice(const search *s, double gbs, char *buf, size_t len)
+{
+    const ap_shortfall *f = &s->least;
+    double inflight = fmin(f->nstages - f->stage, gbs / s->least_mb);
+    if (s->least_mb > 1)
+        snprintf(buf, len, "; it runs micro-batches of %g sequences there: try more GPUs, "
+                 "a smaller --global-batch or a shorter --seq", s->least_mb);
+    else
+        snprintf(buf, len, "; it runs micro-batches of one sequence there (%g in flight), "
+                 "which a smaller --global-batch does not change: try more GPUs or a "
+                 "shorter --seq", inflight);
+}
+
+static void explain_no_fit(const ap_graph *g, const search *s, const ap_plan_opts *o,
+                           double limit, char *err)
 {
     const ap_shortfall *f = &s->least;
     double gib = 1 << 30;
-    if (isinf(f->bytes))
+    int D = o->gpus;
+    if (isinf(f->bytes)) {
         snprintf(err, AP_ERR_LEN,
                  "%s does not fit on %d GPUs of %.1f GiB usable: no stage "
                  "split, mesh or micro-batch admits a sharding; try more GPUs",
                  g->name, D, limit / gib);
-    else
+    } else {
         snprintf(err, AP_ERR_LEN,
                  "%s does not fit on %d GPU%s: even at its leanest (full "
                  "recomputation, the most sharded ops), stage %d of %d (layers "
                  "%d-%d on %d GPU%s) needs %.1f GiB per GPU, %.1f GiB more than "
-                 "the %.1f GiB usable; try more GPUs, a smaller --global-batch "
-                 "or a shorter --seq", g->name, D, D == 1 ? "" : "s", f->stage,
+                 "the %.1f GiB usable", g->name, D, D == 1 ? "" : "s", f->stage,
                  f->nstages, f->first_layer, f->end_layer - 1, f->ngpus,
                  f->ngpus == 1 ? "" : "s", f->need / gib,
                  f->bytes / gib, limit / gib);
-    if (max_local_experts > 0) {
+        size_t n = strlen(err);
+        no_fit_advice(s, o->global_batch, err + n, AP_ERR_LEN - n);
+    }
+    if (o->max_local_experts > 0) {
         size_t n = strlen(err);
         snprintf(err + n, AP_ERR_LEN - n, " (searched with at most %d experts per GPU, "
-                 "--max-experts-per-gpu)", max_local_experts);
+                 "--max-experts-per-gpu)", o->max_local_experts);
     }
 }
 
@@ -387,6 +412,18 @@ static int tensor_parallel(const ap_graph *g, const ap_plan *p)
     return 0;
 }
 
+/* More GPUs than one node's come in whole nodes (ap_cluster_set_size
+ * refuses any other count), so a bound past a node is also given as the
+ * whole nodes that hold it, the count --gpus takes. */
+static void whole_nodes(double least, int per_node, char *buf, size_t len)
+{
+    double nodes = per_node > 0 ? ceil(least / per_node) : 0;
+    if (per_node > 0 && least > per_node && nodes * per_node > least)
+        snprintf(buf, len, ", %.0f in whole nodes of %d", nodes * per_node, per_node);
+    else if (len)
+        buf[0] = '\0';
+}
+
 /* The model states of every parameter, sharded over every GPU, are the
  * least any plan holds per GPU (each of weights, gradients and optimizer
  * states at its fewest bytes). Past the limit no candidate can fit, and
@@ -413,6 +450,8 @@ static int check_model_states(const ap_search_ctx *ctx, char *err)
              "than the %.1f GiB usable; it needs at least %.0f GPUs before "
              "activations are counted", ctx->g->name, o->gpus, o->gpus == 1 ? "" : "s",
              params, one.total / gib, one.total / params, where, ctx->limit / gib, least);
+    size_t n = strlen(err);
+    whole_nodes(least, ctx->c->gpus_per_node, err + n, AP_ERR_LEN - n);
     return AP_EINPUT;
 }
 
@@ -499,7 +538,7 @@ static int search_run(const ap_search_ctx *ctx, ap_plan *out, char *err)
         return AP_EINPUT;
     }
     if (!s.have) {
-        explain_no_fit(ctx->g, &s, ctx->o->gpus, ctx->limit, ctx->o->max_local_experts, err);
+        explain_no_fit(ctx->g, &s, ctx->o, ctx->limit, err);
         return AP_EINPUT;
     }
     s.best.ilp_timeouts = s.timeouts;

@@ -145,4 +145,20 @@ if [ -w /dev/full ]; then
     full "$bin" --help
 fi
 
+
+# A bad option points at `autopar CMD --help`, which must then describe
+# every option the synopsis names: each appears at the head of an option's
+# description (a line starting "  -", up to its first run of spaces).
+for cmd in plan estimate compare; do
+    "$bin" $cmd --help >"$tmp/help" 2>&1
+    named=$(sed '/^$/q' "$tmp/help" | grep -o -- '--[a-z0-9-]*' | sort -u)
+    heads=$(awk 'body && /^  -/ { h = substr($0, 3); sub(/   .*/, "", h); print h } /^$/ { body = 1 }' \
+        "$tmp/help" | grep -o -- '--[a-z0-9-]*' | sort -u)
+    missing=""
+    for opt in $named; do
+        echo "$heads" | grep -qx -- "$opt" || missing="$missing $opt"
+    done
+    [ -z "$missing" ] && [ -n "$named" ] && ok || bad "autopar $cmd --help does not describe:$missing"
+done
+
 finish

@@ -49,8 +49,17 @@ grep -q '"local_experts":[[:space:]]*1,' "$tmp/mj" && grep -q '"caveats":[[:spac
 
 # A dense model: no expert fields, an empty list.
 "$bin" estimate "$dense" --gpus 8 --megatron "tp=1,mbs=1,gbs=64,zero=1" --json >"$tmp/dj" 2>/dev/null
-! grep -q '"local_experts"' "$tmp/dj" && grep -q '"caveats":[[:space:]]*\[\]' "$tmp/dj" &&
+! grep -q '"local_experts"' "$tmp/dj" && ! grep -q '"moe_dispatcher"' "$tmp/dj" &&
+    grep -q '"caveats":[[:space:]]*\[\]' "$tmp/dj" &&
     ok || bad "a dense model's caveats: $(grep caveats "$tmp/dj")"
+
+# Beside the expert fields, the dispatcher the step was priced with, the
+# default alltoall included (the top-level plan.json field leaves it out):
+# the caveat's evidence is that dispatcher's.
+grep -q '"moe_dispatcher":[[:space:]]*"alltoall",' "$tmp/qj" && grep -q '"moe_dispatcher":[[:space:]]*"alltoall",' "$tmp/mj" &&
+    ok || bad "the JSON's dispatcher: $(grep dispatcher "$tmp/qj" "$tmp/mj")"
+grep -q "^  caveat: 16 experts per GPU.*(Transformer Engine's GroupedLinear works per local expert). Published runs on the alltoall dispatcher priced here" "$tmp/q" &&
+    ok || bad "the alltoall caveat's evidence: $(grep caveat "$tmp/q")"
 
 # A searched plan whose ILP splits the experts over the mesh (E@1 on 1x8,
 # not Megatron's folded expert mesh) counts them the same way: 128 / 8.

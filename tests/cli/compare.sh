@@ -119,4 +119,13 @@ AP_PROGRESS_INTERVAL_S=soon "$bin" plan "$model" --gpus 4 --global-batch 16 \
     >/dev/null 2>"$tmp/progress" && [ ! -s "$tmp/progress" ] && ok ||
     bad "AP_PROGRESS_INTERVAL_S=soon: $(head -3 "$tmp/progress")"
 
+
+# autopar's column on one GPU runs ZeRO-0, whatever level its plan carries:
+# there are no data-parallel replicas to shard over; "1 GPU" in the header.
+"$bin" compare "$src/examples/gpt-1.3b.json" --gpus 1 --megatron "tp=1,mbs=8,gbs=512" \
+    --no-sweep --quiet >"$tmp/one" 2>&1
+grep -q "^compare gpt-1.3b on 1 GPU (h100-sxm, 1 per node)" "$tmp/one" &&
+    grep -q "^  autopar: 1 stage, mesh 1x1, 64 micro-batches of 8, 1F1B, ZeRO-0$" "$tmp/one" &&
+    ok || bad "compare on one GPU: $(grep -E "^compare|^  autopar:" "$tmp/one")"
+
 finish

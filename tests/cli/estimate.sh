@@ -143,4 +143,27 @@ out=$("$bin" estimate "$gpt" --gpus 8 --megatron tp=1,gbs=64 --dropout on 2>&1)
 [ $? -eq 2 ] && case "$out" in *"gpt-1.3b.json: --dropout builds a Hugging Face config"*) true ;; *) false ;; esac &&
     ok || bad "--dropout on a project file is refused: $out"
 
+
+# An MoE configuration's report names the token dispatcher it priced, in
+# Megatron-LM's flags, and --json says it as "moe_dispatcher": DeepEP's
+# flex dispatcher here, whose host-time caveat gives the runs on DeepEP and
+# HybridEP, not the alltoall dispatcher's wait as this plan's.
+qwen=$src/examples/hf/qwen3-30b-a3b.json
+qspec="tp=1,pp=1,mbs=1,gbs=64,ep=8"
+"$bin" estimate "$qwen" --gpus 32 --megatron "$qspec,dispatcher=deepep" >"$tmp/deepep" 2>&1
+grep -qxF "  MoE token dispatcher: flex with DeepEP (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep)" \
+    "$tmp/deepep" && ok || bad "the DeepEP report's dispatcher: $(grep -i dispatcher "$tmp/deepep")"
+grep -q "^  caveat: 16 experts per GPU.* Published runs on DeepEP or HybridEP took 1.05x to 1.8x" "$tmp/deepep" &&
+    ! grep -q "alltoall dispatcher priced here" "$tmp/deepep" && ok ||
+    bad "the DeepEP caveat: $(grep caveat "$tmp/deepep")"
+"$bin" estimate "$qwen" --gpus 32 --megatron "$qspec,dispatcher=deepep" --json >"$tmp/deepep.json" 2>&1
+grep -q '"moe_dispatcher":[[:space:]]*"deepep",' "$tmp/deepep.json" && ok ||
+    bad "--json names DeepEP: $(grep dispatcher "$tmp/deepep.json")"
+"$bin" estimate "$qwen" --gpus 32 --megatron "$qspec,dispatcher=alltoall" >"$tmp/a2a" 2>&1
+grep -qxF "  MoE token dispatcher: alltoall (--moe-token-dispatcher-type alltoall)" "$tmp/a2a" &&
+    grep -q "^  caveat: 16 experts per GPU.* Published runs on the alltoall dispatcher priced here, which waits for the host once per layer" "$tmp/a2a" &&
+    ok || bad "the alltoall report: $(grep -iE "dispatcher|caveat" "$tmp/a2a")"
+"$bin" estimate "$model" --gpus 8 --megatron "tp=1,mbs=1,gbs=64" >"$tmp/dense" 2>&1
+! grep -qi dispatcher "$tmp/dense" && ok || bad "a dense model names no dispatcher"
+
 finish

@@ -106,4 +106,46 @@ it: this plan: Megatron-LM's layers norm the inputs" "$tmp/err" && ok ||
     >/dev/null 2>"$tmp/err" && ! grep -q "note:" "$tmp/err" && ok ||
     bad "a Phi-3 plan for Megatron-LM exports: $(cat "$tmp/err")"
 
+
+# A plan on one GPU has no data-parallel replicas, so ZeRO shards nothing:
+# the report says ZeRO-0 runs, as its first line's Megatron-LM
+# configuration (zero=0) and the Megatron-LM export say, and names its GPU
+# as GPU 0.
+"$bin" plan "$src/examples/gpt-1.3b.json" --gpus 1 --quiet >"$tmp/one" 2>&1
+grep -q "^plan for gpt-1.3b on 1 GPU (h100-sxm, 1 per node)$" "$tmp/one" &&
+    grep -q "; 1f1b; ZeRO-0 (each stage on one GPU: no data-parallel replicas for ZeRO-1 to shard over)$" "$tmp/one" &&
+    grep -q "^  stage 0: layers 0-23 +embedding +head  GPU 0  mesh 1x1  " "$tmp/one" &&
+    ! grep -q "GPUs 0-0" "$tmp/one" && ok || bad "a 1-GPU plan's report: $(head -5 "$tmp/one")"
+
+# Llama 3 70B's model states (1051.3 GiB) need 15 H100s before any
+# activation, and 15 GPUs do not fill nodes of 8: the bound names the 16
+# that --gpus takes, and 15 is refused naming 8 and 16.
+"$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 8 --quiet >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "it needs at least 15 GPUs before activations are counted, 16 in whole nodes of 8$" "$tmp/err" &&
+    ok || bad "the lower bound in whole nodes: $(cat "$tmp/err")"
+"$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 15 --quiet >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "15 GPUs do not fill whole nodes of 8 GPUs: use 8 or 16 GPUs, or give the size of your nodes (--gpus-per-node)$" "$tmp/err" &&
+    ok || bad "15 GPUs on nodes of 8: $(cat "$tmp/err")"
+# On nodes of 4 the same bound is 16 too. Llama 3 8B's states (119.7 GiB)
+# need 2 GPUs, a count --gpus takes as it is: nothing is added.
+"$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 8 --gpus-per-node 4 --quiet >/dev/null 2>"$tmp/err"
+grep -q "15 GPUs before activations are counted, 16 in whole nodes of 4$" "$tmp/err" && ok ||
+    bad "the bound on nodes of 4: $(cat "$tmp/err")"
+"$bin" plan "$src/examples/hf/llama-3-8b.json" --gpus 1 --quiet >/dev/null 2>"$tmp/err"
+grep -q "it needs at least 2 GPUs before activations are counted$" "$tmp/err" && ok ||
+    bad "a bound that needs no whole nodes: $(cat "$tmp/err")"
+
+# Llama 3 70B at 131,072 tokens on 16 GPUs needs 82.0 GiB at its leanest,
+# a micro-batch of one sequence on one stage: a smaller --global-batch
+# changes nothing (16 and 1 need the same), and the message says so rather
+# than suggesting it.
+for gb in 16 1; do
+    "$bin" plan "$src/examples/hf/llama-3-70b.json" --gpus 16 --seq 131072 --global-batch $gb \
+        --quiet >/dev/null 2>"$tmp/err$gb"
+done
+grep -q "stage 0 of 1 (layers 0-79 on 16 GPUs) needs 82.0 GiB per GPU, 7.3 GiB more than the 74.7 GiB usable; it runs micro-batches of one sequence there (1 in flight), which a smaller --global-batch does not change: try more GPUs or a shorter --seq$" "$tmp/err16" &&
+    ! grep -q "try more GPUs, a smaller --global-batch" "$tmp/err16" &&
+    [ "$(sed 's/--global-batch [0-9]*//' "$tmp/err16")" = "$(sed 's/--global-batch [0-9]*//' "$tmp/err1")" ] &&
+    ok || bad "no smaller --global-batch where it changes nothing: $(cat "$tmp/err16")"
+
 finish
