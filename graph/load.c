@@ -538,7 +538,8 @@ static int load_header(const ctx *c, const cJSON *root, const char **name,
                                         "dtype",  "dims",    "tensors",
                                         "ops",    "mtp_layers", "rope_base",
                                         "norm_eps", "rope_scaling",
-                                        "rope_scaling_factor", NULL};
+                                        "rope_scaling_factor", "glu_offset",
+                                        "glu_clamp", NULL};
     const char *format = NULL, *dt = NULL, *desc = NULL;
     const char *kind = ap_json_kind(root);
     if (kind && strncmp(kind, "a model", 7))
@@ -613,6 +614,8 @@ static int load_numerics(const ctx *c, const cJSON *root, ap_graph *g)
     if (get_positive(c, root, "rope_base", 1e-9, 1e12, &g->rope_base) ||
         get_positive(c, root, "norm_eps", 1e-30, 1, &g->norm_eps) ||
         get_positive(c, root, "rope_scaling_factor", 1e-9, 1e6, &g->rope_scaling_factor) ||
+        get_positive(c, root, "glu_offset", 1e-9, 2e6, &g->glu_offset) ||
+        get_positive(c, root, "glu_clamp", 1e-9, 2e6, &g->glu_clamp) ||
         get_string(c, root, "", "rope_scaling", 0, &scaling))
         return AP_EINPUT;
     if (!scaling) {

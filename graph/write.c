@@ -173,7 +173,9 @@ static int add_numerics(cJSON *root, const ap_graph *g)
            (!g->rope_scaling ||
             cJSON_AddStringToObject(root, "rope_scaling", ap_rope_scaling_name(g->rope_scaling))) &&
            (!(g->rope_scaling_factor > 0) ||
-            ap_json_add_exact(root, "rope_scaling_factor", g->rope_scaling_factor));
+            ap_json_add_exact(root, "rope_scaling_factor", g->rope_scaling_factor)) &&
+           (!(g->glu_offset > 0) || ap_json_add_exact(root, "glu_offset", g->glu_offset)) &&
+           (!(g->glu_clamp > 0) || ap_json_add_exact(root, "glu_clamp", g->glu_clamp));
 }
 
 char *ap_graph_to_json(const ap_graph *g)

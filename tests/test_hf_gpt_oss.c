@@ -91,6 +91,15 @@ static void gpt_oss_experts_keep_their_offset_and_clamp(void)
     ap_model_shape s;
     ap_model_shape_of(g, &s);
     CHECK(s.glu_offset == 1 && s.glu_clamp == 7);
+    /* The project format carries both (glu_offset, glu_clamp), so a model
+     * saved with `autopar graph -o` exports the same flags. */
+    char *json = ap_graph_to_json(g);
+    ap_graph *back = NULL;
+    char why[AP_ERR_LEN];
+    CHECK(json && ap_graph_parse_json(json, strlen(json), "saved.json", &back, why) == AP_OK);
+    CHECK(back && back->glu_offset == 1 && back->glu_clamp == 7);
+    ap_graph_free(back);
+    free(json);
     ap_graph_free(g);
 
     char cfg[1024], err[AP_ERR_LEN];
