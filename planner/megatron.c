@@ -1956,10 +1956,11 @@ static int nope_flag(const char *tok, char **save, ap_megatron *m, char *err)
 }
 
 /* --rotary-base, --norm-epsilon (--layernorm-epsilon before Megatron-LM
- * renamed it) and --rope-scaling-factor into m->shape: 1 when `tok` was
- * one, 0 when not, -1 with err set for a bad value. They change no cost;
- * the exports of the script's own model state them. Megatron-LM's parser
- * takes the base as an integer. */
+ * renamed it), --rope-scaling-factor, --glu-linear-offset and
+ * --activation-func-clamp-value into m->shape: 1 when `tok` was one, 0
+ * when not, -1 with err set for a bad value. They change no cost; the
+ * exports of the script's own model state them. Megatron-LM's parser
+ * takes the base as an integer; an offset of 0 is its default, stated. */
 static int numerics_flag(const char *tok, char **save, ap_megatron *m, char *err)
 {
     static const struct {
@@ -1969,9 +1970,12 @@ static int numerics_flag(const char *tok, char **save, ap_megatron *m, char *err
     } flags[] = {{"--rotary-base", "an integer from 1 to 10^12", 0, 1e12, 1},
                  {"--norm-epsilon", "a number above 0, at most 1", 0, 1, 0},
                  {"--layernorm-epsilon", "a number above 0, at most 1", 0, 1, 0},
-                 {"--rope-scaling-factor", "a number above 0, at most 10^6", 0, 1e6, 0}};
+                 {"--rope-scaling-factor", "a number above 0, at most 10^6", 0, 1e6, 0},
+                 {"--glu-linear-offset", "a number from 0 to 10^6", -1e-300, 1e6, 0},
+                 {"--activation-func-clamp-value", "a number above 0, at most 10^6", 0,
+                  1e6, 0}};
     double *slot[] = {&m->shape.rope_base, &m->shape.norm_eps, &m->shape.norm_eps,
-                      &m->shape.rope_factor};
+                      &m->shape.rope_factor, &m->shape.glu_offset, &m->shape.glu_clamp};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         if (strcmp(tok, flags[i].flag))
             continue;
@@ -1985,6 +1989,7 @@ static int numerics_flag(const char *tok, char **save, ap_megatron *m, char *err
             return -1;
         }
         *slot[i] = f;
+        m->shape.glu_given |= i == 4 ? 1 : i == 5 ? 2 : 0;
         return 1;
     }
     return 0;
@@ -3789,6 +3794,39 @@ static int check_nope(const ap_graph *g, const ap_megatron *m, const ap_model_sh
     return rc;
 }
 
+/* The gated MLP's offset and clamp (GPT-OSS's up + 1, swiglu_limit 7):
+ * Megatron-Core applies each only where given, so a flag given must be
+ * the model's, and a whole script that leaves one out trains without it,
+ * another MLP than the model's (check_structure's rule). No cost. */
+static int check_glu(const ap_graph *g, const ap_megatron *m, const ap_model_shape *s,
+                     char *err)
+{
+    int whole = ap_megatron_states_model(m);
+    const char *flag = "--glu-linear-offset";
+    double have = s->glu_offset, want = m->shape.glu_offset;
+    int given = m->shape.glu_given & 1;
+    if (!(given || whole) || want == have) {
+        flag = "--activation-func-clamp-value";
+        have = s->glu_clamp;
+        want = m->shape.glu_clamp;
+        given = m->shape.glu_given & 2;
+        if (!(given || whole) || want == have)
+            return AP_OK;
+    }
+    char said[64];
+    if (given)
+        snprintf(said, sizeof said, "%s %g", flag, want);
+    else
+        snprintf(said, sizeof said, "no %s (Megatron-LM's default: none)", flag);
+    if (have > 0)
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s's gated MLP has %g: give %s "
+                 "%g", said, g->source, have, flag, have);
+    else
+        snprintf(err, AP_ERR_LEN, "--megatron-args: %s, but %s's MLP has none: leave %s "
+                 "out", said, g->source, flag);
+    return AP_EINPUT;
+}
+
 /* The numerics a line states against the model's, where both say them: no
  * cost, but a line whose --rotary-base or --norm-epsilon is not its
  * model's trains another model than the one priced and exported. Left
@@ -3816,7 +3854,7 @@ static int check_numerics(const ap_graph *g, const ap_megatron *m, const ap_mode
         snprintf(err, AP_ERR_LEN, "--megatron-args: --rope-scaling-factor %g, but %s scales "
                  "by %g", m->shape.rope_factor, g->source, s->rope_factor);
     } else {
-        return AP_OK;
+        return check_glu(g, m, s, err);
     }
     return AP_EINPUT;
 }

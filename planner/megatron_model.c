@@ -309,4 +309,8 @@ void ap_megatron_numerics(const ap_megatron *m, ap_graph *g)
     g->rope_scaling = rotary && m->shape.rope_scaling ? AP_ROPE_SCALING_LLAMA3 : 0;
     g->rope_scaling_factor = !g->rope_scaling ? 0
                            : m->shape.rope_factor > 0 ? m->shape.rope_factor : ROPE_FACTOR;
+    /* Megatron-Core's GLU reads both only in a gated MLP. */
+    int gated = m->shape.swiglu || m->shape.quick_geglu;
+    g->glu_offset = gated ? m->shape.glu_offset : 0;
+    g->glu_clamp = gated ? m->shape.glu_clamp : 0;
 }

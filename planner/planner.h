@@ -979,6 +979,12 @@ typedef struct {
          * where --use-rope-scaling is given. */
         double rope_base, norm_eps, rope_factor;
         int rope_scaling;
+        /* --glu-linear-offset and --activation-func-clamp-value as given
+         * (GPT-OSS's 1 and 7), glu_given's bits 1 and 2 saying which were:
+         * no cost, checked against MODEL's (check_numerics) or built into
+         * the script's own model for its exports. */
+        double glu_offset, glu_clamp;
+        int glu_given;
         /* Read only where the command line is the model (ap_megatron_model):
          * --vocab-size, --make-vocab-size-divisible-by,
          * --max-position-embeddings and --tokenizer-type as given (0 and "":

@@ -216,4 +216,24 @@ dsexpect "no --moe-shared-expert-intermediate-size (no shared experts, Megatron-
 dsexpect "no --moe-layer-freq (every layer MoE, Megatron-LM's default) makes layer 0 MoE, but in $ds it is dense: give --moe-layer-freq [0]*3+[1]*58" \
     --megatron-args "$dsl $whole --moe-shared-expert-intermediate-size 2048"
 
+# GPT-OSS's gated MLP adds 1 to its linear half and clamps at 7
+# (--glu-linear-offset, --activation-func-clamp-value): no cost, but a
+# whole script must state them, as Megatron-Core applies each only where
+# given; a value given must be the model's.
+oss=$src/examples/hf/gpt-oss-20b.json
+ossargs="--num-layers 24 --hidden-size 2880 --num-attention-heads 64 --kv-channels 64 --group-query-attention --num-query-groups 8 --ffn-hidden-size 2880 --num-experts 32 --moe-router-topk 4 --moe-ffn-hidden-size 2880 --quick-geglu --position-embedding-type rope --normalization RMSNorm --untie-embeddings-and-output-weights --add-qkv-bias --softmax-type learnable --window-size 127,0 --window-attn-skip-freq 2 --expert-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --hidden-dropout 0 --attention-dropout 0"
+oss_estimate() { "$bin" estimate "$oss" --gpus 16 --megatron-args "$ossargs $*" 2>&1; }
+oss_estimate --glu-linear-offset 1 --activation-func-clamp-value 7 | grep -q "predicted step" && ok ||
+    bad "GPT-OSS's own offset and clamp: $(oss_estimate --glu-linear-offset 1 --activation-func-clamp-value 7 | tail -2)"
+oss_estimate | grep -qF "no --glu-linear-offset (Megatron-LM's default: none), but $oss's gated MLP has 1: give --glu-linear-offset 1" && ok ||
+    bad "a GPT-OSS script without the offset: $(oss_estimate | tail -1)"
+oss_estimate --glu-linear-offset 1 --activation-func-clamp-value 7.5 | grep -qF -- "--activation-func-clamp-value 7.5, but $oss's gated MLP has 7" && ok ||
+    bad "a GPT-OSS script with another clamp: $(oss_estimate --glu-linear-offset 1 --activation-func-clamp-value 7.5 | tail -1)"
+"$bin" estimate "$model" --gpus 16 --megatron-args "$layout --glu-linear-offset 1" 2>&1 |
+    grep -qF -- "--glu-linear-offset 1, but $model's MLP has none: leave --glu-linear-offset out" && ok ||
+    bad "an offset given for Llama's MLP"
+# Without MODEL the script's own gated MLP carries them into its export.
+"$bin" estimate --gpus 16 --megatron-args "$ossargs --glu-linear-offset 1 --activation-func-clamp-value 7 --max-position-embeddings 4096 --seq-length 4096 --vocab-size 201088 --tokenizer-type NullTokenizer --bf16" --emit megatron 2>/dev/null |
+    grep -q -- "--activation-func-clamp-value 7" && ok || bad "a script's own clamp is not exported"
+
 finish
