@@ -149,7 +149,7 @@ fi
 # A bad option points at `autopar CMD --help`, which must then describe
 # every option the synopsis names: each appears at the head of an option's
 # description (a line starting "  -", up to its first run of spaces).
-for cmd in plan estimate compare; do
+for cmd in plan estimate compare calibrate graph export profile; do
     "$bin" $cmd --help >"$tmp/help" 2>&1
     named=$(sed '/^$/q' "$tmp/help" | grep -o -- '--[a-z0-9-]*' | sort -u)
     heads=$(awk 'body && /^  -/ { h = substr($0, 3); sub(/   .*/, "", h); print h } /^$/ { body = 1 }' \
