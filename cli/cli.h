@@ -163,4 +163,17 @@ int ap_cli_output_plan(const ap_cli_output *o, const char *cmd,
                        const ap_graph *g, const ap_plan *p, const char *header,
                        const char *instead);
 
+/* --gpus and --gpus-per-node as estimate and compare read them
+ * (ap_cli_common_arg), for their --help. */
+#define AP_CLI_HELP_GPUS                                                          \
+    "  --gpus N               GPUs in all. Without it: a torchrun line's in\n"     \
+    "                         --megatron-args, else tp x pp x dp x cp where the\n" \
+    "                         spec gives dp, else a cluster file's own nodes,\n"   \
+    "                         else 8 on a preset; the report's first line says\n"  \
+    "                         how many\n"                                           \
+    "  --gpus-per-node G      GPUs per node (default: a torchrun line's\n"          \
+    "                         --nproc-per-node or a deepspeed line's --num_gpus\n"  \
+    "                         in --megatron-args, else the cluster's, 8 on a\n"     \
+    "                         preset); more GPUs than a node's fill whole nodes\n"
+
 #endif
