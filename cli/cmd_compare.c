@@ -124,17 +124,6 @@ static double sync_total(const ap_plan *p) { return p->t_grad_sync_total; }
 static double optimizer(const ap_plan *p) { return p->t_optimizer; }
 static double experts(const ap_plan *p) { return ap_plan_local_experts(p, NULL); }
 
-/* The ZeRO level that runs: a stage of one GPU has no data-parallel
- * replicas to shard over, so a plan of such stages runs ZeRO-0 whatever
- * level it carries, as its Megatron-LM export says. */
-static int zero_runs(const ap_plan *p)
-{
-    for (int i = 0; i < p->nstages; i++)
-        if (p->stages[i].ngpus > 1)
-            return (int)p->zero;
-    return 0;
-}
-
 static void describe_plan(const ap_graph *g, const ap_plan *p, char *buf, size_t len)
 {
     char micro[160];
@@ -150,7 +139,7 @@ static void describe_plan(const ap_graph *g, const ap_plan *p, char *buf, size_t
     if (n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, ", %s, %s, ZeRO-%d",
                  micro, p->schedule == AP_SCHED_INTERLEAVED
-                 ? "interleaved 1F1B" : "1F1B", zero_runs(p));
+                 ? "interleaved 1F1B" : "1F1B", (int)ap_plan_zero_runs(p));
 }
 
 static void print_table(const ap_graph *g, const column *cols, int n,

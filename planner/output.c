@@ -878,22 +878,19 @@ static void format_layers(const ap_plan *p, int s, char *buf, size_t len)
     }
 }
 
-/* ZeRO shards the model states over the GPUs that hold the same weights;
- * a stage of one GPU has none, so whatever level the plan carries, it runs
- * as ZeRO-0 (Megatron-LM's distributed optimizer over one rank). */
-static int zero_shards(const ap_plan *p)
+ap_zero ap_plan_zero_runs(const ap_plan *p)
 {
     for (int i = 0; i < p->nstages; i++)
         if (p->stages[i].ngpus > 1)
-            return 1;
-    return 0;
+            return p->zero;
+    return AP_ZERO_NONE;
 }
 
 /* "ZeRO-1", or what runs where the level shards nothing: ZeRO-0, as the
  * Megatron-LM export of such a plan says. */
 static const char *zero_text(const ap_plan *p, char *buf, size_t len)
 {
-    if (p->zero != AP_ZERO_NONE && !zero_shards(p))
+    if (ap_plan_zero_runs(p) != p->zero)
         snprintf(buf, len, "ZeRO-0 (each stage on one GPU: no data-parallel replicas "
                  "for ZeRO-%d to shard over)", (int)p->zero);
     else

@@ -1247,6 +1247,10 @@ void ap_plan_print_basis(const ap_plan *p, FILE *f);
  * for a model without experts. *gemm_s, when gemm_s is not NULL, gets the
  * shortest forward GEMM of one expert in seconds (ap_stage.expert_gemm_s). */
 double ap_plan_local_experts(const ap_plan *p, double *gemm_s);
+/* The ZeRO level p runs: its own, or ZeRO-0 where every stage is one GPU,
+ * which has no data-parallel replicas to shard the model states over
+ * (Megatron-LM's distributed optimizer over one rank). */
+ap_zero ap_plan_zero_runs(const ap_plan *p);
 /* 1, with the caveat's sentence in buf, when the plan holds more than one
  * expert per GPU, where host time the model does not price has made
  * published steps slower than predicted; else 0. */
