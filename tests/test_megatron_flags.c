@@ -171,6 +171,19 @@ static void expect_refused(const char *line, const char *says)
     CHECK_STR_HAS(err, says);
 }
 
+/* `line` is read into *m (from Megatron-LM's defaults); 1 when it was,
+ * else 0 with the failure counted and its message printed. */
+static int expect_read(const char *line, ap_megatron *m)
+{
+    char err[AP_ERR_LEN] = "";
+    ap_megatron_default(m);
+    int rc = ap_megatron_parse_args(line, m, err);
+    CHECK(rc == AP_OK);
+    if (rc)
+        fprintf(stderr, "  reading \"%s\": %s\n", line, err);
+    return rc == AP_OK;
+}
+
 /* A word that is not a flag, not the value of one, and not part of the
  * launch around the flags would be read past, and the line priced without
  * what it meant: each is refused, naming the word and what to write. */
@@ -280,10 +293,8 @@ static void a_word_after_a_switch_read_past_is_refused(void)
     };
     for (size_t i = 0; i < sizeof read / sizeof read[0]; i++) {
         ap_megatron m;
-        char err[AP_ERR_LEN];
-        ap_megatron_default(&m);
-        REQUIRE_OK(ap_megatron_parse_args(read[i], &m, err), err);
-        CHECK(m.tp == 4);
+        if (expect_read(read[i], &m))
+            CHECK(m.tp == 4);
     }
 }
 
@@ -344,10 +355,8 @@ static void a_bash_x_trace_reads_as_the_command_it_ran(void)
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         ap_megatron m;
-        char err[AP_ERR_LEN];
-        ap_megatron_default(&m);
-        REQUIRE_OK(ap_megatron_parse_args(lines[i], &m, err), err);
-        CHECK(m.tp == 4 && m.sp == 1 && m.launcher.nproc == 8);
+        if (expect_read(lines[i], &m))
+            CHECK(m.tp == 4 && m.sp == 1 && m.launcher.nproc == 8);
     }
     static const struct {
         const char *line, *says;
@@ -407,14 +416,12 @@ static void a_comment_inside_a_continued_launch_ends_it(void)
         "torchrun pretrain_gpt.py --tensor-model-parallel-size 4 --sequence-parallel\n"
         "# then the evaluation \\\nexport STAGE=eval",
         "torchrun pretrain_gpt.py \\\n  --tensor-model-parallel-size 4 \\\n"
-        "  --sequence-parallel\n  # --bf16",
+        "  --sequence-parallel\n  # --bf16 zz",
     };
     for (size_t i = 0; i < sizeof read / sizeof read[0]; i++) {
         ap_megatron m;
-        char err[AP_ERR_LEN];
-        ap_megatron_default(&m);
-        REQUIRE_OK(ap_megatron_parse_args(read[i], &m, err), err);
-        CHECK(m.tp == 4 && m.sp == 1 && m.pp == 1);
+        if (expect_read(read[i], &m))
+            CHECK(m.tp == 4 && m.sp == 1 && m.pp == 1);
     }
 }
 
@@ -457,9 +464,7 @@ static void lines_megatron_lm_stops_are_refused(void)
     };
     for (size_t i = 0; i < sizeof read / sizeof read[0]; i++) {
         ap_megatron m;
-        char err[AP_ERR_LEN];
-        ap_megatron_default(&m);
-        REQUIRE_OK(ap_megatron_parse_args(read[i], &m, err), err);
+        expect_read(read[i], &m);
     }
 }
 
