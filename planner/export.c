@@ -423,28 +423,30 @@ static int stage_layer(const ap_plan_desc *p, int s, int k)
     return p->stages[s].first_layer + k;
 }
 
+static void mark_block(const ap_parts *m, int b, unsigned char *want)
+{
+    for (int i = 0; i < m->nops[b]; i++)
+        want[m->ops[b][i]] = 1;
+}
+
 /* The ops stage s must list: those of the blocks it runs (the embedding's,
  * the head's, one representative layer per layer class it holds), marked
- * 1 in want[g->nops]. */
+ * 1 in want[g->nops]. A class's block is marked once per layer of it, which
+ * marks the same ops again and needs no set of the blocks seen. */
 static void wanted_ops(const ap_graph *g, const ap_parts *m, const ap_plan_desc *p, int s,
                        unsigned char *want)
 {
     const ap_plan_desc_stage *st = &p->stages[s];
-    unsigned char *block = calloc((size_t)m->nblocks, 1);
     memset(want, 0, (size_t)g->nops);
-    if (!block)
-        return;
-    block[0] = (unsigned char)st->embedding;
-    block[1] = (unsigned char)st->head;
+    if (st->embedding)
+        mark_block(m, 0, want);
+    if (st->head)
+        mark_block(m, 1, want);
     for (int k = 0; k < st->nlayers; k++) {
         int l = stage_layer(p, s, k);
         if (l >= 0 && l < g->nlayers)
-            block[m->layer_block[l]] = 1;
+            mark_block(m, m->layer_block[l], want);
     }
-    for (int b = 0; b < m->nblocks; b++)
-        for (int i = 0; block[b] && i < m->nops[b]; i++)
-            want[m->ops[b][i]] = 1;
-    free(block);
 }
 
 /* Each stage lists every op of the blocks it runs, once, and no other.
